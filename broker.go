@@ -1,0 +1,684 @@
+package main
+
+// The broker: the operations commands call, on top of the shards.
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+)
+
+// Broker holds every queue, job and registry of one server.
+type Broker struct {
+	shards []*Shard
+	mask   uint32
+	idx    [idxParts]idxPart
+
+	doneCap int // completed jobs kept per shard
+
+	rmu     sync.Mutex
+	results *LRU[string, Raw]
+	lmu     sync.Mutex
+	logs    *LRU[string, []LogEntry]
+	tmu     sync.Mutex
+	retired *LRU[string, struct{}] // lease tokens ended by a job timeout
+
+	workers *Workers
+	store   Store
+
+	now     func() int64
+	started int64
+	stats   struct {
+		pushed, pulled, completed, failed atomic.Int64
+	}
+	seq atomic.Int64
+}
+
+// Bounds, as the reference has them.
+const (
+	maxCompleted   = 50000
+	maxResults     = 10000
+	maxLogJobs     = 10000
+	maxLogsPerJob  = 100
+	maxRetired     = 10000
+	maxPullBatch   = 1000
+	maxPullTimeout = 60000
+	maxWaitTimeout = 600000
+)
+
+// LogEntry is one line of a job's log.
+type LogEntry struct {
+	At      int64
+	Level   string
+	Message Raw
+}
+
+func NewBroker(shards int, store Store) *Broker {
+	if shards < 1 {
+		shards = defaultShards()
+	}
+	b := &Broker{
+		shards:  make([]*Shard, shards),
+		mask:    uint32(shards - 1),
+		results: NewLRU[string, Raw](maxResults, nil),
+		logs:    NewLRU[string, []LogEntry](maxLogJobs, nil),
+		retired: NewLRU[string, struct{}](maxRetired, nil),
+		workers: newWorkers(),
+		store:   store,
+		now:     nowMs,
+	}
+	b.doneCap = (maxCompleted + shards - 1) / shards
+	for i := range b.idx {
+		b.idx[i].m = make(map[string]*Job)
+	}
+	for i := range b.shards {
+		s := &Shard{b: b, id: i, queues: make(map[string]*Queue), delayed: newHeap(heapPlace),
+			leases: newHeap(heapLease), subs: make(map[string][]*conn)}
+		s.startTimer()
+		b.shards[i] = s
+	}
+	b.started = b.now()
+	return b
+}
+
+// Close stops every shard timer and wakes every waiter so that long polls
+// end. It is safe to call more than once.
+func (b *Broker) Close() {
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.closed = true
+		s.timer.Stop()
+		for _, q := range s.queues {
+			q.wakeAll()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Persistence hooks. The store sees every state change; in memory mode it
+// is nil and these cost a nil check.
+
+func (b *Broker) persist(j *Job) {
+	if b.store != nil {
+		b.store.JobChanged(j)
+	}
+}
+
+func (b *Broker) unpersist(j *Job) {
+	if b.store != nil {
+		b.store.JobRemoved(j)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Results, logs, retired tokens
+
+func (b *Broker) setResult(id string, r Raw) {
+	b.rmu.Lock()
+	b.results.Put(id, r)
+	b.rmu.Unlock()
+}
+
+func (b *Broker) getResult(id string) (Raw, bool) {
+	b.rmu.Lock()
+	r, ok := b.results.Get(id)
+	b.rmu.Unlock()
+	return r, ok
+}
+
+func (b *Broker) dropResult(id string) {
+	b.rmu.Lock()
+	b.results.Delete(id)
+	b.rmu.Unlock()
+}
+
+func (b *Broker) retire(j *Job) {
+	if j.lease == nil {
+		return
+	}
+	b.tmu.Lock()
+	b.retired.Put(j.lease.Token, struct{}{})
+	b.tmu.Unlock()
+}
+
+func (b *Broker) isRetired(token string) bool {
+	if token == "" {
+		return false
+	}
+	b.tmu.Lock()
+	_, ok := b.retired.Peek(token)
+	b.tmu.Unlock()
+	return ok
+}
+
+// ---------------------------------------------------------------------------
+// Push
+
+// PushResult is the id given back for one admitted (or deduplicated) job.
+type PushResult struct {
+	ID  string
+	Dup bool
+}
+
+// Push admits jobs, already validated, into one queue, in order. A job
+// whose custom id or unique key is held by a live job is not created; its
+// result names the holder.
+func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
+	out := make([]PushResult, len(jobs))
+	// A custom id held by a completed or dead-lettered job is freed before
+	// the queue's shard is locked: that job may live in another shard.
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			b.freeCustomID(j.CustomID)
+		}
+	}
+	s := b.shardOf(queue)
+	s.with(func() {
+		now := b.now()
+		q := s.queue(queue)
+		q.listed = true
+		s.promote(now)
+		for i, j := range jobs {
+			out[i] = s.admit(q, j, now)
+		}
+	})
+	return out
+}
+
+func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
+	if j.UniqueKey != "" {
+		if h := q.unique[j.UniqueKey]; h != nil && h.state != StateNone && h.state != StateCompleted && h.state != StateFailed {
+			s.emit(q, evDuplicated, h, now, evArgs{})
+			return PushResult{ID: h.ID, Dup: true}
+		}
+	}
+	if j.CustomID != "" {
+		if h := s.b.idxGet(j.ID); h != nil {
+			if s.b.shardOf(h.Queue) != s {
+				// Held in another shard; it was live a moment ago.
+				return PushResult{ID: h.ID, Dup: true}
+			}
+			switch h.state {
+			case StateCompleted, StateFailed:
+				s.dropRecord(s.queues[h.Queue], h)
+			default:
+				return PushResult{ID: h.ID, Dup: true}
+			}
+		}
+	}
+	j.seq = s.b.seq.Add(1)
+	if prev := s.b.idxPut(j); prev != nil {
+		return PushResult{ID: prev.ID, Dup: true}
+	}
+	if j.UniqueKey != "" {
+		if q.unique == nil {
+			q.unique = make(map[string]*Job)
+		}
+		q.unique[j.UniqueKey] = j
+	}
+	s.enqueue(q, j, now)
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+	s.b.stats.pushed.Add(1)
+	s.emit(q, evPushed, j, now, evArgs{})
+	s.b.persist(j)
+	return PushResult{ID: j.ID}
+}
+
+// freeCustomID removes a finished job that still holds id, so that a new
+// job may take the id.
+func (b *Broker) freeCustomID(id string) {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return
+	}
+	if j.state == StateCompleted || j.state == StateFailed {
+		s.dropRecord(s.queues[j.Queue], j)
+	}
+	s.mu.Unlock()
+}
+
+// dropRecord removes a completed or dead-lettered job's record.
+func (s *Shard) dropRecord(q *Queue, j *Job) {
+	switch j.state {
+	case StateCompleted:
+		s.undone(q, j)
+	case StateFailed:
+		q.removeDLQ(j)
+	}
+	s.forget(j)
+}
+
+func (q *Queue) removeDLQ(j *Job) bool {
+	for i, x := range q.dlq {
+		if x == j {
+			copy(q.dlq[i:], q.dlq[i+1:])
+			q.dlq[len(q.dlq)-1] = nil
+			q.dlq = q.dlq[:len(q.dlq)-1]
+			j.dlq = nil
+			return true
+		}
+	}
+	return false
+}
+
+// releaseUnique frees the job's unique key when it holds it.
+func (s *Shard) releaseUnique(q *Queue, j *Job) {
+	if j.UniqueKey != "" && q.unique[j.UniqueKey] == j {
+		delete(q.unique, j.UniqueKey)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Pull
+
+// PullOpts says how jobs are claimed.
+type PullOpts struct {
+	Owner  string
+	TTL    int64
+	Conn   *conn // tracked for release when the connection drops
+	Detach bool
+}
+
+// claim takes up to n ready jobs from q and makes them active. It runs with
+// s.mu held; tokens is parallel to jobs when an owner is given.
+func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, tokens []string) ([]*Job, []string) {
+	s.promote(now)
+	if q.paused {
+		return jobs, tokens
+	}
+	for len(jobs) < n {
+		j := q.ready.Pop()
+		if j == nil {
+			break
+		}
+		if j.Priority > 0 {
+			q.nPrio--
+		}
+		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
+			// Expired while waiting: dropped without an event, as the
+			// reference does.
+			s.releaseUnique(q, j)
+			s.forget(j)
+			continue
+		}
+		j.state = StateActive
+		j.StartedAt = now
+		j.Heartbeat = now
+		j.addTimeline(TimelineEntry{State: "active", At: now})
+		q.nActive++
+		if o.Owner != "" {
+			ttl := o.TTL
+			if ttl <= 0 {
+				ttl = defaultLockTTL
+			}
+			j.lease = &Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl}
+			tokens = append(tokens, j.lease.Token)
+		}
+		if o.Conn != nil && !o.Detach {
+			o.Conn.track(j)
+		}
+		s.watch(q, j, now)
+		jobs = append(jobs, j)
+		s.b.stats.pulled.Add(1)
+		s.emit(q, evPulled, j, now, evArgs{})
+		s.b.persist(j)
+	}
+	return jobs, tokens
+}
+
+// ---------------------------------------------------------------------------
+// ACK and FAIL
+
+// Outcome of an ACK or FAIL that did not apply but is not an error.
+type Outcome uint8
+
+const (
+	Applied Outcome = iota
+	AlreadyFinalized
+)
+
+var errNotProcessing = "Job not found or not in processing state: "
+
+// checkLease applies the reference's lease rules to an ACK or FAIL of an
+// active job: with a lock, the token must be given and match.
+func checkLease(j *Job, token string) error {
+	if j.lease == nil {
+		return nil
+	}
+	if token == "" {
+		return errors.New("Lock token required for job " + j.ID)
+	}
+	if token != j.lease.Token {
+		return errors.New("Invalid or expired lock token for job " + j.ID)
+	}
+	return nil
+}
+
+// AckItem is one acknowledgement.
+type AckItem struct {
+	ID        string
+	Token     string
+	Result    Raw
+	HasResult bool
+	Remove    bool
+}
+
+// Ack completes one job.
+func (b *Broker) Ack(it AckItem) (Outcome, error) {
+	j, s := b.lockJob(it.ID)
+	if j == nil {
+		if b.isRetired(it.Token) {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + it.ID)
+	}
+	defer s.mu.Unlock()
+	return s.ack(j, it, b.now())
+}
+
+func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
+	q := s.queues[j.Queue]
+	switch j.state {
+	case StateActive:
+		if err := checkLease(j, it.Token); err != nil {
+			if j.lease != nil && it.Token != "" && s.b.isRetired(it.Token) {
+				return AlreadyFinalized, nil
+			}
+			return Applied, err
+		}
+		s.deactivate(q, j)
+	case StateWaiting, StatePrioritized, StateDelayed:
+		if s.b.isRetired(it.Token) {
+			return AlreadyFinalized, nil
+		}
+		if j.Attempts == 0 {
+			return Applied, errors.New(errNotProcessing + j.ID)
+		}
+		// A worker whose lease ran out (or whose failure was retried)
+		// finished the job after all: its work is kept, as the reference
+		// keeps it, rather than running the job again.
+		s.unqueue(q, j)
+	default:
+		if s.b.isRetired(it.Token) {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + j.ID)
+	}
+	s.complete(q, j, it, now)
+	return Applied, nil
+}
+
+func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
+	s.releaseUnique(q, j)
+	s.b.stats.completed.Add(1)
+	j.DoneAt = now
+	j.hasFail = false
+	res := it.Result
+	if !it.HasResult {
+		res = nil
+	}
+	j.notifyDone(waitOutcome{completed: true, result: res, hasResult: it.HasResult})
+	if j.RemoveOnC || it.Remove {
+		s.forget(j)
+	} else {
+		j.addTimeline(TimelineEntry{State: "completed", At: now})
+		if it.HasResult {
+			s.b.setResult(j.ID, it.Result)
+		}
+		s.addDone(q, j)
+		s.b.persist(j)
+	}
+	s.emit(q, evCompleted, j, now, evArgs{data: res, undefData: !it.HasResult})
+}
+
+// failure describes why an active job failed.
+type failure struct {
+	err           string
+	hasErr        bool
+	stack         []string
+	unrecoverable bool
+	removeOnFail  bool
+	reason        string // DLQ reason when terminal
+}
+
+// Fail records a failed attempt of one job.
+func (b *Broker) Fail(id, token string, f failure) (Outcome, error) {
+	j, s := b.lockJob(id)
+	if j == nil {
+		if b.isRetired(token) {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + id)
+	}
+	defer s.mu.Unlock()
+	now := b.now()
+	q := s.queues[j.Queue]
+	switch j.state {
+	case StateActive:
+		if err := checkLease(j, token); err != nil {
+			if token != "" && b.isRetired(token) {
+				return AlreadyFinalized, nil
+			}
+			return Applied, err
+		}
+	case StateWaiting, StatePrioritized, StateDelayed:
+		// The attempt this FAIL speaks of has already been accounted for
+		// (lease expired, or retried): nothing more to do.
+		if b.isRetired(token) || (token != "" && j.Attempts > 0) {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + id)
+	default:
+		if b.isRetired(token) {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + id)
+	}
+	if f.reason == "" {
+		f.reason = "max_attempts_exceeded"
+	}
+	s.fail(q, j, f, now)
+	return Applied, nil
+}
+
+// fail applies a failure to an active job: retry with backoff, or the
+// end (removed, or the DLQ).
+func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
+	startedAt := j.StartedAt
+	s.deactivate(q, j)
+	j.Attempts++
+	if len(f.stack) > 0 {
+		j.Stack = normalizeStack(f.stack, int(j.StackLim))
+	}
+	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	s.releaseUnique(q, j)
+	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
+	// The attempt record says why this attempt ended; the last one of a
+	// job that is given up carries the DLQ reason.
+	reason := "explicit_fail"
+	if f.reason == "timeout" || !retry {
+		reason = f.reason
+	}
+	j.recordAttempt(startedAt, now, reason, f.err, f.hasErr)
+	if retry {
+		j.RunAt = now + backoffDelay(j)
+		j.StartedAt = 0
+		j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+		s.enqueue(q, j, now)
+		s.emit(q, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: false, hasTerminal: true})
+		s.emit(q, evRetried, j, now, evArgs{prev: "failed"})
+		s.b.persist(j)
+		return
+	}
+	s.b.stats.failed.Add(1)
+	if j.RemoveOnF || f.removeOnFail {
+		j.notifyDone(waitOutcome{err: f.err})
+		s.forget(j)
+	} else {
+		s.toDLQ(q, j, f.reason, f.err, f.hasErr, now)
+	}
+	s.emit(q, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: true, hasTerminal: true})
+}
+
+// normalizeStack trims lines, drops empty ones and keeps the first limit.
+func normalizeStack(stack []string, limit int) []string {
+	out := make([]string, 0, min(len(stack), max(limit, 0)))
+	for _, l := range stack {
+		if len(out) >= limit {
+			break
+		}
+		if t := trimSpace(l); t != "" {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func trimSpace(s string) string {
+	i, k := 0, len(s)
+	for i < k && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	for k > i && (s[k-1] == ' ' || s[k-1] == '\t' || s[k-1] == '\n' || s[k-1] == '\r') {
+		k--
+	}
+	return s[i:k]
+}
+
+// backoffDelay is the wait before the next attempt, with the reference's
+// jitter: fixed is the delay ±20%; exponential (also the default for a
+// plain number) doubles per attempt, times 0.5 to 1.5.
+func backoffDelay(j *Job) int64 {
+	maxDelay := int64(maxBackoffDelay)
+	base := j.Backoff
+	fixed := false
+	if c := j.BackoffC; c != nil {
+		base = c.Delay
+		fixed = !c.Exponential
+		if c.MaxDelay != none && c.MaxDelay > 0 {
+			maxDelay = c.MaxDelay
+		}
+	}
+	var d float64
+	if fixed {
+		d = float64(base) * (0.8 + rand.Float64()*0.4)
+	} else {
+		d = float64(base) * math.Pow(2, float64(j.Attempts)) * (0.5 + rand.Float64())
+	}
+	if d > float64(maxDelay) {
+		d = float64(maxDelay)
+	}
+	return int64(d)
+}
+
+// ---------------------------------------------------------------------------
+// Dead-letter queue
+
+// DLQEntry is what the DLQ keeps about a job besides the job itself.
+type DLQEntry struct {
+	EnteredAt   int64
+	Reason      string
+	Error       string
+	HasErr      bool
+	RetryCount  int32
+	LastRetryAt int64
+	NextRetryAt int64
+	ExpiresAt   int64
+}
+
+// AttemptRec is one failed attempt, as the DLQ entry lists them.
+type AttemptRec struct {
+	Attempt   int32
+	StartedAt int64
+	FailedAt  int64
+	Reason    string
+	Error     string
+	HasErr    bool
+}
+
+func (j *Job) recordAttempt(startedAt, now int64, reason, err string, hasErr bool) {
+	if len(j.history) >= maxTimelineEntries {
+		return
+	}
+	j.history = append(j.history, AttemptRec{Attempt: j.Attempts, StartedAt: startedAt, FailedAt: now,
+		Reason: reason, Error: err, HasErr: hasErr})
+}
+
+func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int64) {
+	j.state = StateFailed
+	j.failErr, j.hasFail = err, hasErr
+	j.notifyDone(waitOutcome{err: err})
+	j.dlq = &DLQEntry{EnteredAt: now, Reason: reason, Error: err, HasErr: hasErr, ExpiresAt: now + q.dlqCfg.MaxAge}
+	q.dlq = append(q.dlq, j)
+	for len(q.dlq) > q.dlqCfg.MaxEntries {
+		old := q.dlq[0]
+		q.dlq[0] = nil
+		q.dlq = q.dlq[1:]
+		old.dlq = nil
+		s.forget(old)
+	}
+	s.b.persist(j)
+}
+
+// ---------------------------------------------------------------------------
+// Waiting for a job to finish
+
+// waitOutcome is how a job ended, for WaitJob callers.
+type waitOutcome struct {
+	completed bool
+	result    Raw
+	hasResult bool
+	err       string
+}
+
+// notifyDone wakes WaitJob callers; runs under the shard lock.
+func (j *Job) notifyDone(o waitOutcome) {
+	for _, ch := range j.waiters {
+		ch <- o
+	}
+	j.waiters = nil
+}
+
+// ---------------------------------------------------------------------------
+// Release on disconnect
+
+// release puts back the jobs a dropped connection held, except those whose
+// lease was renewed: a worker that renewed is trusted to be alive elsewhere
+// (another connection of its pool) until its lock runs out.
+func (b *Broker) release(c *conn) {
+	held := c.takeHeld()
+	for _, j := range held {
+		s := b.shardOf(j.Queue)
+		s.with(func() {
+			if j.owner != c || j.state != StateActive || b.idxGet(j.ID) != j {
+				return // finished, or already back, in the meantime
+			}
+			j.owner = nil
+			if j.lease != nil && j.lease.Renewals > 0 {
+				return
+			}
+			q := s.queues[j.Queue]
+			now := b.now()
+			s.leases.Remove(j)
+			q.nActive--
+			j.lease = nil
+			j.StartedAt = 0
+			j.Heartbeat = now
+			s.releaseUnique(q, j)
+			s.enqueue(q, j, now)
+			b.persist(j)
+		})
+	}
+}
+
+func (b *Broker) dropLogs(id string) {
+	b.lmu.Lock()
+	b.logs.Delete(id)
+	b.lmu.Unlock()
+}

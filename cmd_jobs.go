@@ -1,0 +1,609 @@
+package main
+
+// Handlers of the job lifecycle: push, pull, ack, fail, and leases.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+)
+
+func cmdPush(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	j, err := parseJob(r.m, queue, "jobId", r.b.now())
+	if err != nil {
+		return err
+	}
+	res := r.b.Push(queue, []*Job{j})
+	if err := r.b.syncDurable([]*Job{j}); err != nil {
+		return err
+	}
+	r.field("id").Str(res[0].ID)
+	return nil
+}
+
+func cmdPushBatch(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	items, ok, err := r.m.Array("jobs")
+	if err != nil || !ok {
+		return errors.New("jobs must be an array")
+	}
+	now := r.b.now()
+	jobs := make([]*Job, len(items))
+	durable := false
+	for i, it := range items {
+		m, err := ParseMap(it, nil)
+		if err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: job must be an object")
+		}
+		if jobs[i], err = parseJob(m, queue, "customId", now); err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+		durable = durable || jobs[i].Durable
+	}
+	res := r.b.Push(queue, jobs)
+	if durable {
+		if err := r.b.syncDurable(jobs); err != nil {
+			return err
+		}
+	}
+	e := r.field("ids")
+	e.ArrayHead(len(res))
+	for _, p := range res {
+		e.Str(p.ID)
+	}
+	return nil
+}
+
+// pullArgs are the fields PULL and PULLB share.
+type pullArgs struct {
+	queue   string
+	timeout int64
+	opts    PullOpts
+}
+
+func readPull(r *Req) (pullArgs, error) {
+	var a pullArgs
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
+	}
+	t, _, err := numField(r.m, "timeout", "timeout", numRule{min: 0, max: maxPullTimeout})
+	if err != nil {
+		return a, err
+	}
+	a.timeout = int64(t)
+	if a.opts.Owner, _, err = r.m.Str("owner"); err != nil {
+		return a, err
+	}
+	ttl, _, err := r.m.Num("lockTtl")
+	if err != nil {
+		return a, err
+	}
+	a.opts.TTL = int64(ttl)
+	a.opts.Detach = truthy(r.m, "detach")
+	a.opts.Conn = r.c
+	return a, nil
+}
+
+func cmdPull(r *Req) error {
+	a, err := readPull(r)
+	if err != nil {
+		return err
+	}
+	return r.pull(a, 1, false)
+}
+
+func cmdPullBatch(r *Req) error {
+	a, err := readPull(r)
+	if err != nil {
+		return err
+	}
+	n, ok, err := numField(r.m, "count", "count", numRule{min: 1, max: maxPullBatch})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		// The reference answers an absent count with no jobs.
+		return r.writeJobs(nil, nil, a.opts.Owner != "", true, 0)
+	}
+	return r.pull(a, int(n), true)
+}
+
+// pull claims at once, or waits up to the timeout from a goroutine of its
+// own so that later commands on the connection are not held up.
+func (r *Req) pull(a pullArgs, n int, batch bool) error {
+	withToken := a.opts.Owner != ""
+	answered := false
+	var werr error
+	write := func(rr *Req) func(jobs []*Job, tokens []string, now int64) {
+		return func(jobs []*Job, tokens []string, now int64) {
+			answered = true
+			werr = rr.writeJobs(jobs, tokens, withToken, batch, now)
+		}
+	}
+	r.b.pull(context.Background(), a.queue, n, a.opts, 0, false, write(r))
+	if answered || a.timeout <= 0 {
+		if !answered {
+			return r.writeJobs(nil, nil, withToken, batch, 0)
+		}
+		return werr
+	}
+	ctx := r.c.ctx
+	return r.goAsync(func(ar *Req) error {
+		answered = false
+		r.b.pull(ctx, a.queue, n, a.opts, a.timeout, true, write(ar))
+		if !answered {
+			return ar.writeJobs(nil, nil, withToken, batch, 0)
+		}
+		return werr
+	})
+}
+
+// writeJobs writes PULL's {job, token} or PULLB's {jobs, tokens}; the
+// token fields are there only when the pull had an owner.
+func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool, now int64) error {
+	if !batch {
+		e := r.field("job")
+		if len(jobs) == 0 {
+			e.Nil()
+		} else {
+			encodeJob(e, jobs[0], jobPlain, "", nil)
+		}
+		if withToken {
+			e := r.field("token")
+			if len(tokens) == 0 {
+				e.Nil()
+			} else {
+				e.Str(tokens[0])
+			}
+		}
+		return nil
+	}
+	e := r.field("jobs")
+	e.ArrayHead(len(jobs))
+	for _, j := range jobs {
+		encodeJob(e, j, jobPlain, "", nil)
+	}
+	if withToken {
+		strArray(r.field("tokens"), tokens)
+	}
+	return nil
+}
+
+// pull claims up to n jobs from queue, waiting up to timeout ms for some
+// when wait is set. emit runs under the shard lock with what was claimed
+// (jobs are encoded there, while nothing else can change them); it is not
+// called when nothing was claimed.
+func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, wait bool,
+	emit func(jobs []*Job, tokens []string, now int64)) {
+	s := b.shardOf(queue)
+	var deadline time.Time
+	if wait {
+		deadline = time.Now().Add(time.Duration(timeout) * time.Millisecond)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if o.Conn != nil && o.Conn.closed.Load() {
+			return
+		}
+		var w *waiter
+		done := false
+		s.with(func() {
+			now := b.now()
+			q := s.queues[queue]
+			if q == nil {
+				if !wait {
+					done = true
+					return
+				}
+				q = s.queue(queue)
+			}
+			jobs, tokens := s.claim(q, n, o, now, nil, nil)
+			if len(jobs) > 0 {
+				emit(jobs, tokens, now)
+				done = true
+				return
+			}
+			if !wait || time.Until(deadline) <= 0 || s.closed {
+				done = true
+				return
+			}
+			w = &waiter{ch: make(chan struct{}, 1)}
+			q.waiters = append(q.waiters, w)
+		})
+		if done {
+			return
+		}
+		left := time.Until(deadline)
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-w.ch:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		s.with(func() {
+			if q := s.queues[queue]; q != nil {
+				q.dropWaiter(w)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+
+func cmdAck(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	res := r.m.Get("result")
+	it := AckItem{ID: id, Token: tok, Result: clone(res), HasResult: res != nil, Remove: truthy(r.m, "removeOnComplete")}
+	out, err := r.b.Ack(it)
+	if err != nil {
+		return err
+	}
+	return r.outcome(out)
+}
+
+// outcome writes an applied ACK/FAIL as the plain success and one that
+// came too late as {applied:false, reason:"already-finalized"}.
+func (r *Req) outcome(o Outcome) error {
+	if o == Applied {
+		return r.okID()
+	}
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("applied")
+	e.Bool(false)
+	e.Str("reason")
+	e.Str("already-finalized")
+	return nil
+}
+
+func cmdAckBatch(r *Req) error {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("ids must be an array")
+	}
+	tokens, hasTok, err := r.m.Strs("tokens")
+	if err != nil {
+		return err
+	}
+	results, hasRes, err := r.m.Array("results")
+	if err != nil {
+		return err
+	}
+	removes, hasRem, err := r.m.Array("removeOnCompletes")
+	if err != nil {
+		return err
+	}
+	if hasTok && len(tokens) != len(ids) {
+		return errors.New("ACKB tokens length must match ids length")
+	}
+	if hasRes && len(results) != len(ids) {
+		return errors.New("ACKB results length must match ids length")
+	}
+	if hasRem && len(removes) != len(ids) {
+		return errors.New("ACKB removeOnCompletes length must match ids length")
+	}
+	items := make([]AckItem, len(ids))
+	for i, id := range ids {
+		items[i].ID = id
+		if hasTok {
+			items[i].Token = tokens[i]
+		}
+		if hasRes && !results[i].IsNil() {
+			items[i].Result, items[i].HasResult = clone(results[i]), true
+		} else if hasRes && len(results[i]) > 0 && results[i][0] == 0xc0 {
+			items[i].Result, items[i].HasResult = rawNil, true
+		}
+		if hasRem && len(removes[i]) > 0 && removes[i][0] == 0xc3 {
+			items[i].Remove = true
+		}
+	}
+	ignored := r.b.AckBatch(items)
+	if len(ignored) == 0 {
+		return r.okID()
+	}
+	// Items that could not be applied (not active any more, lease lost)
+	// are reported one by one, so the rest of the batch still counts; the
+	// official client reads exactly these two lists.
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("ignoredIndices")
+	e.ArrayHead(len(ignored))
+	for _, i := range ignored {
+		e.Int(int64(i))
+	}
+	e.Str("ignoredIds")
+	e.ArrayHead(len(ignored))
+	for _, i := range ignored {
+		e.Str(ids[i])
+	}
+	return nil
+}
+
+// AckBatch completes many jobs, locking each shard once. It returns the
+// indexes of the items that did not apply.
+func (b *Broker) AckBatch(items []AckItem) []int {
+	var ignored []int
+	byShard := make([][]int, len(b.shards))
+	for i := range items {
+		j := b.idxGet(items[i].ID)
+		if j == nil {
+			ignored = append(ignored, i)
+			continue
+		}
+		k := fnv1a(j.Queue) & b.mask
+		byShard[k] = append(byShard[k], i)
+	}
+	for k, list := range byShard {
+		if len(list) == 0 {
+			continue
+		}
+		s := b.shards[k]
+		s.with(func() {
+			now := b.now()
+			for _, i := range list {
+				j := b.idxGet(items[i].ID)
+				if j == nil || b.shardOf(j.Queue) != s {
+					// Replaced in between; take the slow path below.
+					ignored = append(ignored, -1-i)
+					continue
+				}
+				if out, err := s.ack(j, items[i], now); err != nil || out != Applied {
+					ignored = append(ignored, i)
+				}
+			}
+		})
+	}
+	// Items whose job moved shard while we looked are retried one by one.
+	final := ignored[:0]
+	for _, i := range ignored {
+		if i < 0 {
+			i = -1 - i
+			if out, err := b.Ack(items[i]); err == nil && out == Applied {
+				continue
+			}
+		}
+		final = append(final, i)
+	}
+	slices.Sort(final)
+	return final
+}
+
+func cmdFail(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	f := failure{unrecoverable: truthy(r.m, "unrecoverable"), removeOnFail: truthy(r.m, "removeOnFail")}
+	if raw := r.m.Get("error"); raw != nil {
+		if s, err := raw.Str(); err == nil {
+			f.err, f.hasErr = s, true
+		} else if v, err := Decode(raw); err == nil {
+			f.err, f.hasErr = jsString(v), true
+		}
+	}
+	// Only string lines, at most 100, before the job's own limit applies.
+	if items, _, _ := r.m.Array("stack"); len(items) > 0 {
+		for _, it := range items {
+			if len(f.stack) == 100 {
+				break
+			}
+			if s, err := it.Str(); err == nil {
+				f.stack = append(f.stack, s)
+			}
+		}
+	}
+	out, err := r.b.Fail(id, tok, f)
+	if err != nil {
+		return err
+	}
+	return r.outcome(out)
+}
+
+// ---------------------------------------------------------------------------
+// Leases
+
+var (
+	errHeartbeat = errors.New("Job not found or not active (or invalid token)")
+	errLock      = errors.New("Lock not found or invalid token")
+)
+
+// renew extends a job's lock; s.mu is held. ttl 0 keeps the lock's own.
+func (s *Shard) renew(j *Job, token string, ttl, now int64) bool {
+	l := j.lease
+	if l == nil || (token != "" && token != l.Token) || j.state != StateActive {
+		return false
+	}
+	if ttl <= 0 {
+		ttl = l.TTL
+	}
+	l.ExpiresAt = now + ttl
+	l.Renewals++
+	j.Heartbeat = now
+	s.rewatch(j, now)
+	return true
+}
+
+// rewatch brings a job's timer entry forward when its deadline moved
+// earlier; a later deadline is found lazily when the old entry comes due.
+func (s *Shard) rewatch(j *Job, now int64) {
+	q := s.queues[j.Queue]
+	if d := s.deadline(q, j); d < j.deadline {
+		s.watch(q, j, now)
+	}
+}
+
+func (b *Broker) heartbeat(id, token string, duration int64) bool {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return false
+	}
+	defer s.mu.Unlock()
+	now := b.now()
+	if j.state != StateActive {
+		return false
+	}
+	if token != "" {
+		return s.renew(j, token, duration, now)
+	}
+	j.Heartbeat = now
+	return true
+}
+
+func cmdJobHeartbeat(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	d, _, err := r.m.Num("duration")
+	if err != nil {
+		return err
+	}
+	if !r.b.heartbeat(id, tok, int64(d)) {
+		return errHeartbeat
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("ok")
+	e.Bool(true)
+	return nil
+}
+
+func cmdJobHeartbeatBatch(r *Req) error {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("ids must be an array")
+	}
+	tokens, hasTok, err := r.m.Strs("tokens")
+	if err != nil {
+		return err
+	}
+	n := 0
+	for i, id := range ids {
+		tok := ""
+		if hasTok && i < len(tokens) {
+			tok = tokens[i]
+		}
+		if r.b.heartbeat(id, tok, 0) {
+			n++
+		}
+	}
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("ok")
+	e.Bool(true)
+	e.Str("count")
+	e.Int(int64(n))
+	return nil
+}
+
+// extendLock renews a lock; without a token, whatever lock the job has.
+func (b *Broker) extendLock(id, token string, duration int64) bool {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return false
+	}
+	defer s.mu.Unlock()
+	if j.lease == nil {
+		return false
+	}
+	if token == "" {
+		token = j.lease.Token
+	}
+	return s.renew(j, token, duration, b.now())
+}
+
+func cmdExtendLock(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	d, _, err := r.m.Num("duration")
+	if err != nil {
+		return err
+	}
+	if !r.b.extendLock(id, tok, int64(d)) {
+		return errLock
+	}
+	return r.okID()
+}
+
+func cmdExtendLocks(r *Req) error {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("ids must be an array")
+	}
+	tokens, _, err := r.m.Array("tokens")
+	if err != nil {
+		return err
+	}
+	durs, _, err := r.m.Array("durations")
+	if err != nil {
+		return err
+	}
+	n := 0
+	for i, id := range ids {
+		tok := ""
+		if i < len(tokens) {
+			tok, _ = tokens[i].Str()
+		}
+		var d float64
+		if i < len(durs) {
+			d, _ = durs[i].Float()
+		}
+		if r.b.extendLock(id, tok, int64(d)) {
+			n++
+		}
+	}
+	r.field("count").Int(int64(n))
+	return nil
+}

@@ -1,0 +1,248 @@
+package main
+
+// Handlers of monitoring and the worker registry.
+
+import (
+	"math"
+	"runtime"
+	"sync"
+)
+
+// Totals is a snapshot of the broker's state across every queue.
+type Totals struct {
+	Waiting, Prioritized, Delayed, Active, DLQ, Completed, Paused int
+	Queues                                                        int
+}
+
+func (b *Broker) totals() Totals {
+	var t Totals
+	now := b.now()
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.promote(now)
+		for _, q := range s.queues {
+			w := q.ready.Len() - q.nPrio
+			if q.paused {
+				t.Paused += q.ready.Len()
+			}
+			t.Waiting += w
+			t.Prioritized += q.nPrio
+			t.Delayed += q.nDelayed
+			t.Active += q.nActive
+			t.DLQ += len(q.dlq)
+			t.Completed += q.nDone
+			if q.listed {
+				t.Queues++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return t
+}
+
+// rates turns the push and pull counters into per-second rates over the
+// time since the last call, as the reference's Stats does.
+type rates struct {
+	mu                 sync.Mutex
+	at                 int64
+	pushed, pulled     int64
+	pushRate, pullRate float64
+}
+
+func (r *rates) sample(now, pushed, pulled int64) (float64, float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at != 0 && now > r.at {
+		dt := float64(now-r.at) / 1000
+		r.pushRate = 0.3*float64(pushed-r.pushed)/dt + 0.7*r.pushRate
+		r.pullRate = 0.3*float64(pulled-r.pulled)/dt + 0.7*r.pullRate
+	}
+	r.at, r.pushed, r.pulled = now, pushed, pulled
+	return round2(r.pushRate), round2(r.pullRate)
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+var statRates rates
+
+func cmdStats(r *Req) error {
+	t := r.b.totals()
+	now := r.b.now()
+	push, pull := statRates.sample(now, r.b.stats.pushed.Load(), r.b.stats.pulled.Load())
+	e := r.field("stats")
+	e.MapHead(9)
+	e.Str("waiting")
+	e.Int(int64(t.Waiting))
+	e.Str("active")
+	e.Int(int64(t.Active))
+	e.Str("delayed")
+	e.Int(int64(t.Delayed))
+	e.Str("dlq")
+	e.Int(int64(t.DLQ))
+	e.Str("completed")
+	e.Int(int64(t.Completed))
+	e.Str("failed")
+	e.Int(r.b.stats.failed.Load())
+	e.Str("uptime")
+	e.Int(now - r.b.started)
+	e.Str("pushPerSec")
+	e.Num(push)
+	e.Str("pullPerSec")
+	e.Num(pull)
+	return nil
+}
+
+func cmdMetrics(r *Req) error {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	e := r.field("metrics")
+	e.MapHead(9)
+	e.Str("totalPushed")
+	e.Int(r.b.stats.pushed.Load())
+	e.Str("totalPulled")
+	e.Int(r.b.stats.pulled.Load())
+	e.Str("totalCompleted")
+	e.Int(r.b.stats.completed.Load())
+	e.Str("totalFailed")
+	e.Int(r.b.stats.failed.Load())
+	e.Str("avgLatencyMs")
+	e.Int(0)
+	e.Str("avgProcessingMs")
+	e.Int(0)
+	e.Str("memoryUsageMb")
+	e.Num(float64(ms.HeapAlloc) / 1024 / 1024)
+	e.Str("sqliteSizeMb")
+	e.Int(0)
+	e.Str("activeConnections")
+	e.Int(r.c.srv.nconns.Load())
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Workers
+
+func cmdRegisterWorker(r *Req) error {
+	now := r.b.now()
+	w := &worker{Concurrency: 1, Hostname: "unknown", Registered: now, LastSeen: now, conn: r.c}
+	var err error
+	if w.Name, _, err = r.m.Str("name"); err != nil {
+		return err
+	}
+	if w.Queues, _, err = r.m.Strs("queues"); err != nil {
+		return err
+	}
+	if w.Queues == nil {
+		w.Queues = []string{}
+	}
+	if c, ok, err := r.m.Int("concurrency"); err != nil {
+		return err
+	} else if ok {
+		w.Concurrency = c
+	}
+	id, ok, err := r.m.Str("workerId")
+	if err != nil {
+		return err
+	}
+	if !ok || id == "" {
+		id = newID()
+	}
+	w.ID = id
+	if h, ok, err := r.m.Str("hostname"); err != nil {
+		return err
+	} else if ok && h != "" {
+		w.Hostname = h
+	}
+	if p, _, err := r.m.Int("pid"); err != nil {
+		return err
+	} else {
+		w.PID = p
+	}
+	if t, ok, err := r.m.Int("startedAt"); err != nil {
+		return err
+	} else if ok && t > 0 {
+		w.Registered = t
+	}
+	got := r.b.workers.register(w)
+	encodeWorker(r.field("data"), got, "workerId", now, false)
+	return nil
+}
+
+func cmdUnregisterWorker(r *Req) error {
+	id, _, err := r.m.Str("workerId")
+	if err != nil {
+		return err
+	}
+	if !r.b.workers.unregister(id) {
+		return errWorkerNotFound
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("removed")
+	e.Bool(true)
+	return nil
+}
+
+var errWorkerNotFound = errorString("Worker not found")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func cmdHeartbeat(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	var vals [3]*int64
+	for i, k := range []string{"activeJobs", "processed", "failed"} {
+		v, ok, err := r.m.Int(k)
+		if err != nil {
+			return err
+		}
+		if ok {
+			vals[i] = &v
+		}
+	}
+	if !r.b.workers.heartbeat(id, r.b.now(), vals[0], vals[1], vals[2]) {
+		return errWorkerNotFound
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("ok")
+	e.Bool(true)
+	return nil
+}
+
+func cmdListWorkers(r *Req) error {
+	now := r.b.now()
+	list, processed, failed := r.b.workers.list()
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("workers")
+	e.ArrayHead(len(list))
+	var active, activeJobs, slots int64
+	for i := range list {
+		w := &list[i]
+		encodeWorker(e, w, "id", now, true)
+		activeJobs += w.Active
+		if now-w.LastSeen < workerTimeoutMs {
+			active++
+			slots += w.Concurrency
+		}
+	}
+	e.Str("stats")
+	e.MapHead(6)
+	e.Str("total")
+	e.Int(int64(len(list)))
+	e.Str("active")
+	e.Int(active)
+	e.Str("totalProcessed")
+	e.Int(processed)
+	e.Str("totalFailed")
+	e.Int(failed)
+	e.Str("activeJobs")
+	e.Int(activeJobs)
+	e.Str("concurrencySlots")
+	e.Int(slots)
+	return nil
+}

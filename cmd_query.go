@@ -1,0 +1,637 @@
+package main
+
+// Handlers that read jobs, and progress, logs and WaitJob.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+var errJobNotFound = errors.New("Job not found")
+
+// resultOf is a completed job's result while the results cache keeps it.
+func (b *Broker) resultOf(j *Job) Raw {
+	if j.state != StateCompleted {
+		return nil
+	}
+	r, _ := b.getResult(j.ID)
+	return r
+}
+
+func cmdGetJob(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	j, s := r.b.lockJob(id)
+	if j == nil {
+		return errJobNotFound
+	}
+	defer s.mu.Unlock()
+	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.b.now()).String(), r.b.resultOf(j))
+	return nil
+}
+
+// GetJobByCustomId finds live jobs only: the reference forgets the mapping
+// when a job completes or fails for good.
+func cmdGetJobByCustomID(r *Req) error {
+	id, _, err := r.m.Str("customId")
+	if err != nil {
+		return err
+	}
+	j, s := r.b.lockJob(id)
+	if j == nil {
+		return errJobNotFound
+	}
+	defer s.mu.Unlock()
+	if j.CustomID == "" || j.state == StateCompleted || j.state == StateFailed {
+		return errJobNotFound
+	}
+	encodeJob(r.field("job"), j, jobWithRead, "", nil)
+	return nil
+}
+
+// stateOf is a job's state by id, "unknown" when there is no such job.
+func (b *Broker) stateOf(id string) State {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return StateNone
+	}
+	st := j.stateAt(b.now())
+	s.mu.Unlock()
+	return st
+}
+
+func cmdGetState(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	r.field("id").Raw(r.m.Get("id"))
+	r.field("state").Str(r.b.stateOf(id).String())
+	return nil
+}
+
+func cmdGetResult(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	var res Raw
+	if j, s := r.b.lockJob(id); j != nil {
+		res = r.b.resultOf(j)
+		s.mu.Unlock()
+	}
+	r.field("id").Raw(r.m.Get("id"))
+	if res == nil {
+		r.field("result").Undefined()
+	} else {
+		r.field("result").Raw(res)
+	}
+	return nil
+}
+
+// JobCounts are one queue's jobs by state.
+type JobCounts struct {
+	Waiting, Prioritized, Delayed, Active, Completed, Failed, WaitingChildren, Paused int
+}
+
+func (b *Broker) counts(queue string) JobCounts {
+	s := b.shardOf(queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[queue]
+	if q == nil {
+		return JobCounts{}
+	}
+	s.promote(b.now())
+	c := JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
+		Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq)}
+	if q.paused {
+		c.Paused = c.Waiting + c.Prioritized
+		c.Waiting, c.Prioritized = 0, 0
+	}
+	return c
+}
+
+func cmdGetJobCounts(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	c := r.b.counts(queue)
+	e := r.field("counts")
+	e.MapHead(8)
+	for _, kv := range []struct {
+		k string
+		v int
+	}{{"waiting", c.Waiting}, {"prioritized", c.Prioritized}, {"delayed", c.Delayed}, {"active", c.Active},
+		{"completed", c.Completed}, {"failed", c.Failed}, {"waiting-children", c.WaitingChildren}, {"paused", c.Paused}} {
+		e.Str(kv.k)
+		e.Int(int64(kv.v))
+	}
+	return nil
+}
+
+func cmdCount(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	c := r.b.counts(queue)
+	r.field("count").Int(int64(c.Waiting + c.Prioritized + c.Paused + c.Delayed))
+	return nil
+}
+
+func cmdGetCountsPerPriority(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	s := r.b.shardOf(queue)
+	per := map[int64]int{}
+	s.mu.Lock()
+	if q := s.queues[queue]; q != nil {
+		q.ready.Each(func(e *hent) bool { per[e.job.Priority]++; return true })
+		s.delayed.Each(func(e *hent) bool {
+			if e.job.Queue == queue {
+				per[e.job.Priority]++
+			}
+			return true
+		})
+	}
+	s.mu.Unlock()
+	// JavaScript object order: non-negative integer keys ascending, then
+	// the rest (here: negatives) in the order they were met.
+	keys := make([]int64, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b int64) int {
+		if (a < 0) != (b < 0) {
+			if a < 0 {
+				return 1
+			}
+			return -1
+		}
+		return int(a - b)
+	})
+	r.field("queue").Str(queue)
+	e := r.field("counts")
+	e.MapHead(len(keys))
+	for _, k := range keys {
+		e.Str(strconv.FormatInt(k, 10))
+		e.Int(int64(per[k]))
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// GetJobs
+
+func cmdGetJobs(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	// The state filter: absent or [] means every state; a single name
+	// labels every job it returns with that name, as the reference does.
+	var want []string
+	single := ""
+	if raw := r.m.Get("state"); raw != nil {
+		if s, err := raw.Str(); err == nil {
+			want, single = []string{s}, s
+		} else if arr, ok, err := r.m.Strs("state"); err == nil && ok {
+			want = arr
+		} else {
+			return errors.New("state must be a string or an array of strings")
+		}
+	}
+	offset, _, err := r.m.Int("offset")
+	if err != nil {
+		return err
+	}
+	limit, hasLimit, err := r.m.Int("limit")
+	if err != nil {
+		return err
+	}
+	if !hasLimit {
+		limit = 100
+	}
+	asc := true
+	if v, ok, err := r.m.Bool("asc"); err != nil {
+		return err
+	} else if ok {
+		asc = v
+	}
+
+	wants := func(st string) bool { return len(want) == 0 || slices.Contains(want, st) }
+	s := r.b.shardOf(queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := r.b.now()
+	s.promote(now)
+	q := s.queues[queue]
+	type item struct {
+		j     *Job
+		label string
+	}
+	var list []item
+	if q != nil {
+		explicit := len(want) > 0
+		q.ready.Each(func(e *hent) bool {
+			st := e.job.state.String()
+			switch {
+			case q.paused && explicit:
+				if wants("paused") {
+					list = append(list, item{e.job, "paused"})
+				}
+			case wants(st):
+				list = append(list, item{e.job, st})
+			}
+			return true
+		})
+		if wants("delayed") {
+			s.delayed.Each(func(e *hent) bool {
+				if e.job.Queue == queue {
+					list = append(list, item{e.job, "delayed"})
+				}
+				return true
+			})
+		}
+		if wants("active") {
+			s.leases.Each(func(e *hent) bool {
+				if e.job.Queue == queue && e.job.state == StateActive {
+					list = append(list, item{e.job, "active"})
+				}
+				return true
+			})
+		}
+		if wants("completed") {
+			for i := s.doneHead; i < len(s.done); i++ {
+				if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == queue {
+					list = append(list, item{d.j, "completed"})
+				}
+			}
+		}
+		if wants("failed") {
+			for _, j := range q.dlq {
+				list = append(list, item{j, "failed"})
+			}
+		}
+	}
+	slices.SortFunc(list, func(a, b item) int {
+		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
+		if c == 0 {
+			c = cmpStr(a.j.ID, b.j.ID)
+		}
+		if !asc {
+			c = -c
+		}
+		return c
+	})
+	lo, hi := jsSlice(len(list), offset, offset+limit)
+	list = list[lo:hi]
+	e := r.field("jobs")
+	e.ArrayHead(len(list))
+	for _, it := range list {
+		st := it.label
+		if single != "" {
+			st = single
+		}
+		encodeJob(e, it.j, jobWithState, st, r.b.resultOf(it.j))
+	}
+	return nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// jsSlice gives the bounds Array.prototype.slice(start, end) would use.
+func jsSlice(n int, start, end int64) (int, int) {
+	norm := func(x int64) int {
+		if x < 0 {
+			x += int64(n)
+			if x < 0 {
+				x = 0
+			}
+		}
+		if x > int64(n) {
+			x = int64(n)
+		}
+		return int(x)
+	}
+	lo, hi := norm(start), norm(end)
+	if hi < lo {
+		hi = lo
+	}
+	return lo, hi
+}
+
+// ---------------------------------------------------------------------------
+// Progress
+
+func notActive(j *Job, now int64) error {
+	return errors.New("Job is not active (current state: " + j.stateAt(now).String() + ")")
+}
+
+func cmdProgress(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	prog := r.m.Get("progress")
+	if f, err := prog.Float(); err == nil {
+		var e Enc
+		e.Num(math.Max(0, math.Min(100, f)))
+		prog = e.B
+	} else if prog.IsNil() {
+		prog = Raw{0}
+	} else {
+		prog = clone(prog)
+	}
+	msgRaw, hasMsgKey := r.m.Get("message"), false
+	for _, f := range r.m.Fields {
+		if string(f.Key) == "message" && !isUndefined(f.Val) {
+			hasMsgKey = true
+		}
+	}
+	var msg string
+	if msgRaw != nil && msgRaw[0] != 0xc0 {
+		if msg, err = msgRaw.Str(); err != nil {
+			return &FieldError{Field: "message", Msg: "must be a string"}
+		}
+	}
+	j, s := r.b.lockJob(id)
+	if j == nil {
+		return errJobNotFound
+	}
+	defer s.mu.Unlock()
+	now := r.b.now()
+	if j.state != StateActive {
+		return notActive(j, now)
+	}
+	j.Progress = prog
+	if hasMsgKey {
+		// undefined keeps the message, null clears it, a string sets it.
+		j.ProgMsg, j.HasProgM = msg, msgRaw != nil && msgRaw[0] != 0xc0
+	}
+	j.Heartbeat = now
+	s.emit(s.queues[j.Queue], evProgress, j, now, evArgs{progress: prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM})
+	s.b.persist(j)
+	return r.okID()
+}
+
+func cmdGetProgress(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	j, s := r.b.lockJob(id)
+	if j == nil {
+		return errJobNotFound
+	}
+	defer s.mu.Unlock()
+	if j.state != StateActive {
+		return notActive(j, r.b.now())
+	}
+	if j.Progress == nil {
+		r.field("progress").Int(0)
+	} else {
+		r.field("progress").Raw(j.Progress)
+	}
+	optStr(r.field("message"), j.ProgMsg, j.HasProgM)
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Logs
+
+func cmdAddLog(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	level := "info"
+	if l, ok, err := r.m.Str("level"); err != nil {
+		return err
+	} else if ok {
+		level = l
+	}
+	msg := r.m.Get("message")
+	if msg == nil {
+		msg = rawUndefined
+	}
+	if r.b.idxGet(id) == nil {
+		return errJobNotFound
+	}
+	entry := LogEntry{At: r.b.now(), Level: level, Message: clone(msg)}
+	r.b.lmu.Lock()
+	logs, _ := r.b.logs.Get(id)
+	logs = append(logs, entry)
+	if len(logs) > maxLogsPerJob {
+		logs = append(logs[:0:0], logs[len(logs)-maxLogsPerJob:]...)
+	}
+	r.b.logs.Put(id, logs)
+	r.b.lmu.Unlock()
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("added")
+	e.Bool(true)
+	return nil
+}
+
+func cmdGetLogs(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	start, hasStart, err := r.m.Int("start")
+	if err != nil {
+		return err
+	}
+	end, hasEnd, err := r.m.Int("end")
+	if err != nil {
+		return err
+	}
+	r.b.lmu.Lock()
+	logs, _ := r.b.logs.Get(id)
+	logs = slices.Clone(logs)
+	r.b.lmu.Unlock()
+	total := len(logs)
+	if hasStart || hasEnd {
+		if !hasEnd {
+			end = int64(total) - 1
+		}
+		// end is inclusive, as in the reference.
+		lo, hi := jsSlice(total, start, end+1)
+		logs = logs[lo:hi]
+	}
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("logs")
+	e.ArrayHead(len(logs))
+	for _, l := range logs {
+		e.MapHead(3)
+		e.Str("timestamp")
+		e.Int(l.At)
+		e.Str("level")
+		e.Str(l.Level)
+		e.Str("message")
+		e.Raw(l.Message)
+	}
+	e.Str("count")
+	e.Int(int64(total))
+	return nil
+}
+
+func cmdClearLogs(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	keep, _, err := r.m.Int("keepLogs")
+	if err != nil {
+		return err
+	}
+	r.b.lmu.Lock()
+	if keep <= 0 {
+		r.b.logs.Delete(id)
+	} else if logs, ok := r.b.logs.Peek(id); ok && len(logs) > int(keep) {
+		r.b.logs.Put(id, append(logs[:0:0], logs[len(logs)-int(keep):]...))
+	}
+	r.b.lmu.Unlock()
+	return r.okID()
+}
+
+// ---------------------------------------------------------------------------
+// WaitJob
+
+func cmdWaitJob(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	timeout, ok, err := numField(r.m, "timeout", "timeout", numRule{min: 0, max: maxWaitTimeout})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		timeout = 30000
+	}
+	j, s := r.b.lockJob(id)
+	if j == nil {
+		return errJobNotFound
+	}
+	switch j.state {
+	case StateCompleted:
+		res := r.b.resultOf(j)
+		s.mu.Unlock()
+		return writeWait(r, waitOutcome{completed: true, result: res, hasResult: res != nil})
+	case StateFailed:
+		o := waitOutcome{err: j.failErr}
+		s.mu.Unlock()
+		return writeWait(r, o)
+	}
+	ch := make(chan waitOutcome, 1)
+	j.waiters = append(j.waiters, ch)
+	s.mu.Unlock()
+	ctx := r.c.ctx
+	return r.goAsync(func(ar *Req) error {
+		t := time.NewTimer(time.Duration(timeout) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case o := <-ch:
+			return writeWait(ar, o)
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if i := slices.Index(j.waiters, ch); i >= 0 {
+			j.waiters = slices.Delete(j.waiters, i, i+1)
+		}
+		s.mu.Unlock()
+		select {
+		case o := <-ch: // finished just as time ran out
+			return writeWait(ar, o)
+		default:
+		}
+		ar.field("completed").Bool(false)
+		return nil
+	})
+}
+
+// writeWait answers WaitJob. A job that failed for good answers at once
+// with completed:false and the failure, where the reference would wait out
+// the whole timeout: the official client reads only `completed`.
+func writeWait(r *Req, o waitOutcome) error {
+	r.field("completed").Bool(o.completed)
+	if o.completed {
+		if o.hasResult {
+			r.field("result").Raw(o.result)
+		} else {
+			r.field("result").Undefined()
+		}
+		return nil
+	}
+	r.field("failed").Bool(true)
+	r.field("error").Str(o.err)
+	return nil
+}
+
+// jsString renders a decoded value as JavaScript's String() would, for
+// error messages sent as something other than a string.
+func jsString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return x
+	case map[string]any:
+		return "[object Object]"
+	case []any:
+		parts := make([]string, len(x))
+		for i, it := range x {
+			if it != nil {
+				parts[i] = jsString(it)
+			}
+		}
+		return fmt.Sprint(joinStr(parts, ","))
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+func joinStr(a []string, sep string) string {
+	var b bytes.Buffer
+	for i, s := range a {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}

@@ -1,0 +1,141 @@
+package main
+
+// The command table: every protocol command the server answers, by name.
+// A name missing here answers "Unknown command: X", as the reference does.
+
+import (
+	"errors"
+)
+
+var commands map[string]Handler
+
+func init() {
+	commands = map[string]Handler{
+		// Session
+		"Auth":              cmdAuth,
+		"Hello":             cmdHello,
+		"Ping":              cmdPing,
+		"SubscribeEvents":   cmdSubscribe,
+		"UnsubscribeEvents": cmdUnsubscribe,
+
+		// Job lifecycle (cmd_jobs.go)
+		"PUSH":          cmdPush,
+		"PUSHB":         cmdPushBatch,
+		"PULL":          cmdPull,
+		"PULLB":         cmdPullBatch,
+		"ACK":           cmdAck,
+		"ACKB":          cmdAckBatch,
+		"FAIL":          cmdFail,
+		"JobHeartbeat":  cmdJobHeartbeat,
+		"JobHeartbeatB": cmdJobHeartbeatBatch,
+		"ExtendLock":    cmdExtendLock,
+		"ExtendLocks":   cmdExtendLocks,
+
+		// Reading jobs (cmd_query.go)
+		"GetJob":               cmdGetJob,
+		"GetJobByCustomId":     cmdGetJobByCustomID,
+		"GetState":             cmdGetState,
+		"GetResult":            cmdGetResult,
+		"GetJobCounts":         cmdGetJobCounts,
+		"GetCountsPerPriority": cmdGetCountsPerPriority,
+		"Count":                cmdCount,
+		"GetJobs":              cmdGetJobs,
+		"GetProgress":          cmdGetProgress,
+		"Progress":             cmdProgress,
+		"AddLog":               cmdAddLog,
+		"GetLogs":              cmdGetLogs,
+		"ClearLogs":            cmdClearLogs,
+		"WaitJob":              cmdWaitJob,
+
+		// Queues and the DLQ (cmd_queue.go)
+		"Pause":      cmdPause,
+		"Resume":     cmdResume,
+		"IsPaused":   cmdIsPaused,
+		"Drain":      cmdDrain,
+		"Obliterate": cmdObliterate,
+		"ListQueues": cmdListQueues,
+		"Dlq":        cmdDlq,
+		"RetryDlq":   cmdRetryDlq,
+		"PurgeDlq":   cmdPurgeDlq,
+
+		// Monitoring and workers (cmd_monitor.go)
+		"Stats":            cmdStats,
+		"Metrics":          cmdMetrics,
+		"RegisterWorker":   cmdRegisterWorker,
+		"UnregisterWorker": cmdUnregisterWorker,
+		"Heartbeat":        cmdHeartbeat,
+		"ListWorkers":      cmdListWorkers,
+	}
+}
+
+// Reference identity, answered by Hello.
+const (
+	protocolVersion = 3
+	serverName      = "bunqueue"
+	compatVersion   = "2.9.5"
+)
+
+// version is queued's own version, set at build time with -ldflags.
+var version = "0.1.0"
+
+// okID writes the reference's plain success: id present but undefined.
+func (r *Req) okID() error {
+	r.field("id").Undefined()
+	return nil
+}
+
+// idArg reads the id field most job commands take.
+func idArg(m Map, key string) (string, error) {
+	id, ok, err := m.Str(key)
+	if err != nil {
+		return "", err
+	}
+	if !ok || id == "" {
+		return "", errors.New(key + " is required")
+	}
+	return id, nil
+}
+
+func cmdAuth(r *Req) error {
+	tok, _, _ := r.m.Str("token")
+	if r.c.srv.authRequired() && r.c.srv.checkToken(tok) {
+		r.c.authed = true
+		return r.okID()
+	}
+	return errors.New("Invalid token")
+}
+
+func cmdHello(r *Req) error {
+	r.field("protocolVersion").Int(protocolVersion)
+	e := r.field("capabilities")
+	e.ArrayHead(2)
+	e.Str("pipelining")
+	e.Str("separate-job-name")
+	r.field("server").Str(serverName)
+	r.field("version").Str(compatVersion)
+	return nil
+}
+
+func cmdPing(r *Req) error {
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("pong")
+	e.Bool(true)
+	e.Str("time")
+	e.Int(r.b.now())
+	return nil
+}
+
+func cmdSubscribe(r *Req) error {
+	q, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	r.b.subscribe(r.c, q)
+	return r.okID()
+}
+
+func cmdUnsubscribe(r *Req) error {
+	r.b.unsubscribe(r.c)
+	return r.okID()
+}

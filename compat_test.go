@@ -1,0 +1,209 @@
+package main
+
+// The compatibility suite: each compat/*.test.ts script drives a freshly
+// started queued binary through the official bunqueue client (run with bun)
+// and exits non-zero when something a bunqueue user relies on does not hold.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// queuedBinary builds the server once per test run (with the race detector
+// when the tests run with it, so end-to-end runs are checked too).
+func queuedBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "queued-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "queued")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serverProc is a queued process started for a test.
+type serverProc struct {
+	cmd     *exec.Cmd
+	tcpPort int
+	log     *bytes.Buffer
+	mu      *sync.Mutex
+	done    chan struct{}
+}
+
+// startServer runs the binary on free ports with extra flags and waits
+// until its TCP port accepts connections.
+func startServer(t *testing.T, extra ...string) *serverProc {
+	t.Helper()
+	bin := queuedBinary(t)
+	tcp, httpPort := freePort(t), freePort(t)
+	args := append([]string{"serve", "--host", "127.0.0.1", "--tcp-port", fmt.Sprint(tcp),
+		"--http-port", fmt.Sprint(httpPort)}, extra...)
+	cmd := exec.Command(bin, args...)
+	p := &serverProc{cmd: cmd, tcpPort: tcp, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	cmd.Stdout = &lockedWriter{p.mu, p.log}
+	cmd.Stderr = &lockedWriter{p.mu, p.log}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.stop(t) })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", tcp), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("server exited at start:\n%s", p.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not listen within 15s:\n%s", p.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *serverProc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// stop asks the server to shut down (SIGTERM) and checks that it does so
+// cleanly: a graceful shutdown is part of what is tested.
+func (p *serverProc) stop(t *testing.T) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("server exited with %d:\n%s", code, p.output())
+		}
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("server did not stop within 10s of SIGINT:\n%s", p.output())
+	}
+	if raceEnabled && strings.Contains(p.output(), "WARNING: DATA RACE") {
+		t.Errorf("data race in the server:\n%s", p.output())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// compatDir returns the compat folder when its packages are installed.
+func compatDir(t *testing.T) (string, string) {
+	t.Helper()
+	dir, _ := filepath.Abs("compat")
+	bun := filepath.Join(dir, "node_modules", ".bin", "bun")
+	if _, err := os.Stat(bun); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("compat packages missing in CI: run (cd compat && npm ci)")
+		}
+		t.Skip("compat packages not installed: run (cd compat && npm ci) to run the official-client suite")
+	}
+	return dir, bun
+}
+
+// scriptFlags reads the server flags a script asks for on its first line:
+// `// queued: --flag value ...`.
+func scriptFlags(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "// queued:"); ok {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
+}
+
+func TestCompat(t *testing.T) {
+	dir, bun := compatDir(t)
+	scripts, _ := filepath.Glob(filepath.Join(dir, "*.test.ts"))
+	if len(scripts) < 10 {
+		t.Fatalf("only %d compat scripts found", len(scripts))
+	}
+	for _, script := range scripts {
+		name := strings.TrimSuffix(filepath.Base(script), ".test.ts")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runScript(t, dir, bun, script, nil)
+		})
+	}
+}
+
+// runScript starts a server for the script and runs it.
+func runScript(t *testing.T, dir, bun, script string, extra []string) {
+	srv := startServer(t, append(scriptFlags(script), extra...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bun, "run", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), fmt.Sprintf("QUEUED_PORT=%d", srv.tcpPort))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s failed: %v\n--- script output\n%s\n--- server log\n%s", filepath.Base(script), err, out, srv.output())
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+}

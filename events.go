@@ -1,0 +1,174 @@
+package main
+
+// Lifecycle events for connections that sent SubscribeEvents.
+//
+// Events are emitted under the shard lock, so subscribers see one queue's
+// events in the order the state changed. Emitting encodes the frame once and
+// copies it into each subscriber's bounded event buffer; a connection's
+// writer sends it. A subscriber that does not read loses events, never the
+// broker's time.
+
+type evType uint8
+
+const (
+	evPushed evType = iota
+	evPulled
+	evCompleted
+	evFailed
+	evRetried
+	evStalled
+	evProgress
+	evRemoved
+	evDelayed
+	evWaiting
+	evDuplicated
+	evPaused
+	evResumed
+	evWaitingChildren
+)
+
+var evNames = [...]string{
+	evPushed: "pushed", evPulled: "pulled", evCompleted: "completed", evFailed: "failed",
+	evRetried: "retried", evStalled: "stalled", evProgress: "progress", evRemoved: "removed",
+	evDelayed: "delayed", evWaiting: "waiting", evDuplicated: "duplicated", evPaused: "paused",
+	evResumed: "resumed", evWaitingChildren: "waiting-children",
+}
+
+// evArgs are the optional fields of an event.
+type evArgs struct {
+	data        Raw  // completed: the result; failed: the job's data
+	undefData   bool // completed without a result: data is undefined
+	noData      bool // failed from a lock expiry carries no data
+	err         string
+	hasErr      bool
+	terminal    bool
+	hasTerminal bool
+	prev        string
+	delay       int64
+	hasDelay    bool
+	stallCount  int32
+	action      string
+	progress    Raw
+	progMsg     string
+	hasProgMsg  bool
+}
+
+// emit sends one event to the queue's subscribers. s.mu is held.
+func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
+	subs := s.subs[q.name]
+	if len(subs) == 0 {
+		return
+	}
+	jobID := ""
+	if j != nil {
+		jobID = j.ID
+	}
+	var e Enc
+	e.B = make([]byte, 0, 128)
+	at := e.BeginFrame()
+	e.MapHead(2)
+	e.Str("type")
+	e.Str("event")
+	e.Str("event")
+	m := e.OpenMap()
+	n := 4
+	e.Str("eventType")
+	e.Str(evNames[t])
+	e.Str("queue")
+	e.Str(q.name)
+	e.Str("jobId")
+	e.Str(jobID)
+	e.Str("timestamp")
+	e.Int(now)
+	switch t {
+	case evCompleted:
+		e.Str("data")
+		if a.undefData {
+			e.Undefined()
+		} else {
+			e.Raw(a.data)
+		}
+		n++
+	case evFailed:
+		e.Str("error")
+		optStr(&e, a.err, a.hasErr)
+		n++
+		if !a.noData && j != nil {
+			e.Str("data")
+			e.Raw(j.Data)
+			n++
+		}
+		if a.hasTerminal {
+			e.Str("terminal")
+			e.Bool(a.terminal)
+			n++
+		}
+	case evRetried, evRemoved, evWaiting, evWaitingChildren:
+		e.Str("prev")
+		e.Str(a.prev)
+		n++
+	case evDelayed:
+		e.Str("delay")
+		e.Int(a.delay)
+		n++
+	case evStalled:
+		if a.action != "" {
+			e.Str("data")
+			e.MapHead(2)
+			e.Str("stallCount")
+			e.Int(int64(a.stallCount))
+			e.Str("action")
+			e.Str(a.action)
+			n++
+		}
+	case evProgress:
+		e.Str("progress")
+		e.Raw(a.progress)
+		e.Str("data")
+		e.MapHead(2)
+		e.Str("progress")
+		e.Raw(a.progress)
+		e.Str("message")
+		optStr(&e, a.progMsg, a.hasProgMsg)
+		n += 2
+	}
+	e.CloseMap(m, n)
+	e.EndFrame(at)
+	for _, c := range subs {
+		c.pushEvent(e.B)
+	}
+}
+
+// subscribe points connection c at queue; one queue per connection, as the
+// reference has it: a new subscription replaces the previous one.
+func (b *Broker) subscribe(c *conn, queue string) {
+	b.unsubscribe(c)
+	s := b.shardOf(queue)
+	s.mu.Lock()
+	s.subs[queue] = append(s.subs[queue], c)
+	s.mu.Unlock()
+	c.setSub(queue)
+}
+
+func (b *Broker) unsubscribe(c *conn) {
+	queue, ok := c.sub()
+	if !ok {
+		return
+	}
+	s := b.shardOf(queue)
+	s.mu.Lock()
+	list := s.subs[queue]
+	for i, x := range list {
+		if x == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.subs, queue)
+	} else {
+		s.subs[queue] = list
+	}
+	s.mu.Unlock()
+	c.clearSub()
+}

@@ -1,0 +1,3 @@
+module queued
+
+go 1.26

@@ -1,0 +1,472 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// Job states as the wire names them.
+type State uint8
+
+const (
+	StateNone State = iota
+	StateWaiting
+	StatePrioritized // waiting, with priority > 0
+	StateDelayed
+	StateActive
+	StateCompleted
+	StateFailed // in the dead-letter queue
+	StateWaitingChildren
+)
+
+func (s State) String() string {
+	switch s {
+	case StateWaiting:
+		return "waiting"
+	case StatePrioritized:
+		return "prioritized"
+	case StateDelayed:
+		return "delayed"
+	case StateActive:
+		return "active"
+	case StateCompleted:
+		return "completed"
+	case StateFailed:
+		return "failed"
+	case StateWaitingChildren:
+		return "waiting-children"
+	}
+	return "unknown"
+}
+
+func parseState(s string) (State, bool) {
+	for st := StateWaiting; st <= StateWaitingChildren; st++ {
+		if st.String() == s {
+			return st, true
+		}
+	}
+	return StateNone, false
+}
+
+// Defaults the reference applies to every job.
+const (
+	defaultMaxAttempts     = 3
+	defaultBackoff         = 1000
+	defaultStackTraceLimit = 10
+	defaultLockTTL         = 30000
+	maxBackoffDelay        = 3600000
+	maxTimelineEntries     = 20
+)
+
+// none marks an absent optional integer (null on the wire).
+const none = int64(-1 << 62)
+
+// Backoff is the object form of a job's backoff option.
+type Backoff struct {
+	Exponential bool
+	Delay       int64
+	MaxDelay    int64 // none when unset
+}
+
+// TimelineEntry is one step of a job's history.
+type TimelineEntry struct {
+	State   string
+	At      int64
+	Error   string
+	HasErr  bool
+	Attempt int32 // 0 = absent
+}
+
+// Lease is the lock a worker holds on an active job.
+type Lease struct {
+	Token     string
+	Owner     string
+	CreatedAt int64
+	ExpiresAt int64
+	TTL       int64
+	Renewals  int32
+}
+
+// Job is the broker's record of one job. All fields are guarded by the lock
+// of the shard that owns the job's queue.
+type Job struct {
+	ID                                                           string
+	Queue                                                        string
+	Name                                                         string
+	Data                                                         Raw
+	Priority                                                     int64
+	CreatedAt                                                    int64
+	RunAt                                                        int64
+	StartedAt                                                    int64 // 0 = null
+	DoneAt                                                       int64 // completedAt; 0 = null
+	Attempts                                                     int32
+	MaxAtt                                                       int32
+	Backoff                                                      int64
+	BackoffC                                                     *Backoff
+	TTL                                                          int64 // none = null
+	Timeout                                                      int64
+	UniqueKey                                                    string
+	CustomID                                                     string
+	DependsOn                                                    []string
+	ParentID                                                     string
+	Children                                                     []string
+	ChildDone                                                    int32
+	Tags                                                         []string
+	GroupID                                                      string
+	Progress                                                     Raw // a number or an object; nil reads as 0
+	ProgMsg                                                      string
+	HasProgM                                                     bool
+	Stack                                                        []string
+	Repeat                                                       Raw
+	Durable                                                      bool
+	Heartbeat                                                    int64
+	StallTO                                                      int64
+	Stalls                                                       int32
+	StackLim                                                     int32
+	KeepLogs                                                     int64
+	SizeLimit                                                    int64
+	Lifo                                                         bool
+	RemoveOnC                                                    bool
+	RemoveOnF                                                    bool
+	FailParent, RemoveDepOnFail, ContinueParent, IgnoreDepOnFail bool
+	DedupTTL                                                     int64
+	DedupExtend, DedupReplace                                    bool
+	DebounceID                                                   string
+	DebounceTTL                                                  int64
+	Timeline                                                     []TimelineEntry
+
+	// Broker bookkeeping, never on the wire.
+	state    State
+	seq      int64
+	hgen     [heapKinds]uint32
+	inHeap   [heapKinds]bool
+	dgen     uint32 // generation of the job's entry in the completed list
+	lease    *Lease
+	deadline int64 // when the active job must be looked at again
+	owner    *conn // connection that pulled it, for release on disconnect
+	failErr  string
+	hasFail  bool
+	dlq      *DLQEntry
+	history  []AttemptRec
+	waiters  []chan waitOutcome // WaitJob callers
+}
+
+func (j *Job) addTimeline(e TimelineEntry) {
+	if len(j.Timeline) < maxTimelineEntries {
+		j.Timeline = append(j.Timeline, e)
+	}
+}
+
+// readyState is the state of a queued job that is not delayed.
+func (j *Job) readyState() State {
+	if j.Priority > 0 {
+		return StatePrioritized
+	}
+	return StateWaiting
+}
+
+// ---------------------------------------------------------------------------
+// Wire encoding. The key order is the reference's, so that captures compare.
+
+// What encodeJob appends after the job's own 47 fields.
+const (
+	jobPlain     = iota // PULL, PULLB, DLQ entries
+	jobWithRead         // GetJobByCustomId: returnvalue, failedReason
+	jobWithState        // GetJob, GetJobs: state, returnvalue, failedReason
+)
+
+// encodeJob writes j as the map the protocol carries, straight into e.
+//
+// state is the label written in jobWithState mode; rv is the job's result
+// for the read modes (nil when it has none).
+func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
+	n := 47
+	switch mode {
+	case jobWithRead:
+		n += 2
+	case jobWithState:
+		n += 3
+	}
+	e.MapHead(n)
+	e.Str("id")
+	e.Str(j.ID)
+	e.Str("queue")
+	e.Str(j.Queue)
+	e.Str("name")
+	e.Str(j.Name)
+	e.Str("data")
+	e.Raw(j.Data)
+	e.Str("createdAt")
+	e.Int(j.CreatedAt)
+	e.Str("runAt")
+	e.Int(j.RunAt)
+	e.Str("startedAt")
+	optTime(e, j.StartedAt)
+	e.Str("completedAt")
+	optTime(e, j.DoneAt)
+	e.Str("attempts")
+	e.Int(int64(j.Attempts))
+	e.Str("backoff")
+	e.Int(j.Backoff)
+	e.Str("backoffConfig")
+	if j.BackoffC == nil {
+		e.Nil()
+	} else {
+		k := 2
+		if j.BackoffC.MaxDelay != none {
+			k = 3
+		}
+		e.MapHead(k)
+		e.Str("type")
+		if j.BackoffC.Exponential {
+			e.Str("exponential")
+		} else {
+			e.Str("fixed")
+		}
+		e.Str("delay")
+		e.Int(j.BackoffC.Delay)
+		if k == 3 {
+			e.Str("maxDelay")
+			e.Int(j.BackoffC.MaxDelay)
+		}
+	}
+	e.Str("dependsOn")
+	strArray(e, j.DependsOn)
+	e.Str("childrenIds")
+	strArray(e, j.Children)
+	e.Str("childrenCompleted")
+	e.Int(int64(j.ChildDone))
+	e.Str("tags")
+	strArray(e, j.Tags)
+	e.Str("progress")
+	if j.Progress == nil {
+		e.Int(0)
+	} else {
+		e.Raw(j.Progress)
+	}
+	e.Str("progressMessage")
+	optStr(e, j.ProgMsg, j.HasProgM)
+	e.Str("stacktrace")
+	if j.Stack == nil {
+		e.Nil()
+	} else {
+		strArray(e, j.Stack)
+	}
+	e.Str("repeat")
+	e.Raw(j.Repeat)
+	e.Str("durable")
+	e.Bool(j.Durable)
+	e.Str("lastHeartbeat")
+	e.Int(j.Heartbeat)
+	e.Str("stallCount")
+	e.Int(int64(j.Stalls))
+	e.Str("priority")
+	e.Int(j.Priority)
+	e.Str("lifo")
+	e.Bool(j.Lifo)
+	e.Str("maxAttempts")
+	e.Int(int64(j.MaxAtt))
+	e.Str("removeOnComplete")
+	e.Bool(j.RemoveOnC)
+	e.Str("removeOnFail")
+	e.Bool(j.RemoveOnF)
+	e.Str("ttl")
+	optInt(e, j.TTL)
+	e.Str("timeout")
+	optInt(e, j.Timeout)
+	e.Str("uniqueKey")
+	optStr(e, j.UniqueKey, j.UniqueKey != "")
+	e.Str("customId")
+	optStr(e, j.CustomID, j.CustomID != "")
+	e.Str("parentId")
+	optStr(e, j.ParentID, j.ParentID != "")
+	e.Str("groupId")
+	optStr(e, j.GroupID, j.GroupID != "")
+	e.Str("stallTimeout")
+	optInt(e, j.StallTO)
+	e.Str("stackTraceLimit")
+	e.Int(int64(j.StackLim))
+	e.Str("keepLogs")
+	optInt(e, j.KeepLogs)
+	e.Str("sizeLimit")
+	optInt(e, j.SizeLimit)
+	e.Str("failParentOnFailure")
+	e.Bool(j.FailParent)
+	e.Str("removeDependencyOnFailure")
+	e.Bool(j.RemoveDepOnFail)
+	e.Str("continueParentOnFailure")
+	e.Bool(j.ContinueParent)
+	e.Str("ignoreDependencyOnFailure")
+	e.Bool(j.IgnoreDepOnFail)
+	e.Str("deduplicationTtl")
+	optInt(e, j.DedupTTL)
+	e.Str("deduplicationExtend")
+	e.Bool(j.DedupExtend)
+	e.Str("deduplicationReplace")
+	e.Bool(j.DedupReplace)
+	e.Str("debounceId")
+	optStr(e, j.DebounceID, j.DebounceID != "")
+	e.Str("debounceTtl")
+	optInt(e, j.DebounceTTL)
+	e.Str("timeline")
+	e.ArrayHead(len(j.Timeline))
+	for i := range j.Timeline {
+		t := &j.Timeline[i]
+		k := 2
+		if t.HasErr {
+			k++
+		}
+		if t.Attempt > 0 {
+			k++
+		}
+		e.MapHead(k)
+		e.Str("state")
+		e.Str(t.State)
+		e.Str("timestamp")
+		e.Int(t.At)
+		if t.HasErr {
+			e.Str("error")
+			e.Str(t.Error)
+		}
+		if t.Attempt > 0 {
+			e.Str("attempt")
+			e.Int(int64(t.Attempt))
+		}
+	}
+	if mode == jobWithState {
+		e.Str("state")
+		e.Str(state)
+	}
+	if mode != jobPlain {
+		e.Str("returnvalue")
+		if rv != nil {
+			e.Raw(rv)
+		} else {
+			e.Undefined()
+		}
+		e.Str("failedReason")
+		if r, ok := j.failedReason(); ok {
+			e.Str(r)
+		} else {
+			e.Undefined()
+		}
+	}
+}
+
+// stateAt reports the state a reader sees: a delayed job whose time has come
+// reads as waiting even before the timer has moved it.
+func (j *Job) stateAt(now int64) State {
+	if j.state == StateDelayed && j.RunAt <= now {
+		return j.readyState()
+	}
+	return j.state
+}
+
+// failedReason is the error of the last failure on the timeline.
+func (j *Job) failedReason() (string, bool) {
+	if j.hasFail {
+		return j.failErr, true
+	}
+	for i := len(j.Timeline) - 1; i >= 0; i-- {
+		if j.Timeline[i].State == "failed" && j.Timeline[i].HasErr {
+			return j.Timeline[i].Error, true
+		}
+	}
+	return "", false
+}
+
+func optTime(e *Enc, t int64) {
+	if t == 0 {
+		e.Nil()
+	} else {
+		e.Int(t)
+	}
+}
+
+func optInt(e *Enc, v int64) {
+	if v == none {
+		e.Nil()
+	} else {
+		e.Int(v)
+	}
+}
+
+func optStr(e *Enc, s string, ok bool) {
+	if ok {
+		e.Str(s)
+	} else {
+		e.Nil()
+	}
+}
+
+func strArray(e *Enc, a []string) {
+	e.ArrayHead(len(a))
+	for _, s := range a {
+		e.Str(s)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Ids: UUIDv7, monotonic within the process, as the reference makes them.
+
+type idGen struct {
+	mu   sync.Mutex
+	last uint64 // ms<<12 | counter, the time-ordered half
+	rnd  [4096]byte
+	pos  int
+}
+
+var ids idGen
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+// newID returns a UUIDv7 string. The 12-bit rand_a field counts within a
+// millisecond so that ids sort in creation order.
+func newID() string {
+	var u [16]byte
+	ids.mu.Lock()
+	ms := uint64(time.Now().UnixMilli())
+	t := ms << 12
+	if t <= ids.last {
+		t = ids.last + 1 // same millisecond (or clock stepped back): count on
+	}
+	ids.last = t
+	if ids.pos+8 > len(ids.rnd) || ids.pos == 0 {
+		if _, err := rand.Read(ids.rnd[:]); err != nil {
+			// crypto/rand does not fail on supported platforms; a repeated
+			// buffer would still give unique ids through the counter.
+			ids.pos = 0
+		}
+		ids.pos = 8
+	}
+	r := binary.BigEndian.Uint64(ids.rnd[ids.pos-8:])
+	ids.pos += 8
+	ids.mu.Unlock()
+
+	ms48 := t >> 12
+	ctr := t & 0xfff
+	u[0] = byte(ms48 >> 40)
+	u[1] = byte(ms48 >> 32)
+	u[2] = byte(ms48 >> 24)
+	u[3] = byte(ms48 >> 16)
+	u[4] = byte(ms48 >> 8)
+	u[5] = byte(ms48)
+	u[6] = 0x70 | byte(ctr>>8)
+	u[7] = byte(ctr)
+	binary.BigEndian.PutUint64(u[8:], r)
+	u[8] = 0x80 | (u[8] & 0x3f)
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], u[10:16])
+	return string(s[:])
+}

@@ -1,0 +1,197 @@
+// queued is a job queue server that speaks the bunqueue wire protocol.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `queued: a job queue server that speaks the bunqueue protocol (v3).
+
+Usage:
+  queued [serve] [flags]   run the server (the default)
+  queued version           print the version
+  queued help              this text
+
+Server flags (each also read from the environment variable in brackets):
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(args, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "queued %s (bunqueue protocol %d, compatible with bunqueue %s)\n", version, protocolVersion, compatVersion)
+		return 0
+	case "help":
+		fs, _ := serverFlags(stderr)
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0
+	}
+	fmt.Fprintf(stderr, "queued: unknown command %q (try: queued help)\n", cmd)
+	return 2
+}
+
+// config is the server's configuration after flags and environment.
+type config struct {
+	host       string
+	tcpPort    int
+	httpPort   int
+	authTokens string
+	logLevel   string
+	shards     int
+}
+
+func envOr(keys []string, def string) string {
+	for _, k := range keys {
+		if v, ok := os.LookupEnv(k); ok && v != "" {
+			return v
+		}
+	}
+	return def
+}
+
+func envInt(keys []string, def int) int {
+	v := envOr(keys, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
+	c := &config{}
+	fs := flag.NewFlagSet("queued", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.host, "host", envOr([]string{"HOST"}, "0.0.0.0"), "address to listen on [HOST]")
+	fs.IntVar(&c.tcpPort, "tcp-port", envInt([]string{"TCP_PORT"}, 6789), "TCP port of the wire protocol [TCP_PORT]")
+	fs.IntVar(&c.httpPort, "http-port", envInt([]string{"HTTP_PORT"}, 6790), "HTTP port (health, 0 to disable) [HTTP_PORT]")
+	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
+	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
+	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs, c
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs, c := serverFlags(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log, err := newLogger(stderr, c.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if c.shards != 0 && (c.shards < 1 || c.shards > 64 || c.shards&(c.shards-1) != 0) {
+		fmt.Fprintln(stderr, "queued: --shards must be a power of two from 1 to 64")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runServer(ctx, c, log, nil); err != nil {
+		log.Error("server stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// runServer starts the broker and its listeners and blocks until ctx ends,
+// then shuts down gracefully. ready, when given, receives the bound
+// addresses (tests listen on port 0).
+func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+	b := NewBroker(c.shards, nil)
+	srv := NewServer(b, splitTokens(c.authTokens), log)
+	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
+	ln, err := net.Listen("tcp", tcpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
+	}
+	var hs *http.Server
+	var hln net.Listener
+	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
+		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
+		if hln, err = net.Listen("tcp", httpAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
+		}
+		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv))
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	if hs != nil {
+		go func() {
+			if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		}()
+	}
+	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", "memory",
+		"auth", len(srv.tokens) > 0, "version", version}
+	if hln != nil {
+		attrs = append(attrs, "http", hln.Addr().String())
+	}
+	log.Info("queued started", attrs...)
+	if ready != nil {
+		var ha net.Addr
+		if hln != nil {
+			ha = hln.Addr()
+		}
+		ready(ln.Addr(), ha)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	log.Info("shutting down")
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	srv.Close()
+	b.Close()
+	log.Info("stopped")
+	return runErr
+}

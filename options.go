@@ -1,0 +1,394 @@
+package main
+
+// Reading and validating a job's options from a PUSH request or a PUSHB
+// entry. The checks, their order and their messages are the reference's, so
+// that clients see the same errors; fields the reference takes unchecked
+// get a check of their own, with a message that names the field.
+
+import (
+	"errors"
+	"math"
+	"regexp"
+	"strconv"
+	"unicode/utf8"
+)
+
+var queueNameRe = regexp.MustCompile(`^[a-zA-Z0-9_\-.:]+$`)
+
+const (
+	maxQueueName  = 256
+	maxJobName    = 256
+	maxGroupID    = 256
+	maxDataBytes  = 10 * 1024 * 1024
+	maxPriority   = 1000000
+	maxGroupPrio  = 2097151
+	maxDelayMs    = 31536000000
+	maxTimeoutMs  = 86400000
+	maxAttemptCap = 1000
+)
+
+func validQueueName(name string, ok bool) error {
+	switch {
+	case !ok || name == "":
+		return errors.New("Queue name is required")
+	case len(name) > maxQueueName:
+		return errors.New("Queue name too long (max 256 characters)")
+	case !queueNameRe.MatchString(name):
+		return errors.New("Queue name contains invalid characters")
+	}
+	return nil
+}
+
+// queueArg reads and validates the queue field of a request.
+func queueArg(m Map) (string, error) {
+	q, ok, err := m.Str("queue")
+	if err != nil {
+		return "", errors.New("Queue name is required")
+	}
+	return q, validQueueName(q, ok)
+}
+
+// numField reads an optional number with the reference's validation.
+type numRule struct {
+	min, max float64
+	integer  bool
+}
+
+func numField(m Map, key, label string, r numRule) (float64, bool, error) {
+	raw := m.Get(key)
+	if raw.IsNil() {
+		return 0, false, nil
+	}
+	f, err := raw.Float()
+	if err != nil {
+		return 0, false, errors.New(label + " must be a number")
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false, errors.New(label + " must be a finite number")
+	}
+	if r.integer && f != math.Trunc(f) {
+		return 0, false, errors.New(label + " must be an integer")
+	}
+	if f < r.min {
+		return 0, false, errors.New(label + " must be at least " + fmtNum(r.min))
+	}
+	if f > r.max {
+		return 0, false, errors.New(label + " must be at most " + fmtNum(r.max))
+	}
+	return f, true, nil
+}
+
+func fmtNum(f float64) string {
+	if f == math.Trunc(f) && math.Abs(f) < 1e18 {
+		return itoa(int64(f))
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// optNum reads an unvalidated optional number the reference keeps as given,
+// refusing what is not a number at all. Zero reads as absent, as the
+// reference's `value || null` makes it.
+func optNum(m Map, key string) (int64, error) {
+	f, ok, err := m.Num(key)
+	if err != nil {
+		return none, err
+	}
+	if !ok || f == 0 || math.IsNaN(f) {
+		return none, nil
+	}
+	if math.IsInf(f, 0) || math.Abs(f) > 9007199254740991 {
+		return none, errors.New(key + " must be a finite number")
+	}
+	return int64(f), nil
+}
+
+// truthy reads a field the way JavaScript's Boolean() would for the values
+// a client sends: absent, nil, false, 0 and "" are false.
+func truthy(m Map, key string) bool {
+	r := m.Get(key)
+	if r.IsNil() {
+		return false
+	}
+	switch r[0] {
+	case 0xc2:
+		return false
+	case 0xc3:
+		return true
+	}
+	if f, err := r.Float(); err == nil {
+		return f != 0 && !math.IsNaN(f)
+	}
+	if s, err := r.Str(); err == nil {
+		return s != ""
+	}
+	return true
+}
+
+func optStrField(m Map, key string) (string, error) {
+	s, _, err := m.Str(key)
+	return s, err
+}
+
+var rawUndefined = Raw{0xd4, 0, 0}
+
+func clone(r Raw) Raw {
+	if r == nil {
+		return nil
+	}
+	return append(Raw(make([]byte, 0, len(r))), r...)
+}
+
+// parseJob builds a job from a PUSH request or PUSHB entry. customKey is the
+// field that carries a custom id: "jobId" for PUSH, "customId" for PUSHB.
+func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
+	j := &Job{Queue: queue, TTL: none, Timeout: none, StallTO: none, KeepLogs: none, SizeLimit: none,
+		DedupTTL: none, DebounceTTL: none, MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff,
+		StackLim: defaultStackTraceLimit}
+
+	// Data, and the name (possibly from a legacy {name, ...} payload).
+	data := m.Get("data")
+	if data == nil {
+		data = rawUndefined
+	}
+	if len(data) > maxDataBytes {
+		return nil, errors.New("Job data too large (max 10MB)")
+	}
+	nameRaw := m.Get("name")
+	switch {
+	case nameRaw != nil:
+		name, err := nameRaw.Str()
+		if err != nil || name == "" || utf8.RuneCountInString(name) > maxJobName {
+			return nil, errors.New("Job name must be a non-empty string of at most 256 characters")
+		}
+		j.Name = name
+	default:
+		j.Name, data = legacyName(data)
+	}
+	j.Data = clone(data)
+
+	// Group.
+	if g := m.Get("groupId"); g != nil {
+		gs, err := g.Str()
+		switch {
+		case err != nil:
+			return nil, errors.New("groupId must be a string")
+		case gs == "":
+			return nil, errors.New("groupId must be a non-empty string")
+		case utf8.RuneCountInString(gs) > maxGroupID:
+			return nil, errors.New("groupId must be at most 256 characters")
+		case containsNUL(gs):
+			return nil, errors.New("groupId must not contain NUL characters")
+		}
+		j.GroupID = gs
+	}
+
+	// The reference's validated options, in its order.
+	var f float64
+	var ok bool
+	var err error
+	if j.GroupID == "" {
+		f, ok, err = numField(m, "priority", "priority", numRule{min: -maxPriority, max: maxPriority, integer: true})
+	} else {
+		f, ok, err = groupPriority(m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		j.Priority = int64(f)
+	}
+	delay, _, err := numField(m, "delay", "delay", numRule{min: 0, max: maxDelayMs})
+	if err != nil {
+		return nil, err
+	}
+	if f, ok, err = numField(m, "timeout", "timeout", numRule{min: 0, max: maxTimeoutMs}); err != nil {
+		return nil, err
+	} else if ok && f > 0 {
+		j.Timeout = int64(math.Ceil(f))
+	}
+	if f, ok, err = numField(m, "maxAttempts", "maxAttempts", numRule{min: 1, max: maxAttemptCap, integer: true}); err != nil {
+		return nil, err
+	} else if ok {
+		j.MaxAtt = int32(f)
+	}
+	if err := parseBackoff(m, j); err != nil {
+		return nil, err
+	}
+	if f, ok, err = numField(m, "ttl", "ttl", numRule{min: 0, max: maxDelayMs}); err != nil {
+		return nil, err
+	} else if ok && f > 0 {
+		j.TTL = int64(f)
+	}
+
+	// Everything else, checked for its type only.
+	if j.UniqueKey, err = optStrField(m, "uniqueKey"); err != nil {
+		return nil, err
+	}
+	if customKey != "" {
+		if j.CustomID, err = optStrField(m, customKey); err != nil {
+			return nil, err
+		}
+		if j.CustomID != "" && !utf8.ValidString(j.CustomID) {
+			return nil, errors.New("custom ID must be well-formed Unicode")
+		}
+	}
+	if j.ParentID, err = optStrField(m, "parentId"); err != nil {
+		return nil, err
+	}
+	for _, k := range []struct {
+		key string
+		dst *[]string
+	}{{"tags", &j.Tags}, {"dependsOn", &j.DependsOn}, {"childrenIds", &j.Children}} {
+		v, _, err := m.Strs(k.key)
+		if err != nil {
+			return nil, err
+		}
+		*k.dst = v
+	}
+	for _, k := range []struct {
+		key string
+		dst *int64
+	}{{"stallTimeout", &j.StallTO}, {"keepLogs", &j.KeepLogs}, {"sizeLimit", &j.SizeLimit}, {"debounceTtl", &j.DebounceTTL}} {
+		if *k.dst, err = optNum(m, k.key); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok, err := m.Num("stackTraceLimit"); err != nil {
+		return nil, err
+	} else if ok && !math.IsNaN(f) {
+		j.StackLim = int32(max(0, min(f, 1000)))
+	}
+	if j.DebounceID, err = optStrField(m, "debounceId"); err != nil {
+		return nil, err
+	}
+	j.Lifo = truthy(m, "lifo")
+	j.RemoveOnC = truthy(m, "removeOnComplete")
+	j.RemoveOnF = truthy(m, "removeOnFail")
+	j.Durable = truthy(m, "durable")
+	j.FailParent = truthy(m, "failParentOnFailure")
+	j.RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
+	j.ContinueParent = truthy(m, "continueParentOnFailure")
+	j.IgnoreDepOnFail = truthy(m, "ignoreDependencyOnFailure")
+	if d, ok, err := m.Map("dedup"); err != nil {
+		return nil, err
+	} else if ok {
+		if j.DedupTTL, err = optNum(d, "ttl"); err != nil {
+			return nil, &FieldError{Field: "dedup." + err.Error()}
+		}
+		j.DedupExtend = truthy(d, "extend")
+		j.DedupReplace = truthy(d, "replace")
+	}
+	if r := m.Get("repeat"); r != nil {
+		if r[0] < 0x80 || (r[0] > 0x8f && r[0] != 0xde && r[0] != 0xdf) {
+			return nil, errors.New("repeat must be an object")
+		}
+		j.Repeat = clone(r)
+	}
+
+	// Times: createdAt may be given (timestamp); runAt follows from delay.
+	j.CreatedAt = now
+	if ts, ok, err := m.Num("timestamp"); err != nil {
+		return nil, err
+	} else if ok && ts > 0 && !math.IsInf(ts, 0) && ts < 1e15 {
+		j.CreatedAt = int64(ts)
+	}
+	j.RunAt = j.CreatedAt + int64(delay)
+	j.Heartbeat = j.CreatedAt
+
+	if j.CustomID != "" {
+		j.ID = j.CustomID
+	} else {
+		j.ID = newID()
+	}
+	return j, nil
+}
+
+func groupPriority(m Map) (float64, bool, error) {
+	raw := m.Get("priority")
+	if raw.IsNil() {
+		return 0, false, nil
+	}
+	f, err := raw.Float()
+	switch {
+	case err != nil || math.IsNaN(f) || math.IsInf(f, 0):
+		return 0, false, errors.New("group.priority must be a finite number")
+	case f != math.Trunc(f):
+		return 0, false, errors.New("group.priority must be an integer")
+	case f < 0 || f > maxGroupPrio:
+		return 0, false, errors.New("group.priority must be between 0 and 2097151")
+	}
+	return f, true, nil
+}
+
+func parseBackoff(m Map, j *Job) error {
+	raw := m.Get("backoff")
+	if raw.IsNil() {
+		return nil
+	}
+	if sub, err := ParseMap(raw, nil); err == nil {
+		typ, _, _ := sub.Str("type")
+		if typ != "fixed" && typ != "exponential" {
+			return errors.New("backoff.type must be 'fixed' or 'exponential'")
+		}
+		d, ok, err := numField(sub, "delay", "backoff.delay", numRule{min: 0, max: maxTimeoutMs})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("backoff.delay is required")
+		}
+		c := &Backoff{Exponential: typ == "exponential", Delay: int64(d), MaxDelay: none}
+		if md, ok, err := numField(sub, "maxDelay", "backoff.maxDelay", numRule{min: 0, max: maxDelayMs}); err != nil {
+			return err
+		} else if ok && md > 0 {
+			c.MaxDelay = int64(md)
+		}
+		j.BackoffC = c
+		j.Backoff = c.Delay
+		return nil
+	}
+	d, _, err := numField(m, "backoff", "backoff", numRule{min: 0, max: maxTimeoutMs})
+	if err != nil {
+		return err
+	}
+	j.Backoff = int64(d)
+	return nil
+}
+
+// legacyName takes the job name out of a {name, ...} payload, as older
+// clients sent it; anything else is named "default".
+func legacyName(data Raw) (string, Raw) {
+	d, err := ParseMap(data, nil)
+	if err != nil {
+		return "default", data
+	}
+	name, ok, err := d.Str("name")
+	if err != nil || !ok {
+		return "default", data
+	}
+	var e Enc
+	kept := 0
+	for _, f := range d.Fields {
+		if string(f.Key) != "name" {
+			kept++
+		}
+	}
+	e.MapHead(kept)
+	for _, f := range d.Fields {
+		if string(f.Key) == "name" {
+			continue
+		}
+		e.Str(string(f.Key))
+		e.Raw(f.Val)
+	}
+	return name, e.B
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,581 @@
+package main
+
+// Sharding and per-queue state.
+//
+// A queue lives in shard fnv1a(name) & mask; everything about it (its ready
+// heap, its delayed and active jobs, its DLQ, its waiters) is guarded by that
+// shard's one mutex, so operations on queues of different shards never
+// contend. Jobs are found by id through a separately partitioned index.
+//
+// Lock order: shard.mu, then an index partition, then the small global locks
+// (results, logs, retired tokens, a connection's held-jobs set). Nothing
+// takes a shard lock while holding any of those.
+
+import (
+	"math"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// fnv1a is the 32-bit FNV-1a hash.
+func fnv1a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// shardCount is the CPU count rounded up to a power of two, at most 64.
+func shardCount(cpus int) int {
+	n := 1
+	for n < cpus && n < 64 {
+		n <<= 1
+	}
+	return n
+}
+
+func defaultShards() int { return shardCount(runtime.NumCPU()) }
+
+// ---------------------------------------------------------------------------
+// The job index, partitioned by id.
+
+const idxParts = 64
+
+type idxPart struct {
+	mu sync.Mutex
+	m  map[string]*Job
+	_  [40]byte // keep partitions on separate cache lines
+}
+
+func (b *Broker) idxPart(id string) *idxPart { return &b.idx[fnv1a(id)&(idxParts-1)] }
+
+func (b *Broker) idxGet(id string) *Job {
+	p := b.idxPart(id)
+	p.mu.Lock()
+	j := p.m[id]
+	p.mu.Unlock()
+	return j
+}
+
+// idxPut stores j unless another job holds the id; it returns the holder.
+func (b *Broker) idxPut(j *Job) *Job {
+	p := b.idxPart(j.ID)
+	p.mu.Lock()
+	if old := p.m[j.ID]; old != nil {
+		p.mu.Unlock()
+		return old
+	}
+	p.m[j.ID] = j
+	p.mu.Unlock()
+	return nil
+}
+
+func (b *Broker) idxDel(j *Job) {
+	p := b.idxPart(j.ID)
+	p.mu.Lock()
+	if p.m[j.ID] == j {
+		delete(p.m, j.ID)
+	}
+	p.mu.Unlock()
+}
+
+func (b *Broker) idxLen() int {
+	n := 0
+	for i := range b.idx {
+		p := &b.idx[i]
+		p.mu.Lock()
+		n += len(p.m)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------------
+// Shards and queues
+
+// Shard owns the queues that hash to it.
+type Shard struct {
+	b      *Broker
+	id     int
+	mu     sync.Mutex
+	queues map[string]*Queue
+
+	delayed *Heap4 // delayed jobs of every queue here, by run time
+	leases  *Heap4 // active jobs, by the time they must be looked at
+
+	// Completed jobs, oldest first, bounded per shard. Entries go stale when
+	// their job leaves the completed state; live counts the fresh ones.
+	done     []doneEnt
+	doneHead int
+	doneLive int
+
+	subs map[string][]*conn // event subscribers by queue name
+
+	timer   *time.Timer
+	armedAt int64 // deadline the timer is set for; 0 when idle
+	closed  bool
+}
+
+type doneEnt struct {
+	j   *Job
+	gen uint32
+}
+
+// StallConfig is a queue's stall-detection policy.
+type StallConfig struct {
+	Enabled       bool
+	StallInterval int64
+	MaxStalls     int32
+	GracePeriod   int64
+}
+
+var defaultStall = StallConfig{Enabled: true, StallInterval: 30000, MaxStalls: 3, GracePeriod: 5000}
+
+// DLQConfig is a queue's dead-letter policy.
+type DLQConfig struct {
+	AutoRetry         bool
+	AutoRetryInterval int64
+	MaxAutoRetries    int32
+	MaxAge            int64
+	MaxEntries        int
+}
+
+var defaultDLQ = DLQConfig{AutoRetryInterval: 3600000, MaxAutoRetries: 3, MaxAge: 604800000, MaxEntries: 10000}
+
+// Queue is one named queue's state.
+type Queue struct {
+	name     string
+	ready    *Heap4 // waiting and prioritized jobs
+	nPrio    int    // ready jobs with priority > 0
+	nDelayed int
+	nActive  int
+	nDone    int
+	dlq      []*Job // oldest first
+	paused   bool
+	listed   bool // shown by ListQueues
+	waiters  []*waiter
+	unique   map[string]*Job
+	stall    StallConfig
+	dlqCfg   DLQConfig
+	created  int64 // creation order, for ListQueues
+}
+
+type waiter struct {
+	ch chan struct{}
+}
+
+func (s *Shard) queue(name string) *Queue {
+	q := s.queues[name]
+	if q == nil {
+		q = &Queue{name: name, ready: newHeap(heapPlace), stall: defaultStall, dlqCfg: defaultDLQ,
+			created: s.b.seq.Add(1)}
+		s.queues[name] = q
+	}
+	return q
+}
+
+// with runs fn holding the shard lock, released even if fn panics (the
+// connection's recover then answers with an error instead of the server
+// hanging on a lock nobody will release).
+func (s *Shard) with(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+}
+
+func (b *Broker) shardOf(queue string) *Shard { return b.shards[fnv1a(queue)&b.mask] }
+
+// lockJob finds a job by id and locks its shard. The index is checked again
+// under the lock, since the job may have been replaced in between.
+func (b *Broker) lockJob(id string) (*Job, *Shard) {
+	for tries := 0; tries < 4; tries++ {
+		j := b.idxGet(id)
+		if j == nil {
+			return nil, nil
+		}
+		s := b.shardOf(j.Queue)
+		s.mu.Lock()
+		if b.idxGet(id) == j {
+			return j, s
+		}
+		s.mu.Unlock()
+	}
+	return nil, nil
+}
+
+// ---------------------------------------------------------------------------
+// Placement: the transitions between waiting, delayed and active. All of
+// these run with s.mu held.
+
+func readyKeys(j *Job) (pri, t, seq int64) {
+	if j.Lifo {
+		// Among equal priorities LIFO jobs go first, newest first.
+		return j.Priority, math.MinInt64, -j.seq
+	}
+	return j.Priority, j.RunAt, j.seq
+}
+
+// enqueue places a job that is not waiting on anything: delayed when its
+// run time is ahead, else ready. It wakes one long-poll waiter.
+func (s *Shard) enqueue(q *Queue, j *Job, now int64) {
+	if j.RunAt > now {
+		j.state = StateDelayed
+		q.nDelayed++
+		s.delayed.Push(j, 0, j.RunAt, j.seq)
+		s.armFor(j.RunAt, now)
+		return
+	}
+	s.makeReady(q, j)
+	q.wake(1)
+}
+
+func (s *Shard) makeReady(q *Queue, j *Job) {
+	j.state = j.readyState()
+	if j.Priority > 0 {
+		q.nPrio++
+	}
+	p, t, sq := readyKeys(j)
+	q.ready.Push(j, p, t, sq)
+}
+
+// unqueue takes a waiting or delayed job out of its heap.
+func (s *Shard) unqueue(q *Queue, j *Job) {
+	switch j.state {
+	case StateWaiting, StatePrioritized:
+		if q.ready.Remove(j) && j.Priority > 0 {
+			q.nPrio--
+		}
+	case StateDelayed:
+		if s.delayed.Remove(j) {
+			q.nDelayed--
+		}
+	}
+}
+
+// promote moves delayed jobs whose time has come to their ready heaps.
+func (s *Shard) promote(now int64) {
+	for {
+		e := s.delayed.Peek()
+		if e == nil || e.t > now {
+			return
+		}
+		j := s.delayed.Pop()
+		q := s.queues[j.Queue]
+		q.nDelayed--
+		s.makeReady(q, j)
+		q.wake(1)
+	}
+}
+
+func (q *Queue) wake(n int) {
+	for n > 0 && len(q.waiters) > 0 {
+		w := q.waiters[0]
+		q.waiters[0] = nil
+		q.waiters = q.waiters[1:]
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+		n--
+	}
+	if len(q.waiters) == 0 {
+		q.waiters = nil
+	}
+}
+
+func (q *Queue) wakeAll() { q.wake(len(q.waiters)) }
+
+func (q *Queue) dropWaiter(w *waiter) {
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Active jobs and their deadlines
+
+// deadline is the next moment an active job must be looked at: its lock
+// expiry, its stall limit when it has no lock, or its processing timeout.
+func (s *Shard) deadline(q *Queue, j *Job) int64 {
+	d := int64(math.MaxInt64)
+	if j.lease != nil {
+		d = j.lease.ExpiresAt
+	} else if q.stall.Enabled {
+		limit := q.stall.StallInterval
+		if j.StallTO != none && j.StallTO > 0 {
+			limit = j.StallTO
+		}
+		d = j.Heartbeat + limit
+		if g := j.StartedAt + q.stall.GracePeriod; g > d {
+			d = g
+		}
+	}
+	if j.Timeout != none && j.Timeout > 0 {
+		if t := j.StartedAt + j.Timeout; t < d {
+			d = t
+		}
+	}
+	return d
+}
+
+func (s *Shard) watch(q *Queue, j *Job, now int64) {
+	d := s.deadline(q, j)
+	j.deadline = d
+	// Every active job has an entry, even one with nothing to watch (its
+	// entry then sorts last and never comes due): the lease heap is also
+	// how a queue's active jobs are listed.
+	s.leases.Push(j, 0, d, 0)
+	if d != math.MaxInt64 {
+		s.armFor(d, now)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The shard timer: one timer on the earliest deadline of the shard.
+
+func (s *Shard) startTimer() {
+	s.timer = time.AfterFunc(time.Hour, s.tick)
+	s.timer.Stop()
+}
+
+// armFor makes sure the timer fires no later than at.
+func (s *Shard) armFor(at, now int64) {
+	if s.closed || (s.armedAt != 0 && s.armedAt <= at) {
+		return
+	}
+	s.armedAt = at
+	d := at - now
+	if d < 0 {
+		d = 0
+	}
+	s.timer.Reset(time.Duration(d) * time.Millisecond)
+}
+
+func (s *Shard) rearm(now int64) {
+	next := int64(math.MaxInt64)
+	if e := s.delayed.Peek(); e != nil {
+		next = e.t
+	}
+	if e := s.leases.Peek(); e != nil && e.t < next {
+		next = e.t
+	}
+	// (an active job with nothing to watch sorts at MaxInt64: not a wake-up)
+	s.armedAt = 0
+	if next == math.MaxInt64 {
+		s.timer.Stop()
+		return
+	}
+	s.armFor(next, now)
+}
+
+func (s *Shard) tick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	now := s.b.now()
+	s.promote(now)
+	s.expire(now)
+	s.rearm(now)
+}
+
+// expire handles active jobs whose deadline has passed.
+func (s *Shard) expire(now int64) {
+	for {
+		e := s.leases.Peek()
+		if e == nil || e.t > now {
+			return
+		}
+		j := s.leases.Pop()
+		q := s.queues[j.Queue]
+		if j.state != StateActive || q == nil {
+			continue
+		}
+		d := s.deadline(q, j)
+		if d > now {
+			// Renewed since the entry was made: look again later.
+			j.deadline = d
+			s.leases.Push(j, 0, d, 0)
+			continue
+		}
+		switch {
+		case j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now:
+			s.b.retire(j)
+			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
+		case j.lease != nil:
+			s.lockExpired(q, j, now)
+		default:
+			s.stalled(q, j, now)
+		}
+	}
+}
+
+// lockExpired: a worker held a lock and stopped renewing it. The job goes
+// back where it was in its queue, or to the DLQ once it has used its
+// attempts or stalled too often.
+func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
+	renewals := j.lease.Renewals
+	s.deactivate(q, j)
+	j.Attempts++
+	j.Stalls++
+	j.Heartbeat = now
+	j.StartedAt = 0
+	s.releaseUnique(q, j)
+	if j.Attempts >= j.MaxAtt || (q.stall.MaxStalls > 0 && j.Stalls >= q.stall.MaxStalls) {
+		reason, msg, ev := "stalled", "Lock expired after "+itoa(int64(renewals))+" renewals", "Lock expired (max stalls reached)"
+		if j.Attempts >= j.MaxAtt {
+			reason, msg, ev = "max_attempts_exceeded", "Lock expired at max attempts ("+itoa(int64(j.MaxAtt))+")", "Lock expired (max attempts reached)"
+		}
+		s.emitStalled(q, j, now, "move_to_dlq")
+		s.toDLQ(q, j, reason, msg, true, now)
+		s.emit(q, evFailed, j, now, evArgs{err: ev, hasErr: true, noData: true})
+		s.b.stats.failed.Add(1)
+		return
+	}
+	s.enqueue(q, j, now)
+	s.emit(q, evStalled, j, now, evArgs{})
+	s.b.persist(j)
+}
+
+// stalled: an active job without a lock whose heartbeats stopped.
+func (s *Shard) stalled(q *Queue, j *Job, now int64) {
+	s.deactivate(q, j)
+	toDLQ := (q.stall.MaxStalls > 0 && j.Stalls+1 >= q.stall.MaxStalls) || j.Attempts+1 >= j.MaxAtt
+	j.Stalls++
+	j.Attempts++
+	j.StartedAt = 0
+	j.Heartbeat = now
+	s.releaseUnique(q, j)
+	if toDLQ {
+		reason, msg := "stalled", "Job stalled "+itoa(int64(j.Stalls))+" times"
+		if j.Attempts >= j.MaxAtt {
+			reason, msg = "max_attempts_exceeded", "Job stalled at max attempts ("+itoa(int64(j.MaxAtt))+")"
+		}
+		s.emitStalled(q, j, now, "move_to_dlq")
+		s.toDLQ(q, j, reason, msg, true, now)
+		s.b.stats.failed.Add(1)
+		return
+	}
+	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
+	j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+	j.RunAt = now + backoffDelay(j)
+	s.enqueue(q, j, now)
+	s.emitStalled(q, j, now, "retry")
+	s.b.persist(j)
+}
+
+func (s *Shard) emitStalled(q *Queue, j *Job, now int64, action string) {
+	s.emit(q, evStalled, j, now, evArgs{stallCount: j.Stalls, action: action})
+}
+
+// deactivate takes an active job off its lease.
+func (s *Shard) deactivate(q *Queue, j *Job) {
+	s.leases.Remove(j)
+	q.nActive--
+	j.lease = nil
+	j.untrack()
+}
+
+// ---------------------------------------------------------------------------
+// Completed-job retention
+
+func (s *Shard) addDone(q *Queue, j *Job) {
+	j.state = StateCompleted
+	j.dgen++
+	s.done = append(s.done, doneEnt{j: j, gen: j.dgen})
+	s.doneLive++
+	q.nDone++
+	if limit := s.b.doneCap; s.doneLive > limit {
+		// Evict the oldest tenth in one go, as the reference does, so that
+		// eviction is not paid on every completion.
+		s.evictDone(s.doneLive - limit + limit/10)
+	}
+}
+
+func (s *Shard) doneLiveEnt(e *doneEnt) bool {
+	return e.j.state == StateCompleted && e.j.dgen == e.gen
+}
+
+func (s *Shard) evictDone(n int) {
+	for n > 0 && s.doneHead < len(s.done) {
+		e := s.done[s.doneHead]
+		s.done[s.doneHead] = doneEnt{}
+		s.doneHead++
+		if !s.doneLiveEnt(&e) {
+			continue
+		}
+		if q := s.queues[e.j.Queue]; q != nil {
+			q.nDone--
+		}
+		s.doneLive--
+		s.forget(e.j)
+		n--
+	}
+	s.compactDone()
+}
+
+// undone takes a completed job out of retention (re-pushed, retried).
+func (s *Shard) undone(q *Queue, j *Job) {
+	if j.state != StateCompleted {
+		return
+	}
+	j.dgen++
+	j.state = StateNone
+	s.doneLive--
+	q.nDone--
+	s.compactDone()
+}
+
+func (s *Shard) compactDone() {
+	dead := len(s.done) - s.doneLive
+	if s.doneHead > 1024 && s.doneHead > len(s.done)/2 || dead > 4096 && dead > s.doneLive {
+		k := 0
+		for i := s.doneHead; i < len(s.done); i++ {
+			if s.doneLiveEnt(&s.done[i]) {
+				s.done[k] = s.done[i]
+				k++
+			}
+		}
+		clear(s.done[k:])
+		s.done = s.done[:k]
+		s.doneHead = 0
+	}
+}
+
+// forget drops a job from the broker entirely.
+func (s *Shard) forget(j *Job) {
+	j.notifyDone(waitOutcome{err: "Job was removed"})
+	j.state = StateNone
+	s.b.idxDel(j)
+	s.b.dropResult(j.ID)
+	s.b.unpersist(j)
+}
+
+func itoa(v int64) string {
+	var buf [20]byte
+	i := len(buf)
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		buf[i] = '-'
+	}
+	return string(buf[i:])
+}

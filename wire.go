@@ -1,0 +1,988 @@
+package main
+
+// MessagePack codec and framing for the bunqueue wire protocol.
+//
+// Requests are never decoded into a tree. A frame is scanned once: the top
+// map's keys and the byte ranges of their values are recorded, and handlers
+// read typed fields on demand. Opaque user values (job data, results) stay as
+// raw MessagePack bytes from the moment they arrive to the moment they leave,
+// so they are never re-encoded and keep the client's exact encoding.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"unicode/utf8"
+)
+
+// MaxFrame is the largest frame either side may send (64 MiB).
+const MaxFrame = 64 << 20
+
+// maxDepth bounds nesting so that a hostile frame cannot exhaust the stack.
+const maxDepth = 512
+
+var (
+	errTruncated = errors.New("truncated MessagePack value")
+	errBadFormat = errors.New("invalid MessagePack format byte 0xc1")
+	errTooDeep   = errors.New("MessagePack value nested too deeply")
+)
+
+// FrameSizeError is a frame header that declares more than MaxFrame bytes.
+type FrameSizeError struct{ N uint32 }
+
+func (e *FrameSizeError) Error() string {
+	return fmt.Sprintf("Frame too large: %d bytes exceeds maximum %d", e.N, MaxFrame)
+}
+
+// ExtError reports an ext value where none is allowed; the wire protocol
+// carries no ext types from clients.
+type ExtError struct{ Type int8 }
+
+func (e *ExtError) Error() string {
+	return fmt.Sprintf("MessagePack ext type %d is not supported", e.Type)
+}
+
+// Raw is one complete encoded MessagePack value.
+type Raw []byte
+
+var rawNil = Raw{0xc0}
+
+// IsNil reports whether r is absent, nil, or the msgpackr "undefined" ext.
+func (r Raw) IsNil() bool {
+	return len(r) == 0 || r[0] == 0xc0 || isUndefined(r)
+}
+
+// isUndefined recognises msgpackr's encoding of JavaScript undefined
+// (fixext1, type 0, data 0), which the official client can emit for
+// optional fields; it is read as "absent", never as an ext value.
+func isUndefined(b []byte) bool {
+	return len(b) == 3 && b[0] == 0xd4 && b[1] == 0 && b[2] == 0
+}
+
+// ---------------------------------------------------------------------------
+// Scanning
+
+// skip returns the offset just past the value starting at b[i]. It validates
+// the whole value. allowExt permits ext values other than undefined.
+func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
+	if depth > maxDepth {
+		return 0, errTooDeep
+	}
+	if i >= len(b) {
+		return 0, errTruncated
+	}
+	c := b[i]
+	i++
+	var n int // payload bytes or element count
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		return i, nil
+	case c >= 0xa0 && c <= 0xbf:
+		n = int(c & 0x1f)
+		return need(b, i, n)
+	case c >= 0x90 && c <= 0x9f:
+		return skipN(b, i, int(c&0x0f), depth, allowExt)
+	case c >= 0x80 && c <= 0x8f:
+		return skipN(b, i, 2*int(c&0x0f), depth, allowExt)
+	}
+	switch c {
+	case 0xc1:
+		return 0, errBadFormat
+	case 0xcc, 0xd0:
+		return need(b, i, 1)
+	case 0xcd, 0xd1:
+		return need(b, i, 2)
+	case 0xce, 0xd2, 0xca:
+		return need(b, i, 4)
+	case 0xcf, 0xd3, 0xcb:
+		return need(b, i, 8)
+	case 0xc4, 0xd9:
+		l, j, err := readLen(b, i, 1)
+		if err != nil {
+			return 0, err
+		}
+		return need(b, j, l)
+	case 0xc5, 0xda:
+		l, j, err := readLen(b, i, 2)
+		if err != nil {
+			return 0, err
+		}
+		return need(b, j, l)
+	case 0xc6, 0xdb:
+		l, j, err := readLen(b, i, 4)
+		if err != nil {
+			return 0, err
+		}
+		return need(b, j, l)
+	case 0xdc, 0xdd:
+		w := 2
+		if c == 0xdd {
+			w = 4
+		}
+		l, j, err := readLen(b, i, w)
+		if err != nil {
+			return 0, err
+		}
+		return skipN(b, j, l, depth, allowExt)
+	case 0xde, 0xdf:
+		w := 2
+		if c == 0xdf {
+			w = 4
+		}
+		l, j, err := readLen(b, i, w)
+		if err != nil {
+			return 0, err
+		}
+		if l > (len(b)-j)/2 {
+			return 0, errTruncated
+		}
+		return skipN(b, j, 2*l, depth, allowExt)
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8:
+		size := 1 << (c - 0xd4)
+		end, err := need(b, i, 1+size)
+		if err != nil {
+			return 0, err
+		}
+		if !allowExt && !isUndefined(b[i-1:end]) {
+			return 0, &ExtError{Type: int8(b[i])}
+		}
+		return end, nil
+	case 0xc7, 0xc8, 0xc9:
+		w := 1 << (c - 0xc7)
+		l, j, err := readLen(b, i, w)
+		if err != nil {
+			return 0, err
+		}
+		end, err := need(b, j, 1+l)
+		if err != nil {
+			return 0, err
+		}
+		if !allowExt {
+			return 0, &ExtError{Type: int8(b[j])}
+		}
+		return end, nil
+	}
+	return 0, errBadFormat
+}
+
+func skipN(b []byte, i, n, depth int, allowExt bool) (int, error) {
+	// Every element takes at least one byte: a count larger than what is
+	// left is a lie, refused before any work is done for it.
+	if n > len(b)-i {
+		return 0, errTruncated
+	}
+	var err error
+	for k := 0; k < n; k++ {
+		if i, err = skip(b, i, depth+1, allowExt); err != nil {
+			return 0, err
+		}
+	}
+	return i, nil
+}
+
+func need(b []byte, i, n int) (int, error) {
+	if n < 0 || n > len(b)-i {
+		return 0, errTruncated
+	}
+	return i + n, nil
+}
+
+func readLen(b []byte, i, w int) (int, int, error) {
+	if w > len(b)-i {
+		return 0, 0, errTruncated
+	}
+	var l uint64
+	switch w {
+	case 1:
+		l = uint64(b[i])
+	case 2:
+		l = uint64(binary.BigEndian.Uint16(b[i:]))
+	case 4:
+		l = uint64(binary.BigEndian.Uint32(b[i:]))
+	}
+	if l > uint64(len(b)) {
+		return 0, 0, errTruncated
+	}
+	return int(l), i + w, nil
+}
+
+// Validate checks that b holds exactly one well-formed value.
+func Validate(b []byte, allowExt bool) error {
+	end, err := skip(b, 0, 0, allowExt)
+	if err != nil {
+		return err
+	}
+	if end != len(b) {
+		return fmt.Errorf("%d trailing bytes after MessagePack value", len(b)-end)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Maps: the shape of every request.
+
+// Field is one key/value pair of a map, as slices of the frame.
+type Field struct {
+	Key []byte
+	Val Raw
+}
+
+// Map is a decoded map header with its fields, values still encoded.
+type Map struct {
+	Fields []Field
+}
+
+// FieldError names the request field that is wrong and why.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Msg }
+
+// ParseMap reads a map whose keys are all strings. fields is reused to
+// avoid allocating for every request. On error the fields read before the
+// fault are still returned, so that a reqId may be echoed.
+func ParseMap(b Raw, fields []Field) (Map, error) {
+	n, i, err := mapHeader(b, 0)
+	if err != nil {
+		return Map{}, err
+	}
+	if n > len(b)-i {
+		return Map{}, errTruncated
+	}
+	fields = fields[:0]
+	for k := 0; k < n; k++ {
+		ks, ke, err := strRange(b, i)
+		if err != nil {
+			if errors.Is(err, errNotStr) {
+				err = errors.New("map keys must be strings")
+			}
+			return Map{Fields: fields}, err
+		}
+		ve, err := skip(b, ke, 1, false)
+		if err != nil {
+			var ee *ExtError
+			if errors.As(err, &ee) {
+				err = &FieldError{Field: string(b[ks:ke]), Msg: "uses " + ee.Error()}
+			}
+			return Map{Fields: fields}, err
+		}
+		fields = append(fields, Field{Key: b[ks:ke], Val: b[ke:ve]})
+		i = ve
+	}
+	if i != len(b) {
+		return Map{Fields: fields}, fmt.Errorf("%d trailing bytes after MessagePack value", len(b)-i)
+	}
+	return Map{Fields: fields}, nil
+}
+
+var errNotStr = errors.New("not a string")
+var errNotMap = errors.New("not a map")
+
+func mapHeader(b []byte, i int) (int, int, error) {
+	if i >= len(b) {
+		return 0, 0, errTruncated
+	}
+	c := b[i]
+	switch {
+	case c >= 0x80 && c <= 0x8f:
+		return int(c & 0x0f), i + 1, nil
+	case c == 0xde:
+		return readLen(b, i+1, 2)
+	case c == 0xdf:
+		return readLen(b, i+1, 4)
+	}
+	return 0, 0, errNotMap
+}
+
+// strRange returns the byte range of the string starting at b[i] and the
+// offset after it (which equals the end of the range).
+func strRange(b []byte, i int) (int, int, error) {
+	if i >= len(b) {
+		return 0, 0, errTruncated
+	}
+	c := b[i]
+	var l, j int
+	var err error
+	switch {
+	case c >= 0xa0 && c <= 0xbf:
+		l, j = int(c&0x1f), i+1
+	case c == 0xd9:
+		l, j, err = readLen(b, i+1, 1)
+	case c == 0xda:
+		l, j, err = readLen(b, i+1, 2)
+	case c == 0xdb:
+		l, j, err = readLen(b, i+1, 4)
+	default:
+		return 0, 0, errNotStr
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	end, err := need(b, j, l)
+	if err != nil {
+		return 0, 0, err
+	}
+	return j, end, nil
+}
+
+// Get returns the raw value of key, or nil when absent or undefined. When a
+// key repeats, the last one wins, as it does for a JavaScript decoder.
+func (m Map) Get(key string) Raw {
+	for i := len(m.Fields) - 1; i >= 0; i-- {
+		f := &m.Fields[i]
+		if string(f.Key) == key {
+			if isUndefined(f.Val) {
+				return nil
+			}
+			return f.Val
+		}
+	}
+	return nil
+}
+
+// Has reports whether key is present with a non-nil value.
+func (m Map) Has(key string) bool { return !m.Get(key).IsNil() }
+
+// Str reads a string field. ok is false when the field is absent or nil.
+func (m Map) Str(key string) (s string, ok bool, err error) {
+	r := m.Get(key)
+	if r.IsNil() {
+		return "", false, nil
+	}
+	s, err = r.Str()
+	if err != nil {
+		return "", false, &FieldError{Field: key, Msg: "must be a string"}
+	}
+	return s, true, nil
+}
+
+// Num reads a numeric field of any MessagePack numeric form.
+func (m Map) Num(key string) (f float64, ok bool, err error) {
+	r := m.Get(key)
+	if r.IsNil() {
+		return 0, false, nil
+	}
+	f, err = r.Float()
+	if err != nil {
+		return 0, false, &FieldError{Field: key, Msg: "must be a number"}
+	}
+	return f, true, nil
+}
+
+// Int reads a numeric field as an integer; fractions are truncated toward
+// zero as JavaScript's Math.trunc would, and non-finite values refused.
+func (m Map) Int(key string) (int64, bool, error) {
+	f, ok, err := m.Num(key)
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false, &FieldError{Field: key, Msg: "must be a finite number"}
+	}
+	if f > 9007199254740991 || f < -9007199254740991 {
+		return 0, false, &FieldError{Field: key, Msg: "is out of range"}
+	}
+	return int64(f), true, nil
+}
+
+// Bool reads a boolean field; absent and nil read as false.
+func (m Map) Bool(key string) (bool, bool, error) {
+	r := m.Get(key)
+	if r.IsNil() {
+		return false, false, nil
+	}
+	switch r[0] {
+	case 0xc2:
+		return false, true, nil
+	case 0xc3:
+		return true, true, nil
+	}
+	return false, false, &FieldError{Field: key, Msg: "must be a boolean"}
+}
+
+// Map reads a nested map field.
+func (m Map) Map(key string) (Map, bool, error) {
+	r := m.Get(key)
+	if r.IsNil() {
+		return Map{}, false, nil
+	}
+	sub, err := ParseMap(r, nil)
+	if err != nil {
+		return Map{}, false, &FieldError{Field: key, Msg: "must be an object with string keys"}
+	}
+	return sub, true, nil
+}
+
+// Array returns the elements of an array field as raw values.
+func (m Map) Array(key string) ([]Raw, bool, error) {
+	r := m.Get(key)
+	if r.IsNil() {
+		return nil, false, nil
+	}
+	items, err := r.Array()
+	if err != nil {
+		return nil, false, &FieldError{Field: key, Msg: "must be an array"}
+	}
+	return items, true, nil
+}
+
+// Strs reads an array of strings.
+func (m Map) Strs(key string) ([]string, bool, error) {
+	items, ok, err := m.Array(key)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		s, err := it.Str()
+		if err != nil {
+			return nil, false, &FieldError{Field: fmt.Sprintf("%s[%d]", key, i), Msg: "must be a string"}
+		}
+		out[i] = s
+	}
+	return out, true, nil
+}
+
+// Str decodes a string value.
+func (r Raw) Str() (string, error) {
+	s, e, err := strRange(r, 0)
+	if err != nil {
+		return "", err
+	}
+	if e != len(r) {
+		return "", errNotStr
+	}
+	return string(r[s:e]), nil
+}
+
+// Float decodes any numeric value as float64.
+func (r Raw) Float() (float64, error) {
+	if len(r) == 0 {
+		return 0, errTruncated
+	}
+	c := r[0]
+	switch {
+	case c <= 0x7f:
+		return float64(c), nil
+	case c >= 0xe0:
+		return float64(int8(c)), nil
+	}
+	switch c {
+	case 0xcc:
+		if len(r) < 2 {
+			return 0, errTruncated
+		}
+		return float64(r[1]), nil
+	case 0xcd:
+		if len(r) < 3 {
+			return 0, errTruncated
+		}
+		return float64(binary.BigEndian.Uint16(r[1:])), nil
+	case 0xce:
+		if len(r) < 5 {
+			return 0, errTruncated
+		}
+		return float64(binary.BigEndian.Uint32(r[1:])), nil
+	case 0xcf:
+		if len(r) < 9 {
+			return 0, errTruncated
+		}
+		return float64(binary.BigEndian.Uint64(r[1:])), nil
+	case 0xd0:
+		if len(r) < 2 {
+			return 0, errTruncated
+		}
+		return float64(int8(r[1])), nil
+	case 0xd1:
+		if len(r) < 3 {
+			return 0, errTruncated
+		}
+		return float64(int16(binary.BigEndian.Uint16(r[1:]))), nil
+	case 0xd2:
+		if len(r) < 5 {
+			return 0, errTruncated
+		}
+		return float64(int32(binary.BigEndian.Uint32(r[1:]))), nil
+	case 0xd3:
+		if len(r) < 9 {
+			return 0, errTruncated
+		}
+		return float64(int64(binary.BigEndian.Uint64(r[1:]))), nil
+	case 0xca:
+		if len(r) < 5 {
+			return 0, errTruncated
+		}
+		return float64(math.Float32frombits(binary.BigEndian.Uint32(r[1:]))), nil
+	case 0xcb:
+		if len(r) < 9 {
+			return 0, errTruncated
+		}
+		return math.Float64frombits(binary.BigEndian.Uint64(r[1:])), nil
+	}
+	return 0, errors.New("not a number")
+}
+
+// Array splits an array value into its elements.
+func (r Raw) Array() ([]Raw, error) {
+	if len(r) == 0 {
+		return nil, errTruncated
+	}
+	c := r[0]
+	var n, i int
+	var err error
+	switch {
+	case c >= 0x90 && c <= 0x9f:
+		n, i = int(c&0x0f), 1
+	case c == 0xdc:
+		n, i, err = readLen(r, 1, 2)
+	case c == 0xdd:
+		n, i, err = readLen(r, 1, 4)
+	default:
+		return nil, errors.New("not an array")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n > len(r)-i {
+		return nil, errTruncated
+	}
+	out := make([]Raw, n)
+	for k := 0; k < n; k++ {
+		e, err := skip(r, i, 1, true)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = r[i:e]
+		i = e
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------
+// Generic decoding, for tests, tools and the HTTP bridge. The hot path never
+// builds these trees.
+
+// Ext is an ext value kept as it came.
+type Ext struct {
+	Type int8
+	Data []byte
+}
+
+// Undefined is how a decoded msgpackr undefined is represented.
+type Undefined struct{}
+
+// Decode decodes one value into Go values: nil, bool, int64, uint64 (only
+// above MaxInt64), float32, float64, string, []byte, []any, map[string]any,
+// Ext or Undefined. Non-string map keys are rendered with fmt, as
+// JavaScript renders object keys.
+func Decode(b []byte) (any, error) {
+	v, end, err := decodeAt(b, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if end != len(b) {
+		return nil, fmt.Errorf("%d trailing bytes after MessagePack value", len(b)-end)
+	}
+	return v, nil
+}
+
+func decodeAt(b []byte, i, depth int) (any, int, error) {
+	if depth > maxDepth {
+		return nil, 0, errTooDeep
+	}
+	end, err := skip(b, i, depth, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	c := b[i]
+	switch {
+	case c <= 0x7f:
+		return int64(c), end, nil
+	case c >= 0xe0:
+		return int64(int8(c)), end, nil
+	case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb:
+		s, e, _ := strRange(b, i)
+		return string(b[s:e]), end, nil
+	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
+		items, _ := Raw(b[i:end]).Array()
+		out := make([]any, len(items))
+		for k, it := range items {
+			if out[k], _, err = decodeAt(it, 0, depth+1); err != nil {
+				return nil, 0, err
+			}
+		}
+		return out, end, nil
+	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
+		n, j, _ := mapHeader(b, i)
+		out := make(map[string]any, n)
+		for k := 0; k < n; k++ {
+			key, kj, err := decodeAt(b, j, depth+1)
+			if err != nil {
+				return nil, 0, err
+			}
+			val, vj, err := decodeAt(b, kj, depth+1)
+			if err != nil {
+				return nil, 0, err
+			}
+			ks, isStr := key.(string)
+			if !isStr {
+				ks = fmt.Sprint(key)
+			}
+			out[ks] = val
+			j = vj
+		}
+		return out, end, nil
+	}
+	switch c {
+	case 0xc0:
+		return nil, end, nil
+	case 0xc2:
+		return false, end, nil
+	case 0xc3:
+		return true, end, nil
+	case 0xc4, 0xc5, 0xc6:
+		w := 1 << (c - 0xc4)
+		l, j, _ := readLen(b, i+1, w)
+		return append([]byte{}, b[j:j+l]...), end, nil
+	case 0xca:
+		return math.Float32frombits(binary.BigEndian.Uint32(b[i+1:])), end, nil
+	case 0xcb:
+		return math.Float64frombits(binary.BigEndian.Uint64(b[i+1:])), end, nil
+	case 0xcf:
+		u := binary.BigEndian.Uint64(b[i+1:])
+		if u > math.MaxInt64 {
+			return u, end, nil
+		}
+		return int64(u), end, nil
+	case 0xcc, 0xcd, 0xce, 0xd0, 0xd1, 0xd2, 0xd3:
+		f, _ := Raw(b[i:end]).Float()
+		if c == 0xd3 {
+			return int64(binary.BigEndian.Uint64(b[i+1:])), end, nil
+		}
+		return int64(f), end, nil
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8:
+		if isUndefined(b[i:end]) {
+			return Undefined{}, end, nil
+		}
+		return Ext{Type: int8(b[i+1]), Data: append([]byte{}, b[i+2:end]...)}, end, nil
+	case 0xc7, 0xc8, 0xc9:
+		w := 1 << (c - 0xc7)
+		l, j, _ := readLen(b, i+1, w)
+		return Ext{Type: int8(b[j]), Data: append([]byte{}, b[j+1:j+1+l]...)}, end, nil
+	}
+	return nil, 0, errBadFormat
+}
+
+// ---------------------------------------------------------------------------
+// Encoding
+
+// Enc appends MessagePack to a byte slice. Responses are written straight
+// into the connection's output buffer through it.
+type Enc struct {
+	B []byte
+}
+
+func (e *Enc) Nil() { e.B = append(e.B, 0xc0) }
+
+// Undefined writes msgpackr's JavaScript undefined (fixext1, type 0), which
+// the reference sends where a value is absent but its key is not.
+func (e *Enc) Undefined() { e.B = append(e.B, 0xd4, 0, 0) }
+func (e *Enc) Raw(r Raw) {
+	if len(r) == 0 {
+		e.Nil()
+		return
+	}
+	e.B = append(e.B, r...)
+}
+
+func (e *Enc) Bool(v bool) {
+	if v {
+		e.B = append(e.B, 0xc3)
+	} else {
+		e.B = append(e.B, 0xc2)
+	}
+}
+
+// Int writes an integer the way a JavaScript peer can use it: within the
+// int32 range as the smallest integer form, beyond it as float64 (exact to
+// 2^53), since int64/uint64 decode as BigInt there.
+func (e *Enc) Int(v int64) {
+	if v >= math.MinInt32 && v <= math.MaxInt32 {
+		e.intCompact(v)
+		return
+	}
+	e.Float64(float64(v))
+}
+
+func (e *Enc) intCompact(v int64) {
+	switch {
+	case v >= 0 && v <= 0x7f:
+		e.B = append(e.B, byte(v))
+	case v >= -32 && v < 0:
+		e.B = append(e.B, byte(int8(v)))
+	case v >= 0 && v <= math.MaxUint8:
+		e.B = append(e.B, 0xcc, byte(v))
+	case v >= 0 && v <= math.MaxUint16:
+		e.B = append(e.B, 0xcd, byte(v>>8), byte(v))
+	case v >= 0 && v <= math.MaxUint32:
+		e.B = append(e.B, 0xce, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	case v >= math.MinInt8 && v < 0:
+		e.B = append(e.B, 0xd0, byte(int8(v)))
+	case v >= math.MinInt16 && v < 0:
+		e.B = append(e.B, 0xd1, byte(v>>8), byte(v))
+	case v >= math.MinInt32 && v < 0:
+		e.B = append(e.B, 0xd2, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	default:
+		e.B = append(e.B, 0xd3)
+		e.B = binary.BigEndian.AppendUint64(e.B, uint64(v))
+	}
+}
+
+// Int64Exact writes any int64 in its smallest integer form, int64 included.
+// Only for peers that want 64-bit integers; the server's responses use Int.
+func (e *Enc) Int64Exact(v int64) { e.intCompact(v) }
+
+// Uint64Exact writes any uint64 in its smallest unsigned form.
+func (e *Enc) Uint64Exact(v uint64) {
+	if v <= math.MaxUint32 {
+		e.intCompact(int64(v))
+		return
+	}
+	e.B = append(e.B, 0xcf)
+	e.B = binary.BigEndian.AppendUint64(e.B, v)
+}
+
+// Num writes a JavaScript number: integral values within int32 compactly,
+// everything else as float64.
+func (e *Enc) Num(f float64) {
+	if f == math.Trunc(f) && f >= math.MinInt32 && f <= math.MaxInt32 && !(f == 0 && math.Signbit(f)) {
+		e.intCompact(int64(f))
+		return
+	}
+	e.Float64(f)
+}
+
+func (e *Enc) Float64(f float64) {
+	e.B = append(e.B, 0xcb)
+	e.B = binary.BigEndian.AppendUint64(e.B, math.Float64bits(f))
+}
+
+func (e *Enc) Float32(f float32) {
+	e.B = append(e.B, 0xca)
+	e.B = binary.BigEndian.AppendUint32(e.B, math.Float32bits(f))
+}
+
+func (e *Enc) Str(s string) {
+	l := len(s)
+	switch {
+	case l <= 31:
+		e.B = append(e.B, 0xa0|byte(l))
+	case l <= math.MaxUint8:
+		e.B = append(e.B, 0xd9, byte(l))
+	case l <= math.MaxUint16:
+		e.B = append(e.B, 0xda, byte(l>>8), byte(l))
+	default:
+		e.B = append(e.B, 0xdb)
+		e.B = binary.BigEndian.AppendUint32(e.B, uint32(l))
+	}
+	e.B = append(e.B, s...)
+}
+
+func (e *Enc) Bin(b []byte) {
+	l := len(b)
+	switch {
+	case l <= math.MaxUint8:
+		e.B = append(e.B, 0xc4, byte(l))
+	case l <= math.MaxUint16:
+		e.B = append(e.B, 0xc5, byte(l>>8), byte(l))
+	default:
+		e.B = append(e.B, 0xc6)
+		e.B = binary.BigEndian.AppendUint32(e.B, uint32(l))
+	}
+	e.B = append(e.B, b...)
+}
+
+func (e *Enc) ArrayHead(n int) {
+	switch {
+	case n <= 15:
+		e.B = append(e.B, 0x90|byte(n))
+	case n <= math.MaxUint16:
+		e.B = append(e.B, 0xdc, byte(n>>8), byte(n))
+	default:
+		e.B = append(e.B, 0xdd)
+		e.B = binary.BigEndian.AppendUint32(e.B, uint32(n))
+	}
+}
+
+func (e *Enc) MapHead(n int) {
+	switch {
+	case n <= 15:
+		e.B = append(e.B, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		e.B = append(e.B, 0xde, byte(n>>8), byte(n))
+	default:
+		e.B = append(e.B, 0xdf)
+		e.B = binary.BigEndian.AppendUint32(e.B, uint32(n))
+	}
+}
+
+// OpenMap starts a map whose size is known only at the end; CloseMap
+// patches the count. Uses map16, as the official client does.
+func (e *Enc) OpenMap() int {
+	e.B = append(e.B, 0xde, 0, 0)
+	return len(e.B) - 3
+}
+
+func (e *Enc) CloseMap(at, n int) {
+	e.B[at+1] = byte(n >> 8)
+	e.B[at+2] = byte(n)
+}
+
+// OpenArray and CloseArray do the same for arrays (array32, so that any
+// count fits).
+func (e *Enc) OpenArray() int {
+	e.B = append(e.B, 0xdd, 0, 0, 0, 0)
+	return len(e.B) - 5
+}
+
+func (e *Enc) CloseArray(at, n int) {
+	binary.BigEndian.PutUint32(e.B[at+1:], uint32(n))
+}
+
+func (e *Enc) Ext(typ int8, data []byte) {
+	l := len(data)
+	switch l {
+	case 1, 2, 4, 8, 16:
+		code := byte(0xd4)
+		for s := 1; s < l; s <<= 1 {
+			code++
+		}
+		e.B = append(e.B, code, byte(typ))
+	default:
+		switch {
+		case l <= math.MaxUint8:
+			e.B = append(e.B, 0xc7, byte(l), byte(typ))
+		case l <= math.MaxUint16:
+			e.B = append(e.B, 0xc8, byte(l>>8), byte(l), byte(typ))
+		default:
+			e.B = append(e.B, 0xc9)
+			e.B = binary.BigEndian.AppendUint32(e.B, uint32(l))
+			e.B = append(e.B, byte(typ))
+		}
+	}
+	e.B = append(e.B, data...)
+}
+
+// Any encodes a Go value of the kinds Decode produces (and common others).
+// Integers follow the wire rule of Int.
+func (e *Enc) Any(v any) error {
+	switch x := v.(type) {
+	case nil:
+		e.Nil()
+	case Undefined:
+		e.B = append(e.B, 0xd4, 0, 0)
+	case bool:
+		e.Bool(x)
+	case int:
+		e.Int(int64(x))
+	case int64:
+		e.Int(x)
+	case int32:
+		e.Int(int64(x))
+	case uint64:
+		e.Float64(float64(x))
+	case float64:
+		e.Num(x)
+	case float32:
+		e.Float32(x)
+	case string:
+		e.Str(x)
+	case []byte:
+		e.Bin(x)
+	case Raw:
+		e.Raw(x)
+	case []string:
+		e.ArrayHead(len(x))
+		for _, s := range x {
+			e.Str(s)
+		}
+	case []any:
+		e.ArrayHead(len(x))
+		for _, it := range x {
+			if err := e.Any(it); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		e.MapHead(len(x))
+		for k, it := range x {
+			e.Str(k)
+			if err := e.Any(it); err != nil {
+				return err
+			}
+		}
+	case Ext:
+		e.Ext(x.Type, x.Data)
+	default:
+		return fmt.Errorf("cannot encode %T", v)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Framing: a 4-byte big-endian length, then that many bytes.
+
+// ReadFrame reads one frame into buf (grown as needed) and returns its body.
+// A declared length over MaxFrame is an error before anything is allocated.
+func ReadFrame(r *bufio.Reader, buf []byte) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return buf, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrame {
+		return buf, &FrameSizeError{N: n}
+	}
+	// Grow with the data actually received, so that a header declaring a
+	// huge frame costs nothing until the bytes arrive.
+	buf = buf[:0]
+	for len(buf) < int(n) {
+		chunk := int(n) - len(buf)
+		if grow := max(len(buf), 64<<10); chunk > grow {
+			chunk = grow
+		}
+		if cap(buf)-len(buf) < chunk {
+			nb := make([]byte, len(buf), len(buf)+chunk)
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := io.ReadFull(r, buf[len(buf):len(buf)+chunk])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// BeginFrame reserves the length prefix; EndFrame fills it in.
+func (e *Enc) BeginFrame() int {
+	e.B = append(e.B, 0, 0, 0, 0)
+	return len(e.B) - 4
+}
+
+func (e *Enc) EndFrame(at int) {
+	binary.BigEndian.PutUint32(e.B[at:], uint32(len(e.B)-at-4))
+}
+
+// validUTF8 is used where a string is about to become a map key or a name
+// a person reads; the wire itself does not require it.
+func validUTF8(s string) bool { return utf8.ValidString(s) }

@@ -1,0 +1,519 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"reflect"
+	"testing"
+)
+
+// vector is one line of the frames captured between the official client and
+// the reference server.
+type vector struct {
+	Cmd         string          `json:"cmd"`
+	Request     json.RawMessage `json:"request"`
+	RequestHex  string          `json:"request_hex"`
+	Response    json.RawMessage `json:"response"`
+	ResponseHex string          `json:"response_hex"`
+}
+
+func loadVectors(t testing.TB) []vector {
+	t.Helper()
+	f, err := os.Open("testdata/vectors/reference-2.9.5-client-session.jsonl")
+	if err != nil {
+		t.Fatalf("open vectors: %v", err)
+	}
+	defer f.Close()
+	var out []vector
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var v vector
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("vector line: %v", err)
+		}
+		out = append(out, v)
+	}
+	if len(out) < 20 {
+		t.Fatalf("only %d vectors", len(out))
+	}
+	return out
+}
+
+// normalize turns decoded MessagePack into the shapes encoding/json gives,
+// so the two can be compared.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case float32:
+		return float64(x)
+	case []any:
+		for i := range x {
+			x[i] = normalize(x[i])
+		}
+		return x
+	case map[string]any:
+		for k := range x {
+			if _, undef := x[k].(Undefined); undef {
+				// JSON has no undefined: the capture dropped these keys.
+				delete(x, k)
+				continue
+			}
+			x[k] = normalize(x[k])
+		}
+		return x
+	}
+	return v
+}
+
+func TestVectorsDecodeAsCaptured(t *testing.T) {
+	n := 0
+	for _, v := range loadVectors(t) {
+		for _, pair := range [][2]any{{v.RequestHex, v.Request}, {v.ResponseHex, v.Response}} {
+			hx, js := pair[0].(string), pair[1].(json.RawMessage)
+			if hx == "" {
+				continue
+			}
+			b, err := hex.DecodeString(hx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("%s: decode: %v", v.Cmd, err)
+			}
+			var want any
+			if err := json.Unmarshal(js, &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(normalize(got), want) {
+				t.Fatalf("%s: decoded %v, captured %v", v.Cmd, got, want)
+			}
+			// Every captured frame is a map with string keys, as requests must be.
+			m, err := ParseMap(b, nil)
+			if err != nil {
+				t.Fatalf("%s: ParseMap: %v", v.Cmd, err)
+			}
+			if len(m.Fields) == 0 {
+				t.Fatalf("%s: no fields", v.Cmd)
+			}
+			n++
+		}
+	}
+	if n < 40 {
+		t.Fatalf("checked only %d frames", n)
+	}
+}
+
+func TestVectorsReencodeRoundTrip(t *testing.T) {
+	for _, v := range loadVectors(t) {
+		b, _ := hex.DecodeString(v.RequestHex)
+		if len(b) == 0 {
+			continue
+		}
+		val, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Enc
+		if err := e.Any(val); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Decode(e.B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normalize(again), normalize(val)) {
+			t.Fatalf("%s: round trip changed the value", v.Cmd)
+		}
+	}
+}
+
+func TestRequestFieldsFromVector(t *testing.T) {
+	for _, v := range loadVectors(t) {
+		if v.Cmd != "PULLB" {
+			continue
+		}
+		b, _ := hex.DecodeString(v.RequestHex)
+		m, err := ParseMap(b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, _, _ := m.Str("cmd")
+		q, ok, _ := m.Str("queue")
+		cnt, _, _ := m.Int("count")
+		ttl, _, _ := m.Int("lockTtl")
+		if cmd != "PULLB" || !ok || q == "" || cnt < 1 || ttl != 30000 {
+			t.Fatalf("got cmd=%q queue=%q count=%d lockTtl=%d", cmd, q, cnt, ttl)
+		}
+		return
+	}
+	t.Fatal("no PULLB vector")
+}
+
+// The reference writes millisecond timestamps as float64; ours must match
+// byte for byte (taken from a captured GetJob response).
+func TestIntEncodingMatchesReference(t *testing.T) {
+	cases := []struct {
+		v   int64
+		hex string
+	}{
+		{1796007115626, "cb427a22a5dbb6a000"},
+		{0, "00"},
+		{127, "7f"},
+		{128, "cc80"},
+		{1000, "cd03e8"},
+		{30000, "cd7530"},
+		{70000, "ce00011170"},
+		{-1, "ff"},
+		{-32, "e0"},
+		{-33, "d0df"},
+		{-200, "d1ff38"},
+		{-70000, "d2fffeee90"},
+		{math.MaxInt32, "ce7fffffff"},
+		{math.MaxInt32 + 1, "cb41e0000000000000"},
+		{math.MinInt32, "d280000000"},
+		{math.MinInt32 - 1, "cbc1e0000000200000"},
+	}
+	for _, c := range cases {
+		var e Enc
+		e.Int(c.v)
+		if got := hex.EncodeToString(e.B); got != c.hex {
+			t.Errorf("Int(%d) = %s, want %s", c.v, got, c.hex)
+		}
+	}
+}
+
+// Every format of the spec decodes, including those the encoder only emits
+// on request (int64, uint64, bin, ext).
+func TestDecodeEveryFormat(t *testing.T) {
+	cases := []struct {
+		hex  string
+		want any
+	}{
+		{"c0", nil}, {"c2", false}, {"c3", true},
+		{"05", int64(5)}, {"ef", int64(-17)},
+		{"cc ff", int64(255)}, {"cd 0100", int64(256)}, {"ce 00010000", int64(65536)},
+		{"cf 0000000100000000", int64(1 << 32)}, {"cf ffffffffffffffff", uint64(math.MaxUint64)},
+		{"d0 80", int64(-128)}, {"d1 8000", int64(-32768)}, {"d2 80000000", int64(math.MinInt32)},
+		{"d3 8000000000000000", int64(math.MinInt64)},
+		{"ca 3fc00000", float32(1.5)}, {"cb 3ff8000000000000", 1.5},
+		{"a3 616263", "abc"}, {"d9 03 616263", "abc"}, {"da 0003 616263", "abc"}, {"db 00000003 616263", "abc"},
+		{"c4 02 0102", []byte{1, 2}}, {"c5 0002 0102", []byte{1, 2}}, {"c6 00000002 0102", []byte{1, 2}},
+		{"92 01 02", []any{int64(1), int64(2)}}, {"dc 0001 01", []any{int64(1)}}, {"dd 00000001 01", []any{int64(1)}},
+		{"81 a1 61 01", map[string]any{"a": int64(1)}}, {"de 0001 a1 61 01", map[string]any{"a": int64(1)}},
+		{"df 00000001 a1 61 01", map[string]any{"a": int64(1)}},
+		{"81 01 02", map[string]any{"1": int64(2)}},
+		{"d4 00 00", Undefined{}},
+		{"d4 05 aa", Ext{Type: 5, Data: []byte{0xaa}}}, {"d5 05 aabb", Ext{Type: 5, Data: []byte{0xaa, 0xbb}}},
+		{"d6 ff 01020304", Ext{Type: -1, Data: []byte{1, 2, 3, 4}}},
+		{"d7 01 0102030405060708", Ext{Type: 1, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}}},
+		{"d8 01 0102030405060708090a0b0c0d0e0f10", Ext{Type: 1, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}},
+		{"c7 03 02 010203", Ext{Type: 2, Data: []byte{1, 2, 3}}},
+		{"c8 0003 02 010203", Ext{Type: 2, Data: []byte{1, 2, 3}}},
+		{"c9 00000003 02 010203", Ext{Type: 2, Data: []byte{1, 2, 3}}},
+	}
+	for _, c := range cases {
+		b, err := hex.DecodeString(string(bytes.ReplaceAll([]byte(c.hex), []byte(" "), nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Errorf("%s: %v", c.hex, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: got %#v want %#v", c.hex, got, c.want)
+		}
+		// And the encoder writes it back to something that decodes the same.
+		var e Enc
+		switch w := c.want.(type) {
+		case int64:
+			e.Int64Exact(w)
+		case uint64:
+			e.Uint64Exact(w)
+		default:
+			if err := e.Any(c.want); err != nil {
+				t.Fatal(err)
+			}
+		}
+		back, err := Decode(e.B)
+		if err != nil || !reflect.DeepEqual(back, c.want) {
+			t.Errorf("%s: re-encoded %x decodes to %#v (%v)", c.hex, e.B, back, err)
+		}
+	}
+}
+
+func TestEncodeLengthBoundaries(t *testing.T) {
+	for _, n := range []int{0, 15, 16, 31, 32, 255, 256, 65535, 65536} {
+		s := string(bytes.Repeat([]byte("x"), n))
+		var e Enc
+		e.Str(s)
+		e.Bin([]byte(s))
+		arr := make([]any, n)
+		for i := range arr {
+			arr[i] = nil
+		}
+		if err := e.Any(arr); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]any{}
+		for i := 0; i < n && i < 70000; i++ {
+			m[string(rune('a'+i%26))+string(rune(i))] = true
+		}
+		if err := e.Any(m); err != nil {
+			t.Fatal(err)
+		}
+		i := 0
+		for _, want := range []any{s, []byte(s), arr, m} {
+			end, err := skip(e.B, i, 0, false)
+			if err != nil {
+				t.Fatalf("n=%d: %v", n, err)
+			}
+			got, err := Decode(e.B[i:end])
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("n=%d: round trip of %T failed: %v", n, want, err)
+			}
+			i = end
+		}
+	}
+}
+
+func TestNumEncoding(t *testing.T) {
+	cases := map[float64]string{0: "00", 1.5: "cb3ff8000000000000", 42: "2a", -5: "fb", 1e10: "cb4202a05f20000000"}
+	for f, want := range cases {
+		var e Enc
+		e.Num(f)
+		if got := hex.EncodeToString(e.B); got != want {
+			t.Errorf("Num(%v) = %s want %s", f, got, want)
+		}
+	}
+}
+
+func TestParseMapRejects(t *testing.T) {
+	cases := map[string]string{
+		"not a map":        "92 01 02",
+		"non-string key":   "81 01 02",
+		"truncated value":  "82 a1 61 01 a1 62",
+		"truncated string": "81 a1 61 a5 6162",
+		"ext in a field":   "81 a4 64617461 d4 05 00",
+		"ext8 in a field":  "81 a4 64617461 c7 01 05 00",
+		"trailing bytes":   "81 a1 61 01 01",
+		"0xc1":             "81 a1 61 c1",
+		"lying count":      "df ffffffff a1 61 01",
+		"lying array":      "81 a1 61 dd ffffffff 01",
+	}
+	for name, hx := range cases {
+		b, _ := hex.DecodeString(string(bytes.ReplaceAll([]byte(hx), []byte(" "), nil)))
+		if _, err := ParseMap(b, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// An ext names the field that carried it.
+	b, _ := hex.DecodeString("81a464617461d40500")
+	_, err := ParseMap(b, nil)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "data" {
+		t.Fatalf("ext error %v does not name the field", err)
+	}
+	// msgpackr's undefined is accepted and reads as absent.
+	b, _ = hex.DecodeString("82a171d40000a17201")
+	m, err := ParseMap(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Has("q") {
+		t.Fatal("undefined read as present")
+	}
+	if r, ok, _ := m.Int("r"); !ok || r != 1 {
+		t.Fatal("r not read")
+	}
+}
+
+func TestTypedGetters(t *testing.T) {
+	var e Enc
+	if err := e.Any(map[string]any{
+		"s": "x", "n": 3.9, "i": int64(-7), "b": true, "f": float32(2.5),
+		"arr": []any{"a", "b"}, "bad": []any{"a", int64(1)}, "m": map[string]any{"k": "v"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseMap(e.B, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := m.Str("s"); s != "x" || !ok || err != nil {
+		t.Error("Str")
+	}
+	if _, _, err := m.Str("n"); err == nil || err.Error() != "n must be a string" {
+		t.Errorf("Str on number: %v", err)
+	}
+	if n, ok, _ := m.Int("n"); n != 3 || !ok {
+		t.Error("Int truncates")
+	}
+	if n, _, _ := m.Int("i"); n != -7 {
+		t.Error("Int negative")
+	}
+	if f, _, _ := m.Num("f"); f != 2.5 {
+		t.Error("float32")
+	}
+	if b, ok, _ := m.Bool("b"); !b || !ok {
+		t.Error("Bool")
+	}
+	if _, _, err := m.Bool("s"); err == nil {
+		t.Error("Bool on string")
+	}
+	if a, _, _ := m.Strs("arr"); len(a) != 2 || a[1] != "b" {
+		t.Error("Strs")
+	}
+	if _, _, err := m.Strs("bad"); err == nil || err.Error() != "bad[1] must be a string" {
+		t.Errorf("Strs bad: %v", err)
+	}
+	if sub, ok, _ := m.Map("m"); !ok || sub.Get("k") == nil {
+		t.Error("Map")
+	}
+	if _, ok, err := m.Str("absent"); ok || err != nil {
+		t.Error("absent")
+	}
+}
+
+func TestFraming(t *testing.T) {
+	var e Enc
+	at := e.BeginFrame()
+	e.MapHead(1)
+	e.Str("ok")
+	e.Bool(true)
+	e.EndFrame(at)
+	at = e.BeginFrame()
+	e.Nil()
+	e.EndFrame(at)
+	r := bufio.NewReader(bytes.NewReader(e.B))
+	body, err := ReadFrame(r, nil)
+	if err != nil || hex.EncodeToString(body) != "81a26f6bc3" {
+		t.Fatalf("frame 1: %x %v", body, err)
+	}
+	body, err = ReadFrame(r, body)
+	if err != nil || hex.EncodeToString(body) != "c0" {
+		t.Fatalf("frame 2: %x %v", body, err)
+	}
+	if _, err := ReadFrame(r, body); err == nil {
+		t.Fatal("read past end")
+	}
+	// Oversized: refused from the header alone.
+	big := []byte{0x04, 0x00, 0x00, 0x01}
+	var fse *FrameSizeError
+	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader(big)), nil); !errors.As(err, &fse) || fse.N != 64<<20+1 {
+		t.Fatalf("oversized: %v", err)
+	}
+	// Exactly the cap is allowed by the header check (body then short).
+	capHdr := []byte{0x04, 0x00, 0x00, 0x00, 1, 2}
+	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader(capHdr)), nil); errors.As(err, &fse) {
+		t.Fatal("64 MiB exactly refused")
+	}
+}
+
+func FuzzParseMap(f *testing.F) {
+	for _, v := range loadVectors(f) {
+		for _, hx := range []string{v.RequestHex, v.ResponseHex} {
+			if b, err := hex.DecodeString(hx); err == nil && len(b) > 0 {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMap(b, nil)
+		if err != nil {
+			return
+		}
+		// A map that parses must validate, decode, and answer every getter
+		// without panicking.
+		if err := Validate(b, false); err != nil {
+			t.Fatalf("ParseMap accepted what Validate refuses: %v", err)
+		}
+		if _, err := Decode(b); err != nil {
+			t.Fatalf("Decode refused a parsed map: %v", err)
+		}
+		for _, fl := range m.Fields {
+			k := string(fl.Key)
+			m.Str(k)
+			m.Int(k)
+			m.Bool(k)
+			m.Strs(k)
+			m.Map(k)
+		}
+	})
+}
+
+func FuzzDecodeRoundTrip(f *testing.F) {
+	f.Add([]byte{0xc0})
+	f.Add([]byte{0x92, 0x01, 0xa1, 0x61})
+	f.Add([]byte{0xde, 0x00, 0x01, 0xa1, 0x61, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := Decode(b)
+		if err != nil {
+			return
+		}
+		var e Enc
+		if err := e.Any(v); err != nil {
+			t.Fatalf("cannot re-encode %#v: %v", v, err)
+		}
+		w, err := Decode(e.B)
+		if err != nil {
+			t.Fatalf("re-encoded value does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(normalizeNaN(normalize(w)), normalizeNaN(normalize(v))) {
+			t.Fatalf("round trip: %#v != %#v", w, v)
+		}
+	})
+}
+
+// NaN never equals itself; replace it so DeepEqual can compare.
+func normalizeNaN(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) {
+			return "NaN"
+		}
+	case []any:
+		for i := range x {
+			x[i] = normalizeNaN(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = normalizeNaN(x[k])
+		}
+	}
+	return v
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0xc0})
+	f.Add([]byte{0, 0, 0, 5, 0x81, 0xa1, 0x61, 0x01})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bufio.NewReader(bytes.NewReader(b))
+		var buf []byte
+		total := 0
+		for {
+			body, err := ReadFrame(r, buf)
+			if err != nil {
+				return
+			}
+			total += 4 + len(body)
+			if total > len(b) {
+				t.Fatalf("read %d bytes from %d", total, len(b))
+			}
+			buf = body
+			ParseMap(body, nil)
+		}
+	})
+}
