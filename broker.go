@@ -16,7 +16,12 @@ type Broker struct {
 	mask   uint32
 	idx    [idxParts]idxPart
 
-	doneCap int // completed jobs kept per shard
+	// Completed jobs kept, across shards; past maxCompleted the trimmer
+	// evicts the oldest tenth.
+	doneTotal atomic.Int64
+	trimKick  chan struct{}
+	trimStop  chan struct{}
+	trimDone  chan struct{}
 
 	rmu     sync.Mutex
 	results *LRU[string, Raw]
@@ -63,13 +68,15 @@ func NewBroker(shards int, store Store) *Broker {
 		shards:  make([]*Shard, shards),
 		mask:    uint32(shards - 1),
 		results: NewLRU[string, Raw](maxResults, nil),
-		logs:    NewLRU[string, []LogEntry](maxLogJobs, nil),
 		retired: NewLRU[string, struct{}](maxRetired, nil),
 		workers: newWorkers(),
 		store:   store,
 		now:     nowMs,
 	}
-	b.doneCap = (maxCompleted + shards - 1) / shards
+	// Logs pushed out of the cache are gone from storage too, so the two
+	// agree after a restart.
+	b.logs = NewLRU[string, []LogEntry](maxLogJobs, func(id string, _ []LogEntry) { b.logsChanged(id, nil) })
+	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.idx {
 		b.idx[i].m = make(map[string]*Job)
 	}
@@ -80,12 +87,19 @@ func NewBroker(shards int, store Store) *Broker {
 		b.shards[i] = s
 	}
 	b.started = b.now()
+	go b.trimmer()
 	return b
 }
 
-// Close stops every shard timer and wakes every waiter so that long polls
-// end. It is safe to call more than once.
+// Close stops every shard timer and the trimmer, and wakes every waiter so
+// that long polls end. It is safe to call more than once.
 func (b *Broker) Close() {
+	select {
+	case <-b.trimStop:
+	default:
+		close(b.trimStop)
+		<-b.trimDone
+	}
 	for _, s := range b.shards {
 		s.mu.Lock()
 		s.closed = true
@@ -94,22 +108,6 @@ func (b *Broker) Close() {
 			q.wakeAll()
 		}
 		s.mu.Unlock()
-	}
-}
-
-// ---------------------------------------------------------------------------
-// Persistence hooks. The store sees every state change; in memory mode it
-// is nil and these cost a nil check.
-
-func (b *Broker) persist(j *Job) {
-	if b.store != nil {
-		b.store.JobChanged(j)
-	}
-}
-
-func (b *Broker) unpersist(j *Job) {
-	if b.store != nil {
-		b.store.JobRemoved(j)
 	}
 }
 
@@ -429,7 +427,9 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 			s.b.setResult(j.ID, it.Result)
 		}
 		s.addDone(q, j)
-		s.b.persist(j)
+		if s.b.store != nil {
+			s.b.store.JobChanged(j, res)
+		}
 	}
 	s.emit(q, evCompleted, j, now, evArgs{data: res, undefData: !it.HasResult})
 }
@@ -679,6 +679,9 @@ func (b *Broker) release(c *conn) {
 
 func (b *Broker) dropLogs(id string) {
 	b.lmu.Lock()
-	b.logs.Delete(id)
+	gone := b.logs.Delete(id)
 	b.lmu.Unlock()
+	if gone {
+		b.logsChanged(id, nil)
+	}
 }

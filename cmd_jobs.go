@@ -19,6 +19,9 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if err := r.b.admit(); err != nil {
+		return err
+	}
 	res := r.b.Push(queue, []*Job{j})
 	if err := r.b.syncDurable([]*Job{j}); err != nil {
 		return err
@@ -48,6 +51,9 @@ func cmdPushBatch(r *Req) error {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 		durable = durable || jobs[i].Durable
+	}
+	if err := r.b.admit(); err != nil {
+		return err
 	}
 	res := r.b.Push(queue, jobs)
 	if durable {
@@ -234,14 +240,28 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 		} else {
 			timer.Reset(left)
 		}
+		woken := false
 		select {
 		case <-w.ch:
+			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 		}
 		s.with(func() {
 			if q := s.queues[queue]; q != nil {
 				q.dropWaiter(w)
+				// A wake-up meant for a job must not be lost: if this poll
+				// got one but is leaving without claiming, pass it on.
+				if !woken {
+					select {
+					case <-w.ch:
+						woken = true
+					default:
+					}
+				}
+				if woken && ctx.Err() != nil {
+					q.wake(1)
+				}
 			}
 		})
 		if ctx.Err() != nil {

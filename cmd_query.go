@@ -455,6 +455,7 @@ func cmdAddLog(r *Req) error {
 		logs = append(logs[:0:0], logs[len(logs)-maxLogsPerJob:]...)
 	}
 	r.b.logs.Put(id, logs)
+	r.b.logsChanged(id, logs)
 	r.b.lmu.Unlock()
 	e := r.field("data")
 	e.MapHead(1)
@@ -518,9 +519,13 @@ func cmdClearLogs(r *Req) error {
 	}
 	r.b.lmu.Lock()
 	if keep <= 0 {
-		r.b.logs.Delete(id)
+		if r.b.logs.Delete(id) {
+			r.b.logsChanged(id, nil)
+		}
 	} else if logs, ok := r.b.logs.Peek(id); ok && len(logs) > int(keep) {
-		r.b.logs.Put(id, append(logs[:0:0], logs[len(logs)-int(keep):]...))
+		kept := append(logs[:0:0], logs[len(logs)-int(keep):]...)
+		r.b.logs.Put(id, kept)
+		r.b.logsChanged(id, kept)
 	}
 	r.b.lmu.Unlock()
 	return r.okID()

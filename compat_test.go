@@ -70,9 +70,9 @@ type serverProc struct {
 	done    chan struct{}
 }
 
-// startServer runs the binary on free ports with extra flags and waits
+// startBinary runs the binary on free ports with extra flags and waits
 // until its TCP port accepts connections.
-func startServer(t *testing.T, extra ...string) *serverProc {
+func startBinary(t *testing.T, extra ...string) *serverProc {
 	t.Helper()
 	bin := queuedBinary(t)
 	tcp, httpPort := freePort(t), freePort(t)
@@ -184,18 +184,29 @@ func TestCompat(t *testing.T) {
 	if len(scripts) < 10 {
 		t.Fatalf("only %d compat scripts found", len(scripts))
 	}
-	for _, script := range scripts {
-		name := strings.TrimSuffix(filepath.Base(script), ".test.ts")
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			runScript(t, dir, bun, script, nil)
-		})
+	// Every script runs against both storage engines.
+	for _, mode := range []string{"memory", "sqlite"} {
+		for _, script := range scripts {
+			name := strings.TrimSuffix(filepath.Base(script), ".test.ts")
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				runScript(t, dir, bun, script, storageFlags(t, mode))
+			})
+		}
 	}
+}
+
+// storageFlags selects an engine for a test server.
+func storageFlags(t *testing.T, mode string) []string {
+	if mode == "memory" {
+		return []string{"--memory"}
+	}
+	return []string{"--data-path", filepath.Join(t.TempDir(), "queued.db")}
 }
 
 // runScript starts a server for the script and runs it.
 func runScript(t *testing.T, dir, bun, script string, extra []string) {
-	srv := startServer(t, append(scriptFlags(script), extra...)...)
+	srv := startBinary(t, append(scriptFlags(script), extra...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bun, "run", script)

@@ -94,6 +94,7 @@ func (h *Heap4) Pop() *Job {
 	h.popTop()
 	j.inHeap[h.kind] = false
 	j.hgen[h.kind]++
+	h.maybeCompact()
 	return j
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,9 @@ type config struct {
 	authTokens string
 	logLevel   string
 	shards     int
+	dataPath   string
+	memory     bool
+	syncMode   string
 }
 
 func envOr(keys []string, def string) string {
@@ -95,6 +99,12 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
+	fs.StringVar(&c.dataPath, "data-path", envOr([]string{"DATA_PATH", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "SQLITE_PATH"}, "./data/queued.db"),
+		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
+	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
+		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
+	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
+		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -127,6 +137,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "queued: --shards must be a power of two from 1 to 64")
 		return 2
 	}
+	if path := os.Getenv("QUEUED_CPUPROFILE"); path != "" {
+		// A developer's aid: profile the whole run, written at shutdown.
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(stderr, "queued: QUEUED_CPUPROFILE:", err)
+			return 2
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runServer(ctx, c, log, nil); err != nil {
@@ -140,11 +160,44 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // then shuts down gracefully. ready, when given, receives the bound
 // addresses (tests listen on port 0).
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
-	b := NewBroker(c.shards, nil)
+	var store Store
+	var sq *SQLiteStore
+	storage := "memory"
+	if !c.memory {
+		var err error
+		if sq, err = OpenSQLite(c.dataPath, c.syncMode, log); err != nil {
+			return err
+		}
+		store, storage = sq, "sqlite:"+c.dataPath
+	}
+	b := NewBroker(c.shards, store)
+	if sq != nil {
+		st, err := sq.Load(b)
+		if err != nil && st.Took == 0 {
+			sq.Close()
+			return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
+		}
+		if err != nil {
+			log.Error("recovery incomplete", "path", c.dataPath, "err", err)
+		}
+		log.Info("recovered", "path", c.dataPath, "waiting", st.Waiting, "delayed", st.Delayed,
+			"active_requeued", st.Active, "completed", st.Completed, "dlq", st.Failed, "logs", st.Logs,
+			"queues", st.Queues, "took", st.Took.Round(time.Millisecond).String())
+		sq.Start()
+	}
+	closeStore := func() {
+		if sq != nil {
+			if err := sq.Close(); err != nil {
+				log.Error("storage close", "err", err)
+			}
+		}
+	}
 	srv := NewServer(b, splitTokens(c.authTokens), log)
 	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
 	ln, err := net.Listen("tcp", tcpAddr)
 	if err != nil {
+		b.Close()
+		closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
 	}
 	var hs *http.Server
@@ -153,6 +206,8 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
 		if hln, err = net.Listen("tcp", httpAddr); err != nil {
 			ln.Close()
+			b.Close()
+			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
 		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv))
@@ -166,7 +221,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			}
 		}()
 	}
-	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", "memory",
+	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
 		"auth", len(srv.tokens) > 0, "version", version}
 	if hln != nil {
 		attrs = append(attrs, "http", hln.Addr().String())
@@ -192,6 +247,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	srv.Close()
 	b.Close()
+	closeStore()
 	log.Info("stopped")
 	return runErr
 }

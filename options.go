@@ -8,12 +8,21 @@ package main
 import (
 	"errors"
 	"math"
-	"regexp"
 	"strconv"
 	"unicode/utf8"
 )
 
-var queueNameRe = regexp.MustCompile(`^[a-zA-Z0-9_\-.:]+$`)
+// validNameChars reports whether s uses only [a-zA-Z0-9_\-.:], the
+// reference's queue-name alphabet.
+func validNameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
 
 const (
 	maxQueueName  = 256
@@ -33,7 +42,7 @@ func validQueueName(name string, ok bool) error {
 		return errors.New("Queue name is required")
 	case len(name) > maxQueueName:
 		return errors.New("Queue name too long (max 256 characters)")
-	case !queueNameRe.MatchString(name):
+	case !validNameChars(name):
 		return errors.New("Queue name contains invalid characters")
 	}
 	return nil
@@ -43,7 +52,7 @@ func validQueueName(name string, ok bool) error {
 func queueArg(m Map) (string, error) {
 	q, ok, err := m.Str("queue")
 	if err != nil {
-		return "", errors.New("Queue name is required")
+		return "", err
 	}
 	return q, validQueueName(q, ok)
 }

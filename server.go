@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -118,16 +119,17 @@ func (s *Server) checkToken(tok string) bool {
 
 // conn is one client connection.
 type conn struct {
-	srv    *Server
-	nc     net.Conn
-	br     *bufio.Reader
-	rb     Enc // the reader's answers, not yet written
-	authed bool
-	ctx    context.Context
-	cancel context.CancelFunc
-	async  sync.WaitGroup
-	nAsync atomic.Int32
-	closed atomic.Bool
+	srv      *Server
+	nc       net.Conn
+	br       *bufio.Reader
+	rb       Enc // the reader's answers, not yet written
+	authed   bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	async    sync.WaitGroup
+	nAsync   atomic.Int32
+	closed   atomic.Bool
+	stopping atomic.Bool
 
 	wmu sync.Mutex // one writer on the socket at a time
 
@@ -149,6 +151,8 @@ const (
 	maxEventBacklog = 8 << 20 // bytes of unsent events before a subscriber loses events
 	maxAsyncPerConn = 1024    // concurrent waiting commands per connection
 	flushAt         = 256 << 10
+	writeTimeout    = 60 * time.Second
+	stopGrace       = time.Second
 )
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -177,7 +181,7 @@ func (c *conn) serve() {
 			return
 		}
 		c.handleFrame(body)
-		if c.br.Buffered() == 0 || len(c.rb.B) >= flushAt {
+		if !c.frameWaiting() || len(c.rb.B) >= flushAt {
 			if !c.flush() {
 				return
 			}
@@ -185,9 +189,38 @@ func (c *conn) serve() {
 	}
 }
 
+// frameWaiting reports whether a whole next frame is already read in: then
+// its answer can share this write. A partial frame does not count, since
+// the rest of it may take any time to arrive.
+func (c *conn) frameWaiting() bool {
+	n := c.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	hdr, err := c.br.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(n) >= 4+uint64(binary.BigEndian.Uint32(hdr))
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// write sends bytes on the socket. A client that does not read its answers
+// for writeTimeout is dropped; once the server is stopping, it gets a
+// moment only, so that a stuck client cannot hold up a shutdown.
+func (c *conn) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if c.stopping.Load() {
+		c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
+	}
+	_, err := c.nc.Write(b)
+	return err
 }
 
 // flush writes the reader's pending answers. It reports false when the
@@ -196,9 +229,7 @@ func (c *conn) flush() bool {
 	if len(c.rb.B) == 0 {
 		return true
 	}
-	c.wmu.Lock()
-	_, err := c.nc.Write(c.rb.B)
-	c.wmu.Unlock()
+	err := c.write(c.rb.B)
 	if cap(c.rb.B) > 4<<20 {
 		c.rb.B = make([]byte, 0, 4096)
 	} else {
@@ -208,16 +239,15 @@ func (c *conn) flush() bool {
 }
 
 // writeFrame sends one complete frame from another goroutine.
-func (c *conn) writeFrame(b []byte) {
-	c.wmu.Lock()
-	c.nc.Write(b)
-	c.wmu.Unlock()
-}
+func (c *conn) writeFrame(b []byte) { c.write(b) }
 
 // shutdown asks the connection to stop: the reader stops after the frame it
-// is reading, and waiting commands end with empty answers.
+// is reading, waiting commands end with empty answers, and a write blocked
+// on a client that does not read gives up after stopGrace.
 func (c *conn) shutdown() {
+	c.stopping.Store(true)
 	c.nc.SetReadDeadline(time.Now())
+	c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
 	c.cancel()
 }
 
@@ -343,10 +373,7 @@ func (c *conn) eventWriter(kick chan struct{}) {
 		c.edrops = 0
 		c.emu.Unlock()
 		if len(out) > 0 {
-			c.wmu.Lock()
-			_, err := c.nc.Write(out)
-			c.wmu.Unlock()
-			if err != nil {
+			if err := c.write(out); err != nil {
 				return
 			}
 		}

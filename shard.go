@@ -492,31 +492,93 @@ func (s *Shard) addDone(q *Queue, j *Job) {
 	s.done = append(s.done, doneEnt{j: j, gen: j.dgen})
 	s.doneLive++
 	q.nDone++
-	if limit := s.b.doneCap; s.doneLive > limit {
-		// Evict the oldest tenth in one go, as the reference does, so that
-		// eviction is not paid on every completion.
-		s.evictDone(s.doneLive - limit + limit/10)
+	if s.b.doneTotal.Add(1) > maxCompleted {
+		select {
+		case s.b.trimKick <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// trimmer keeps the completed jobs of the whole broker within
+// maxCompleted, evicting the oldest first across shards, a tenth at a time
+// as the reference does. It runs apart from the shards so that a shard
+// never needs another shard's lock.
+func (b *Broker) trimmer() {
+	defer close(b.trimDone)
+	for {
+		select {
+		case <-b.trimStop:
+			return
+		case <-b.trimKick:
+		}
+		for b.doneTotal.Load() > maxCompleted {
+			excess := b.doneTotal.Load() - maxCompleted + maxCompleted/10
+			// Find the shard holding the oldest completion, and the time of
+			// the next oldest elsewhere: evict from the first up to there.
+			var oldest *Shard
+			first, second := int64(math.MaxInt64), int64(math.MaxInt64)
+			for _, s := range b.shards {
+				s.mu.Lock()
+				at, ok := s.oldestDone()
+				s.mu.Unlock()
+				if !ok {
+					continue
+				}
+				if at < first {
+					oldest, first, second = s, at, first
+				} else if at < second {
+					second = at
+				}
+			}
+			if oldest == nil {
+				break
+			}
+			oldest.mu.Lock()
+			oldest.evictDone(int(min(excess, 1000)), second)
+			oldest.mu.Unlock()
+		}
+	}
+}
+
+// oldestDone is when the shard's oldest kept completion happened.
+func (s *Shard) oldestDone() (int64, bool) {
+	for s.doneHead < len(s.done) {
+		if e := &s.done[s.doneHead]; s.doneLiveEnt(e) {
+			return e.j.DoneAt, true
+		}
+		s.done[s.doneHead] = doneEnt{}
+		s.doneHead++
+	}
+	return 0, false
 }
 
 func (s *Shard) doneLiveEnt(e *doneEnt) bool {
 	return e.j.state == StateCompleted && e.j.dgen == e.gen
 }
 
-func (s *Shard) evictDone(n int) {
-	for n > 0 && s.doneHead < len(s.done) {
+// evictDone forgets up to n of the oldest completed jobs, stopping at one
+// completed after until (but always evicting at least one).
+func (s *Shard) evictDone(n int, until int64) {
+	for evicted := 0; evicted < n && s.doneHead < len(s.done); {
 		e := s.done[s.doneHead]
-		s.done[s.doneHead] = doneEnt{}
-		s.doneHead++
 		if !s.doneLiveEnt(&e) {
+			s.done[s.doneHead] = doneEnt{}
+			s.doneHead++
 			continue
 		}
+		if evicted > 0 && e.j.DoneAt > until {
+			break
+		}
+		s.done[s.doneHead] = doneEnt{}
+		s.doneHead++
 		if q := s.queues[e.j.Queue]; q != nil {
 			q.nDone--
 		}
 		s.doneLive--
+		s.b.doneTotal.Add(-1)
 		s.forget(e.j)
-		n--
+		evicted++
 	}
 	s.compactDone()
 }
@@ -529,6 +591,7 @@ func (s *Shard) undone(q *Queue, j *Job) {
 	j.dgen++
 	j.state = StateNone
 	s.doneLive--
+	s.b.doneTotal.Add(-1)
 	q.nDone--
 	s.compactDone()
 }

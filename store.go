@@ -1,23 +1,48 @@
 package main
 
-// Store is where the broker's state is kept beyond memory. The broker calls
-// it on every state change, under the shard lock that guards the change, so
-// implementations must only record what changed and return at once: the
+// Persistence behind one narrow interface. The broker calls the store on
+// every state change, under the shard lock that guards the change, so an
+// implementation only records what changed and returns at once; the
 // writing happens elsewhere (see the SQLite write buffer). In memory mode
-// the broker has no store.
+// the broker has no store and these calls cost a nil check.
+
+import (
+	"errors"
+	"time"
+)
+
 type Store interface {
 	// JobChanged records a job's current state (admitted, claimed,
-	// retried, completed, dead-lettered...).
-	JobChanged(j *Job)
-	// JobRemoved records that a job is gone for good.
+	// retried, completed with result, dead-lettered...).
+	JobChanged(j *Job, result Raw)
+	// JobRemoved records that a job is gone for good, with its logs.
 	JobRemoved(j *Job)
-	// QueueChanged records a queue's settings (paused, limits).
+	// QueueChanged records a queue's settings (paused, configuration).
 	QueueChanged(q *Queue)
 	// QueueRemoved records that a queue was obliterated.
 	QueueRemoved(name string)
+	// LogsChanged records a job's log lines (nil: cleared).
+	LogsChanged(id string, logs []LogEntry)
+	// Admit is asked before new jobs are taken: an error refuses them (the
+	// store cannot write), and it may wait while the store catches up.
+	Admit() error
 	// Sync returns once everything recorded so far is durable.
 	Sync() error
+	// Status reports a write failure in progress, if any.
+	Status() (err error, since time.Time, backlog int)
 	Close() error
+}
+
+func (b *Broker) persist(j *Job) {
+	if b.store != nil {
+		b.store.JobChanged(j, nil)
+	}
+}
+
+func (b *Broker) unpersist(j *Job) {
+	if b.store != nil {
+		b.store.JobRemoved(j)
+	}
 }
 
 func (b *Broker) queueChanged(q *Queue) {
@@ -32,6 +57,20 @@ func (b *Broker) queueRemoved(name string) {
 	}
 }
 
+func (b *Broker) logsChanged(id string, logs []LogEntry) {
+	if b.store != nil {
+		b.store.LogsChanged(id, logs)
+	}
+}
+
+// admit asks the store whether new jobs may come in.
+func (b *Broker) admit() error {
+	if b.store == nil {
+		return nil
+	}
+	return b.store.Admit()
+}
+
 // syncDurable makes pushes marked durable durable before they are answered.
 func (b *Broker) syncDurable(jobs []*Job) error {
 	if b.store == nil {
@@ -39,8 +78,195 @@ func (b *Broker) syncDurable(jobs []*Job) error {
 	}
 	for _, j := range jobs {
 		if j.Durable {
-			return b.store.Sync()
+			if err := b.store.Sync(); err != nil {
+				return errors.New("durable write failed: " + err.Error())
+			}
+			return nil
 		}
 	}
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Queue settings and logs as stored
+
+func encodeQueueSettings(q *Queue) []byte {
+	var e Enc
+	e.MapHead(3)
+	e.Str("paused")
+	e.Bool(q.paused)
+	e.Str("stall")
+	e.ArrayHead(4)
+	e.Bool(q.stall.Enabled)
+	e.Int64Exact(q.stall.StallInterval)
+	e.Int64Exact(int64(q.stall.MaxStalls))
+	e.Int64Exact(q.stall.GracePeriod)
+	e.Str("dlq")
+	e.ArrayHead(5)
+	e.Bool(q.dlqCfg.AutoRetry)
+	e.Int64Exact(q.dlqCfg.AutoRetryInterval)
+	e.Int64Exact(int64(q.dlqCfg.MaxAutoRetries))
+	e.Int64Exact(q.dlqCfg.MaxAge)
+	e.Int64Exact(int64(q.dlqCfg.MaxEntries))
+	return e.B
+}
+
+func decodeQueueSettings(q *Queue, b []byte) error {
+	m, err := ParseMap(b, nil)
+	if err != nil {
+		return err
+	}
+	q.paused, _, _ = m.Bool("paused")
+	if r := m.Get("stall"); r != nil {
+		if items, err := r.Array(); err == nil && len(items) == 4 {
+			q.stall.Enabled = len(items[0]) > 0 && items[0][0] == 0xc3
+			q.stall.StallInterval, _ = rawInt(items[1])
+			n, _ := rawInt(items[2])
+			q.stall.MaxStalls = int32(n)
+			q.stall.GracePeriod, _ = rawInt(items[3])
+		}
+	}
+	if r := m.Get("dlq"); r != nil {
+		if items, err := r.Array(); err == nil && len(items) == 5 {
+			q.dlqCfg.AutoRetry = len(items[0]) > 0 && items[0][0] == 0xc3
+			q.dlqCfg.AutoRetryInterval, _ = rawInt(items[1])
+			n, _ := rawInt(items[2])
+			q.dlqCfg.MaxAutoRetries = int32(n)
+			q.dlqCfg.MaxAge, _ = rawInt(items[3])
+			n, _ = rawInt(items[4])
+			q.dlqCfg.MaxEntries = int(max(n, 1))
+		}
+	}
+	return nil
+}
+
+func encodeLogs(logs []LogEntry) []byte {
+	var e Enc
+	e.ArrayHead(len(logs))
+	for _, l := range logs {
+		e.ArrayHead(3)
+		e.Int64Exact(l.At)
+		e.Str(l.Level)
+		e.Raw(l.Message)
+	}
+	return e.B
+}
+
+func decodeLogs(b []byte) ([]LogEntry, error) {
+	items, err := Raw(b).Array()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LogEntry, 0, len(items))
+	for _, it := range items {
+		f, err := it.Array()
+		if err != nil || len(f) != 3 {
+			return nil, errors.New("log entry is not [at, level, message]")
+		}
+		at, _ := rawInt(f[0])
+		lvl, _ := f[1].Str()
+		out = append(out, LogEntry{At: at, Level: lvl, Message: clone(f[2])})
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------
+// Recovery: the broker's side. These run before the server accepts
+// connections and record nothing back to the store.
+
+func (b *Broker) restoreQueue(name string, settings []byte) error {
+	s := b.shardOf(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue(name)
+	q.listed = true
+	return decodeQueueSettings(q, settings)
+}
+
+func (b *Broker) noteSeq(j *Job) {
+	for {
+		cur := b.seq.Load()
+		if j.seq <= cur || b.seq.CompareAndSwap(cur, j.seq) {
+			return
+		}
+	}
+}
+
+// restoreQueued puts back a job that was waiting, delayed or active; an
+// active job's worker is gone, so it waits again with its attempts kept.
+func (b *Broker) restoreQueued(j *Job) {
+	s := b.shardOf(j.Queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := b.now()
+	q := s.queue(j.Queue)
+	q.listed = true
+	if b.idxPut(j) != nil {
+		return
+	}
+	b.noteSeq(j)
+	if j.state == StateActive {
+		j.StartedAt = 0
+	}
+	if j.UniqueKey != "" {
+		if q.unique == nil {
+			q.unique = make(map[string]*Job)
+		}
+		q.unique[j.UniqueKey] = j
+	}
+	if j.RunAt > now {
+		j.state = StateDelayed
+		q.nDelayed++
+		s.delayed.Push(j, 0, j.RunAt, j.seq)
+	} else {
+		s.makeReady(q, j)
+	}
+}
+
+func (b *Broker) restoreDone(j *Job, result Raw) {
+	s := b.shardOf(j.Queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue(j.Queue)
+	q.listed = true
+	if b.idxPut(j) != nil {
+		return
+	}
+	b.noteSeq(j)
+	s.addDone(q, j)
+	if result != nil {
+		b.setResult(j.ID, result)
+	}
+}
+
+func (b *Broker) restoreDead(j *Job) {
+	s := b.shardOf(j.Queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue(j.Queue)
+	q.listed = true
+	if b.idxPut(j) != nil {
+		return
+	}
+	b.noteSeq(j)
+	if j.dlq == nil {
+		j.dlq = &DLQEntry{EnteredAt: j.DoneAt, Reason: "unknown", ExpiresAt: b.now() + q.dlqCfg.MaxAge}
+	}
+	q.dlq = append(q.dlq, j)
+}
+
+func (b *Broker) restoreLogs(id string, logs []LogEntry) {
+	b.lmu.Lock()
+	b.logs.Put(id, logs)
+	b.lmu.Unlock()
+}
+
+// finishRestore arms the shard timers for what was loaded.
+func (b *Broker) finishRestore() {
+	now := b.now()
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.rearm(now)
+		s.mu.Unlock()
+	}
 }

@@ -263,12 +263,12 @@ func ParseMap(b Raw, fields []Field) (Map, error) {
 			}
 			return Map{Fields: fields}, err
 		}
-		ve, err := skip(b, ke, 1, false)
+		// Values may hold ext types: the official client packs a JavaScript
+		// Date inside job data as the timestamp ext, and such data is passed
+		// through untouched. A field the server reads refuses what is not its
+		// type, naming the field.
+		ve, err := skip(b, ke, 1, true)
 		if err != nil {
-			var ee *ExtError
-			if errors.As(err, &ee) {
-				err = &FieldError{Field: string(b[ks:ke]), Msg: "uses " + ee.Error()}
-			}
 			return Map{Fields: fields}, err
 		}
 		fields = append(fields, Field{Key: b[ks:ke], Val: b[ke:ve]})

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// completeAll pushes n jobs to queue and completes them.
+func completeAll(t *testing.T, b *Broker, queue string, n int) []string {
+	t.Helper()
+	var ids []string
+	for done := 0; done < n; done += 1000 {
+		jobs := make([]*Job, min(1000, n-done))
+		for i := range jobs {
+			jobs[i] = mustJob(t, queue, map[string]any{"data": int64(done + i)})
+		}
+		b.Push(queue, jobs)
+		got, tokens := claimN(b, queue, len(jobs))
+		items := make([]AckItem, len(got))
+		for i, j := range got {
+			items[i] = AckItem{ID: j.ID, Token: tokens[i]}
+			ids = append(ids, j.ID)
+		}
+		if ig := b.AckBatch(items); len(ig) > 0 {
+			t.Fatalf("ack ignored %v", ig)
+		}
+	}
+	return ids
+}
+
+// Completed jobs are bounded across the broker, oldest evicted first
+// whichever shard holds them, a tenth at a time.
+func TestCompletedRetentionBound(t *testing.T) {
+	b := NewBroker(4, nil)
+	defer b.Close()
+	// Two queues in different shards.
+	qa, qb := "retain-a", "retain-b"
+	for i := 0; b.shardOf(qa) == b.shardOf(qb); i++ {
+		qb = "retain-b" + itoa(int64(i))
+	}
+	oldA := completeAll(t, b, qa, 30000)
+	time.Sleep(5 * time.Millisecond) // completion times of B are later
+	newB := completeAll(t, b, qb, 30000)
+	deadline := time.Now().Add(10 * time.Second)
+	for b.doneTotal.Load() > maxCompleted && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	total := b.doneTotal.Load()
+	if total > maxCompleted || total < maxCompleted*9/10-1000 {
+		t.Fatalf("completed jobs kept: %d", total)
+	}
+	ca, cb := b.counts(qa), b.counts(qb)
+	if int64(ca.Completed+cb.Completed) != total {
+		t.Fatalf("queue counts %d+%d disagree with the total %d", ca.Completed, cb.Completed, total)
+	}
+	if cb.Completed != 30000 {
+		t.Fatalf("newer completions evicted: queue B keeps %d of 30000", cb.Completed)
+	}
+	if b.stateOf(oldA[0]) != StateNone || b.stateOf(oldA[len(oldA)-1]) != StateCompleted || b.stateOf(newB[0]) != StateCompleted {
+		t.Fatal("eviction did not take the oldest first")
+	}
+}

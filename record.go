@@ -1,0 +1,387 @@
+package main
+
+// The storage record of a job: everything the broker needs to rebuild the
+// job after a restart, as one MessagePack array. The wire format is for
+// clients; this one is ours, compact, positional and versioned.
+
+import (
+	"errors"
+	"fmt"
+)
+
+const recordVersion = 1
+
+// Flag bits of a record.
+const (
+	rfLifo = 1 << iota
+	rfRemoveOnC
+	rfRemoveOnF
+	rfFailParent
+	rfRemoveDep
+	rfContinueParent
+	rfIgnoreDep
+	rfDedupExtend
+	rfDedupReplace
+	rfDurable
+	rfHasProgMsg
+	rfHasFail
+)
+
+func recInt(e *Enc, v int64) { e.Int64Exact(v) }
+
+func recStrs(e *Enc, a []string) {
+	if a == nil {
+		e.Nil()
+		return
+	}
+	strArray(e, a)
+}
+
+func recOptStr(e *Enc, s string, ok bool) {
+	if ok {
+		e.Str(s)
+	} else {
+		e.Nil()
+	}
+}
+
+// encodeRecord appends j's record to e. It runs under the job's shard lock.
+func encodeRecord(e *Enc, j *Job) {
+	e.ArrayHead(43)
+	recInt(e, recordVersion)
+	e.Str(j.ID)
+	e.Str(j.Queue)
+	e.Str(j.Name)
+	e.Raw(j.Data)
+	recInt(e, j.Priority)
+	recInt(e, j.CreatedAt)
+	recInt(e, j.RunAt)
+	recInt(e, j.StartedAt)
+	recInt(e, j.DoneAt)
+	recInt(e, int64(j.Attempts))
+	recInt(e, int64(j.MaxAtt))
+	recInt(e, j.Backoff)
+	if c := j.BackoffC; c != nil {
+		e.ArrayHead(3)
+		e.Bool(c.Exponential)
+		recInt(e, c.Delay)
+		recInt(e, c.MaxDelay)
+	} else {
+		e.Nil()
+	}
+	recInt(e, j.TTL)
+	recInt(e, j.Timeout)
+	e.Str(j.UniqueKey)
+	e.Str(j.CustomID)
+	recStrs(e, j.DependsOn)
+	e.Str(j.ParentID)
+	recStrs(e, j.Children)
+	recInt(e, int64(j.ChildDone))
+	recStrs(e, j.Tags)
+	e.Str(j.GroupID)
+	e.Raw(j.Progress)
+	e.Str(j.ProgMsg)
+	recStrs(e, j.Stack)
+	e.Raw(j.Repeat)
+	recInt(e, j.Heartbeat)
+	recInt(e, j.StallTO)
+	recInt(e, int64(j.Stalls))
+	recInt(e, int64(j.StackLim))
+	recInt(e, j.KeepLogs)
+	recInt(e, j.SizeLimit)
+	var f int64
+	for _, b := range []struct {
+		on  bool
+		bit int64
+	}{{j.Lifo, rfLifo}, {j.RemoveOnC, rfRemoveOnC}, {j.RemoveOnF, rfRemoveOnF}, {j.FailParent, rfFailParent},
+		{j.RemoveDepOnFail, rfRemoveDep}, {j.ContinueParent, rfContinueParent}, {j.IgnoreDepOnFail, rfIgnoreDep},
+		{j.DedupExtend, rfDedupExtend}, {j.DedupReplace, rfDedupReplace}, {j.Durable, rfDurable},
+		{j.HasProgM, rfHasProgMsg}, {j.hasFail, rfHasFail}} {
+		if b.on {
+			f |= b.bit
+		}
+	}
+	recInt(e, f)
+	// Dedup and debounce settings travel as one array.
+	e.ArrayHead(3)
+	recInt(e, j.DedupTTL)
+	e.Str(j.DebounceID)
+	recInt(e, j.DebounceTTL)
+	e.ArrayHead(len(j.Timeline))
+	for _, t := range j.Timeline {
+		e.ArrayHead(4)
+		e.Str(t.State)
+		recInt(e, t.At)
+		recOptStr(e, t.Error, t.HasErr)
+		recInt(e, int64(t.Attempt))
+	}
+	recInt(e, int64(j.state))
+	recInt(e, j.seq)
+	e.Str(j.failErr)
+	if d := j.dlq; d != nil {
+		e.ArrayHead(7)
+		recInt(e, d.EnteredAt)
+		e.Str(d.Reason)
+		recOptStr(e, d.Error, d.HasErr)
+		recInt(e, int64(d.RetryCount))
+		recInt(e, d.LastRetryAt)
+		recInt(e, d.NextRetryAt)
+		recInt(e, d.ExpiresAt)
+	} else {
+		e.Nil()
+	}
+	e.ArrayHead(len(j.history))
+	for _, a := range j.history {
+		e.ArrayHead(5)
+		recInt(e, int64(a.Attempt))
+		recInt(e, a.StartedAt)
+		recInt(e, a.FailedAt)
+		e.Str(a.Reason)
+		recOptStr(e, a.Error, a.HasErr)
+	}
+	e.Nil() // reserved
+}
+
+// recReader reads a record's fields in order; the first fault sticks.
+type recReader struct {
+	items []Raw
+	i     int
+	err   error
+}
+
+func (r *recReader) next() Raw {
+	if r.err != nil {
+		return rawNil
+	}
+	if r.i >= len(r.items) {
+		r.err = errors.New("record too short")
+		return rawNil
+	}
+	v := r.items[r.i]
+	r.i++
+	return v
+}
+
+func (r *recReader) fail(what string, err error) {
+	if r.err == nil {
+		r.err = fmt.Errorf("record field %d (%s): %w", r.i-1, what, err)
+	}
+}
+
+func (r *recReader) i64() int64 {
+	v := r.next()
+	if v.IsNil() {
+		return 0
+	}
+	n, err := rawInt(v)
+	if err != nil {
+		r.fail("integer", err)
+	}
+	return n
+}
+
+func (r *recReader) str() string {
+	v := r.next()
+	if v.IsNil() {
+		return ""
+	}
+	s, err := v.Str()
+	if err != nil {
+		r.fail("string", err)
+	}
+	return s
+}
+
+func (r *recReader) optStr() (string, bool) {
+	v := r.next()
+	if v.IsNil() {
+		return "", false
+	}
+	s, err := v.Str()
+	if err != nil {
+		r.fail("string", err)
+	}
+	return s, true
+}
+
+func (r *recReader) raw() Raw {
+	v := r.next()
+	if len(v) == 0 || v[0] == 0xc0 {
+		return nil
+	}
+	return clone(v)
+}
+
+func (r *recReader) strs() []string {
+	v := r.next()
+	if v.IsNil() {
+		return nil
+	}
+	items, err := v.Array()
+	if err != nil {
+		r.fail("array", err)
+		return nil
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		if out[i], err = it.Str(); err != nil {
+			r.fail("string in array", err)
+		}
+	}
+	return out
+}
+
+func (r *recReader) sub() *recReader {
+	v := r.next()
+	if v.IsNil() {
+		return nil
+	}
+	items, err := v.Array()
+	if err != nil {
+		r.fail("array", err)
+		return nil
+	}
+	return &recReader{items: items}
+}
+
+// rawInt reads an integer of any encoding exactly (int64 included).
+func rawInt(v Raw) (int64, error) {
+	if len(v) > 0 && v[0] == 0xd3 && len(v) == 9 {
+		var n int64
+		for _, b := range v[1:] {
+			n = n<<8 | int64(b)
+		}
+		return n, nil
+	}
+	f, err := v.Float()
+	return int64(f), err
+}
+
+// decodeRecord rebuilds a job from its record.
+func decodeRecord(b []byte) (*Job, error) {
+	items, err := Raw(b).Array()
+	if err != nil {
+		return nil, fmt.Errorf("job record: %w", err)
+	}
+	r := &recReader{items: items}
+	if v := r.i64(); v != recordVersion {
+		return nil, fmt.Errorf("job record version %d, this build reads %d", v, recordVersion)
+	}
+	j := &Job{}
+	j.ID = r.str()
+	j.Queue = r.str()
+	j.Name = r.str()
+	j.Data = r.raw()
+	if j.Data == nil {
+		j.Data = rawNil
+	}
+	j.Priority = r.i64()
+	j.CreatedAt = r.i64()
+	j.RunAt = r.i64()
+	j.StartedAt = r.i64()
+	j.DoneAt = r.i64()
+	j.Attempts = int32(r.i64())
+	j.MaxAtt = int32(r.i64())
+	j.Backoff = r.i64()
+	if c := r.sub(); c != nil {
+		exp := c.next()
+		j.BackoffC = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
+		if c.err != nil {
+			r.fail("backoff", c.err)
+		}
+	}
+	j.TTL = r.i64()
+	j.Timeout = r.i64()
+	j.UniqueKey = r.str()
+	j.CustomID = r.str()
+	j.DependsOn = r.strs()
+	j.ParentID = r.str()
+	j.Children = r.strs()
+	j.ChildDone = int32(r.i64())
+	j.Tags = r.strs()
+	j.GroupID = r.str()
+	j.Progress = r.raw()
+	j.ProgMsg = r.str()
+	j.Stack = r.strs()
+	j.Repeat = r.raw()
+	j.Heartbeat = r.i64()
+	j.StallTO = r.i64()
+	j.Stalls = int32(r.i64())
+	j.StackLim = int32(r.i64())
+	j.KeepLogs = r.i64()
+	j.SizeLimit = r.i64()
+	f := r.i64()
+	j.Lifo, j.RemoveOnC, j.RemoveOnF = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
+	j.FailParent, j.RemoveDepOnFail = f&rfFailParent != 0, f&rfRemoveDep != 0
+	j.ContinueParent, j.IgnoreDepOnFail = f&rfContinueParent != 0, f&rfIgnoreDep != 0
+	j.DedupExtend, j.DedupReplace, j.Durable = f&rfDedupExtend != 0, f&rfDedupReplace != 0, f&rfDurable != 0
+	j.HasProgM, j.hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
+	if d := r.sub(); d != nil {
+		j.DedupTTL = d.i64()
+		j.DebounceID = d.str()
+		j.DebounceTTL = d.i64()
+		if d.err != nil {
+			r.fail("dedup", d.err)
+		}
+	}
+	if tl := r.sub(); tl != nil && len(tl.items) > 0 {
+		j.Timeline = make([]TimelineEntry, 0, len(tl.items))
+		for range tl.items {
+			t := tl.sub()
+			if t == nil {
+				break
+			}
+			var e TimelineEntry
+			e.State = t.str()
+			e.At = t.i64()
+			e.Error, e.HasErr = t.optStr()
+			e.Attempt = int32(t.i64())
+			if t.err != nil {
+				r.fail("timeline", t.err)
+			}
+			j.Timeline = append(j.Timeline, e)
+		}
+	}
+	j.state = State(r.i64())
+	j.seq = r.i64()
+	j.failErr = r.str()
+	if d := r.sub(); d != nil {
+		e := &DLQEntry{}
+		e.EnteredAt = d.i64()
+		e.Reason = d.str()
+		e.Error, e.HasErr = d.optStr()
+		e.RetryCount = int32(d.i64())
+		e.LastRetryAt = d.i64()
+		e.NextRetryAt = d.i64()
+		e.ExpiresAt = d.i64()
+		if d.err != nil {
+			r.fail("dlq", d.err)
+		}
+		j.dlq = e
+	}
+	if h := r.sub(); h != nil {
+		for range h.items {
+			a := h.sub()
+			if a == nil {
+				break
+			}
+			var rec AttemptRec
+			rec.Attempt = int32(a.i64())
+			rec.StartedAt = a.i64()
+			rec.FailedAt = a.i64()
+			rec.Reason = a.str()
+			rec.Error, rec.HasErr = a.optStr()
+			if a.err != nil {
+				r.fail("history", a.err)
+			}
+			j.history = append(j.history, rec)
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if j.ID == "" || j.Queue == "" {
+		return nil, errors.New("job record without id or queue")
+	}
+	return j, nil
+}

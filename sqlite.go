@@ -1,0 +1,644 @@
+package main
+
+// SQLite storage: one file, WAL mode, a write buffer with group commit.
+//
+// The broker reports every state change under its shard lock; the store
+// encodes the job's record there and files it in a pending set keyed by job
+// id, so that a job changed many times between two flushes is written once.
+// One writer goroutine commits the pending set as one transaction of
+// multi-row statements when 100 changes are pending or 10 ms after the
+// first, whichever comes first. A push marked durable waits for the commit
+// that holds it before it is answered.
+//
+// Guarantees: with --sync normal (the default) a committed transaction
+// survives the process dying (kill -9, OOM, panic); with --sync full it also
+// survives the machine losing power. An ordinary change is committed about
+// 10 ms after it was answered; a durable push before it is answered.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+const (
+	flushOps      = 100                   // changes that trigger a flush at once
+	flushInterval = 10 * time.Millisecond // the longest a change waits for a flush
+	rowsPerStmt   = 100                   // rows per multi-row statement
+	maxBacklog    = 200000                // pending changes before pushes wait
+	schemaVersion = 1
+)
+
+// migrations[i] brings the schema from version i to i+1.
+var migrations = []string{
+	`CREATE TABLE jobs (
+		id     TEXT PRIMARY KEY,
+		queue  TEXT NOT NULL,
+		state  INTEGER NOT NULL,
+		record BLOB NOT NULL,
+		result BLOB
+	) WITHOUT ROWID;
+	CREATE INDEX jobs_queue_state ON jobs(queue, state);
+	CREATE TABLE queues (
+		name     TEXT PRIMARY KEY,
+		settings BLOB NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE job_logs (
+		job_id TEXT PRIMARY KEY,
+		logs   BLOB NOT NULL
+	) WITHOUT ROWID;`,
+}
+
+// pendingJob is the latest unwritten change of one job.
+type pendingJob struct {
+	del    bool
+	queue  string
+	state  State
+	record []byte
+	result []byte
+}
+
+// SQLiteStore implements Store on one SQLite file.
+type SQLiteStore struct {
+	path string
+	log  *slog.Logger
+	db   *sql.DB
+
+	mu       sync.Mutex
+	jobs     map[string]*pendingJob
+	queues   map[string][]byte // nil value: delete
+	logs     map[string][]byte
+	n        int // pending changes
+	first    time.Time
+	barriers []chan error
+	err      error // the last flush failure, nil when writes succeed
+	errSince time.Time
+	closed   bool
+	started  bool
+	room     *sync.Cond // signalled when the backlog shrinks
+
+	kick chan struct{}
+	done chan struct{}
+
+	stmts map[string]*sql.Stmt // on the writer connection
+	wconn *sql.Conn
+}
+
+// OpenSQLite opens (creating if needed) the database at path and migrates
+// its schema. sync is "normal" or "full".
+func OpenSQLite(path, syncMode string, log *slog.Logger) (*SQLiteStore, error) {
+	if syncMode != "normal" && syncMode != "full" {
+		return nil, fmt.Errorf("--sync %q: want normal or full", syncMode)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("data path %s: cannot create its folder: %w", path, err)
+		}
+	}
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + strings.ToUpper(syncMode) +
+		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("data path %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[string]*pendingJob{}, queues: map[string][]byte{},
+		logs: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+	s.room = sync.NewCond(&s.mu)
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("data path %s: %w", path, err)
+	}
+	ctx := context.Background()
+	if s.wconn, err = db.Conn(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("data path %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *SQLiteStore) migrate() error {
+	ctx := context.Background()
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("cannot write to the database: %w", err)
+	}
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO schema_version(version) VALUES (0)`); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this queued knows (%d); use a newer queued", v, len(migrations))
+	}
+	for ; v < len(migrations); v++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration to schema version %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, v+1); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration to schema version %d: %w", v+1, err)
+		}
+	}
+	return nil
+}
+
+// Start runs the writer goroutine until Close.
+func (s *SQLiteStore) Start() {
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	go s.writer()
+}
+
+// ---------------------------------------------------------------------------
+// Recording changes (called under shard locks: no I/O here)
+
+func (s *SQLiteStore) note() {
+	s.n++
+	if s.n == 1 {
+		s.first = time.Now()
+	}
+	if s.n == 1 || s.n >= flushOps {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
+	var e Enc
+	e.B = make([]byte, 0, 256+len(j.Data))
+	encodeRecord(&e, j)
+	s.mu.Lock()
+	p := s.jobs[j.ID]
+	if p == nil {
+		p = &pendingJob{}
+		s.jobs[j.ID] = p
+		s.note()
+	}
+	p.del, p.queue, p.state, p.record = false, j.Queue, j.state, e.B
+	if result != nil {
+		p.result = clone(result)
+	} else if j.state != StateCompleted {
+		p.result = nil
+	}
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) JobRemoved(j *Job) {
+	s.mu.Lock()
+	p := s.jobs[j.ID]
+	if p == nil {
+		p = &pendingJob{}
+		s.jobs[j.ID] = p
+		s.note()
+	}
+	*p = pendingJob{del: true}
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) QueueChanged(q *Queue) {
+	b := encodeQueueSettings(q)
+	s.mu.Lock()
+	if _, ok := s.queues[q.name]; !ok {
+		s.note()
+	}
+	s.queues[q.name] = b
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) QueueRemoved(name string) {
+	s.mu.Lock()
+	if _, ok := s.queues[name]; !ok {
+		s.note()
+	}
+	s.queues[name] = nil
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) LogsChanged(id string, logs []LogEntry) {
+	var b []byte
+	if len(logs) > 0 {
+		b = encodeLogs(logs)
+	}
+	s.mu.Lock()
+	if _, ok := s.logs[id]; !ok {
+		s.note()
+	}
+	s.logs[id] = b
+	s.mu.Unlock()
+}
+
+// Sync waits until everything recorded so far is committed.
+func (s *SQLiteStore) Sync() error {
+	ch := make(chan error, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("storage is closed")
+	}
+	s.barriers = append(s.barriers, ch)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return <-ch
+}
+
+// Admit says whether new jobs may be taken: not while writes fail. It
+// waits while the backlog is over its bound, so that a producer faster
+// than the disk is slowed to the disk's pace instead of growing memory.
+func (s *SQLiteStore) Admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.n >= maxBacklog && s.err == nil && !s.closed {
+		s.room.Wait()
+	}
+	if s.err != nil {
+		return fmt.Errorf("storage unavailable, new jobs refused: %v", s.err)
+	}
+	return nil
+}
+
+// Status reports the last write failure, if writes are failing.
+func (s *SQLiteStore) Status() (err error, since time.Time, backlog int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err, s.errSince, s.n
+}
+
+// ---------------------------------------------------------------------------
+// The writer
+
+func (s *SQLiteStore) writer() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var retry time.Duration // pause after a failed flush, growing to 5 s
+	for {
+		// Wait for a reason to flush: enough changes, a durable push
+		// waiting, the oldest change 10 ms old, or shutdown.
+		for {
+			s.mu.Lock()
+			n, first, closed, bars := s.n, s.first, s.closed, len(s.barriers)
+			s.mu.Unlock()
+			if closed || bars > 0 || n >= flushOps {
+				break
+			}
+			wait := time.Duration(-1)
+			if n > 0 {
+				if wait = flushInterval - time.Since(first); wait <= 0 {
+					break
+				}
+				timer.Reset(wait)
+			}
+			select {
+			case <-s.kick:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		if retry > 0 {
+			time.Sleep(retry)
+		}
+		s.mu.Lock()
+		jobs, queues, logs, bars := s.jobs, s.queues, s.logs, s.barriers
+		s.jobs, s.queues, s.logs, s.barriers = map[string]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
+		s.n = 0
+		closed := s.closed
+		s.mu.Unlock()
+
+		err := s.flush(jobs, queues, logs)
+		s.mu.Lock()
+		if err != nil {
+			// Nothing was written (the transaction rolled back): put the
+			// changes back under any newer ones and try again.
+			for id, p := range jobs {
+				if _, newer := s.jobs[id]; !newer {
+					s.jobs[id] = p
+					s.n++
+				}
+			}
+			for k, v := range queues {
+				if _, newer := s.queues[k]; !newer {
+					s.queues[k] = v
+					s.n++
+				}
+			}
+			for k, v := range logs {
+				if _, newer := s.logs[k]; !newer {
+					s.logs[k] = v
+					s.n++
+				}
+			}
+			if s.n > 0 && s.first.IsZero() {
+				s.first = time.Now()
+			}
+			if s.err == nil {
+				s.errSince = time.Now()
+				s.log.Error("storage write failed; retrying", "path", s.path, "err", err, "pending", s.n)
+			}
+			s.err = err
+			retry = min(max(retry*2, 100*time.Millisecond), 5*time.Second)
+		} else {
+			if s.err != nil {
+				s.log.Info("storage writes recovered", "path", s.path)
+			}
+			s.err = nil
+			retry = 0
+		}
+		s.room.Broadcast()
+		s.mu.Unlock()
+		for _, b := range bars {
+			b <- err
+		}
+		// At shutdown, stop once everything is written, or after a few
+		// failed attempts (Close reports what could not be written).
+		if closed && (err == nil || retry >= 800*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// flush writes one batch as one transaction.
+func (s *SQLiteStore) flush(jobs map[string]*pendingJob, queues, logs map[string][]byte) error {
+	if len(jobs) == 0 && len(queues) == 0 && len(logs) == 0 {
+		return nil
+	}
+	ctx := context.Background()
+	tx, err := s.wconn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		tx.Rollback()
+		return err
+	}
+	var up []any
+	var del []any
+	nUp := 0
+	for id, p := range jobs {
+		if p.del {
+			del = append(del, id)
+			continue
+		}
+		var res any
+		if p.result != nil {
+			res = []byte(p.result)
+		}
+		up = append(up, id, p.queue, int(p.state), p.record, res)
+		nUp++
+	}
+	if err := s.execChunks(ctx, tx, "jobs-up", up, 5, func(n int) string {
+		return "INSERT INTO jobs(id, queue, state, record, result) VALUES " + placeholders(n, 5) +
+			" ON CONFLICT(id) DO UPDATE SET queue=excluded.queue, state=excluded.state, record=excluded.record, result=excluded.result"
+	}); err != nil {
+		return fail(fmt.Errorf("write jobs: %w", err))
+	}
+	if err := s.execChunks(ctx, tx, "jobs-del", del, 1, func(n int) string {
+		return "DELETE FROM jobs WHERE id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	}); err != nil {
+		return fail(fmt.Errorf("delete jobs: %w", err))
+	}
+	for name, b := range queues {
+		if b == nil {
+			_, err = tx.ExecContext(ctx, `DELETE FROM queues WHERE name = ?`, name)
+		} else {
+			_, err = tx.ExecContext(ctx, `INSERT INTO queues(name, settings) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET settings=excluded.settings`, name, b)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("write queue %s: %w", name, err))
+		}
+	}
+	var logUp, logDel []any
+	for id, b := range logs {
+		if b == nil {
+			logDel = append(logDel, id)
+		} else {
+			logUp = append(logUp, id, b)
+		}
+	}
+	if err := s.execChunks(ctx, tx, "logs-up", logUp, 2, func(n int) string {
+		return "INSERT INTO job_logs(job_id, logs) VALUES " + placeholders(n, 2) + " ON CONFLICT(job_id) DO UPDATE SET logs=excluded.logs"
+	}); err != nil {
+		return fail(fmt.Errorf("write logs: %w", err))
+	}
+	if err := s.execChunks(ctx, tx, "logs-del", logDel, 1, func(n int) string {
+		return "DELETE FROM job_logs WHERE job_id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	}); err != nil {
+		return fail(fmt.Errorf("delete logs: %w", err))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// execChunks runs a multi-row statement over args in chunks of up to
+// rowsPerStmt rows, reusing prepared statements by row count.
+func (s *SQLiteStore) execChunks(ctx context.Context, tx *sql.Tx, kind string, args []any, width int, build func(rows int) string) error {
+	for len(args) > 0 {
+		rows := min(len(args)/width, rowsPerStmt)
+		key := kind + ":" + itoa(int64(rows))
+		st := s.stmts[key]
+		if st == nil {
+			var err error
+			if st, err = s.wconn.PrepareContext(ctx, build(rows)); err != nil {
+				return err
+			}
+			s.stmts[key] = st
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args[:rows*width]...); err != nil {
+			return err
+		}
+		args = args[rows*width:]
+	}
+	return nil
+}
+
+func placeholders(rows, width int) string {
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", width), ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
+}
+
+// Close flushes what is pending and closes the database.
+func (s *SQLiteStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.room.Broadcast()
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	if started {
+		<-s.done
+	}
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.wconn.Close()
+	err, _, pending := s.Status()
+	if cerr := s.db.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("closing %s with %d changes unwritten: %w", s.path, pending, err)
+	}
+	return nil
+}
+
+// Backup writes a consistent copy of the live database to dst.
+func (s *SQLiteStore) Backup(ctx context.Context, dst string) error {
+	if _, err := os.Stat(dst); err == nil {
+		return fmt.Errorf("backup target %s exists", dst)
+	}
+	if _, err := s.db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
+		return fmt.Errorf("backup of %s to %s: %w", s.path, dst, err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Recovery
+
+// RecoveryStats says what a start found in the database.
+type RecoveryStats struct {
+	Waiting, Delayed, Active, Completed, Failed, Logs, Queues int
+	Took                                                      time.Duration
+}
+
+// Load rebuilds the broker's state from the database. It runs before the
+// server accepts connections.
+func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
+	start := time.Now()
+	var st RecoveryStats
+	ctx := context.Background()
+	rows, err := s.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
+	if err != nil {
+		return st, fmt.Errorf("read queues: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var settings []byte
+		if err := rows.Scan(&name, &settings); err != nil {
+			rows.Close()
+			return st, err
+		}
+		if err := b.restoreQueue(name, settings); err != nil {
+			s.log.Warn("queue settings unreadable, using defaults", "queue", name, "err", err)
+		}
+		st.Queues++
+	}
+	rows.Close()
+
+	rows, err = s.db.QueryContext(ctx, `SELECT record, result FROM jobs`)
+	if err != nil {
+		return st, fmt.Errorf("read jobs: %w", err)
+	}
+	var done, dead []*Job
+	results := map[string]Raw{}
+	bad := 0
+	for rows.Next() {
+		var rec, res []byte
+		if err := rows.Scan(&rec, &res); err != nil {
+			rows.Close()
+			return st, err
+		}
+		j, err := decodeRecord(rec)
+		if err != nil {
+			bad++
+			if bad <= 5 {
+				s.log.Error("job record unreadable, skipped", "err", err)
+			}
+			continue
+		}
+		switch j.state {
+		case StateCompleted:
+			done = append(done, j)
+			if res != nil {
+				results[j.ID] = res
+			}
+			st.Completed++
+		case StateFailed:
+			dead = append(dead, j)
+			st.Failed++
+		default:
+			switch j.state {
+			case StateActive:
+				st.Active++
+			case StateDelayed:
+				st.Delayed++
+			default:
+				st.Waiting++
+			}
+			b.restoreQueued(j)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return st, fmt.Errorf("read jobs: %w", err)
+	}
+	rows.Close()
+	slices.SortFunc(done, func(x, y *Job) int { return cmpInt(x.DoneAt, y.DoneAt) })
+	slices.SortFunc(dead, func(x, y *Job) int { return cmpInt(x.dlq.EnteredAt, y.dlq.EnteredAt) })
+	for _, j := range done {
+		b.restoreDone(j, results[j.ID])
+	}
+	for _, j := range dead {
+		b.restoreDead(j)
+	}
+
+	rows, err = s.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs`)
+	if err != nil {
+		return st, fmt.Errorf("read logs: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var blob []byte
+		if err := rows.Scan(&id, &blob); err != nil {
+			rows.Close()
+			return st, err
+		}
+		if logs, err := decodeLogs(blob); err == nil {
+			b.restoreLogs(id, logs)
+			st.Logs++
+		}
+	}
+	rows.Close()
+	b.finishRestore()
+	st.Took = time.Since(start)
+	if bad > 0 {
+		return st, fmt.Errorf("%d job records could not be read", bad)
+	}
+	return st, nil
+}
