@@ -127,6 +127,7 @@ func cmdPullBatch(r *Req) error {
 // pull claims at once, or waits up to the timeout from a goroutine of its
 // own so that later commands on the connection are not held up.
 func (r *Req) pull(a pullArgs, n int, batch bool) error {
+	r.b.throttle()
 	withToken := a.opts.Owner != ""
 	answered := false
 	var werr error
@@ -281,6 +282,7 @@ func cmdAck(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.throttle()
 	res := r.m.Get("result")
 	it := AckItem{ID: id, Token: tok, Result: clone(res), HasResult: res != nil, Remove: truthy(r.m, "removeOnComplete")}
 	out, err := r.b.Ack(it)
@@ -349,6 +351,7 @@ func cmdAckBatch(r *Req) error {
 			items[i].Remove = true
 		}
 	}
+	r.b.throttle()
 	ignored := r.b.AckBatch(items)
 	if len(ignored) == 0 {
 		return r.okID()
@@ -448,6 +451,7 @@ func cmdFail(r *Req) error {
 			}
 		}
 	}
+	r.b.throttle()
 	out, err := r.b.Fail(id, tok, f)
 	if err != nil {
 		return err

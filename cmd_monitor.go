@@ -246,3 +246,25 @@ func cmdListWorkers(r *Req) error {
 	e.Int(slots)
 	return nil
 }
+
+// StorageStatus answers {diskFull, error, since} as the reference does.
+func cmdStorageStatus(r *Req) error {
+	st := r.b.storageState()
+	e := r.field("data")
+	e.MapHead(3)
+	e.Str("diskFull")
+	e.Bool(isDiskFull(st.Err))
+	e.Str("error")
+	if st.Err != nil {
+		e.Str(st.Err.Error())
+	} else {
+		e.Nil()
+	}
+	e.Str("since")
+	if st.Err != nil {
+		e.Int(st.Since.UnixMilli())
+	} else {
+		e.Nil()
+	}
+	return nil
+}

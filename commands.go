@@ -65,6 +65,7 @@ func init() {
 		"UnregisterWorker": cmdUnregisterWorker,
 		"Heartbeat":        cmdHeartbeat,
 		"ListWorkers":      cmdListWorkers,
+		"StorageStatus":    cmdStorageStatus,
 	}
 }
 

@@ -27,6 +27,7 @@ const usage = `queued: a job queue server that speaks the bunqueue protocol (v3)
 
 Usage:
   queued [serve] [flags]   run the server (the default)
+  queued backup --out FILE copy a running server's database (see queued backup --help)
   queued version           print the version
   queued help              this text
 
@@ -41,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		return serve(args, stdout, stderr)
+	case "backup":
+		return cmdBackupCLI(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "queued %s (bunqueue protocol %d, compatible with bunqueue %s)\n", version, protocolVersion, compatVersion)
 		return 0

@@ -35,7 +35,10 @@ const (
 	flushOps      = 100                   // changes that trigger a flush at once
 	flushInterval = 10 * time.Millisecond // the longest a change waits for a flush
 	rowsPerStmt   = 100                   // rows per multi-row statement
-	maxBacklog    = 200000                // pending changes before pushes wait
+	// Pending changes before writers wait: about two flushes' worth, so
+	// that an answered change is on disk within a few tens of ms even when
+	// producers outrun the disk (they are slowed to its pace instead).
+	maxBacklog = 4096
 	schemaVersion = 1
 )
 
@@ -48,7 +51,6 @@ var migrations = []string{
 		record BLOB NOT NULL,
 		result BLOB
 	) WITHOUT ROWID;
-	CREATE INDEX jobs_queue_state ON jobs(queue, state);
 	CREATE TABLE queues (
 		name     TEXT PRIMARY KEY,
 		settings BLOB NOT NULL
@@ -97,6 +99,12 @@ type SQLiteStore struct {
 // OpenSQLite opens (creating if needed) the database at path and migrates
 // its schema. sync is "normal" or "full".
 func OpenSQLite(path, syncMode string, log *slog.Logger) (*SQLiteStore, error) {
+	return openSQLite(path, syncMode, log, "")
+}
+
+// openSQLite takes extra pragmas for tests (a page limit stands in for a
+// full disk).
+func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteStore, error) {
 	if syncMode != "normal" && syncMode != "full" {
 		return nil, fmt.Errorf("--sync %q: want normal or full", syncMode)
 	}
@@ -106,7 +114,7 @@ func OpenSQLite(path, syncMode string, log *slog.Logger) (*SQLiteStore, error) {
 		}
 	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + strings.ToUpper(syncMode) +
-		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_txlock=immediate"
+		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_txlock=immediate" + extra
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("data path %s: %w", path, err)
@@ -269,19 +277,31 @@ func (s *SQLiteStore) Sync() error {
 	return <-ch
 }
 
-// Admit says whether new jobs may be taken: not while writes fail. It
-// waits while the backlog is over its bound, so that a producer faster
-// than the disk is slowed to the disk's pace instead of growing memory.
+// Admit says whether new jobs may be taken: not while writes fail. Like
+// Throttle it first waits for the backlog to shrink.
 func (s *SQLiteStore) Admit() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.n >= maxBacklog && s.err == nil && !s.closed {
-		s.room.Wait()
-	}
+	s.waitRoom()
 	if s.err != nil {
 		return fmt.Errorf("storage unavailable, new jobs refused: %v", s.err)
 	}
 	return nil
+}
+
+// Throttle waits while the backlog is over its bound, so that a client
+// faster than the disk is slowed to the disk's pace instead of the backlog
+// (and with it the data a crash would lose) growing.
+func (s *SQLiteStore) Throttle() {
+	s.mu.Lock()
+	s.waitRoom()
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) waitRoom() {
+	for s.n >= maxBacklog && s.err == nil && !s.closed {
+		s.room.Wait()
+	}
 }
 
 // Status reports the last write failure, if writes are failing.
@@ -289,6 +309,19 @@ func (s *SQLiteStore) Status() (err error, since time.Time, backlog int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err, s.errSince, s.n
+}
+
+// Describe names the storage for status reports.
+func (s *SQLiteStore) Describe() (driver, path string) { return "sqlite", s.path }
+
+// isDiskFull recognises SQLite's "database or disk is full" (SQLITE_FULL)
+// and the operating system's ENOSPC.
+func isDiskFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "disk is full") || strings.Contains(m, "no space left") || strings.Contains(m, "sqlite_full")
 }
 
 // ---------------------------------------------------------------------------

@@ -26,10 +26,15 @@ type Store interface {
 	// Admit is asked before new jobs are taken: an error refuses them (the
 	// store cannot write), and it may wait while the store catches up.
 	Admit() error
+	// Throttle is called before other changes; it may wait while the
+	// store catches up.
+	Throttle()
 	// Sync returns once everything recorded so far is durable.
 	Sync() error
 	// Status reports a write failure in progress, if any.
 	Status() (err error, since time.Time, backlog int)
+	// Describe names the engine and where it keeps the data.
+	Describe() (driver, location string)
 	Close() error
 }
 
@@ -71,6 +76,14 @@ func (b *Broker) admit() error {
 	return b.store.Admit()
 }
 
+// throttle lets the store slow a client that changes state faster than it
+// can write.
+func (b *Broker) throttle() {
+	if b.store != nil {
+		b.store.Throttle()
+	}
+}
+
 // syncDurable makes pushes marked durable durable before they are answered.
 func (b *Broker) syncDurable(jobs []*Job) error {
 	if b.store == nil {
@@ -85,6 +98,24 @@ func (b *Broker) syncDurable(jobs []*Job) error {
 		}
 	}
 	return nil
+}
+
+// StorageState is what StorageStatus and /health report.
+type StorageState struct {
+	Driver, Location string
+	Err              error
+	Since            time.Time
+	Backlog          int
+}
+
+func (b *Broker) storageState() StorageState {
+	if b.store == nil {
+		return StorageState{Driver: "memory"}
+	}
+	st := StorageState{}
+	st.Driver, st.Location = b.store.Describe()
+	st.Err, st.Since, st.Backlog = b.store.Status()
+	return st
 }
 
 // ---------------------------------------------------------------------------
