@@ -341,6 +341,9 @@ func decodeRecord(b []byte) (*Job, error) {
 			}
 			j.Timeline = append(j.Timeline, e)
 		}
+		if len(j.Timeline) == 0 {
+			j.Timeline = nil
+		}
 	}
 	j.state = State(r.i64())
 	j.seq = r.i64()

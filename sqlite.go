@@ -44,13 +44,17 @@ const (
 
 // migrations[i] brings the schema from version i to i+1.
 var migrations = []string{
+	// A job's row is keyed by its admission sequence number, which is
+	// unique for the life of the database and grows, so inserts append to
+	// the table's B-tree. The record holds everything else.
 	`CREATE TABLE jobs (
-		id     TEXT PRIMARY KEY,
-		queue  TEXT NOT NULL,
-		state  INTEGER NOT NULL,
-		record BLOB NOT NULL,
-		result BLOB
-	) WITHOUT ROWID;
+		seq    INTEGER PRIMARY KEY,
+		record BLOB NOT NULL
+	);
+	CREATE TABLE results (
+		seq    INTEGER PRIMARY KEY,
+		result BLOB NOT NULL
+	);
 	CREATE TABLE queues (
 		name     TEXT PRIMARY KEY,
 		settings BLOB NOT NULL
@@ -64,10 +68,8 @@ var migrations = []string{
 // pendingJob is the latest unwritten change of one job.
 type pendingJob struct {
 	del    bool
-	queue  string
-	state  State
 	record []byte
-	result []byte
+	result []byte // set when the job completed with a result
 }
 
 // SQLiteStore implements Store on one SQLite file.
@@ -77,7 +79,7 @@ type SQLiteStore struct {
 	db   *sql.DB
 
 	mu       sync.Mutex
-	jobs     map[string]*pendingJob
+	jobs     map[int64]*pendingJob
 	queues   map[string][]byte // nil value: delete
 	logs     map[string][]byte
 	n        int // pending changes
@@ -120,7 +122,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 		return nil, fmt.Errorf("data path %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[string]*pendingJob{}, queues: map[string][]byte{},
+	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
 		logs: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 	s.room = sync.NewCond(&s.mu)
 	if err := s.migrate(); err != nil {
@@ -200,28 +202,30 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 	var e Enc
 	e.B = make([]byte, 0, 256+len(j.Data))
 	encodeRecord(&e, j)
+	var res []byte
+	if result != nil {
+		res = clone(result)
+	}
 	s.mu.Lock()
-	p := s.jobs[j.ID]
+	p := s.jobs[j.seq]
 	if p == nil {
 		p = &pendingJob{}
-		s.jobs[j.ID] = p
+		s.jobs[j.seq] = p
 		s.note()
 	}
-	p.del, p.queue, p.state, p.record = false, j.Queue, j.state, e.B
-	if result != nil {
-		p.result = clone(result)
-	} else if j.state != StateCompleted {
-		p.result = nil
+	p.del, p.record = false, e.B
+	if res != nil || j.state != StateCompleted {
+		p.result = res
 	}
 	s.mu.Unlock()
 }
 
 func (s *SQLiteStore) JobRemoved(j *Job) {
 	s.mu.Lock()
-	p := s.jobs[j.ID]
+	p := s.jobs[j.seq]
 	if p == nil {
 		p = &pendingJob{}
-		s.jobs[j.ID] = p
+		s.jobs[j.seq] = p
 		s.note()
 	}
 	*p = pendingJob{del: true}
@@ -360,7 +364,7 @@ func (s *SQLiteStore) writer() {
 		}
 		s.mu.Lock()
 		jobs, queues, logs, bars := s.jobs, s.queues, s.logs, s.barriers
-		s.jobs, s.queues, s.logs, s.barriers = map[string]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
+		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
 		s.n = 0
 		closed := s.closed
 		s.mu.Unlock()
@@ -418,46 +422,56 @@ func (s *SQLiteStore) writer() {
 }
 
 // flush writes one batch as one transaction.
-func (s *SQLiteStore) flush(jobs map[string]*pendingJob, queues, logs map[string][]byte) error {
+func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs map[string][]byte) error {
 	if len(jobs) == 0 && len(queues) == 0 && len(logs) == 0 {
 		return nil
 	}
+	// The transaction is driven with BEGIN/COMMIT on the writer's own
+	// connection rather than through database/sql's Tx, which would prepare
+	// every cached statement again for each transaction.
 	ctx := context.Background()
-	tx, err := s.wconn.BeginTx(ctx, nil)
-	if err != nil {
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
+	tx := s.wconn
 	fail := func(err error) error {
-		tx.Rollback()
+		tx.ExecContext(ctx, "ROLLBACK")
 		return err
 	}
-	var up []any
-	var del []any
-	nUp := 0
-	for id, p := range jobs {
+	var up, del, resUp, resDel []any
+	for seq, p := range jobs {
 		if p.del {
-			del = append(del, id)
+			del = append(del, seq)
+			resDel = append(resDel, seq)
 			continue
 		}
-		var res any
+		up = append(up, seq, p.record)
 		if p.result != nil {
-			res = []byte(p.result)
+			resUp = append(resUp, seq, p.result)
 		}
-		up = append(up, id, p.queue, int(p.state), p.record, res)
-		nUp++
 	}
-	if err := s.execChunks(ctx, tx, "jobs-up", up, 5, func(n int) string {
-		return "INSERT INTO jobs(id, queue, state, record, result) VALUES " + placeholders(n, 5) +
-			" ON CONFLICT(id) DO UPDATE SET queue=excluded.queue, state=excluded.state, record=excluded.record, result=excluded.result"
+	if err := s.execChunks(ctx, "jobs-up", up, 2, func(n int) string {
+		return "INSERT OR REPLACE INTO jobs(seq, record) VALUES " + placeholders(n, 2)
 	}); err != nil {
 		return fail(fmt.Errorf("write jobs: %w", err))
 	}
-	if err := s.execChunks(ctx, tx, "jobs-del", del, 1, func(n int) string {
-		return "DELETE FROM jobs WHERE id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	if err := s.execChunks(ctx, "jobs-del", del, 1, func(n int) string {
+		return "DELETE FROM jobs WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
 	}); err != nil {
 		return fail(fmt.Errorf("delete jobs: %w", err))
 	}
+	if err := s.execChunks(ctx, "results-up", resUp, 2, func(n int) string {
+		return "INSERT OR REPLACE INTO results(seq, result) VALUES " + placeholders(n, 2)
+	}); err != nil {
+		return fail(fmt.Errorf("write results: %w", err))
+	}
+	if err := s.execChunks(ctx, "results-del", resDel, 1, func(n int) string {
+		return "DELETE FROM results WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	}); err != nil {
+		return fail(fmt.Errorf("delete results: %w", err))
+	}
 	for name, b := range queues {
+		var err error
 		if b == nil {
 			_, err = tx.ExecContext(ctx, `DELETE FROM queues WHERE name = ?`, name)
 		} else {
@@ -475,17 +489,18 @@ func (s *SQLiteStore) flush(jobs map[string]*pendingJob, queues, logs map[string
 			logUp = append(logUp, id, b)
 		}
 	}
-	if err := s.execChunks(ctx, tx, "logs-up", logUp, 2, func(n int) string {
+	if err := s.execChunks(ctx, "logs-up", logUp, 2, func(n int) string {
 		return "INSERT INTO job_logs(job_id, logs) VALUES " + placeholders(n, 2) + " ON CONFLICT(job_id) DO UPDATE SET logs=excluded.logs"
 	}); err != nil {
 		return fail(fmt.Errorf("write logs: %w", err))
 	}
-	if err := s.execChunks(ctx, tx, "logs-del", logDel, 1, func(n int) string {
+	if err := s.execChunks(ctx, "logs-del", logDel, 1, func(n int) string {
 		return "DELETE FROM job_logs WHERE job_id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
 	}); err != nil {
 		return fail(fmt.Errorf("delete logs: %w", err))
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
+		tx.ExecContext(ctx, "ROLLBACK")
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
@@ -493,7 +508,7 @@ func (s *SQLiteStore) flush(jobs map[string]*pendingJob, queues, logs map[string
 
 // execChunks runs a multi-row statement over args in chunks of up to
 // rowsPerStmt rows, reusing prepared statements by row count.
-func (s *SQLiteStore) execChunks(ctx context.Context, tx *sql.Tx, kind string, args []any, width int, build func(rows int) string) error {
+func (s *SQLiteStore) execChunks(ctx context.Context, kind string, args []any, width int, build func(rows int) string) error {
 	for len(args) > 0 {
 		rows := min(len(args)/width, rowsPerStmt)
 		key := kind + ":" + itoa(int64(rows))
@@ -505,7 +520,7 @@ func (s *SQLiteStore) execChunks(ctx context.Context, tx *sql.Tx, kind string, a
 			}
 			s.stmts[key] = st
 		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args[:rows*width]...); err != nil {
+		if _, err := st.ExecContext(ctx, args[:rows*width]...); err != nil {
 			return err
 		}
 		args = args[rows*width:]
@@ -594,7 +609,7 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	}
 	rows.Close()
 
-	rows, err = s.db.QueryContext(ctx, `SELECT record, result FROM jobs`)
+	rows, err = s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq`)
 	if err != nil {
 		return st, fmt.Errorf("read jobs: %w", err)
 	}

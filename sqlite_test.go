@@ -168,7 +168,7 @@ func TestSQLiteDurableSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := st.db.QueryRow(`SELECT count(*) FROM jobs WHERE id = ?`, j.ID).Scan(&n); err != nil || n != 1 {
+	if err := st.db.QueryRow(`SELECT count(*) FROM jobs WHERE seq = ?`, j.seq).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("durable job not in the database after Sync: %d %v", n, err)
 	}
 }
