@@ -38,7 +38,7 @@ const (
 	// Pending changes before writers wait: about two flushes' worth, so
 	// that an answered change is on disk within a few tens of ms even when
 	// producers outrun the disk (they are slowed to its pace instead).
-	maxBacklog = 4096
+	maxBacklog    = 4096
 	schemaVersion = 1
 )
 
