@@ -116,7 +116,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 		}
 	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + strings.ToUpper(syncMode) +
-		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_txlock=immediate" + extra
+		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)&_txlock=immediate" + extra
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("data path %s: %w", path, err)
