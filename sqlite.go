@@ -35,10 +35,13 @@ const (
 	flushOps      = 100                   // changes that trigger a flush at once
 	flushInterval = 10 * time.Millisecond // the longest a change waits for a flush
 	rowsPerStmt   = 100                   // rows per multi-row statement
-	// Pending changes before writers wait: about two flushes' worth, so
-	// that an answered change is on disk within a few tens of ms even when
-	// producers outrun the disk (they are slowed to its pace instead).
-	maxBacklog    = 4096
+	// When clients change state faster than the disk takes it, they wait
+	// once the backlog is what the writer commits in backlogTarget, so an
+	// answered change is on disk within a few tens of ms whatever the disk
+	// (it is measured, not assumed): clients slow to the disk's pace.
+	backlogTarget = 40 * time.Millisecond
+	minBacklog    = 256
+	maxBacklog    = 16384
 	schemaVersion = 1
 )
 
@@ -89,6 +92,8 @@ type SQLiteStore struct {
 	errSince time.Time
 	closed   bool
 	started  bool
+	limit    int     // backlog at which writers wait
+	rate     float64 // changes committed per second, smoothed
 	room     *sync.Cond // signalled when the backlog shrinks
 
 	kick chan struct{}
@@ -125,6 +130,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
 		logs: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 	s.room = sync.NewCond(&s.mu)
+	s.limit = 4096
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("data path %s: %w", path, err)
@@ -303,7 +309,7 @@ func (s *SQLiteStore) Throttle() {
 }
 
 func (s *SQLiteStore) waitRoom() {
-	for s.n >= maxBacklog && s.err == nil && !s.closed {
+	for s.n >= s.limit && s.err == nil && !s.closed {
 		s.room.Wait()
 	}
 }
@@ -369,8 +375,19 @@ func (s *SQLiteStore) writer() {
 		closed := s.closed
 		s.mu.Unlock()
 
+		began := time.Now()
 		err := s.flush(jobs, queues, logs)
+		took := time.Since(began)
 		s.mu.Lock()
+		if n := len(jobs) + len(queues) + len(logs); err == nil && n >= flushOps && took > 0 {
+			r := float64(n) / took.Seconds()
+			if s.rate == 0 {
+				s.rate = r
+			} else {
+				s.rate = 0.7*s.rate + 0.3*r
+			}
+			s.limit = min(max(int(s.rate*backlogTarget.Seconds()), minBacklog), maxBacklog)
+		}
 		if err != nil {
 			// Nothing was written (the transaction rolled back): put the
 			// changes back under any newer ones and try again.
