@@ -92,8 +92,8 @@ type SQLiteStore struct {
 	errSince time.Time
 	closed   bool
 	started  bool
-	limit    int     // backlog at which writers wait
-	rate     float64 // changes committed per second, smoothed
+	limit    int        // backlog at which writers wait
+	rate     float64    // changes committed per second, smoothed
 	room     *sync.Cond // signalled when the backlog shrinks
 
 	kick chan struct{}
