@@ -33,6 +33,9 @@ type Broker struct {
 	workers *Workers
 	store   Store
 
+	tapMu sync.Mutex
+	taps  atomic.Pointer[[]Tap]
+
 	now     func() int64
 	started int64
 	stats   struct {

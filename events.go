@@ -1,12 +1,14 @@
 package main
 
-// Lifecycle events for connections that sent SubscribeEvents.
+// Lifecycle events for connections that sent SubscribeEvents, and for taps.
 //
 // Events are emitted under the shard lock, so subscribers see one queue's
 // events in the order the state changed. Emitting encodes the frame once and
 // copies it into each subscriber's bounded event buffer; a connection's
 // writer sends it. A subscriber that does not read loses events, never the
 // broker's time.
+
+import "strconv"
 
 type evType uint8
 
@@ -53,15 +55,118 @@ type evArgs struct {
 	hasProgMsg  bool
 }
 
-// emit sends one event to the queue's subscribers. s.mu is held.
+// Event is one lifecycle event as taps see it (webhooks, live streams,
+// metrics). Taps run under the shard lock: they must only record the event
+// and return.
+type Event struct {
+	Type  evType
+	Queue string
+	JobID string
+	At    int64
+	Args  evArgs
+	Data  Raw // the job's data, for failed events
+}
+
+// Name is the event's wire name.
+func (ev *Event) Name() string { return evNames[ev.Type] }
+
+// AppendJSON renders the event as the JSON object the HTTP side carries,
+// with the same fields as the wire event.
+func (ev *Event) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"eventType":`...)
+	dst = appendJSONString(dst, []byte(ev.Name()))
+	dst = append(dst, `,"queue":`...)
+	dst = appendJSONString(dst, []byte(ev.Queue))
+	dst = append(dst, `,"jobId":`...)
+	dst = appendJSONString(dst, []byte(ev.JobID))
+	dst = append(dst, `,"timestamp":`...)
+	dst = strconv.AppendInt(dst, ev.At, 10)
+	raw := func(key string, r Raw) {
+		if r == nil || isUndefined(r) {
+			return
+		}
+		dst = append(dst, ',', '"')
+		dst = append(dst, key...)
+		dst = append(dst, '"', ':')
+		var err error
+		if dst, err = appendJSON(dst, r); err != nil {
+			dst = append(dst, "null"...)
+		}
+	}
+	a := &ev.Args
+	switch ev.Type {
+	case evCompleted:
+		raw("data", a.data)
+	case evFailed:
+		if a.hasErr {
+			dst = append(dst, `,"error":`...)
+			dst = appendJSONString(dst, []byte(a.err))
+		}
+		if !a.noData {
+			raw("data", ev.Data)
+		}
+		if a.hasTerminal {
+			dst = append(dst, `,"terminal":`...)
+			dst = strconv.AppendBool(dst, a.terminal)
+		}
+	case evRetried, evRemoved, evWaiting, evWaitingChildren:
+		dst = append(dst, `,"prev":`...)
+		dst = appendJSONString(dst, []byte(a.prev))
+	case evDelayed:
+		dst = append(dst, `,"delay":`...)
+		dst = strconv.AppendInt(dst, a.delay, 10)
+	case evStalled:
+		if a.action != "" {
+			dst = append(dst, `,"data":{"stallCount":`...)
+			dst = strconv.AppendInt(dst, int64(a.stallCount), 10)
+			dst = append(dst, `,"action":`...)
+			dst = appendJSONString(dst, []byte(a.action))
+			dst = append(dst, '}')
+		}
+	case evProgress:
+		raw("progress", a.progress)
+	}
+	return append(dst, '}')
+}
+
+// Tap receives every event of every queue.
+type Tap func(ev *Event)
+
+// addTap registers a tap; taps are few and registered at start.
+func (b *Broker) addTap(t Tap) {
+	b.tapMu.Lock()
+	defer b.tapMu.Unlock()
+	var list []Tap
+	if cur := b.taps.Load(); cur != nil {
+		list = append(list, *cur...)
+	}
+	list = append(list, t)
+	b.taps.Store(&list)
+}
+
+// emit sends one event to the queue's subscribers and the taps. s.mu is
+// held.
 func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	subs := s.subs[q.name]
-	if len(subs) == 0 {
+	taps := s.b.taps.Load()
+	if len(subs) == 0 && taps == nil {
 		return
 	}
 	jobID := ""
 	if j != nil {
 		jobID = j.ID
+	}
+	if taps != nil {
+		ev := Event{Type: t, Queue: q.name, JobID: jobID, At: now, Args: a}
+		if j != nil && t == evFailed {
+			ev.Data = j.Data
+		}
+		for _, tap := range *taps {
+			tap(&ev)
+		}
+	}
+	if len(subs) == 0 {
+		return
 	}
 	var e Enc
 	e.B = make([]byte, 0, 128)
