@@ -158,10 +158,12 @@ func (b *Broker) isRetired(token string) bool {
 // ---------------------------------------------------------------------------
 // Push
 
-// PushResult is the id given back for one admitted (or deduplicated) job.
+// PushResult is the id given back for one admitted (or deduplicated) job,
+// or why it was refused.
 type PushResult struct {
 	ID  string
 	Dup bool
+	Err error
 }
 
 // Push admits jobs, already validated, into one queue, in order. A job
@@ -183,19 +185,18 @@ func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
 		q.listed = true
 		s.promote(now)
 		for i, j := range jobs {
-			out[i] = s.admit(q, j, now)
+			// Jobs are taken in order until one is refused, as the
+			// reference does (the accepted prefix stays).
+			if out[i] = s.admit(q, j, now); out[i].Err != nil {
+				out = out[:i+1]
+				return
+			}
 		}
 	})
 	return out
 }
 
 func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
-	if j.UniqueKey != "" {
-		if h := q.unique[j.UniqueKey]; h != nil && h.state != StateNone && h.state != StateCompleted && h.state != StateFailed {
-			s.emit(q, evDuplicated, h, now, evArgs{})
-			return PushResult{ID: h.ID, Dup: true}
-		}
-	}
 	if j.CustomID != "" {
 		if h := s.b.idxGet(j.ID); h != nil {
 			if s.b.shardOf(h.Queue) != s {
@@ -210,16 +211,18 @@ func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
 			}
 		}
 	}
+	dup, ok, err := s.dedupCheck(q, j, now)
+	if err != nil {
+		return PushResult{Err: err}
+	}
+	if !ok {
+		return PushResult{ID: dup, Dup: true}
+	}
 	j.seq = s.b.seq.Add(1)
 	if prev := s.b.idxPut(j); prev != nil {
 		return PushResult{ID: prev.ID, Dup: true}
 	}
-	if j.UniqueKey != "" {
-		if q.unique == nil {
-			q.unique = make(map[string]*Job)
-		}
-		q.unique[j.UniqueKey] = j
-	}
+	s.holdUnique(q, j)
 	s.enqueue(q, j, now)
 	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
 	s.b.stats.pushed.Add(1)
@@ -252,26 +255,6 @@ func (s *Shard) dropRecord(q *Queue, j *Job) {
 	s.forget(j)
 }
 
-func (q *Queue) removeDLQ(j *Job) bool {
-	for i, x := range q.dlq {
-		if x == j {
-			copy(q.dlq[i:], q.dlq[i+1:])
-			q.dlq[len(q.dlq)-1] = nil
-			q.dlq = q.dlq[:len(q.dlq)-1]
-			j.dlq = nil
-			return true
-		}
-	}
-	return false
-}
-
-// releaseUnique frees the job's unique key when it holds it.
-func (s *Shard) releaseUnique(q *Queue, j *Job) {
-	if j.UniqueKey != "" && q.unique[j.UniqueKey] == j {
-		delete(q.unique, j.UniqueKey)
-	}
-}
-
 // ---------------------------------------------------------------------------
 // Pull
 
@@ -290,20 +273,27 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 	if q.paused {
 		return jobs, tokens
 	}
-	for len(jobs) < n {
-		j := q.ready.Pop()
-		if j == nil {
+	for len(jobs) < n && q.ready.Len() > 0 {
+		if !q.admitOne(now) {
 			break
 		}
+		j := q.ready.Pop()
 		if j.Priority > 0 {
 			q.nPrio--
 		}
 		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
 			// Expired while waiting: dropped without an event, as the
-			// reference does.
+			// reference does; the token it took goes back.
+			if q.rate != nil {
+				q.rate.giveBack()
+			}
 			s.releaseUnique(q, j)
 			s.forget(j)
 			continue
+		}
+		if q.concLimit != nil {
+			q.concActive++
+			j.concSlot = true
 		}
 		j.state = StateActive
 		j.StartedAt = now
@@ -578,55 +568,6 @@ func backoffDelay(j *Job) int64 {
 		d = float64(maxDelay)
 	}
 	return int64(d)
-}
-
-// ---------------------------------------------------------------------------
-// Dead-letter queue
-
-// DLQEntry is what the DLQ keeps about a job besides the job itself.
-type DLQEntry struct {
-	EnteredAt   int64
-	Reason      string
-	Error       string
-	HasErr      bool
-	RetryCount  int32
-	LastRetryAt int64
-	NextRetryAt int64
-	ExpiresAt   int64
-}
-
-// AttemptRec is one failed attempt, as the DLQ entry lists them.
-type AttemptRec struct {
-	Attempt   int32
-	StartedAt int64
-	FailedAt  int64
-	Reason    string
-	Error     string
-	HasErr    bool
-}
-
-func (j *Job) recordAttempt(startedAt, now int64, reason, err string, hasErr bool) {
-	if len(j.history) >= maxTimelineEntries {
-		return
-	}
-	j.history = append(j.history, AttemptRec{Attempt: j.Attempts, StartedAt: startedAt, FailedAt: now,
-		Reason: reason, Error: err, HasErr: hasErr})
-}
-
-func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int64) {
-	j.state = StateFailed
-	j.failErr, j.hasFail = err, hasErr
-	j.notifyDone(waitOutcome{err: err})
-	j.dlq = &DLQEntry{EnteredAt: now, Reason: reason, Error: err, HasErr: hasErr, ExpiresAt: now + q.dlqCfg.MaxAge}
-	q.dlq = append(q.dlq, j)
-	for len(q.dlq) > q.dlqCfg.MaxEntries {
-		old := q.dlq[0]
-		q.dlq[0] = nil
-		q.dlq = q.dlq[1:]
-		old.dlq = nil
-		s.forget(old)
-	}
-	s.b.persist(j)
 }
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -23,6 +24,9 @@ func cmdPush(r *Req) error {
 		return err
 	}
 	res := r.b.Push(queue, []*Job{j})
+	if res[0].Err != nil {
+		return res[0].Err
+	}
 	if err := r.b.syncDurable([]*Job{j}); err != nil {
 		return err
 	}
@@ -56,6 +60,9 @@ func cmdPushBatch(r *Req) error {
 		return err
 	}
 	res := r.b.Push(queue, jobs)
+	if len(res) > 0 && res[len(res)-1].Err != nil {
+		return res[len(res)-1].Err
+	}
 	if durable {
 		if err := r.b.syncDurable(jobs); err != nil {
 			return err
@@ -209,6 +216,7 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 		}
 		var w *waiter
 		done := false
+		retryIn := time.Duration(math.MaxInt64)
 		s.with(func() {
 			now := b.now()
 			q := s.queues[queue]
@@ -229,13 +237,20 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 				done = true
 				return
 			}
+			if q.ready.Len() > 0 {
+				// Held back by a limit, not an empty queue: look again when
+				// a token is due.
+				if w := q.limitWait(now); w < math.MaxInt64/int64(time.Millisecond) {
+					retryIn = time.Duration(w) * time.Millisecond
+				}
+			}
 			w = &waiter{ch: make(chan struct{}, 1)}
 			q.waiters = append(q.waiters, w)
 		})
 		if done {
 			return
 		}
-		left := time.Until(deadline)
+		left := min(time.Until(deadline), retryIn)
 		if timer == nil {
 			timer = time.NewTimer(left)
 		} else {

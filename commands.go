@@ -47,16 +47,49 @@ func init() {
 		"ClearLogs":            cmdClearLogs,
 		"WaitJob":              cmdWaitJob,
 
-		// Queues and the DLQ (cmd_queue.go)
+		// Moving jobs by hand (cmd_control.go)
+		"Cancel":         cmdCancel,
+		"Discard":        cmdDiscard,
+		"Promote":        cmdPromote,
+		"PromoteJobs":    cmdPromoteJobs,
+		"MoveToWait":     cmdMoveToWait,
+		"MoveToDelayed":  cmdMoveToDelayed,
+		"ChangeDelay":    cmdChangeDelay,
+		"ChangePriority": cmdChangePriority,
+		"Update":         cmdUpdate,
+		"Clean":          cmdClean,
+		"RetryCompleted": cmdRetryCompleted,
+
+		// Deduplication (dedup.go)
+		"GetDeduplicationJobId":     cmdGetDeduplicationJobID,
+		"RemoveDeduplicationKey":    cmdRemoveDeduplicationKey,
+		"RemoveJobDeduplicationKey": cmdRemoveJobDeduplicationKey,
+
+		// Limits and stall policy (limits.go)
+		"RateLimit":        cmdRateLimit,
+		"RateLimitClear":   cmdRateLimitClear,
+		"SetConcurrency":   cmdSetConcurrency,
+		"ClearConcurrency": cmdClearConcurrency,
+		"GetQueueLimits":   cmdGetQueueLimits,
+		"SetStallConfig":   cmdSetStallConfig,
+		"GetStallConfig":   cmdGetStallConfig,
+
+		// The dead-letter queue (dlq.go)
+		"Dlq":          cmdDlq,
+		"RetryDlq":     cmdRetryDlq,
+		"PurgeDlq":     cmdPurgeDlq,
+		"SetDlqConfig": cmdSetDlqConfig,
+		"GetDlqConfig": cmdGetDlqConfig,
+		"GetDlqStats":  cmdGetDlqStats,
+		"RemoveDlqJob": cmdRemoveDlqJob,
+
+		// Queues (cmd_queue.go)
 		"Pause":      cmdPause,
 		"Resume":     cmdResume,
 		"IsPaused":   cmdIsPaused,
 		"Drain":      cmdDrain,
 		"Obliterate": cmdObliterate,
 		"ListQueues": cmdListQueues,
-		"Dlq":        cmdDlq,
-		"RetryDlq":   cmdRetryDlq,
-		"PurgeDlq":   cmdPurgeDlq,
 
 		// Monitoring and workers (cmd_monitor.go)
 		"Stats":            cmdStats,

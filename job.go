@@ -144,6 +144,7 @@ type Job struct {
 	hgen     [heapKinds]uint32
 	inHeap   [heapKinds]bool
 	dgen     uint32 // generation of the job's entry in the completed list
+	concSlot bool   // holds one of its queue's concurrency slots
 	lease    *Lease
 	deadline int64 // when the active job must be looked at again
 	owner    *conn // connection that pulled it, for release on disconnect
@@ -152,6 +153,8 @@ type Job struct {
 	dlq      *DLQEntry
 	history  []AttemptRec
 	waiters  []chan waitOutcome // WaitJob callers
+
+	dependents []*Job // jobs waiting for this one (flows)
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {

@@ -157,10 +157,14 @@ type Queue struct {
 	paused   bool
 	listed   bool // shown by ListQueues
 	waiters  []*waiter
-	unique   map[string]*Job
-	stall    StallConfig
-	dlqCfg   DLQConfig
-	created  int64 // creation order, for ListQueues
+	unique   map[string]*uniqueEnt
+
+	rate       *bucket // queue rate limit
+	concLimit  *int64  // queue concurrency limit
+	concActive int64   // jobs holding a concurrency slot
+	stall      StallConfig
+	dlqCfg     DLQConfig
+	created    int64 // creation order, for ListQueues
 }
 
 type waiter struct {
@@ -395,7 +399,14 @@ func (s *Shard) expire(now int64) {
 		}
 		j := s.leases.Pop()
 		q := s.queues[j.Queue]
-		if j.state != StateActive || q == nil {
+		if q == nil {
+			continue
+		}
+		if j.state == StateFailed {
+			s.dlqDue(q, j, now)
+			continue
+		}
+		if j.state != StateActive {
 			continue
 		}
 		d := s.deadline(q, j)
@@ -475,12 +486,19 @@ func (s *Shard) emitStalled(q *Queue, j *Job, now int64, action string) {
 	s.emit(q, evStalled, j, now, evArgs{stallCount: j.Stalls, action: action})
 }
 
-// deactivate takes an active job off its lease.
+// deactivate takes an active job off its lease and frees its slot.
 func (s *Shard) deactivate(q *Queue, j *Job) {
 	s.leases.Remove(j)
 	q.nActive--
 	j.lease = nil
 	j.untrack()
+	if j.concSlot {
+		j.concSlot = false
+		if q.concActive > 0 {
+			q.concActive--
+		}
+		q.wake(1)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -615,6 +633,7 @@ func (s *Shard) compactDone() {
 // forget drops a job from the broker entirely.
 func (s *Shard) forget(j *Job) {
 	j.notifyDone(waitOutcome{err: "Job was removed"})
+	s.leases.Remove(j)
 	j.state = StateNone
 	s.b.idxDel(j)
 	s.b.dropResult(j.ID)

@@ -123,7 +123,26 @@ func (b *Broker) storageState() StorageState {
 
 func encodeQueueSettings(q *Queue) []byte {
 	var e Enc
-	e.MapHead(3)
+	n := 3
+	if q.rate != nil {
+		n++
+	}
+	if q.concLimit != nil {
+		n++
+	}
+	e.MapHead(n)
+	if q.rate != nil {
+		// The bucket restarts full after a restart; its ttl deadline holds.
+		e.Str("rate")
+		e.ArrayHead(3)
+		e.Float64(q.rate.max)
+		e.Int64Exact(q.rate.duration)
+		e.Int64Exact(q.rate.expires)
+	}
+	if q.concLimit != nil {
+		e.Str("concurrency")
+		e.Int64Exact(*q.concLimit)
+	}
 	e.Str("paused")
 	e.Bool(q.paused)
 	e.Str("stall")
@@ -148,6 +167,23 @@ func decodeQueueSettings(q *Queue, b []byte) error {
 		return err
 	}
 	q.paused, _, _ = m.Bool("paused")
+	if r := m.Get("rate"); r != nil {
+		if items, err := r.Array(); err == nil && len(items) == 3 {
+			mx, _ := items[0].Float()
+			dur, _ := rawInt(items[1])
+			exp, _ := rawInt(items[2])
+			now := nowMs()
+			if exp == 0 || exp > now {
+				q.rate = newBucket(mx, dur, 0, now)
+				q.rate.expires = exp
+			}
+		}
+	}
+	if r := m.Get("concurrency"); r != nil {
+		if n, err := rawInt(r); err == nil {
+			q.concLimit = &n
+		}
+	}
 	if r := m.Get("stall"); r != nil {
 		if items, err := r.Array(); err == nil && len(items) == 4 {
 			q.stall.Enabled = len(items[0]) > 0 && items[0][0] == 0xc3
@@ -239,12 +275,7 @@ func (b *Broker) restoreQueued(j *Job) {
 	if j.state == StateActive {
 		j.StartedAt = 0
 	}
-	if j.UniqueKey != "" {
-		if q.unique == nil {
-			q.unique = make(map[string]*Job)
-		}
-		q.unique[j.UniqueKey] = j
-	}
+	s.holdUnique(q, j)
 	if j.RunAt > now {
 		j.state = StateDelayed
 		q.nDelayed++
@@ -281,9 +312,10 @@ func (b *Broker) restoreDead(j *Job) {
 	}
 	b.noteSeq(j)
 	if j.dlq == nil {
-		j.dlq = &DLQEntry{EnteredAt: j.DoneAt, Reason: "unknown", ExpiresAt: b.now() + q.dlqCfg.MaxAge}
+		j.dlq = &DLQEntry{EnteredAt: j.DoneAt, Reason: "unknown"}
 	}
 	q.dlq = append(q.dlq, j)
+	s.watchDLQ(q, j, b.now())
 }
 
 func (b *Broker) restoreLogs(id string, logs []LogEntry) {

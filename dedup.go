@@ -1,0 +1,164 @@
+package main
+
+// Deduplication by unique key, per queue. A key is held by the job that
+// registered it until the job completes, fails for good, or is removed
+// (or, with a dedup ttl, until the ttl runs out); while it is held, pushes
+// with the same key return the holder's id.
+
+import "errors"
+
+type uniqueEnt struct {
+	job     *Job
+	expires int64 // 0: held until released
+}
+
+// holder returns the live holder of key, forgetting an expired entry.
+func (q *Queue) holder(key string, now int64) *uniqueEnt {
+	e := q.unique[key]
+	if e == nil {
+		return nil
+	}
+	if (e.expires != 0 && now >= e.expires) || e.job.state == StateNone {
+		delete(q.unique, key)
+		return nil
+	}
+	return e
+}
+
+// holdUnique registers j as the holder of its key; s.mu is held.
+func (s *Shard) holdUnique(q *Queue, j *Job) {
+	if j.UniqueKey == "" {
+		return
+	}
+	if q.unique == nil {
+		q.unique = make(map[string]*uniqueEnt)
+	}
+	e := &uniqueEnt{job: j}
+	if j.DedupTTL != none && j.DedupTTL > 0 {
+		e.expires = s.b.now() + j.DedupTTL
+	}
+	q.unique[j.UniqueKey] = e
+}
+
+// releaseUnique frees the job's unique key when it holds it.
+func (s *Shard) releaseUnique(q *Queue, j *Job) {
+	if j.UniqueKey == "" {
+		return
+	}
+	if e := q.unique[j.UniqueKey]; e != nil && e.job == j {
+		delete(q.unique, j.UniqueKey)
+	}
+}
+
+var errDupExtended = errors.New("Duplicate unique_key (extended TTL)")
+
+// dedupCheck applies the job's dedup policy against the key's holder. It
+// returns the holder's id when the push is a duplicate, and whether the new
+// job should be admitted.
+func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit bool, err error) {
+	if j.UniqueKey == "" {
+		return "", true, nil
+	}
+	e := q.holder(j.UniqueKey, now)
+	if e == nil {
+		return "", true, nil
+	}
+	owner := e.job
+	switch {
+	case j.DedupReplace:
+		// The new job takes the key; a holder that has not started is
+		// replaced, one already running goes on.
+		if isQueued(owner.state) && owner.state != StateWaitingChildren {
+			if s.hasLiveDependents(owner) {
+				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID + " because live jobs depend on it")
+			}
+			s.unqueue(q, owner)
+			delete(q.unique, j.UniqueKey)
+			s.forget(owner)
+		}
+		return "", true, nil
+	case j.DedupExtend && j.DedupTTL != none && j.DedupTTL > 0:
+		e.expires = now + j.DedupTTL
+		if isQueued(owner.state) {
+			return owner.ID, false, nil
+		}
+		return "", false, errDupExtended
+	}
+	s.emit(q, evDuplicated, owner, now, evArgs{})
+	return owner.ID, false, nil
+}
+
+// hasLiveDependents: whether a job still waiting on this one would be left
+// without it. (Flows add these edges.)
+func (s *Shard) hasLiveDependents(j *Job) bool {
+	return len(j.dependents) > 0
+}
+
+func cmdGetDeduplicationJobID(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	key, _, err := r.m.Str("deduplicationId")
+	if err != nil {
+		return err
+	}
+	id := ""
+	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		if q != nil {
+			if e := q.holder(key, now); e != nil {
+				id = e.job.ID
+			}
+		}
+	})
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("jobId")
+	optStr(e, id, id != "")
+	return nil
+}
+
+func cmdRemoveDeduplicationKey(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	key, _, err := r.m.Str("deduplicationId")
+	if err != nil {
+		return err
+	}
+	n := 0
+	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		if q != nil && q.holder(key, now) != nil {
+			delete(q.unique, key)
+			n = 1
+		}
+	})
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("count")
+	e.Int(int64(n))
+	return nil
+}
+
+func cmdRemoveJobDeduplicationKey(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	removed := false
+	if j, s := r.b.lockJob(id); j != nil {
+		if q := s.queues[j.Queue]; q != nil && j.UniqueKey != "" {
+			if e := q.holder(j.UniqueKey, r.b.now()); e != nil && e.job == j {
+				delete(q.unique, j.UniqueKey)
+				removed = true
+			}
+		}
+		s.mu.Unlock()
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("removed")
+	e.Bool(removed)
+	return nil
+}
