@@ -36,6 +36,8 @@ type Broker struct {
 	tapMu sync.Mutex
 	taps  atomic.Pointer[[]Tap]
 
+	flowState
+
 	now     func() int64
 	started int64
 	stats   struct {
@@ -91,6 +93,7 @@ func NewBroker(shards int, store Store) *Broker {
 	}
 	b.started = b.now()
 	go b.trimmer()
+	b.startFlows()
 	return b
 }
 
@@ -103,6 +106,7 @@ func (b *Broker) Close() {
 		close(b.trimStop)
 		<-b.trimDone
 	}
+	b.stopFlows()
 	for _, s := range b.shards {
 		s.mu.Lock()
 		s.closed = true
@@ -170,6 +174,12 @@ type PushResult struct {
 // whose custom id or unique key is held by a live job is not created; its
 // result names the holder.
 func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
+	return b.PushWith(queue, jobs, nil)
+}
+
+// PushWith is Push with the batch's jobs by custom id, which jobs of the
+// batch may depend on.
+func (b *Broker) PushWith(queue string, jobs []*Job, batch map[string]*Job) []PushResult {
 	out := make([]PushResult, len(jobs))
 	// A custom id held by a completed or dead-lettered job is freed before
 	// the queue's shard is locked: that job may live in another shard.
@@ -187,7 +197,7 @@ func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
 		for i, j := range jobs {
 			// Jobs are taken in order until one is refused, as the
 			// reference does (the accepted prefix stays).
-			if out[i] = s.admit(q, j, now); out[i].Err != nil {
+			if out[i] = s.admit(q, j, now, batch); out[i].Err != nil {
 				out = out[:i+1]
 				return
 			}
@@ -196,7 +206,7 @@ func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
 	return out
 }
 
-func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
+func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushResult {
 	if j.CustomID != "" {
 		if h := s.b.idxGet(j.ID); h != nil {
 			if s.b.shardOf(h.Queue) != s {
@@ -215,6 +225,11 @@ func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
 	if err != nil {
 		return PushResult{Err: err}
 	}
+	if ok && j.GroupID != "" && j.groupMax > 0 {
+		if g := q.groups[j.GroupID]; g != nil && int64(g.queued) >= j.groupMax {
+			return PushResult{Err: errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))}
+		}
+	}
 	if !ok {
 		return PushResult{ID: dup, Dup: true}
 	}
@@ -223,8 +238,10 @@ func (s *Shard) admit(q *Queue, j *Job, now int64) PushResult {
 		return PushResult{ID: prev.ID, Dup: true}
 	}
 	s.holdUnique(q, j)
-	s.enqueue(q, j, now)
-	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+	if len(j.DependsOn) > 0 {
+		j.pending = s.b.registerDeps(j, batch)
+	}
+	s.placeNew(q, j, now)
 	s.b.stats.pushed.Add(1)
 	s.emit(q, evPushed, j, now, evArgs{})
 	s.b.persist(j)
@@ -264,6 +281,7 @@ type PullOpts struct {
 	TTL    int64
 	Conn   *conn // tracked for release when the connection drops
 	Detach bool
+	Group  *groupPull
 }
 
 // claim takes up to n ready jobs from q and makes them active. It runs with
@@ -273,11 +291,19 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 	if q.paused {
 		return jobs, tokens
 	}
-	for len(jobs) < n && q.ready.Len() > 0 {
+	for len(jobs) < n && q.nReady > 0 {
 		if !q.admitOne(now) {
 			break
 		}
-		j := q.ready.Pop()
+		j := s.pickReady(q, o.Group, now)
+		if j == nil {
+			// Only groups held back by this pull's own limits are left.
+			if q.rate != nil {
+				q.rate.giveBack()
+			}
+			break
+		}
+		q.nReady--
 		if j.Priority > 0 {
 			q.nPrio--
 		}
@@ -287,6 +313,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			if q.rate != nil {
 				q.rate.giveBack()
 			}
+			q.groupReleased(j)
 			s.releaseUnique(q, j)
 			s.forget(j)
 			continue
@@ -412,6 +439,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		res = nil
 	}
 	j.notifyDone(waitOutcome{completed: true, result: res, hasResult: it.HasResult})
+	s.completedDeps(j, res, j.RemoveOnC || it.Remove)
 	if j.RemoveOnC || it.Remove {
 		s.forget(j)
 	} else {
@@ -509,6 +537,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 	s.b.stats.failed.Add(1)
 	if j.RemoveOnF || f.removeOnFail {
 		j.notifyDone(waitOutcome{err: f.err})
+		s.childFailed(j, f.err)
 		s.forget(j)
 	} else {
 		s.toDLQ(q, j, f.reason, f.err, f.hasErr, now)

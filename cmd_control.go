@@ -400,7 +400,7 @@ func cmdClean(r *Req) error {
 		case "", "waiting", "delayed", "prioritized", "paused":
 			// As the reference does, every queued job is a candidate
 			// whatever the state asked for.
-			q.ready.Each(func(e *hent) bool { list = append(list, e.job); return true })
+			q.eachReady(func(j *Job) { list = append(list, j) })
 			s.delayed.Each(func(e *hent) bool {
 				if e.job.Queue == name {
 					list = append(list, e.job)

@@ -20,12 +20,24 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if err := r.b.depsExist(j, nil); err != nil {
+		return err
+	}
+	pid, pq, linked := parentLink(j)
+	if linked {
+		if err := r.b.checkLinkable(pid, pq, j.ID); err != nil {
+			return err
+		}
+	}
 	if err := r.b.admit(); err != nil {
 		return err
 	}
 	res := r.b.Push(queue, []*Job{j})
 	if res[0].Err != nil {
 		return res[0].Err
+	}
+	if linked && !res[0].Dup {
+		r.b.linkChild(pid, j, queue)
 	}
 	if err := r.b.syncDurable([]*Job{j}); err != nil {
 		return err
@@ -56,10 +68,37 @@ func cmdPushBatch(r *Req) error {
 		}
 		durable = durable || jobs[i].Durable
 	}
+	// Jobs may depend on others of the same batch, named by custom id.
+	var batch map[string]*Job
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			if batch == nil {
+				batch = map[string]*Job{}
+			}
+			batch[j.CustomID] = j
+		}
+	}
+	links := make([][2]string, len(jobs))
+	for i, j := range jobs {
+		if err := r.b.depsExist(j, batch); err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+		if pid, pq, ok := parentLink(j); ok {
+			if err := r.b.checkLinkable(pid, pq, j.ID); err != nil {
+				return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+			}
+			links[i] = [2]string{pid, pq}
+		}
+	}
 	if err := r.b.admit(); err != nil {
 		return err
 	}
-	res := r.b.Push(queue, jobs)
+	res := r.b.PushWith(queue, jobs, batch)
+	for i, p := range res {
+		if links[i][0] != "" && p.Err == nil && !p.Dup {
+			r.b.linkChild(links[i][0], jobs[i], queue)
+		}
+	}
 	if len(res) > 0 && res[len(res)-1].Err != nil {
 		return res[len(res)-1].Err
 	}
@@ -104,6 +143,9 @@ func readPull(r *Req) (pullArgs, error) {
 	a.opts.TTL = int64(ttl)
 	a.opts.Detach = truthy(r.m, "detach")
 	a.opts.Conn = r.c
+	if a.opts.Group, err = readGroupPull(r.m); err != nil {
+		return a, err
+	}
 	return a, nil
 }
 
@@ -237,10 +279,10 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 				done = true
 				return
 			}
-			if q.ready.Len() > 0 {
+			if q.nReady > 0 {
 				// Held back by a limit, not an empty queue: look again when
-				// a token is due.
-				if w := q.limitWait(now); w < math.MaxInt64/int64(time.Millisecond) {
+				// a token is due or a group's window opens.
+				if w := min(q.limitWait(now), q.groupWait(now)); w < math.MaxInt64/int64(time.Millisecond) {
 					retryIn = time.Duration(w) * time.Millisecond
 				}
 			}

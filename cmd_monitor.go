@@ -21,9 +21,9 @@ func (b *Broker) totals() Totals {
 		s.mu.Lock()
 		s.promote(now)
 		for _, q := range s.queues {
-			w := q.ready.Len() - q.nPrio
+			w := q.nReady - q.nPrio
 			if q.paused {
-				t.Paused += q.ready.Len()
+				t.Paused += q.nReady
 			}
 			t.Waiting += w
 			t.Prioritized += q.nPrio

@@ -110,8 +110,8 @@ func (b *Broker) counts(queue string) JobCounts {
 		return JobCounts{}
 	}
 	s.promote(b.now())
-	c := JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
-		Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq)}
+	c := JobCounts{Waiting: q.nReady - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
+		Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq), WaitingChildren: len(q.wc)}
 	if q.paused {
 		c.Paused = c.Waiting + c.Prioritized
 		c.Waiting, c.Prioritized = 0, 0
@@ -157,7 +157,7 @@ func cmdGetCountsPerPriority(r *Req) error {
 	per := map[int64]int{}
 	s.mu.Lock()
 	if q := s.queues[queue]; q != nil {
-		q.ready.Each(func(e *hent) bool { per[e.job.Priority]++; return true })
+		q.eachReady(func(j *Job) { per[j.Priority]++ })
 		s.delayed.Each(func(e *hent) bool {
 			if e.job.Queue == queue {
 				per[e.job.Priority]++
@@ -244,17 +244,16 @@ func cmdGetJobs(r *Req) error {
 	var list []item
 	if q != nil {
 		explicit := len(want) > 0
-		q.ready.Each(func(e *hent) bool {
-			st := e.job.state.String()
+		q.eachReady(func(j *Job) {
+			st := j.state.String()
 			switch {
 			case q.paused && explicit:
 				if wants("paused") {
-					list = append(list, item{e.job, "paused"})
+					list = append(list, item{j, "paused"})
 				}
 			case wants(st):
-				list = append(list, item{e.job, st})
+				list = append(list, item{j, st})
 			}
-			return true
 		})
 		if wants("delayed") {
 			s.delayed.Each(func(e *hent) bool {
@@ -282,6 +281,11 @@ func cmdGetJobs(r *Req) error {
 		if wants("failed") {
 			for _, j := range q.dlq {
 				list = append(list, item{j, "failed"})
+			}
+		}
+		if wants("waiting-children") {
+			for j := range q.wc {
+				list = append(list, item{j, "waiting-children"})
 			}
 		}
 	}

@@ -66,7 +66,7 @@ func cmdIsPaused(r *Req) error {
 // drain removes a queue's waiting and delayed jobs; s.mu is held.
 func (s *Shard) drain(q *Queue) int {
 	var gone []*Job
-	q.ready.Each(func(e *hent) bool { gone = append(gone, e.job); return true })
+	q.eachReady(func(j *Job) { gone = append(gone, j) })
 	s.delayed.Each(func(e *hent) bool {
 		if e.job.Queue == q.name {
 			gone = append(gone, e.job)

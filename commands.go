@@ -21,6 +21,7 @@ func init() {
 		// Job lifecycle (cmd_jobs.go)
 		"PUSH":          cmdPush,
 		"PUSHB":         cmdPushBatch,
+		"PUSHF":         cmdPushFlow,
 		"PULL":          cmdPull,
 		"PULLB":         cmdPullBatch,
 		"ACK":           cmdAck,
@@ -73,6 +74,31 @@ func init() {
 		"GetQueueLimits":   cmdGetQueueLimits,
 		"SetStallConfig":   cmdSetStallConfig,
 		"GetStallConfig":   cmdGetStallConfig,
+
+		// Flows (flows.go)
+		"GetChildrenValues":          cmdGetChildrenValues,
+		"GetFailedChildrenValues":    cmdGetFailedChildrenValues,
+		"GetIgnoredChildrenFailures": cmdGetIgnoredChildrenFailures,
+		"RemoveChildDependency":      cmdRemoveChildDependency,
+		"RemoveUnprocessedChildren":  cmdRemoveUnprocessedChildren,
+		"MoveToWaitingChildren":      cmdMoveToWaitingChildren,
+		"UpdateParent":               cmdUpdateParent,
+
+		// Groups (groups.go)
+		"GetGroupJobsCount":      cmdGetGroupJobsCount,
+		"GetGroupsJobsCount":     cmdGetGroupsJobsCount,
+		"GetGroupActiveCount":    cmdGetGroupActiveCount,
+		"SetGroupRateLimit":      cmdSetGroupRateLimit,
+		"GetGroupRateLimit":      cmdGetGroupRateLimit,
+		"RemoveGroupRateLimit":   cmdRemoveGroupRateLimit,
+		"GetGroupRateLimitTtl":   cmdGetGroupRateLimitTTL,
+		"SetGroupConcurrency":    cmdSetGroupConcurrency,
+		"GetGroupConcurrency":    cmdGetGroupConcurrency,
+		"RemoveGroupConcurrency": cmdRemoveGroupConcurrency,
+		"PauseGroup":             cmdPauseGroup,
+		"ResumeGroup":            cmdResumeGroup,
+		"IsGroupPaused":          cmdIsGroupPaused,
+		"RateLimitGroup":         cmdRateLimitGroup,
 
 		// The dead-letter queue (dlq.go)
 		"Dlq":          cmdDlq,

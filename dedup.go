@@ -89,9 +89,14 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 }
 
 // hasLiveDependents: whether a job still waiting on this one would be left
-// without it. (Flows add these edges.)
+// without it.
 func (s *Shard) hasLiveDependents(j *Job) bool {
-	return len(j.dependents) > 0
+	if !j.depFlag.Load() {
+		return false
+	}
+	s.b.depMu.Lock()
+	defer s.b.depMu.Unlock()
+	return len(s.b.deps[j.ID]) > 0
 }
 
 func cmdGetDeduplicationJobID(r *Req) error {

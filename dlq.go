@@ -59,6 +59,7 @@ func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int
 	}
 	e.kept = false
 	e.Reason, e.Error, e.HasErr = reason, err, hasErr
+	s.childFailed(j, err)
 	j.dlq = e
 	q.dlq = append(q.dlq, j)
 	s.trimDLQ(q)

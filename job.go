@@ -1,6 +1,8 @@
 package main
 
 import (
+	"sync/atomic"
+
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -139,22 +141,32 @@ type Job struct {
 	Timeline                                                     []TimelineEntry
 
 	// Broker bookkeeping, never on the wire.
-	state    State
-	seq      int64
-	hgen     [heapKinds]uint32
-	inHeap   [heapKinds]bool
-	dgen     uint32 // generation of the job's entry in the completed list
-	concSlot bool   // holds one of its queue's concurrency slots
-	lease    *Lease
-	deadline int64 // when the active job must be looked at again
-	owner    *conn // connection that pulled it, for release on disconnect
-	failErr  string
-	hasFail  bool
-	dlq      *DLQEntry
-	history  []AttemptRec
-	waiters  []chan waitOutcome // WaitJob callers
+	state       State
+	seq         int64
+	hgen        [heapKinds]uint32
+	inHeap      [heapKinds]bool
+	dgen        uint32 // generation of the job's entry in the completed list
+	concSlot    bool   // holds one of its queue's concurrency slots
+	groupActive bool   // counted in its group's active jobs
+	groupMax    int64  // groupMaxSize asked at push (admission only)
+	lease       *Lease
+	deadline    int64 // when the active job must be looked at again
+	owner       *conn // connection that pulled it, for release on disconnect
+	failErr     string
+	hasFail     bool
+	dlq         *DLQEntry
+	history     []AttemptRec
+	waiters     []chan waitOutcome // WaitJob callers
 
-	dependents []*Job // jobs waiting for this one (flows)
+	// Flows (flows.go). pending counts dependencies not yet completed;
+	// the two flags pair a completion with late dependency registrations
+	// across shards without a shared lock on the completion path.
+	pending     int32
+	depFlag     atomic.Bool // someone registered as waiting for this job
+	doneFlag    atomic.Bool // this job completed
+	childValues []childKV   // results of children, by "queue:id"
+	failedKids  []childKV   // continueParentOnFailure records (string values)
+	ignoredKids []childKV   // ignoreDependencyOnFailure records
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {

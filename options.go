@@ -191,6 +191,14 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 		j.GroupID = gs
 	}
 
+	if m.Has("groupMaxSize") {
+		v, err := positiveSafeInt(m, "groupMaxSize")
+		if err != nil {
+			return nil, errors.New("group.maxSize must be a positive safe integer")
+		}
+		j.groupMax = v
+	}
+
 	// The reference's validated options, in its order.
 	var f float64
 	var ok bool

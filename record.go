@@ -139,7 +139,20 @@ func encodeRecord(e *Enc, j *Job) {
 		e.Str(a.Reason)
 		recOptStr(e, a.Error, a.HasErr)
 	}
-	e.Nil() // reserved
+	// Flow records: children's results, failed and ignored children.
+	if len(j.childValues)+len(j.failedKids)+len(j.ignoredKids) == 0 {
+		e.Nil()
+		return
+	}
+	e.ArrayHead(3)
+	for _, kvs := range [][]childKV{j.childValues, j.failedKids, j.ignoredKids} {
+		e.ArrayHead(len(kvs))
+		for _, kv := range kvs {
+			e.ArrayHead(2)
+			e.Str(kv.key)
+			e.Raw(kv.val)
+		}
+	}
 }
 
 // recReader reads a record's fields in order; the first fault sticks.
@@ -378,6 +391,24 @@ func decodeRecord(b []byte) (*Job, error) {
 				r.fail("history", a.err)
 			}
 			j.history = append(j.history, rec)
+		}
+	}
+	if f := r.sub(); f != nil && len(f.items) == 3 {
+		for k, dst := range []*[]childKV{&j.childValues, &j.failedKids, &j.ignoredKids} {
+			list := f.sub()
+			if list == nil {
+				continue
+			}
+			for range list.items {
+				kv := list.sub()
+				if kv == nil || len(kv.items) != 2 {
+					r.fail("flow record", errors.New("bad entry"))
+					break
+				}
+				key := kv.str()
+				*dst = append(*dst, childKV{key: key, val: kv.raw()})
+			}
+			_ = k
 		}
 	}
 	if r.err != nil {

@@ -159,6 +159,12 @@ type Queue struct {
 	waiters  []*waiter
 	unique   map[string]*uniqueEnt
 
+	nReady  int               // ready jobs, grouped or not
+	wc      map[*Job]struct{} // jobs in waiting-children
+	groups  map[string]*Group // see groups.go
+	cursor  *Group            // the next group's turn
+	ringLen int
+
 	rate       *bucket // queue rate limit
 	concLimit  *int64  // queue concurrency limit
 	concActive int64   // jobs holding a concurrency slot
@@ -225,6 +231,9 @@ func readyKeys(j *Job) (pri, t, seq int64) {
 // enqueue places a job that is not waiting on anything: delayed when its
 // run time is ahead, else ready. It wakes one long-poll waiter.
 func (s *Shard) enqueue(q *Queue, j *Job, now int64) {
+	if j.GroupID != "" {
+		q.group(j.GroupID).queued++
+	}
 	if j.RunAt > now {
 		j.state = StateDelayed
 		q.nDelayed++
@@ -238,8 +247,16 @@ func (s *Shard) enqueue(q *Queue, j *Job, now int64) {
 
 func (s *Shard) makeReady(q *Queue, j *Job) {
 	j.state = j.readyState()
+	q.nReady++
 	if j.Priority > 0 {
 		q.nPrio++
+	}
+	if j.GroupID != "" {
+		g := q.group(j.GroupID)
+		p, t, sq := groupKeys(j)
+		g.ready.Push(j, p, t, sq)
+		q.ringAdd(g)
+		return
 	}
 	p, t, sq := readyKeys(j)
 	q.ready.Push(j, p, t, sq)
@@ -247,15 +264,56 @@ func (s *Shard) makeReady(q *Queue, j *Job) {
 
 // unqueue takes a waiting or delayed job out of its heap.
 func (s *Shard) unqueue(q *Queue, j *Job) {
+	var g *Group
+	if j.GroupID != "" {
+		g = q.groups[j.GroupID]
+	}
 	switch j.state {
 	case StateWaiting, StatePrioritized:
-		if q.ready.Remove(j) && j.Priority > 0 {
-			q.nPrio--
+		removed := false
+		if g != nil {
+			if removed = g.ready.Remove(j); g.ready.Len() == 0 {
+				q.ringRemove(g)
+			}
+		} else {
+			removed = q.ready.Remove(j)
+		}
+		if removed {
+			q.nReady--
+			if j.Priority > 0 {
+				q.nPrio--
+			}
+			if g != nil {
+				g.queued--
+			}
 		}
 	case StateDelayed:
 		if s.delayed.Remove(j) {
 			q.nDelayed--
+			if g != nil {
+				g.queued--
+			}
 		}
+	case StateWaitingChildren:
+		q.delWC(j)
+		s.b.unwaitAll(j)
+	}
+}
+
+func (q *Queue) addWC(j *Job) {
+	if q.wc == nil {
+		q.wc = make(map[*Job]struct{})
+	}
+	q.wc[j] = struct{}{}
+}
+
+func (q *Queue) delWC(j *Job) { delete(q.wc, j) }
+
+// eachReady visits every ready job of the queue, grouped or not.
+func (q *Queue) eachReady(fn func(j *Job)) {
+	q.ready.Each(func(e *hent) bool { fn(e.job); return true })
+	for _, g := range q.groups {
+		g.ready.Each(func(e *hent) bool { fn(e.job); return true })
 	}
 }
 
@@ -497,6 +555,10 @@ func (s *Shard) deactivate(q *Queue, j *Job) {
 		if q.concActive > 0 {
 			q.concActive--
 		}
+		q.wake(1)
+	}
+	if j.groupActive {
+		q.groupReleased(j)
 		q.wake(1)
 	}
 }

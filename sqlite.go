@@ -92,6 +92,8 @@ type SQLiteStore struct {
 	errSince time.Time
 	closed   bool
 	started  bool
+	holds    int        // Hold()s in progress: no flush may split them
+	unheld   *sync.Cond // signalled when holds drops to zero
 	limit    int        // backlog at which writers wait
 	rate     float64    // changes committed per second, smoothed
 	room     *sync.Cond // signalled when the backlog shrinks
@@ -130,6 +132,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
 		logs: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 	s.room = sync.NewCond(&s.mu)
+	s.unheld = sync.NewCond(&s.mu)
 	s.limit = 4096
 	if err := s.migrate(); err != nil {
 		db.Close()
@@ -270,6 +273,20 @@ func (s *SQLiteStore) LogsChanged(id string, logs []LogEntry) {
 	s.mu.Unlock()
 }
 
+func (s *SQLiteStore) Hold() {
+	s.mu.Lock()
+	s.holds++
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) Release() {
+	s.mu.Lock()
+	if s.holds--; s.holds == 0 {
+		s.unheld.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
 // Sync waits until everything recorded so far is committed.
 func (s *SQLiteStore) Sync() error {
 	ch := make(chan error, 1)
@@ -369,6 +386,9 @@ func (s *SQLiteStore) writer() {
 			time.Sleep(retry)
 		}
 		s.mu.Lock()
+		for s.holds > 0 {
+			s.unheld.Wait()
+		}
 		jobs, queues, logs, bars := s.jobs, s.queues, s.logs, s.barriers
 		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
 		s.n = 0

@@ -31,6 +31,10 @@ type Store interface {
 	Throttle()
 	// Sync returns once everything recorded so far is durable.
 	Sync() error
+	// Hold and Release bracket changes that must be written in the same
+	// transaction (a flow): no flush starts in between.
+	Hold()
+	Release()
 	// Status reports a write failure in progress, if any.
 	Status() (err error, since time.Time, backlog int)
 	// Describe names the engine and where it keeps the data.
@@ -130,7 +134,35 @@ func encodeQueueSettings(q *Queue) []byte {
 	if q.concLimit != nil {
 		n++
 	}
+	// Group overrides and pauses are kept; windows, manual limits and the
+	// rotation are not (as in the reference).
+	var gs []*Group
+	for _, g := range q.groups {
+		if g.paused || g.concOverride > 0 || g.rateOverride != nil {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) > 0 {
+		n++
+	}
 	e.MapHead(n)
+	if len(gs) > 0 {
+		e.Str("groups")
+		e.ArrayHead(len(gs))
+		for _, g := range gs {
+			e.ArrayHead(5)
+			e.Str(g.id)
+			e.Bool(g.paused)
+			e.Int64Exact(g.concOverride)
+			if g.rateOverride != nil {
+				e.Int64Exact(g.rateOverride.max)
+				e.Int64Exact(g.rateOverride.duration)
+			} else {
+				e.Int64Exact(0)
+				e.Int64Exact(0)
+			}
+		}
+	}
 	if q.rate != nil {
 		// The bucket restarts full after a restart; its ttl deadline holds.
 		e.Str("rate")
@@ -182,6 +214,26 @@ func decodeQueueSettings(q *Queue, b []byte) error {
 	if r := m.Get("concurrency"); r != nil {
 		if n, err := rawInt(r); err == nil {
 			q.concLimit = &n
+		}
+	}
+	if r := m.Get("groups"); r != nil {
+		items, _ := r.Array()
+		for _, it := range items {
+			f, err := it.Array()
+			if err != nil || len(f) != 5 {
+				continue
+			}
+			id, err := f[0].Str()
+			if err != nil {
+				continue
+			}
+			g := q.group(id)
+			g.paused = len(f[1]) > 0 && f[1][0] == 0xc3
+			g.concOverride, _ = rawInt(f[2])
+			if mx, _ := rawInt(f[3]); mx > 0 {
+				d, _ := rawInt(f[4])
+				g.rateOverride = &groupLimit{max: mx, duration: d}
+			}
 		}
 	}
 	if r := m.Get("stall"); r != nil {
@@ -276,6 +328,11 @@ func (b *Broker) restoreQueued(j *Job) {
 		j.StartedAt = 0
 	}
 	s.holdUnique(q, j)
+	if j.state == StateWaitingChildren {
+		// Its dependencies are counted once every job is back.
+		q.addWC(j)
+		return
+	}
 	if j.RunAt > now {
 		j.state = StateDelayed
 		q.nDelayed++
@@ -295,6 +352,7 @@ func (b *Broker) restoreDone(j *Job, result Raw) {
 		return
 	}
 	b.noteSeq(j)
+	j.doneFlag.Store(true)
 	s.addDone(q, j)
 	if result != nil {
 		b.setResult(j.ID, result)
@@ -324,9 +382,30 @@ func (b *Broker) restoreLogs(id string, logs []LogEntry) {
 	b.lmu.Unlock()
 }
 
-// finishRestore arms the shard timers for what was loaded.
+// finishRestore counts the dependencies of jobs waiting for others, now
+// that every job is back, and arms the shard timers.
 func (b *Broker) finishRestore() {
 	now := b.now()
+	for _, s := range b.shards {
+		s.mu.Lock()
+		var waiting []*Job
+		for _, q := range s.queues {
+			for j := range q.wc {
+				waiting = append(waiting, j)
+			}
+		}
+		s.mu.Unlock()
+		for _, j := range waiting {
+			// Dependencies gone from the database completed and were removed.
+			n := b.registerDeps(j, nil)
+			s.with(func() {
+				j.pending = n
+				if n == 0 && len(j.DependsOn) > 0 {
+					s.releaseWaiting(s.queues[j.Queue], j, now, false)
+				}
+			})
+		}
+	}
 	for _, s := range b.shards {
 		s.mu.Lock()
 		s.rearm(now)

@@ -1,0 +1,1024 @@
+package main
+
+// Flows and dependencies. A job with dependsOn waits in waiting-children
+// until every dependency has completed; a flow (PUSHF) admits a tree of
+// such jobs, across queues, all or nothing.
+//
+// Dependencies cross shards, so nothing here holds two shard locks except
+// PUSHF, which locks the shards it admits into in ascending order. A
+// completion notes itself in the dependency registry (depMu) and leaves the
+// rest to one flow goroutine that takes each dependent's shard lock in
+// turn: a parent is promoted a moment after its last child completes,
+// never under the child's lock.
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+type childKV struct {
+	key string
+	val Raw // a result, or (failed/ignored) the error as a string
+}
+
+// flowItem is work for the flow goroutine.
+type flowItem struct {
+	kind    uint8 // flowResolve, flowChildValue, flowPolicy
+	dep     string
+	waiters []*Job
+	// child value and policy
+	parentID, key string
+	val           Raw
+	mode          uint8
+	err           string
+	childID       string
+}
+
+const (
+	flowResolve = iota
+	flowChildValue
+	flowPolicy
+)
+
+const (
+	policyFail = iota + 1
+	policyContinue
+	policyIgnore
+	policyRemove
+)
+
+// flowState is the broker's side of flows.
+type flowState struct {
+	depMu  sync.Mutex
+	deps   map[string][]*Job // dependency id -> jobs waiting for it
+	proofs *LRU[string, struct{}]
+
+	fmu   sync.Mutex
+	fq    []flowItem
+	fkick chan struct{}
+	fstop chan struct{}
+	fdone chan struct{}
+}
+
+const maxProofs = 50000
+
+func (b *Broker) startFlows() {
+	b.deps = map[string][]*Job{}
+	b.proofs = NewLRU[string, struct{}](maxProofs, nil)
+	b.fkick, b.fstop, b.fdone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go b.flowWorker()
+}
+
+func (b *Broker) stopFlows() {
+	select {
+	case <-b.fstop:
+	default:
+		close(b.fstop)
+		<-b.fdone
+	}
+}
+
+func (b *Broker) flowPost(it flowItem) {
+	b.fmu.Lock()
+	b.fq = append(b.fq, it)
+	b.fmu.Unlock()
+	select {
+	case b.fkick <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Broker) flowWorker() {
+	defer close(b.fdone)
+	for {
+		select {
+		case <-b.fstop:
+			return
+		case <-b.fkick:
+		}
+		for {
+			b.fmu.Lock()
+			items := b.fq
+			b.fq = nil
+			b.fmu.Unlock()
+			if len(items) == 0 {
+				break
+			}
+			for i := range items {
+				b.flowApply(&items[i])
+			}
+		}
+	}
+}
+
+// flowSettle waits until the flow goroutine has nothing queued; tests and
+// shutdown use it.
+func (b *Broker) flowSettle() {
+	for {
+		b.fmu.Lock()
+		n := len(b.fq)
+		b.fmu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case b.fkick <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (b *Broker) flowApply(it *flowItem) {
+	switch it.kind {
+	case flowResolve:
+		for _, w := range it.waiters {
+			s := b.shardOf(w.Queue)
+			s.with(func() {
+				if w.state != StateWaitingChildren || b.idxGet(w.ID) != w {
+					return
+				}
+				if w.pending > 0 {
+					w.pending--
+				}
+				if w.pending == 0 {
+					s.releaseWaiting(s.queues[w.Queue], w, b.now(), false)
+				}
+			})
+		}
+	case flowChildValue:
+		p, s := b.lockJob(it.parentID)
+		if p == nil {
+			return
+		}
+		if slices.Contains(p.Children, it.childID) {
+			p.childValues = setKV(p.childValues, it.key, it.val)
+			b.persist(p)
+		}
+		s.mu.Unlock()
+	case flowPolicy:
+		b.applyPolicy(it)
+	}
+}
+
+func setKV(list []childKV, key string, val Raw) []childKV {
+	for i := range list {
+		if list[i].key == key {
+			list[i].val = val
+			return list
+		}
+	}
+	return append(list, childKV{key: key, val: val})
+}
+
+// releaseWaiting moves a job out of waiting-children to run. event says
+// whether a `waiting` event is sent (the reference sends one when a policy
+// releases a parent, none when its children complete).
+func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
+	q.delWC(j)
+	j.pending = 0
+	s.enqueue(q, j, now)
+	j.addTimeline(TimelineEntry{State: j.state.String(), At: now})
+	if event {
+		s.emit(q, evWaiting, j, now, evArgs{prev: "waiting-children"})
+	}
+	s.b.persist(j)
+}
+
+// ---------------------------------------------------------------------------
+// Registering and resolving dependencies
+
+// depsExist checks that every dependency is a job we know (or knew to have
+// completed). batch holds jobs being admitted together.
+func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
+	for _, d := range j.DependsOn {
+		if d == j.ID {
+			return errors.New("Job cannot depend on itself: " + d)
+		}
+		if batch[d] != nil || b.idxGet(d) != nil {
+			continue
+		}
+		b.depMu.Lock()
+		_, ok := b.proofs.Peek(d)
+		b.depMu.Unlock()
+		if !ok {
+			return errors.New("Dependency job not found: " + d)
+		}
+	}
+	return nil
+}
+
+// registerDeps records j as waiting for its unfinished dependencies and
+// returns how many there are.
+func (b *Broker) registerDeps(j *Job, batch map[string]*Job) int32 {
+	var n int32
+	b.depMu.Lock()
+	defer b.depMu.Unlock()
+	for _, d := range j.DependsOn {
+		n += b.registerOneLocked(j, d, batch)
+	}
+	return n
+}
+
+func (b *Broker) registerOne(w *Job, dep string) int32 {
+	b.depMu.Lock()
+	defer b.depMu.Unlock()
+	return b.registerOneLocked(w, dep, nil)
+}
+
+// registerOneLocked: w waits for dep unless dep already completed. The
+// two flags make a completion racing with the registration land on exactly
+// one side (see completedDeps): the completion stores doneFlag then reads
+// depFlag; the registration stores depFlag then reads doneFlag.
+func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int32 {
+	if _, ok := b.proofs.Peek(d); ok {
+		return 0
+	}
+	dj := batch[d]
+	if dj == nil {
+		dj = b.idxGet(d)
+	}
+	if dj == nil {
+		return 0 // completed and gone
+	}
+	dj.depFlag.Store(true)
+	if dj.doneFlag.Load() {
+		return 0
+	}
+	b.deps[d] = append(b.deps[d], w)
+	return 1
+}
+
+// completedDeps runs when j completes (under its shard lock): its waiters
+// are handed to the flow goroutine, and its result to its parent.
+func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
+	b := s.b
+	j.doneFlag.Store(true)
+	if j.ParentID != "" && result != nil {
+		b.flowPost(flowItem{kind: flowChildValue, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, val: result})
+	}
+	if !j.depFlag.Load() && !removed {
+		return
+	}
+	b.depMu.Lock()
+	waiters := b.deps[j.ID]
+	delete(b.deps, j.ID)
+	if removed || j.depFlag.Load() {
+		b.proofs.Put(j.ID, struct{}{})
+	}
+	b.depMu.Unlock()
+	if len(waiters) > 0 {
+		b.flowPost(flowItem{kind: flowResolve, dep: j.ID, waiters: waiters})
+	}
+}
+
+// unregisterDep forgets that w waits for dep.
+func (b *Broker) unregisterDep(dep string, w *Job) {
+	b.depMu.Lock()
+	list := b.deps[dep]
+	if i := slices.Index(list, w); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+		if len(list) == 0 {
+			delete(b.deps, dep)
+		} else {
+			b.deps[dep] = list
+		}
+	}
+	b.depMu.Unlock()
+}
+
+// ---------------------------------------------------------------------------
+// Child failure policies
+
+// childFailed runs when a job fails for good: a child with a policy acts on
+// its parent, through the flow goroutine.
+func (s *Shard) childFailed(j *Job, err string) {
+	if j.ParentID == "" {
+		return
+	}
+	mode := uint8(0)
+	switch {
+	case j.FailParent:
+		mode = policyFail
+	case j.ContinueParent:
+		mode = policyContinue
+	case j.IgnoreDepOnFail:
+		mode = policyIgnore
+	case j.RemoveDepOnFail:
+		mode = policyRemove
+	default:
+		return
+	}
+	if err == "" {
+		err = "unknown error"
+	}
+	s.b.flowPost(flowItem{kind: flowPolicy, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err})
+}
+
+func (b *Broker) applyPolicy(it *flowItem) {
+	p, s := b.lockJob(it.parentID)
+	if p == nil {
+		return
+	}
+	defer s.mu.Unlock()
+	if !isQueued(p.state) {
+		return // a running or finished parent is left alone
+	}
+	q := s.queues[p.Queue]
+	now := b.now()
+	switch it.mode {
+	case policyFail:
+		msg := "Child job " + it.childID + " failed: " + it.err
+		startedAt := p.StartedAt
+		b.unwaitAll(p)
+		if p.state == StateWaitingChildren {
+			q.delWC(p)
+		} else {
+			s.unqueue(q, p)
+		}
+		s.releaseUnique(q, p)
+		p.history = append(p.history, AttemptRec{Attempt: p.Attempts, StartedAt: startedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
+		s.toDLQ(q, p, "unknown", msg, true, now)
+		p.failErr, p.hasFail = "", false // GetJob's failedReason comes from the timeline
+		s.emit(q, evFailed, p, now, evArgs{err: msg, hasErr: true})
+		s.b.stats.failed.Add(1)
+	case policyContinue:
+		p.failedKids = setKV(p.failedKids, it.key, strRaw(it.err))
+		b.unwaitAll(p)
+		p.DependsOn = []string{}
+		if p.state == StateWaitingChildren {
+			p.RunAt = now
+			s.releaseWaiting(q, p, now, true)
+		}
+		b.persist(p)
+	case policyIgnore, policyRemove:
+		if it.mode == policyIgnore {
+			p.ignoredKids = setKV(p.ignoredKids, it.key, strRaw(it.err))
+		}
+		b.unregisterDep(it.childID, p)
+		p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(d string) bool { return d == it.childID })
+		if p.state == StateWaitingChildren {
+			if p.pending > 0 {
+				p.pending--
+			}
+			if p.pending == 0 {
+				p.RunAt = now
+				s.releaseWaiting(q, p, now, true)
+			}
+		}
+		b.persist(p)
+	}
+}
+
+// unwaitAll forgets every dependency registration of w.
+func (b *Broker) unwaitAll(w *Job) {
+	for _, d := range w.DependsOn {
+		b.unregisterDep(d, w)
+	}
+	w.pending = 0
+}
+
+func strRaw(s string) Raw {
+	var e Enc
+	e.Str(s)
+	return e.B
+}
+
+// ---------------------------------------------------------------------------
+// PUSHF: a flow, all or nothing
+
+type flowJob struct {
+	job   *Job
+	queue string
+}
+
+// flowJobs reads and validates a PUSHF request. Checks and messages follow
+// the reference's order.
+func flowJobs(m Map, now int64) ([]flowJob, error) {
+	items, ok, err := m.Array("jobs")
+	if err != nil || !ok {
+		return nil, errors.New("flow jobs must be an array")
+	}
+	if len(items) > 10000 {
+		return nil, errors.New("flow exceeds the 10000 job limit")
+	}
+	out := make([]flowJob, 0, len(items))
+	seen := map[string]bool{}
+	total := 0
+	for i, it := range items {
+		fm, err := ParseMap(it, nil)
+		if err != nil {
+			return nil, errors.New("flow jobs[" + itoa(int64(i)) + "] must be an object")
+		}
+		id, idOK, err := fm.Str("id")
+		if err != nil || !idOK {
+			return nil, errors.New("flow job id must be a string")
+		}
+		if id == "" || len(id) > 1024 || !validUTF8(id) {
+			return nil, errors.New("flow job id is invalid or is not well-formed Unicode")
+		}
+		if strings.Contains(id, ":") {
+			return nil, errors.New("flow job id cannot contain a colon")
+		}
+		if seen[id] {
+			return nil, errors.New("duplicate flow job id: " + id)
+		}
+		seen[id] = true
+		queue, _, err := fm.Str("queue")
+		if err != nil || validQueueName(queue, true) != nil {
+			return nil, errors.New("invalid flow queue: " + queue)
+		}
+		in, ok, err := fm.Map("input")
+		if err != nil || !ok {
+			return nil, errors.New("flow job input is invalid: " + id)
+		}
+		if cid, ok, _ := in.Str("customId"); ok && cid != "" && cid != id {
+			return nil, errors.New("custom id does not match planned id: " + id)
+		}
+		for _, k := range []string{"repeat", "uniqueKey", "dedup", "debounceId", "debounceTtl"} {
+			if in.Has(k) {
+				switch k {
+				case "repeat":
+					return nil, errors.New("repeat is not supported inside an atomic flow")
+				case "uniqueKey", "dedup":
+					return nil, errors.New("deduplication is not supported inside an atomic flow")
+				default:
+					return nil, errors.New("debounce is not supported inside an atomic flow")
+				}
+			}
+		}
+		if d := in.Get("data"); d == nil || (d[0] < 0x80 || d[0] > 0x8f) && d[0] != 0xde && d[0] != 0xdf {
+			return nil, errors.New("flow job data must be an object")
+		}
+		j, err := parseJob(in, queue, "", now)
+		if err != nil {
+			return nil, err
+		}
+		j.ID = id
+		if cid, ok, _ := in.Str("customId"); ok {
+			j.CustomID = cid
+		}
+		policies := 0
+		for _, on := range []bool{j.FailParent, j.ContinueParent, j.IgnoreDepOnFail, j.RemoveDepOnFail} {
+			if on {
+				policies++
+			}
+		}
+		if policies > 1 {
+			return nil, errors.New("flow failure policies are mutually exclusive")
+		}
+		if policies == 1 && j.ParentID == "" {
+			return nil, errors.New("a flow failure policy requires a parent")
+		}
+		total += len(j.Data)
+		if total > 64<<20 {
+			return nil, errors.New("flow data is too large (max 64MB per atomic batch)")
+		}
+		out = append(out, flowJob{job: j, queue: queue})
+	}
+	return out, flowTopology(out)
+}
+
+// flowTopology checks the edges of a flow: every dependency and child in
+// the batch, parent links reciprocal, no cycle.
+func flowTopology(jobs []flowJob) error {
+	byID := make(map[string]*Job, len(jobs))
+	for _, f := range jobs {
+		byID[f.job.ID] = f.job
+	}
+	for _, f := range jobs {
+		j := f.job
+		if hasDup(j.DependsOn) {
+			return errors.New("duplicate dependency in flow job: " + j.ID)
+		}
+		if hasDup(j.Children) {
+			return errors.New("duplicate child in flow job: " + j.ID)
+		}
+		for _, d := range j.DependsOn {
+			if byID[d] == nil {
+				return errors.New("flow dependency not found: " + d)
+			}
+			if d == j.ID {
+				return errors.New("flow job cannot depend on itself: " + j.ID)
+			}
+		}
+		for _, c := range j.Children {
+			if !slices.Contains(j.DependsOn, c) {
+				return errors.New("flow child is missing from dependencies: " + c)
+			}
+			cj := byID[c]
+			if cj == nil {
+				return errors.New("flow child not found: " + c)
+			}
+			if cj.ParentID != j.ID {
+				return errors.New("flow child " + c + " does not point back to parent " + j.ID)
+			}
+		}
+		if j.ParentID != "" {
+			p := byID[j.ParentID]
+			if p == nil {
+				return errors.New("flow parent not found: " + j.ParentID)
+			}
+			if !slices.Contains(p.Children, j.ID) {
+				return errors.New("flow parent " + j.ParentID + " does not own child " + j.ID)
+			}
+		}
+	}
+	// Kahn's algorithm over the dependency edges.
+	indeg := make(map[string]int, len(jobs))
+	next := map[string][]string{}
+	for _, f := range jobs {
+		indeg[f.job.ID] += 0
+		for _, d := range f.job.DependsOn {
+			indeg[f.job.ID]++
+			next[d] = append(next[d], f.job.ID)
+		}
+	}
+	var ready []string
+	for id, n := range indeg {
+		if n == 0 {
+			ready = append(ready, id)
+		}
+	}
+	seen := 0
+	for len(ready) > 0 {
+		id := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		seen++
+		for _, n := range next[id] {
+			if indeg[n]--; indeg[n] == 0 {
+				ready = append(ready, n)
+			}
+		}
+	}
+	if seen != len(jobs) {
+		return errors.New("flow contains a dependency cycle")
+	}
+	return nil
+}
+
+func hasDup(a []string) bool {
+	seen := make(map[string]bool, len(a))
+	for _, s := range a {
+		if seen[s] {
+			return true
+		}
+		seen[s] = true
+	}
+	return false
+}
+
+// PushFlow admits a validated flow. It locks every shard the flow touches,
+// in ascending order, so that nothing is admitted unless all of it is.
+func (b *Broker) PushFlow(jobs []flowJob) error {
+	var idxs []int
+	for _, f := range jobs {
+		k := int(fnv1a(f.queue) & b.mask)
+		if !slices.Contains(idxs, k) {
+			idxs = append(idxs, k)
+		}
+	}
+	slices.Sort(idxs)
+	for _, k := range idxs {
+		b.shards[k].mu.Lock()
+	}
+	defer func() {
+		for _, k := range idxs {
+			b.shards[k].mu.Unlock()
+		}
+	}()
+	now := b.now()
+	batch := make(map[string]*Job, len(jobs))
+	groupCount := map[[2]string]int{}
+	for _, f := range jobs {
+		j := f.job
+		if b.idxGet(j.ID) != nil {
+			return errors.New("Flow job " + j.ID + " already exists")
+		}
+		b.depMu.Lock()
+		_, proven := b.proofs.Peek(j.ID)
+		b.depMu.Unlock()
+		if proven {
+			return errors.New("Flow job " + j.ID + " already exists")
+		}
+		batch[j.ID] = j
+		if j.GroupID != "" && j.groupMax > 0 && len(j.DependsOn) == 0 {
+			s := b.shardOf(j.Queue)
+			key := [2]string{j.Queue, j.GroupID}
+			have := groupCount[key]
+			if q := s.queues[j.Queue]; q != nil && q.groups[j.GroupID] != nil {
+				have += q.groups[j.GroupID].queued
+			}
+			if int64(have) >= j.groupMax {
+				return errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))
+			}
+			groupCount[key]++
+		}
+	}
+	if b.store != nil {
+		// One transaction for the whole flow.
+		b.store.Hold()
+		defer b.store.Release()
+	}
+	for _, f := range jobs {
+		j := f.job
+		s := b.shardOf(j.Queue)
+		q := s.queue(j.Queue)
+		q.listed = true
+		j.seq = b.seq.Add(1)
+		b.idxPut(j)
+		j.Durable = true
+		j.pending = b.registerDeps(j, batch)
+		s.placeNew(q, j, now)
+		b.stats.pushed.Add(1)
+		s.emit(q, evPushed, j, now, evArgs{})
+		b.persist(j)
+	}
+	return nil
+}
+
+// placeNew puts a newly admitted job where it starts: waiting for its
+// dependencies, or in its queue.
+func (s *Shard) placeNew(q *Queue, j *Job, now int64) {
+	if j.pending > 0 {
+		j.state = StateWaitingChildren
+		q.addWC(j)
+	} else {
+		s.enqueue(q, j, now)
+	}
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+}
+
+func cmdPushFlow(r *Req) error {
+	now := r.b.now()
+	jobs, err := flowJobs(r.m, now)
+	if err != nil {
+		return err
+	}
+	if err := r.b.admit(); err != nil {
+		return err
+	}
+	if err := r.b.PushFlow(jobs); err != nil {
+		return err
+	}
+	if r.b.store != nil && len(jobs) > 0 {
+		if err := r.b.store.Sync(); err != nil {
+			return errors.New("durable write failed: " + err.Error())
+		}
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("jobs")
+	e.ArrayHead(len(jobs))
+	for _, f := range jobs {
+		j, s := r.b.lockJob(f.job.ID)
+		if j == nil {
+			// Already gone (completed with removeOnComplete, say): the
+			// snapshot is the admitted job as it was.
+			encodeJob(e, f.job, jobPlain, "", nil)
+			continue
+		}
+		encodeJob(e, j, jobPlain, "", nil)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Linking a child to an existing parent (PUSH with parent metadata, and
+// UpdateParent)
+
+// parentLink reads the parent a pushed job declares in its data, as the
+// official client writes it: {__parentId, __parentQueue} matching parentId.
+func parentLink(j *Job) (pid, pqueue string, ok bool) {
+	if j.ParentID == "" {
+		return "", "", false
+	}
+	m, err := ParseMap(j.Data, nil)
+	if err != nil {
+		return "", "", false
+	}
+	id, _, _ := m.Str("__parentId")
+	q, _, _ := m.Str("__parentQueue")
+	if id != j.ParentID || q == "" {
+		return "", "", false
+	}
+	return id, q, true
+}
+
+// checkLinkable validates a parent before a child is pushed to it.
+func (b *Broker) checkLinkable(pid, pqueue, childID string) error {
+	if pid == childID {
+		return errors.New("A job cannot be its own parent")
+	}
+	p, s := b.lockJob(pid)
+	if p == nil {
+		return errors.New("Parent job not found: " + pid)
+	}
+	defer s.mu.Unlock()
+	if !isQueued(p.state) {
+		return errors.New("Parent job " + pid + " is not linkable")
+	}
+	if pqueue != "" && p.Queue != pqueue {
+		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
+	}
+	return nil
+}
+
+// linkChild makes parent pid wait for child (already admitted).
+func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
+	p, s := b.lockJob(pid)
+	if p == nil {
+		return
+	}
+	defer s.mu.Unlock()
+	if !isQueued(p.state) || slices.Contains(p.Children, child.ID) {
+		return
+	}
+	q := s.queues[p.Queue]
+	now := b.now()
+	p.Children = append(slices.Clone(p.Children), child.ID)
+	p.DependsOn = append(slices.Clone(p.DependsOn), child.ID)
+	p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+	if n := b.registerOne(p, child.ID); n > 0 {
+		if p.state != StateWaitingChildren {
+			s.unqueue(q, p)
+			p.state = StateWaitingChildren
+			q.addWC(p)
+			p.pending = 0
+		}
+		p.pending++
+		if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != "waiting-children" {
+			p.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+		}
+	}
+	b.persist(p)
+}
+
+func stringsRaw(a []string) Raw {
+	var e Enc
+	strArray(&e, a)
+	return e.B
+}
+
+// setDataKey sets (or with nil, removes) one key of a map value.
+func setDataKey(data Raw, key string, val Raw) Raw {
+	m, err := ParseMap(data, nil)
+	if err != nil {
+		return data
+	}
+	var e Enc
+	n := 0
+	for _, f := range m.Fields {
+		if string(f.Key) != key {
+			n++
+		}
+	}
+	if val != nil {
+		n++
+	}
+	e.MapHead(n)
+	for _, f := range m.Fields {
+		if string(f.Key) == key {
+			continue
+		}
+		e.Str(string(f.Key))
+		e.Raw(f.Val)
+	}
+	if val != nil {
+		e.Str(key)
+		e.Raw(val)
+	}
+	return e.B
+}
+
+func cmdUpdateParent(r *Req) error {
+	cid, _, err := r.m.Str("childId")
+	if err != nil {
+		return err
+	}
+	pid, _, err := r.m.Str("parentId")
+	if err != nil {
+		return err
+	}
+	if cid == pid {
+		return errors.New("A flow job cannot be its own parent")
+	}
+	c, cs := r.b.lockJob(cid)
+	if c == nil {
+		return errors.New("Child job not found: " + cid)
+	}
+	if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
+		cs.mu.Unlock()
+		return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
+	}
+	childQueue, childState := c.Queue, c.state
+	cs.mu.Unlock()
+	p, ps := r.b.lockJob(pid)
+	if p == nil {
+		return errors.New("Parent job not found: " + pid)
+	}
+	declared := slices.Contains(p.Children, cid)
+	linkable := isQueued(p.state)
+	pqueue := p.Queue
+	ps.mu.Unlock()
+	if !declared && !linkable {
+		return errors.New("Parent job " + pid + " is not linkable")
+	}
+	// The child learns its parent (a backpatch when already declared).
+	if c, cs := r.b.lockJob(cid); c != nil {
+		c.ParentID = pid
+		c.Data = setDataKey(setDataKey(c.Data, "__parentId", strRaw(pid)), "__parentQueue", strRaw(pqueue))
+		r.b.persist(c)
+		cs.mu.Unlock()
+	}
+	if !declared {
+		if childState == StateCompleted {
+			// Recorded, but the parent does not wait for a done child.
+			if p, ps := r.b.lockJob(pid); p != nil {
+				p.Children = append(slices.Clone(p.Children), cid)
+				p.DependsOn = append(slices.Clone(p.DependsOn), cid)
+				r.b.persist(p)
+				ps.mu.Unlock()
+			}
+		} else {
+			r.b.linkChild(pid, &Job{ID: cid}, childQueue)
+		}
+	}
+	if childState == StateFailed {
+		if c, cs := r.b.lockJob(cid); c != nil {
+			cs.childFailed(c, c.failErr)
+			cs.mu.Unlock()
+		}
+	}
+	return r.okID()
+}
+
+// ---------------------------------------------------------------------------
+// Reading and changing a flow
+
+func cmdGetChildrenValues(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	r.b.flowSettle()
+	var vals []childKV
+	if j, s := r.b.lockJob(id); j != nil {
+		vals = slices.Clone(j.childValues)
+		s.mu.Unlock()
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("values")
+	encodeKVs(e, vals)
+	return nil
+}
+
+func encodeKVs(e *Enc, vals []childKV) {
+	e.MapHead(len(vals))
+	for _, kv := range vals {
+		e.Str(kv.key)
+		e.Raw(kv.val)
+	}
+}
+
+func cmdGetFailedChildrenValues(r *Req) error {
+	return r.childRecords(func(j *Job) []childKV { return j.failedKids })
+}
+
+func cmdGetIgnoredChildrenFailures(r *Req) error {
+	return r.childRecords(func(j *Job) []childKV { return j.ignoredKids })
+}
+
+func (r *Req) childRecords(pick func(j *Job) []childKV) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	r.b.flowSettle()
+	var vals []childKV
+	if j, s := r.b.lockJob(id); j != nil {
+		if isQueued(j.state) || j.state == StateActive {
+			vals = slices.Clone(pick(j))
+		}
+		s.mu.Unlock()
+	}
+	encodeKVs(r.field("values"), vals)
+	return nil
+}
+
+func cmdRemoveChildDependency(r *Req) error {
+	cid, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	c, cs := r.b.lockJob(cid)
+	if c == nil {
+		return errors.New("Job not found: " + cid)
+	}
+	pid := c.ParentID
+	live := isQueued(c.state) || c.state == StateActive
+	cs.mu.Unlock()
+	if pid == "" {
+		return errors.New("Job " + cid + " has no parent")
+	}
+	removed := false
+	if live {
+		if p, ps := r.b.lockJob(pid); p != nil {
+			if p.state == StateWaitingChildren && slices.Contains(p.DependsOn, cid) {
+				q := ps.queues[p.Queue]
+				now := r.b.now()
+				r.b.unregisterDep(cid, p)
+				p.Children = slices.DeleteFunc(slices.Clone(p.Children), func(x string) bool { return x == cid })
+				p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(x string) bool { return x == cid })
+				if len(p.Children) == 0 {
+					p.Data = setDataKey(p.Data, "__childrenIds", nil)
+				} else {
+					p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+				}
+				if p.pending > 0 {
+					p.pending--
+				}
+				if p.pending == 0 {
+					p.RunAt = now
+					ps.releaseWaiting(q, p, now, true)
+				}
+				r.b.persist(p)
+				removed = true
+			}
+			ps.mu.Unlock()
+		}
+		if removed {
+			if c, cs := r.b.lockJob(cid); c != nil {
+				c.ParentID = ""
+				c.Data = setDataKey(setDataKey(c.Data, "__parentId", nil), "__parentQueue", nil)
+				r.b.persist(c)
+				cs.mu.Unlock()
+			}
+		}
+	}
+	r.field("removed").Bool(removed)
+	return nil
+}
+
+func cmdRemoveUnprocessedChildren(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	var kids []string
+	if p, s := r.b.lockJob(id); p != nil {
+		kids = slices.Clone(p.Children)
+		s.mu.Unlock()
+	}
+	for _, c := range kids {
+		if j, s := r.b.lockJob(c); j != nil {
+			if isQueued(j.state) {
+				q := s.queues[j.Queue]
+				now := r.b.now()
+				s.unqueue(q, j)
+				s.releaseUnique(q, j)
+				s.forget(j)
+				s.emit(q, evRemoved, j, now, evArgs{prev: "waiting"})
+			}
+			s.mu.Unlock()
+		}
+	}
+	return r.okID()
+}
+
+func cmdMoveToWaitingChildren(r *Req) error {
+	tok, err := tokenArg(r.m)
+	if err != nil {
+		return err
+	}
+	errNotActive := errors.New("Job is not active")
+	if err := r.jobCmd(errNotActive, func(s *Shard, q *Queue, j *Job, now int64) error {
+		if j.state != StateActive {
+			return errNotActive
+		}
+		if err := s.takeActive(q, j, tok); err != nil {
+			return err
+		}
+		// Parked until a child is linked to it; it does not check for
+		// children of its own, as in the reference.
+		j.state = StateWaitingChildren
+		q.addWC(j)
+		j.pending = 0
+		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+		s.emit(q, evWaitingChildren, j, now, evArgs{prev: "active"})
+		s.b.persist(j)
+		return nil
+	}); err != nil {
+		return err
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("moved")
+	e.Bool(true)
+	return nil
+}

@@ -1,0 +1,578 @@
+package main
+
+// Job groups (BullMQ-Pro style): within a queue, ungrouped jobs are served
+// first; then groups take turns, round-robin. Each group has its own heap
+// (lower priority number first, then admission order), and the groups with
+// ready jobs form a ring with a cursor, so a claim costs O(1) to pick the
+// group plus O(log n) in its heap, however many groups there are. Groups
+// that a pull's own limits make ineligible are stepped over.
+
+import (
+	"errors"
+	"math"
+	"unicode/utf8"
+)
+
+// Group is one group of a queue.
+type Group struct {
+	id     string
+	ready  *Heap4
+	queued int // ready and delayed jobs: what groupMaxSize counts
+	active int
+
+	paused      bool
+	manualUntil int64 // RateLimitGroup: ineligible until then
+
+	concOverride int64       // SetGroupConcurrency (0: none)
+	rateOverride *groupLimit // SetGroupRateLimit
+	window       groupWindow // rate window of pulls with a limit
+
+	prev, next *Group // the ring of groups with ready jobs
+	inRing     bool
+}
+
+type groupLimit struct{ max, duration int64 }
+
+type groupWindow struct {
+	start, count  int64
+	max, duration int64
+}
+
+// groupPull is a pull's group option.
+type groupPull struct {
+	concurrency int64       // 0: not asked
+	limit       *groupLimit // nil: not asked
+	affinity    *string     // a group only, or (empty pointer) ungrouped only
+	affinitySet bool
+}
+
+func (q *Queue) group(id string) *Group {
+	g := q.groups[id]
+	if g == nil {
+		if q.groups == nil {
+			q.groups = make(map[string]*Group)
+		}
+		g = &Group{id: id, ready: newHeap(heapPlace)}
+		q.groups[id] = g
+	}
+	return g
+}
+
+// ringAdd puts a group with ready jobs into the rotation, just before the
+// cursor: the end of the current round.
+func (q *Queue) ringAdd(g *Group) {
+	if g.inRing || g.paused || g.ready.Len() == 0 {
+		return
+	}
+	g.inRing = true
+	q.ringLen++
+	if q.cursor == nil {
+		g.prev, g.next = g, g
+		q.cursor = g
+		return
+	}
+	c := q.cursor
+	g.prev, g.next = c.prev, c
+	c.prev.next = g
+	c.prev = g
+}
+
+func (q *Queue) ringRemove(g *Group) {
+	if !g.inRing {
+		return
+	}
+	g.inRing = false
+	q.ringLen--
+	if q.ringLen == 0 {
+		q.cursor = nil
+	} else {
+		g.prev.next = g.next
+		g.next.prev = g.prev
+		if q.cursor == g {
+			q.cursor = g.next
+		}
+	}
+	g.prev, g.next = nil, nil
+}
+
+// groupKeys orders a group's heap: lower priority number first, then
+// admission order. (LIFO does not apply inside a group.)
+func groupKeys(j *Job) (int64, int64, int64) { return -j.Priority, j.seq, 0 }
+
+// eligible says whether a pull with options o may take from g now.
+func (g *Group) eligible(o *groupPull, now int64) bool {
+	if g.paused || now < g.manualUntil {
+		return false
+	}
+	if o == nil {
+		return true
+	}
+	if o.concurrency > 0 {
+		limit := o.concurrency
+		if g.concOverride > 0 {
+			limit = g.concOverride
+		}
+		if int64(g.active) >= limit {
+			return false
+		}
+	}
+	if o.limit != nil {
+		l := *o.limit
+		if g.rateOverride != nil {
+			l = *g.rateOverride
+		}
+		w := &g.window
+		if w.max != l.max || w.duration != l.duration || now >= w.start+w.duration {
+			return true // a new window starts when the job is taken
+		}
+		if w.count >= w.max {
+			return false
+		}
+	}
+	return true
+}
+
+// took counts a job taken from g under the pull's options.
+func (g *Group) took(o *groupPull, now int64) {
+	g.active++
+	if o == nil || o.limit == nil {
+		return
+	}
+	l := *o.limit
+	if g.rateOverride != nil {
+		l = *g.rateOverride
+	}
+	w := &g.window
+	if w.max != l.max || w.duration != l.duration || now >= w.start+w.duration {
+		*w = groupWindow{start: now, max: l.max, duration: l.duration}
+	}
+	w.count++
+}
+
+// windowWait is how long until a group held back by its window opens.
+func (g *Group) windowWait(now int64) int64 {
+	if w := &g.window; w.count >= w.max && w.max > 0 {
+		return max(w.start+w.duration-now, 1)
+	}
+	if now < g.manualUntil {
+		return g.manualUntil - now
+	}
+	return math.MaxInt64
+}
+
+// pickReady takes the next job to claim: ungrouped first, then the groups
+// in turn from the cursor. It returns nil when nothing may be taken.
+func (s *Shard) pickReady(q *Queue, o *groupPull, now int64) *Job {
+	grouped := q.ringLen > 0
+	if o != nil && o.affinitySet && len(q.groups) > 0 {
+		if o.affinity == nil {
+			return q.ready.Pop()
+		}
+		g := q.groups[*o.affinity]
+		if g == nil || g.ready.Len() == 0 || !g.eligible(o, now) {
+			return nil
+		}
+		return s.takeFromGroup(q, g, o, now)
+	}
+	if j := q.ready.Pop(); j != nil || !grouped {
+		return j
+	}
+	g := q.cursor
+	for k := 0; k < q.ringLen; k++ {
+		if g.eligible(o, now) {
+			return s.takeFromGroup(q, g, o, now)
+		}
+		g = g.next
+	}
+	return nil
+}
+
+func (s *Shard) takeFromGroup(q *Queue, g *Group, o *groupPull, now int64) *Job {
+	j := g.ready.Pop()
+	g.queued--
+	g.took(o, now)
+	j.groupActive = true
+	if g.inRing {
+		q.cursor = g.next
+		if g.ready.Len() == 0 {
+			q.ringRemove(g)
+		}
+	}
+	return j
+}
+
+// groupWait is how long a pull held back only by group limits should sleep
+// before trying again.
+func (q *Queue) groupWait(now int64) int64 {
+	w := int64(math.MaxInt64)
+	for g := q.cursor; g != nil; {
+		w = min(w, g.windowWait(now))
+		if g = g.next; g == q.cursor {
+			break
+		}
+	}
+	return w
+}
+
+// groupReleased: a job of the group stopped being active.
+func (q *Queue) groupReleased(j *Job) {
+	if !j.groupActive {
+		return
+	}
+	j.groupActive = false
+	if g := q.groups[j.GroupID]; g != nil && g.active > 0 {
+		g.active--
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Reading the pull option
+
+func readGroupPull(m Map) (*groupPull, error) {
+	raw := m.Get("group")
+	if raw == nil {
+		return nil, nil
+	}
+	gm, err := ParseMap(raw, nil)
+	if err != nil || raw[0] == 0xc0 {
+		return nil, errors.New("group must be an object")
+	}
+	o := &groupPull{}
+	if a := gm.Get("affinity"); a != nil {
+		o.affinitySet = true
+		if a[0] != 0xc0 {
+			s, err := a.Str()
+			if err != nil {
+				return nil, errors.New("group.affinity must be a string or null")
+			}
+			o.affinity = &s
+		}
+	} else {
+		for _, f := range gm.Fields {
+			if string(f.Key) == "affinity" && len(f.Val) > 0 && f.Val[0] == 0xc0 {
+				o.affinitySet = true
+			}
+		}
+	}
+	if gm.Has("concurrency") {
+		v, err := positiveSafeInt(gm, "concurrency")
+		if err != nil {
+			return nil, errors.New("group.concurrency must be a positive safe integer")
+		}
+		o.concurrency = v
+	}
+	if lr := gm.Get("limit"); lr != nil {
+		lm, err := ParseMap(lr, nil)
+		if err != nil {
+			return nil, errors.New("group.limit must be an object")
+		}
+		mx, err := positiveSafeInt(lm, "max")
+		if err != nil {
+			return nil, errors.New("group.limit.max must be a positive safe integer")
+		}
+		d, err := positiveSafeInt(lm, "duration")
+		if err != nil {
+			return nil, errors.New("group.limit.duration must be a positive safe integer")
+		}
+		o.limit = &groupLimit{max: mx, duration: d}
+	}
+	return o, nil
+}
+
+func positiveSafeInt(m Map, key string) (int64, error) {
+	f, ok, err := m.Num(key)
+	if err != nil || !ok || f != math.Trunc(f) || f < 1 || f > 9007199254740991 {
+		return 0, errors.New(key + " must be a positive safe integer")
+	}
+	return int64(f), nil
+}
+
+// ---------------------------------------------------------------------------
+// Group commands
+
+func validGroupID(m Map) (string, error) {
+	raw := m.Get("groupId")
+	if raw == nil {
+		return "", errors.New("groupId is required")
+	}
+	g, err := raw.Str()
+	switch {
+	case err != nil:
+		return "", errors.New("groupId must be a string")
+	case g == "":
+		return "", errors.New("groupId must be a non-empty string")
+	case utf8.RuneCountInString(g) > maxGroupID:
+		return "", errors.New("groupId must be at most 256 characters")
+	case containsNUL(g):
+		return "", errors.New("groupId must not contain NUL characters")
+	}
+	return g, nil
+}
+
+// groupCmd runs fn on a queue's group; create makes both when missing.
+func (r *Req) groupCmd(create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	gid, err := validGroupID(r.m)
+	if err != nil {
+		return err
+	}
+	r.b.withQueue(name, create, func(s *Shard, q *Queue, now int64) {
+		var g *Group
+		if q != nil {
+			if g = q.groups[gid]; g == nil && create {
+				g = q.group(gid)
+			}
+		}
+		fn(s, q, g, now)
+		if q != nil && create {
+			r.b.queueChanged(q)
+		}
+	})
+	return nil
+}
+
+func (r *Req) dataInt(key string, v int64) error {
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str(key)
+	e.Int(v)
+	return nil
+}
+
+func (r *Req) dataBool(key string, v bool) error {
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str(key)
+	e.Bool(v)
+	return nil
+}
+
+func cmdGetGroupJobsCount(r *Req) error {
+	n := 0
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil {
+			n = g.queued
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataInt("count", int64(n))
+}
+
+// GetGroupsJobsCount is the queue's queued grouped jobs, as the reference
+// answers it (not a number of groups).
+func cmdGetGroupsJobsCount(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	n := 0
+	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		if q != nil {
+			for _, g := range q.groups {
+				n += g.queued
+			}
+		}
+	})
+	return r.dataInt("count", int64(n))
+}
+
+func cmdGetGroupActiveCount(r *Req) error {
+	n := 0
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil {
+			n = g.active
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataInt("count", int64(n))
+}
+
+func cmdSetGroupRateLimit(r *Req) error {
+	mx, err := positiveSafeInt(r.m, "max")
+	if err != nil {
+		return err
+	}
+	d, err := positiveSafeInt(r.m, "duration")
+	if err != nil {
+		return err
+	}
+	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+		g.rateOverride = &groupLimit{max: mx, duration: d}
+		g.window = groupWindow{}
+		q.wakeAll()
+	}); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func cmdGetGroupRateLimit(r *Req) error {
+	var l *groupLimit
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil {
+			l = g.rateOverride
+		}
+	}); err != nil {
+		return err
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("limit")
+	if l == nil {
+		e.Nil()
+	} else {
+		e.MapHead(2)
+		e.Str("max")
+		e.Int(l.max)
+		e.Str("duration")
+		e.Int(l.duration)
+	}
+	return nil
+}
+
+func cmdRemoveGroupRateLimit(r *Req) error {
+	n := 0
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil && g.rateOverride != nil {
+			g.rateOverride, g.window, n = nil, groupWindow{}, 1
+			q.wakeAll()
+			r.b.queueChanged(q)
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataInt("removed", int64(n))
+}
+
+func cmdGetGroupRateLimitTTL(r *Req) error {
+	maxJobs, hasMax, err := r.m.Num("maxJobs")
+	if err != nil {
+		return err
+	}
+	ttl := int64(-2)
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g == nil {
+			return
+		}
+		w := g.window
+		switch {
+		case now < g.manualUntil:
+			ttl = g.manualUntil - now
+		case w.max == 0 || now >= w.start+w.duration:
+			ttl = -2
+		case hasMax && float64(w.count) < maxJobs:
+			ttl = 0
+		default:
+			ttl = w.start + w.duration - now
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataInt("ttl", ttl)
+}
+
+func cmdSetGroupConcurrency(r *Req) error {
+	c, err := positiveSafeInt(r.m, "concurrency")
+	if err != nil {
+		return err
+	}
+	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+		g.concOverride = c
+		q.wakeAll()
+	}); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func cmdGetGroupConcurrency(r *Req) error {
+	c := int64(0)
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil {
+			c = g.concOverride
+		}
+	}); err != nil {
+		return err
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("concurrency")
+	if c == 0 {
+		e.Nil()
+	} else {
+		e.Int(c)
+	}
+	return nil
+}
+
+func cmdRemoveGroupConcurrency(r *Req) error {
+	n := 0
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil && g.concOverride != 0 {
+			g.concOverride, n = 0, 1
+			q.wakeAll()
+			r.b.queueChanged(q)
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataInt("removed", int64(n))
+}
+
+func cmdPauseGroup(r *Req) error {
+	changed := false
+	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+		if !g.paused {
+			g.paused, changed = true, true
+			q.ringRemove(g)
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataBool("changed", changed)
+}
+
+func cmdResumeGroup(r *Req) error {
+	changed := false
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil && g.paused {
+			g.paused, changed = false, true
+			q.ringAdd(g)
+			q.wakeAll()
+			r.b.queueChanged(q)
+		}
+	}); err != nil {
+		return err
+	}
+	return r.dataBool("changed", changed)
+}
+
+func cmdIsGroupPaused(r *Req) error {
+	paused := false
+	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+		paused = g != nil && g.paused
+	}); err != nil {
+		return err
+	}
+	return r.dataBool("paused", paused)
+}
+
+// RateLimitGroup holds a group back for a while (not persisted, as in the
+// reference).
+func cmdRateLimitGroup(r *Req) error {
+	d, err := positiveSafeInt(r.m, "duration")
+	if err != nil {
+		return err
+	}
+	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+		g.manualUntil = now + d
+	}); err != nil {
+		return err
+	}
+	return r.okID()
+}
