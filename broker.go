@@ -194,6 +194,12 @@ func (b *Broker) PushWith(queue string, jobs []*Job, batch map[string]*Job) []Pu
 		q := s.queue(queue)
 		q.listed = true
 		s.promote(now)
+		// A batch that would overflow a group's maxSize is refused whole,
+		// before anything is admitted.
+		if err := q.groupRoom(jobs); err != nil {
+			out = []PushResult{{Err: err}}
+			return
+		}
 		for i, j := range jobs {
 			// Jobs are taken in order until one is refused, as the
 			// reference does (the accepted prefix stays).

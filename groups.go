@@ -95,6 +95,30 @@ func (q *Queue) ringRemove(g *Group) {
 	g.prev, g.next = nil, nil
 }
 
+// groupRoom checks a batch against the groups' maxSize: each grouped job
+// with a maxSize needs the group's queued jobs, with those of the batch
+// before it, under that size.
+func (q *Queue) groupRoom(jobs []*Job) error {
+	var added map[string]int
+	for _, j := range jobs {
+		if j.GroupID == "" || len(j.DependsOn) > 0 {
+			continue
+		}
+		have := added[j.GroupID]
+		if g := q.groups[j.GroupID]; g != nil {
+			have += g.queued
+		}
+		if j.groupMax > 0 && int64(have) >= j.groupMax {
+			return errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))
+		}
+		if added == nil {
+			added = map[string]int{}
+		}
+		added[j.GroupID]++
+	}
+	return nil
+}
+
 // groupKeys orders a group's heap: lower priority number first, then
 // admission order. (LIFO does not apply inside a group.)
 func groupKeys(j *Job) (int64, int64, int64) { return -j.Priority, j.seq, 0 }
