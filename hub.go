@@ -78,6 +78,7 @@ type hub struct {
 	ringAt int
 
 	nsubs atomic.Int64
+	nWS   atomic.Int64
 	drops atomic.Uint64
 	wg    sync.WaitGroup // one per registered subscriber
 }
@@ -101,6 +102,12 @@ func newHub(opts hubOptions) *hub {
 // Subscribers is how many subscribers are connected: with none, the
 // caller can skip encoding events at all.
 func (h *hub) Subscribers() int { return int(h.nsubs.Load()) }
+
+// Counts splits Subscribers by transport, as /health reports them.
+func (h *hub) Counts() (ws, sse int) {
+	w := h.nWS.Load()
+	return int(w), int(h.nsubs.Load() - w)
+}
 
 // Drops counts the events that did not reach a subscriber because it was
 // not keeping up (or was already closing).
@@ -172,6 +179,9 @@ func (h *hub) add(s *hubSub) bool {
 	}
 	h.subs[s] = struct{}{}
 	h.nsubs.Add(1)
+	if s.ws != nil {
+		h.nWS.Add(1)
+	}
 	h.wg.Add(1)
 	return true
 }
@@ -180,6 +190,9 @@ func (h *hub) remove(s *hubSub) {
 	h.mu.Lock()
 	if _, ok := h.subs[s]; ok {
 		delete(h.subs, s)
+		if s.ws != nil {
+			h.nWS.Add(-1)
+		}
 		h.nsubs.Add(-1)
 		h.wg.Done()
 	}

@@ -57,6 +57,9 @@ func TestHubFilters(t *testing.T) {
 	sseAll := dialSSE(t, addr, "/events")
 	sseB := dialSSE(t, addr, "/events/queues/b")
 	waitSubscribers(t, hb, 4)
+	if ws, sse := hb.Counts(); ws != 2 || sse != 2 {
+		t.Errorf("Counts: %d ws, %d sse", ws, sse)
+	}
 
 	hb.PublishEvent("a", "job:pushed", []byte(`{"n":1}`))
 	hb.PublishEvent("b", "job:completed", []byte(`{"n":2}`))
