@@ -77,8 +77,8 @@ type hub struct {
 	ring   []hubEvent // the last events, oldest at ringAt once full
 	ringAt int
 
-	nsubs atomic.Int64
 	nWS   atomic.Int64
+	nSSE  atomic.Int64
 	drops atomic.Uint64
 	wg    sync.WaitGroup // one per registered subscriber
 }
@@ -101,13 +101,10 @@ func newHub(opts hubOptions) *hub {
 
 // Subscribers is how many subscribers are connected: with none, the
 // caller can skip encoding events at all.
-func (h *hub) Subscribers() int { return int(h.nsubs.Load()) }
+func (h *hub) Subscribers() int { return int(h.nWS.Load() + h.nSSE.Load()) }
 
 // Counts splits Subscribers by transport, as /health reports them.
-func (h *hub) Counts() (ws, sse int) {
-	w := h.nWS.Load()
-	return int(w), int(h.nsubs.Load() - w)
-}
+func (h *hub) Counts() (ws, sse int) { return int(h.nWS.Load()), int(h.nSSE.Load()) }
 
 // Drops counts the events that did not reach a subscriber because it was
 // not keeping up (or was already closing).
@@ -122,7 +119,7 @@ func (h *hub) Publish(queue string, payload []byte) { h.PublishEvent(queue, "", 
 // browsers dispatch to addEventListener(name)); WebSocket subscribers get
 // the payload alone.
 func (h *hub) PublishEvent(queue, event string, payload []byte) {
-	if h.nsubs.Load() == 0 {
+	if h.Subscribers() == 0 {
 		return
 	}
 	// One lock for the whole fan-out keeps ids in order on every
@@ -178,22 +175,24 @@ func (h *hub) add(s *hubSub) bool {
 		}
 	}
 	h.subs[s] = struct{}{}
-	h.nsubs.Add(1)
-	if s.ws != nil {
-		h.nWS.Add(1)
-	}
+	h.count(s, 1)
 	h.wg.Add(1)
 	return true
+}
+
+func (h *hub) count(s *hubSub, d int64) {
+	if s.ws != nil {
+		h.nWS.Add(d)
+	} else {
+		h.nSSE.Add(d)
+	}
 }
 
 func (h *hub) remove(s *hubSub) {
 	h.mu.Lock()
 	if _, ok := h.subs[s]; ok {
 		delete(h.subs, s)
-		if s.ws != nil {
-			h.nWS.Add(-1)
-		}
-		h.nsubs.Add(-1)
+		h.count(s, -1)
 		h.wg.Done()
 	}
 	h.mu.Unlock()
