@@ -1,0 +1,294 @@
+package main
+
+// The fan-out hub for live events: WebSocket and SSE subscribers register
+// with a filter (every queue, or one), and Publish hands each event to the
+// ones that match. Publish never waits on a subscriber: each has its own
+// bounded queue and writer, and an event that does not fit is dropped (and
+// counted) under the subscriber's slow policy.
+//
+// Every event gets an id, in publishing order, which SSE sends as its id:
+// field; the last ones are kept so that a reconnecting EventSource, which
+// sends the last id it saw, gets what it missed. As in the reference, ids
+// start again at 1 with the process, and nothing is kept while nobody
+// listens.
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// hubOptions tune a hub; zero fields take the defaults.
+type hubOptions struct {
+	WS  wsOptions
+	SSE sseOptions
+	// Replay is how many recent events are kept for Last-Event-ID
+	// (default 1000, as the reference; negative: none).
+	Replay int
+	Log    *slog.Logger
+}
+
+var errHubClosed = errors.New("live events: the server is shutting down")
+
+// hubEvent is one published event. sse is its SSE form, made once for
+// every stream that gets it.
+type hubEvent struct {
+	id    uint64
+	queue string
+	event string
+	data  []byte
+	sse   []byte
+}
+
+func (ev *hubEvent) sseBytes() []byte {
+	if ev.sse == nil {
+		ev.sse = appendSSE(nil, sseEvent{ID: strconv.FormatUint(ev.id, 10), Event: ev.event, Data: ev.data})
+	}
+	return ev.sse
+}
+
+// hubSub is one subscriber: a WebSocket or an SSE stream.
+type hubSub struct {
+	queue string // "" for every queue
+	ws    *wsConn
+	sse   *sseStream
+}
+
+func (s *hubSub) wants(queue string) bool { return s.queue == "" || s.queue == queue }
+
+func (s *hubSub) send(ev *hubEvent) bool {
+	if s.ws != nil {
+		return s.ws.Send(ev.data)
+	}
+	return s.sse.sendRaw(ev.sseBytes())
+}
+
+type hub struct {
+	opts hubOptions
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	subs   map[*hubSub]struct{}
+	closed bool
+	lastID uint64
+	ring   []hubEvent // the last events, oldest at ringAt once full
+	ringAt int
+
+	nWS   atomic.Int64
+	nSSE  atomic.Int64
+	drops atomic.Uint64
+	wg    sync.WaitGroup // one per registered subscriber
+}
+
+func newHub(opts hubOptions) *hub {
+	if opts.Replay == 0 {
+		opts.Replay = 1000
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.WS.Log == nil {
+		opts.WS.Log = opts.Log
+	}
+	if opts.SSE.Log == nil {
+		opts.SSE.Log = opts.Log
+	}
+	return &hub{opts: opts, log: opts.Log, subs: make(map[*hubSub]struct{})}
+}
+
+// Subscribers is how many subscribers are connected: with none, the
+// caller can skip encoding events at all.
+func (h *hub) Subscribers() int { return int(h.nWS.Load() + h.nSSE.Load()) }
+
+// Counts splits Subscribers by transport, as /health reports them.
+func (h *hub) Counts() (ws, sse int) { return int(h.nWS.Load()), int(h.nSSE.Load()) }
+
+// Drops counts the events that did not reach a subscriber because it was
+// not keeping up (or was already closing).
+func (h *hub) Drops() uint64 { return h.drops.Load() }
+
+// Publish hands an event of queue, already encoded as JSON, to the
+// subscribers that want it. It never blocks on them. payload is not
+// copied and must not change afterwards.
+func (h *hub) Publish(queue string, payload []byte) { h.PublishEvent(queue, "", payload) }
+
+// PublishEvent is Publish with an SSE event name (the event: field, which
+// browsers dispatch to addEventListener(name)); WebSocket subscribers get
+// the payload alone.
+func (h *hub) PublishEvent(queue, event string, payload []byte) {
+	if h.Subscribers() == 0 {
+		return
+	}
+	// One lock for the whole fan-out keeps ids in order on every
+	// subscriber, which Last-Event-ID relies on. The sends under it only
+	// append to queues.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.lastID++
+	ev := hubEvent{id: h.lastID, queue: queue, event: event, data: payload}
+	for s := range h.subs {
+		if s.wants(queue) && !s.send(&ev) {
+			h.drops.Add(1)
+		}
+	}
+	h.remember(ev)
+}
+
+// remember keeps ev for replay. h.mu is held.
+func (h *hub) remember(ev hubEvent) {
+	if h.opts.Replay < 0 {
+		return
+	}
+	if len(h.ring) < h.opts.Replay {
+		h.ring = append(h.ring, ev)
+		return
+	}
+	h.ring[h.ringAt] = ev
+	h.ringAt = (h.ringAt + 1) % len(h.ring)
+}
+
+// add registers s; an SSE stream first gets the kept events after the
+// id its client last saw. The replay and the registration happen under
+// one lock, so nothing is missed or sent twice in between.
+func (h *hub) add(s *hubSub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	if s.sse != nil {
+		if after, err := strconv.ParseUint(s.sse.LastEventID(), 10, 64); err == nil && after <= h.lastID {
+			// An id above lastID is from before a restart: nothing here
+			// follows it in any meaningful way.
+			for i := range h.ring {
+				ev := &h.ring[(h.ringAt+i)%len(h.ring)]
+				if ev.id > after && s.wants(ev.queue) && !s.send(ev) {
+					h.drops.Add(1)
+				}
+			}
+		}
+	}
+	h.subs[s] = struct{}{}
+	h.count(s, 1)
+	h.wg.Add(1)
+	return true
+}
+
+func (h *hub) count(s *hubSub, d int64) {
+	if s.ws != nil {
+		h.nWS.Add(d)
+	} else {
+		h.nSSE.Add(d)
+	}
+}
+
+func (h *hub) remove(s *hubSub) {
+	h.mu.Lock()
+	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		h.count(s, -1)
+		h.wg.Done()
+	}
+	h.mu.Unlock()
+}
+
+// ServeWS upgrades the request to a WebSocket that receives the events of
+// queue ("" for all) and runs its read loop until the connection ends.
+// onMessage, when set, gets each message the client sends (on this
+// goroutine; answer with c.Send). It returns nil after a closing
+// handshake, otherwise why the connection ended (a refused handshake,
+// which has been answered; a protocol violation, which has been closed
+// with its code; an idle client; a broken socket), for the caller to log.
+func (h *hub) ServeWS(w http.ResponseWriter, r *http.Request, queue string, onMessage func(c *wsConn, op wsOpcode, msg []byte)) error {
+	if h.isClosed() {
+		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		return errHubClosed
+	}
+	c, err := upgradeWS(w, r, h.opts.WS)
+	if err != nil {
+		return err
+	}
+	s := &hubSub{queue: queue, ws: c}
+	if h.add(s) {
+		defer h.remove(s)
+	} else {
+		c.Close(wsCloseGoingAway, "server shutting down")
+	}
+	var end error
+	for {
+		op, msg, err := c.ReadMessage()
+		if err != nil {
+			end = err
+			break
+		}
+		if onMessage != nil {
+			onMessage(c, op, msg)
+		}
+	}
+	// The writer finishes the closing handshake; the subscriber counts
+	// until it has, so that Close waits for it.
+	<-c.Done()
+	var ce *wsCloseError
+	if errors.As(end, &ce) && ce.Remote {
+		return nil
+	}
+	return end
+}
+
+// ServeSSE streams the events of queue ("" for all) until the client goes
+// away or the hub closes. onOpen, when set, can send the stream's first
+// events, before any replay or live event.
+func (h *hub) ServeSSE(w http.ResponseWriter, r *http.Request, queue string, onOpen func(s *sseStream)) error {
+	if h.isClosed() {
+		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		return errHubClosed
+	}
+	st, err := startSSE(w, r, h.opts.SSE)
+	if err != nil {
+		return err
+	}
+	if onOpen != nil {
+		onOpen(st)
+	}
+	s := &hubSub{queue: queue, sse: st}
+	if !h.add(s) {
+		st.Close()
+	} else {
+		defer h.remove(s)
+	}
+	return st.Run()
+}
+
+func (h *hub) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+// Close ends every subscriber (WebSockets with 1001, going away) and waits
+// until they are gone, which their CloseTimeout bounds. Call it before
+// http.Server.Shutdown, which would otherwise wait for the SSE handlers.
+func (h *hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	subs := make([]*hubSub, 0, len(h.subs))
+	for s := range h.subs {
+		subs = append(subs, s)
+	}
+	h.ring = nil
+	h.mu.Unlock()
+	for _, s := range subs {
+		if s.ws != nil {
+			s.ws.Close(wsCloseGoingAway, "server shutting down")
+		} else {
+			s.sse.Close()
+		}
+	}
+	h.wg.Wait()
+}
