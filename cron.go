@@ -1,15 +1,24 @@
 package main
 
-// Cron schedules: a parser for cron expressions.
+// Cron schedules: a parser for cron expressions and the next run of an
+// expression in a time zone.
 //
 // The reference (bunqueue 2.9.5) hands the five calendar fields to Bun.cron
-// (Bun 1.4.4) and reads a leading seconds field itself. What both accept
-// was measured against them; this file reproduces it, and says so where it
-// does not.
+// (Bun 1.4.4) and reads a leading seconds field itself. What both accept,
+// and how Bun.cron lands runs on daylight-saving changes, was measured
+// against them; this file reproduces it, and says so where it does not.
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
+	"time"
+
+	// Schedules name IANA zones; embedding the database keeps them working
+	// on hosts without zoneinfo files (scratch containers, some minimal
+	// images).
+	_ "time/tzdata"
 )
 
 // ---------------------------------------------------------------------------
@@ -348,4 +357,323 @@ func plainInt(s string) (int, bool) {
 		}
 	}
 	return n, true
+}
+
+// ---------------------------------------------------------------------------
+// Next run
+
+// cronHorizonYears bounds a search. Any expression ParseCron accepts runs at
+// least every eight years (29 February), so Next reports "none" only past
+// this.
+const cronHorizonYears = 50
+
+const allHours = 1<<24 - 1
+
+// Next returns the first run strictly after t, with the fields read as the
+// wall clock of loc. It reports false only when no run falls within
+// cronHorizonYears.
+//
+// Across daylight-saving changes it does what Bun.cron does, for the
+// reference's schedules to land where they did there:
+//   - A wall time skipped by a forward change runs as if the change had not
+//     happened yet: 02:30 on a night that jumps from 02:00 to 03:00 runs at
+//     03:30, once; the times of the skipped hour do not pile up after it.
+//   - A wall time shown twice by a backward change runs at its first
+//     showing only; but an expression whose hour field is every hour runs
+//     in the repeated stretch too (an hourly job runs at 01:00 EDT and at
+//     01:00 EST), since its runs follow the clock rather than a time of day.
+func (e *CronExpr) Next(t time.Time, loc *time.Location) (time.Time, bool) {
+	if !e.hasSeconds {
+		return e.nextMinute(t, loc)
+	}
+	// As the reference: find the first calendar minute at or after t's
+	// minute, then the first of its seconds after t.
+	m, ok := e.nextMinute(t.Truncate(time.Minute).Add(-1), loc)
+	for ok {
+		for s := e.seconds; s != 0; s &= s - 1 {
+			c := m.Add(time.Duration(bits.TrailingZeros64(s)) * time.Second)
+			if c.After(t) {
+				return c, true
+			}
+		}
+		n, more := e.nextMinute(m, loc)
+		if !more || !n.After(m) {
+			break
+		}
+		m = n
+	}
+	return time.Time{}, false
+}
+
+// nextMinute is Next for the five calendar fields.
+func (e *CronExpr) nextMinute(t time.Time, loc *time.Location) (time.Time, bool) {
+	tu := t.Unix() // floor: an instant in whole seconds is after t iff after tu
+	off, _, _ := zoneAt(loc, tu)
+	wall := floorDiv(tu+int64(off), 60)*60 + 60
+	limit := yearOfWall(wall) + cronHorizonYears
+	var best int64
+	found := false
+	// The wall clock is walked from t's wall time; a candidate whose first
+	// showing is not after t (t is inside a repeated stretch) is passed by.
+	for {
+		w, ok := e.nextWall(wall, limit)
+		if !ok {
+			break
+		}
+		if at := resolveWall(loc, w); at > tu {
+			best, found = at, true
+			break
+		}
+		wall = w + 60
+	}
+	if e.hours == allHours {
+		until := tu + 48*3600
+		if found {
+			until = best
+		}
+		if at, ok := e.inRepeat(loc, tu, until); ok {
+			best, found = at, true
+		}
+	}
+	if !found {
+		return time.Time{}, false
+	}
+	return time.Unix(best, 0).In(loc), true
+}
+
+// nextWall returns the first wall time (seconds, as if UTC) at or after w,
+// which is on a minute, that the calendar fields match; false past the end
+// of year limit. It skips whole months, days and hours that cannot match.
+func (e *CronExpr) nextWall(w int64, limit int) (int64, bool) {
+	days := floorDiv(w, 86400)
+	y, mo, d := civilFromDays(days)
+	rest := int(w - days*86400)
+	h, mi := rest/3600, rest%3600/60
+	for y <= limit {
+		if e.months&(1<<mo) == 0 {
+			if next := nextBit(uint64(e.months), mo); next <= 12 {
+				mo = next
+			} else {
+				y, mo = y+1, bits.TrailingZeros16(e.months)
+			}
+			d, h, mi = 1, 0, 0
+			continue
+		}
+		if d > daysIn(y, mo) {
+			if mo++; mo > 12 {
+				y, mo = y+1, 1
+			}
+			d, h, mi = 1, 0, 0
+			continue
+		}
+		if !e.dayMatches(y, mo, d) {
+			d, h, mi = d+1, 0, 0
+			continue
+		}
+		if e.hours&(1<<h) == 0 {
+			if h = nextBit(uint64(e.hours), h); h > 23 {
+				d, h = d+1, 0
+			}
+			mi = 0
+			continue
+		}
+		if e.minutes&(1<<mi) == 0 {
+			if mi = nextBit(e.minutes, mi); mi > 59 {
+				h, mi = h+1, 0
+				if h > 23 {
+					d, h = d+1, 0
+				}
+			}
+			continue
+		}
+		return daysFromCivil(y, mo, d)*86400 + int64(h)*3600 + int64(mi)*60, true
+	}
+	return 0, false
+}
+
+func (e *CronExpr) dayMatches(y, mo, d int) bool {
+	dom := e.days&(1<<d) != 0
+	dow := e.weekdays&(1<<weekday(daysFromCivil(y, mo, d))) != 0
+	switch {
+	case e.daysStar:
+		return dow
+	case e.weekdaysStar:
+		return dom
+	default:
+		return dom || dow
+	}
+}
+
+// inRepeat finds the first run in (tu, until) that falls in the repeated
+// stretch after a backward clock change, for expressions that run every
+// hour (see Next).
+func (e *CronExpr) inRepeat(loc *time.Location, tu, until int64) (int64, bool) {
+	// A repeat that began up to two days before t may still be running.
+	p := tu - 48*3600
+	for range 1000 {
+		_, _, change := zoneAt(loc, p)
+		if change == math.MaxInt64 || change >= until {
+			return 0, false
+		}
+		p = change
+		before, _, _ := zoneAt(loc, change-1)
+		after, _, next := zoneAt(loc, change)
+		if after >= before {
+			continue
+		}
+		end := min(change+int64(before-after), next) // the repeat lasts as long as the change
+		if end <= tu {
+			continue
+		}
+		from := change + int64(after) // the repeat's wall times, as if UTC
+		if change <= tu {
+			from = floorDiv(tu+int64(after), 60)*60 + 60
+		}
+		from = -floorDiv(-from, 60) * 60
+		w, ok := e.nextWall(from, yearOfWall(from)+1)
+		if !ok {
+			continue
+		}
+		if at := w - int64(after); at < end && at > tu && at < until {
+			return at, true
+		}
+	}
+	return 0, false
+}
+
+// resolveWall returns the instant at which loc's clock shows w (seconds, as
+// if UTC): the first showing when it shows it twice; when it skips it, the
+// instant w names under the offset before the skip, which is w moved past
+// the gap by the gap's length (Bun.cron's rule, see Next).
+func resolveWall(loc *time.Location, w int64) int64 {
+	// No zone's offset, even local mean times of the past, reaches 16 hours.
+	const reach = 16 * 3600
+	p := w - reach
+	prevOff, havePrev := 0, false
+	for range 16 {
+		off, start, end := zoneAt(loc, p)
+		at := w - int64(off)
+		if at >= start && at < end {
+			return at
+		}
+		if havePrev && at < start {
+			return w - int64(prevOff)
+		}
+		prevOff, havePrev = off, true
+		if end == math.MaxInt64 || end > w+reach {
+			break
+		}
+		p = end
+	}
+	off, _, _ := zoneAt(loc, w)
+	return w - int64(off)
+}
+
+// zoneAt returns the UTC offset (seconds) in force in loc at Unix second u
+// and the bounds of the period it is in force (math.MinInt64/MaxInt64 when
+// open-ended).
+func zoneAt(loc *time.Location, u int64) (off int, start, end int64) {
+	t := time.Unix(u, 0).In(loc)
+	_, off = t.Zone()
+	s, e := t.ZoneBounds()
+	start, end = math.MinInt64, math.MaxInt64
+	if !s.IsZero() {
+		start = s.Unix()
+	}
+	if !e.IsZero() {
+		end = e.Unix()
+	}
+	return off, start, end
+}
+
+// nextBit returns the lowest set bit of set at or above from (64 if none).
+func nextBit(set uint64, from int) int {
+	if from > 63 {
+		return 64
+	}
+	return bits.TrailingZeros64(set >> from << from)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// Proleptic Gregorian calendar arithmetic on day numbers (days since
+// 1970-01-01), after Howard Hinnant's algorithms; the wall clock is walked
+// without time.Date so that no zone rule moves it.
+func daysFromCivil(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := floorDiv(int64(y), 400)
+	yoe := int64(y) - era*400
+	mp := int64((m + 9) % 12)
+	doy := (153*mp+2)/5 + int64(d) - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+func civilFromDays(z int64) (y, m, d int) {
+	z += 719468
+	era := floorDiv(z, 146097)
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = int(doy - (153*mp+2)/5 + 1)
+	m = int(mp + 3)
+	if m > 12 {
+		m -= 12
+	}
+	y = int(yoe + era*400)
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}
+
+func yearOfWall(w int64) int {
+	y, _, _ := civilFromDays(floorDiv(w, 86400))
+	return y
+}
+
+// weekday of a day number, Sunday 0 (1970-01-01 was a Thursday).
+func weekday(days int64) int {
+	return int((days%7 + 11) % 7)
+}
+
+// LoadCronZone resolves a schedule's time zone by IANA name. An empty name
+// is the server's own zone, which is what Bun.cron uses when the reference
+// passes no zone. Bun accepts names in any case ("europe/berlin"); Go's
+// lookup is exact, so the usual spellings are tried too.
+func LoadCronZone(name string) (*time.Location, error) {
+	if name == "" {
+		return time.Local, nil
+	}
+	// "Local" means the host's zone to Go and nothing to Bun.
+	if !strings.EqualFold(name, "local") {
+		for _, n := range []string{name, strings.ToUpper(name), titleZone(name)} {
+			if loc, err := time.LoadLocation(n); err == nil {
+				return loc, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("unknown time zone %q", name)
+}
+
+// titleZone spells "america/new_york" as "America/New_York".
+func titleZone(name string) string {
+	b := []byte(strings.ToLower(name))
+	up := true
+	for i, c := range b {
+		if up && c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+		up = c == '/' || c == '_' || c == '-'
+	}
+	return string(b)
 }

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"math/bits"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // ---------------------------------------------------------------------------
@@ -164,5 +170,400 @@ func TestCronParseSpaces(t *testing.T) {
 	}
 	if _, err := ParseCron("0\u00850 * * *"); err == nil || !strings.Contains(err.Error(), "got 4") {
 		t.Errorf("NEL is no space in JavaScript: %v", err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Next run: known answers
+
+// cronKnown are next runs the reference gives (Bun.cron 1.4.4 under
+// bunqueue 2.9.5), one per line: expression | zone | from | want ("" for
+// none). Times carry their offset, so that each line shows which side of a
+// clock change it is on.
+var cronKnown = []struct{ expr, zone, from, want string }{
+	// Plain calendar cases.
+	{"* * * * *", "UTC", "2026-01-01T00:00:30.5Z", "2026-01-01T00:01:00Z"},
+	{"* * * * *", "UTC", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"}, // strictly after a match
+	{"*/15 * * * *", "UTC", "2026-01-01T23:59:00Z", "2026-01-02T00:00:00Z"},
+	{"5/10 * * * *", "UTC", "2026-01-01T00:06:00Z", "2026-01-01T00:15:00Z"},
+	{"0 0 1 1 *", "UTC", "2026-12-31T23:59:59Z", "2027-01-01T00:00:00Z"},
+	{"0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z", "2028-02-29T00:00:00Z"},
+	{"0 0 29 2 *", "UTC", "2097-01-01T00:00:00Z", "2104-02-29T00:00:00Z"}, // 2100 is no leap year
+	{"0 0 31 * *", "UTC", "2026-01-31T00:00:00Z", "2026-03-31T00:00:00Z"}, // February has none
+	{"0 0 31 * *", "UTC", "2026-03-31T00:00:00Z", "2026-05-31T00:00:00Z"}, // nor April
+	{"0 0 31 * *", "UTC", "2026-07-31T00:00:00Z", "2026-08-31T00:00:00Z"},
+	{"0 0 30 * *", "UTC", "2026-01-30T00:00:00Z", "2026-03-30T00:00:00Z"},
+	{"0 0 13 * 5", "UTC", "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"}, // a Friday
+	{"0 0 13 * 5", "UTC", "2026-01-09T00:00:00Z", "2026-01-13T00:00:00Z"}, // the 13th, a Tuesday
+	{"0 0 13 * *", "UTC", "2026-01-01T00:00:00Z", "2026-01-13T00:00:00Z"},
+	{"0 0 * * 5", "UTC", "2026-01-09T00:00:00Z", "2026-01-16T00:00:00Z"},
+	{"0 0 */2 * 1", "UTC", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z"},   // "*/2" restricts: OR
+	{"0 0 1 * */1", "UTC", "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"},   // so does "*/1"
+	{"0 0 * * 7", "UTC", "2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z"},     // 7 is Sunday
+	{"0 0 * * 5/2", "UTC", "2026-01-02T01:00:00Z", "2026-01-04T00:00:00Z"},   // 5 and 7
+	{"0 0 1 JAN/3 *", "UTC", "2026-01-01T00:00:00Z", "2026-04-01T00:00:00Z"}, // quarters
+	{"@weekly", "UTC", "2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z"},
+	{"@monthly", "UTC", "2026-01-15T10:00:00Z", "2026-02-01T00:00:00Z"},
+	// Six fields.
+	{"*/10 * * * * *", "UTC", "2026-01-01T12:00:05.5Z", "2026-01-01T12:00:10Z"},
+	{"*/10 * * * * *", "UTC", "2026-01-01T12:00:50Z", "2026-01-01T12:01:00Z"},
+	{"30 0 12 * * *", "UTC", "2026-01-01T12:00:30Z", "2026-01-02T12:00:30Z"},
+	{"15,45 * * * * *", "UTC", "2026-01-01T12:00:15Z", "2026-01-01T12:00:45Z"},
+	{"0 30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", "2026-03-08T03:30:00-04:00"},
+
+	// America/New_York, spring: 02:00 EST becomes 03:00 EDT on 8 March.
+	{"30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", "2026-03-08T03:30:00-04:00"},
+	{"30 2 * * *", "America/New_York", "2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00"},
+	{"0 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", "2026-03-08T03:00:00-04:00"},
+	{"0 * * * *", "America/New_York", "2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00"},
+	{"*/20 * * * *", "America/New_York", "2026-03-08T01:40:00-05:00", "2026-03-08T03:00:00-04:00"},
+	{"30 2 8 3 *", "America/New_York", "2026-01-01T00:00:00Z", "2026-03-08T03:30:00-04:00"},
+	// Autumn: 02:00 EDT becomes 01:00 EST on 1 November; 01:xx shows twice.
+	{"30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z", "2026-11-01T01:30:00-04:00"},
+	{"30 1 * * *", "America/New_York", "2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"}, // once
+	{"30 1 * * *", "America/New_York", "2026-11-01T01:15:00-05:00", "2026-11-02T01:30:00-05:00"},
+	{"0 1-3 * * *", "America/New_York", "2026-11-01T01:00:00-04:00", "2026-11-01T02:00:00-05:00"},
+	{"0 1 1 11 *", "America/New_York", "2026-11-01T01:00:00-04:00", "2027-11-01T01:00:00-04:00"},
+	// Every hour follows the clock through the repeat.
+	{"0 * * * *", "America/New_York", "2026-11-01T01:00:00-04:00", "2026-11-01T01:00:00-05:00"},
+	{"0 * * * *", "America/New_York", "2026-11-01T01:00:00-05:00", "2026-11-01T02:00:00-05:00"},
+	{"45 * * * *", "America/New_York", "2026-11-01T01:50:00-04:00", "2026-11-01T01:45:00-05:00"},
+	{"*/30 * * * *", "America/New_York", "2026-11-01T01:10:00-05:00", "2026-11-01T01:30:00-05:00"},
+	{"0 0-23 * * *", "America/New_York", "2026-11-01T01:00:00-04:00", "2026-11-01T01:00:00-05:00"},
+	{"15 0-22 * * *", "America/New_York", "2026-11-01T01:20:00-04:00", "2026-11-01T02:15:00-05:00"},
+
+	// Europe/Berlin, spring: 02:00 CET becomes 03:00 CEST on 29 March.
+	{"30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", "2026-03-29T03:30:00+02:00"},
+	{"30 2 * * *", "Europe/Berlin", "2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"},
+	{"0,30 2 * * *", "Europe/Berlin", "2026-03-29T01:00:00+01:00", "2026-03-29T03:00:00+02:00"},
+	{"0,30 2 * * *", "Europe/Berlin", "2026-03-29T03:00:00+02:00", "2026-03-30T02:00:00+02:00"}, // 02:30 not piled up
+	{"15 2,3 * * *", "Europe/Berlin", "2026-03-29T01:00:00+01:00", "2026-03-29T03:15:00+02:00"},
+	{"15 2,3 * * *", "Europe/Berlin", "2026-03-29T03:15:00+02:00", "2026-03-30T02:15:00+02:00"}, // once
+	{"30 1-3 * * *", "Europe/Berlin", "2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00+02:00"},
+	{"30 1-3 * * *", "Europe/Berlin", "2026-03-29T03:30:00+02:00", "2026-03-30T01:30:00+02:00"},
+	{"30 * * * *", "Europe/Berlin", "2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00+02:00"},
+	// Autumn: 03:00 CEST becomes 02:00 CET on 25 October.
+	{"30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", "2026-10-25T02:30:00+02:00"},
+	{"30 2 * * *", "Europe/Berlin", "2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"},
+	{"0 * * * *", "Europe/Berlin", "2026-10-25T02:00:00+02:00", "2026-10-25T02:00:00+01:00"},
+	{"0 * * * *", "Europe/Berlin", "2026-10-25T02:00:00+01:00", "2026-10-25T03:00:00+01:00"},
+	{"@daily", "Europe/Berlin", "2026-10-24T22:30:00Z", "2026-10-26T00:00:00+01:00"},
+
+	// Australia/Sydney, southern autumn: 03:00 AEDT becomes 02:00 AEST on 5 April.
+	{"30 2 * * *", "Australia/Sydney", "2026-04-04T12:00:00Z", "2026-04-05T02:30:00+11:00"},
+	{"30 2 * * *", "Australia/Sydney", "2026-04-05T02:30:00+11:00", "2026-04-06T02:30:00+10:00"},
+	{"30 * * * *", "Australia/Sydney", "2026-04-05T02:30:00+11:00", "2026-04-05T02:30:00+10:00"},
+	// Southern spring: 02:00 AEST becomes 03:00 AEDT on 4 October.
+	{"30 2 * * *", "Australia/Sydney", "2026-10-03T12:00:00Z", "2026-10-04T03:30:00+11:00"},
+	{"30 2 * * *", "Australia/Sydney", "2026-10-04T03:30:00+11:00", "2026-10-05T02:30:00+11:00"},
+
+	// Australia/Lord_Howe moves by half an hour: 02:00 becomes 02:30 on 4 October,
+	// 02:00 becomes 01:30 on 5 April.
+	{"0 * * * *", "Australia/Lord_Howe", "2026-10-04T01:00:00+10:30", "2026-10-04T02:30:00+11:00"},
+	{"0 * * * *", "Australia/Lord_Howe", "2026-10-04T02:30:00+11:00", "2026-10-04T03:00:00+11:00"},
+	{"20,25 * * * *", "Australia/Lord_Howe", "2026-10-04T01:25:00+10:30", "2026-10-04T02:50:00+11:00"},
+	{"20,25 * * * *", "Australia/Lord_Howe", "2026-10-04T02:50:00+11:00", "2026-10-04T03:20:00+11:00"},
+	{"15 2 * * *", "Australia/Lord_Howe", "2026-10-03T12:00:00Z", "2026-10-04T02:45:00+11:00"},
+	{"45 * * * *", "Australia/Lord_Howe", "2026-04-05T01:45:00+11:00", "2026-04-05T01:45:00+10:30"},
+	{"15 1 * * *", "Australia/Lord_Howe", "2026-04-05T01:15:00+11:00", "2026-04-06T01:15:00+10:30"},
+
+	// Clock changes at midnight, and a day that never was.
+	{"0 0 * * *", "America/Havana", "2026-03-07T00:00:00-05:00", "2026-03-08T01:00:00-04:00"},
+	{"30 0 * * *", "America/Havana", "2026-11-01T00:00:00-04:00", "2026-11-01T00:30:00-04:00"},
+	{"30 23 * * *", "America/Santiago", "2026-04-04T23:30:00-03:00", "2026-04-05T23:30:00-04:00"},
+	{"0 0 6 9 *", "America/Santiago", "2026-09-04T12:00:00Z", "2026-09-06T01:00:00-03:00"},
+	{"0 12 30 12 *", "Pacific/Apia", "2011-12-28T12:00:00Z", "2011-12-31T12:00:00+14:00"},
+	{"0 12 * * *", "Pacific/Apia", "2011-12-29T12:00:00-10:00", "2011-12-31T12:00:00+14:00"},
+
+	// Zones without changes.
+	{"30 9 * * 1-5", "Asia/Kolkata", "2026-01-02T03:00:00Z", "2026-01-02T09:30:00+05:30"},
+	{"30 9 * * 1-5", "Asia/Kolkata", "2026-01-02T09:30:00+05:30", "2026-01-05T09:30:00+05:30"},
+	{"0 0 * * *", "Etc/GMT+5", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00-05:00"},
+}
+
+func TestCronNextKnownAnswers(t *testing.T) {
+	for _, c := range cronKnown {
+		e, err := ParseCron(c.expr)
+		if err != nil {
+			t.Errorf("%q: %v", c.expr, err)
+			continue
+		}
+		loc, err := LoadCronZone(c.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := mustTime(t, c.from)
+		got, ok := e.Next(from, loc)
+		want := mustTime(t, c.want)
+		if !ok || !got.Equal(want) {
+			t.Errorf("%q in %s after %s: got %s (%v), want %s", c.expr, c.zone, c.from, got.Format(time.RFC3339Nano), ok, c.want)
+		}
+		if ok {
+			// What Next returns carries the zone, so it reads as the table.
+			_, off := got.Zone()
+			_, woff := want.Zone()
+			if off != woff {
+				t.Errorf("%q in %s: offset %d, want %d", c.expr, c.zone, off, woff)
+			}
+		}
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestCronReferenceVectors compares with next runs captured from the
+// reference's own code (compat/cron-vectors.ts): random expressions in
+// thirteen zones, mostly within hours of their 2026 clock changes, and
+// malformed expressions it refuses.
+func TestCronReferenceVectors(t *testing.T) {
+	f, err := os.Open("testdata/vectors/cron-next-reference-2.9.5.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zones := map[string]*time.Location{}
+	n, bad := 0, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Split(sc.Text(), "\t")
+		if len(p) != 4 {
+			t.Fatalf("line %d: %q", n+1, sc.Text())
+		}
+		n++
+		expr := strings.ReplaceAll(p[0], `\t`, "\t")
+		loc := zones[p[1]]
+		if loc == nil {
+			if loc, err = LoadCronZone(p[1]); err != nil {
+				t.Fatal(err)
+			}
+			zones[p[1]] = loc
+		}
+		from, err := strconv.ParseInt(p[2], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "error"
+		if e, err := ParseCron(expr); err == nil {
+			got = "none"
+			if next, ok := e.Next(time.UnixMilli(from), loc); ok {
+				got = strconv.FormatInt(next.UnixMilli(), 10)
+			}
+		}
+		if got != p[3] {
+			if bad++; bad <= 20 {
+				t.Errorf("%q in %s after %d: got %s, want %s", expr, p[1], from, got, p[3])
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 3000 {
+		t.Fatalf("only %d vectors", n)
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d differ", bad, n)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Next run: properties
+
+// randomCron builds a well-formed expression.
+func randomCron(r *rand.Rand) string {
+	field := func(lo, hi int, star float64) string {
+		if r.Float64() < star {
+			return "*"
+		}
+		var items []string
+		for range 1 + r.IntN(2) {
+			a := lo + r.IntN(hi-lo+1)
+			switch r.IntN(4) {
+			case 0:
+				items = append(items, strconv.Itoa(a))
+			case 1:
+				b := a + r.IntN(hi-a+1)
+				items = append(items, strconv.Itoa(a)+"-"+strconv.Itoa(b))
+			case 2:
+				items = append(items, "*/"+strconv.Itoa(1+r.IntN(hi-lo+1)))
+			default:
+				items = append(items, strconv.Itoa(a)+"/"+strconv.Itoa(1+r.IntN(12)))
+			}
+		}
+		return strings.Join(items, ",")
+	}
+	e := strings.Join([]string{field(0, 59, 0.2), field(0, 23, 0.5), field(1, 31, 0.7), field(1, 12, 0.7), field(0, 7, 0.7)}, " ")
+	if r.IntN(5) == 0 {
+		e = field(0, 59, 0.3) + " " + e
+	}
+	return e
+}
+
+// matchesUTC is an oracle written apart from the parser's bit sets: does
+// the expression's calendar match t, read in UTC?
+func matchesUTC(e *CronExpr, t time.Time) bool {
+	t = t.UTC()
+	in := func(set uint64, v int) bool { return set&(1<<v) != 0 }
+	dom, dow := in(uint64(e.days), t.Day()), in(uint64(e.weekdays), int(t.Weekday()))
+	var day bool
+	switch {
+	case e.daysStar:
+		day = dow
+	case e.weekdaysStar:
+		day = dom
+	default:
+		day = dom || dow
+	}
+	return in(e.seconds, t.Second()) && in(e.minutes, t.Minute()) && in(uint64(e.hours), t.Hour()) &&
+		in(uint64(e.months), int(t.Month())) && day
+}
+
+func TestCronNextProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	zones := []string{"UTC", "America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe", "Asia/Kolkata"}
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 4000 {
+		expr := randomCron(r)
+		e, err := ParseCron(expr)
+		if err != nil {
+			continue // an impossible day, now and then
+		}
+		loc, _ := LoadCronZone(zones[i%len(zones)])
+		from := start.Add(time.Duration(r.Int64N(int64(3 * 365 * 24 * time.Hour))))
+		if r.IntN(2) == 0 {
+			from = from.Truncate(time.Minute)
+		}
+		next, ok := e.Next(from, loc)
+		if !ok || !next.After(from) {
+			t.Fatalf("%q in %s after %s: %s %v", expr, loc, from, next, ok)
+		}
+		// From a run, the next is the following run, never the same one.
+		again, ok := e.Next(next, loc)
+		if !ok || !again.After(next) {
+			t.Fatalf("%q in %s after run %s: %s %v", expr, loc, next, again, ok)
+		}
+		if loc != time.UTC {
+			continue
+		}
+		// In UTC there are no clock changes: the answer matches the
+		// fields, and no second between holds a match. Searching second by
+		// second is affordable within a day.
+		if !matchesUTC(e, next) || next.Nanosecond() != 0 {
+			t.Fatalf("%q after %s: %s does not match", expr, from, next)
+		}
+		if next.Sub(from) < 24*time.Hour {
+			for s := from.Truncate(time.Second).Add(time.Second); s.Before(next); s = s.Add(time.Second) {
+				if matchesUTC(e, s) {
+					t.Fatalf("%q after %s: got %s, but %s matches", expr, from, next, s)
+				}
+			}
+		}
+	}
+}
+
+// A fixed-time schedule runs once a day through a whole year of clock
+// changes in each zone: never twice in a wall day, never a wall day missed.
+func TestCronNextOncePerDayAcrossYear(t *testing.T) {
+	for _, zone := range []string{"America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe", "America/Havana", "America/Santiago"} {
+		loc, _ := LoadCronZone(zone)
+		for _, expr := range []string{"30 2 * * *", "0 0 * * *", "45 1 * * *", "15 0 * * *"} {
+			e, err := ParseCron(expr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Date(2026, 1, 1, 12, 0, 0, 0, loc)
+			seen := map[string]int{}
+			for range 365 {
+				next, ok := e.Next(at, loc)
+				if !ok {
+					t.Fatalf("%s %q: none after %s", zone, expr, at)
+				}
+				// A gap moves a run forward by its length, never past the day.
+				seen[next.Format("2006-01-02")]++
+				at = next
+			}
+			day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+			for range 360 {
+				if k := day.Format("2006-01-02"); seen[k] != 1 {
+					t.Errorf("%s %q: %d runs on %s", zone, expr, seen[k], k)
+				}
+				day = day.AddDate(0, 0, 1)
+			}
+		}
+	}
+}
+
+func TestLoadCronZone(t *testing.T) {
+	for name, want := range map[string]string{
+		"UTC": "UTC", "utc": "UTC", "Europe/Berlin": "Europe/Berlin", "europe/berlin": "Europe/Berlin",
+		"america/new_york": "America/New_York", "EST5EDT": "EST5EDT", "est5edt": "EST5EDT", "Etc/GMT+5": "Etc/GMT+5",
+	} {
+		loc, err := LoadCronZone(name)
+		if err != nil || loc.String() != want {
+			t.Errorf("%q: %v %v, want %s", name, loc, err, want)
+		}
+	}
+	if loc, err := LoadCronZone(""); err != nil || loc != time.Local {
+		t.Errorf(`"": %v %v, want the local zone`, loc, err)
+	}
+	for _, name := range []string{"Not/AZone", "Local", "local", "+02:00", "../etc/passwd"} {
+		if _, err := LoadCronZone(name); err == nil || !strings.Contains(err.Error(), "unknown time zone") {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+}
+
+func TestCronCalendarArithmetic(t *testing.T) {
+	// Against the time package, over a span that crosses leap centuries.
+	for d := int64(-800000); d <= 800000; d += 37 {
+		y, m, day := civilFromDays(d)
+		want := time.Unix(d*86400, 0).UTC()
+		if y != want.Year() || m != int(want.Month()) || day != want.Day() {
+			t.Fatalf("day %d: %d-%d-%d, want %s", d, y, m, day, want)
+		}
+		if back := daysFromCivil(y, m, day); back != d {
+			t.Fatalf("day %d: back %d", d, back)
+		}
+		if weekday(d) != int(want.Weekday()) {
+			t.Fatalf("day %d: weekday %d, want %d", d, weekday(d), want.Weekday())
+		}
+	}
+	if bits.OnesCount32(allHours) != 24 {
+		t.Fatal("allHours")
+	}
+}
+
+func BenchmarkCronNext(b *testing.B) {
+	loc, _ := LoadCronZone("Europe/Berlin")
+	for _, expr := range []string{"*/5 * * * *", "30 2 * * 1-5", "0 0 29 2 *", "*/10 * * * * *"} {
+		e, err := ParseCron(expr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(expr, func(b *testing.B) {
+			at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+			for b.Loop() {
+				next, _ := e.Next(at, loc)
+				at = next
+				if at.Year() > 2400 {
+					at = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkCronParse(b *testing.B) {
+	for b.Loop() {
+		if _, err := ParseCron("0,30 */2 1-15 JAN-JUN MON-FRI"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
