@@ -1,7 +1,8 @@
 package main
 
-// Cron schedules: a parser for cron expressions and the next run of an
-// expression in a time zone.
+// Cron schedules: a parser for cron expressions, the next run of an
+// expression in a time zone, and a scheduler that fires schedules from one
+// timer set on the earliest next run.
 //
 // The reference (bunqueue 2.9.5) hands the five calendar fields to Bun.cron
 // (Bun 1.4.4) and reads a leading seconds field itself. What both accept,
@@ -9,10 +10,16 @@ package main
 // against them; this file reproduces it, and says so where it does not.
 
 import (
+	"cmp"
+	"container/heap"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	// Schedules name IANA zones; embedding the database keeps them working
@@ -676,4 +683,448 @@ func titleZone(name string) string {
 		up = c == '/' || c == '_' || c == '-'
 	}
 	return string(b)
+}
+
+// ---------------------------------------------------------------------------
+// Schedules
+
+// CronSchedule is one schedule, with every field the reference's Cron
+// command takes. The command layer applies the reference's defaults before
+// handing one over: skipMissedOnRestart and preventOverlap default to true.
+type CronSchedule struct {
+	Name        string
+	Queue       string
+	JobName     string
+	Data        Raw    // the job data, as sent
+	Schedule    string // cron expression or macro; "" for an interval
+	RepeatEvery int64  // ms between runs; used when Schedule is ""
+	Timezone    string // IANA zone of Schedule; "" is the server's zone
+	Priority    int64
+	MaxLimit    int64 // runs after which the schedule ends; 0 for no limit
+	UniqueKey   string
+	Dedup       *CronDedup
+	// SkipMissedOnRestart: a run missed while the server was down is
+	// dropped at restore; otherwise it runs once at start.
+	SkipMissedOnRestart bool
+	Immediately         bool // a new schedule runs at once, then on time
+	SkipIfNoWorker      bool // a run with no worker on the queue is skipped
+	PreventOverlap      bool
+	JobOptions          Raw // the jobOptions map, as sent (nil when absent)
+
+	NextRun    int64 // ms since the epoch
+	Executions int64 // runs fired (skipped runs do not count)
+
+	expr  *CronExpr
+	loc   *time.Location
+	order int64 // first insertion, for listing in the reference's order
+	index int   // in the heap; -1 when out
+}
+
+// CronDedup is the dedup option of a schedule's jobs.
+type CronDedup struct {
+	TTL     int64 // ms; 0 for none
+	Extend  bool
+	Replace bool
+}
+
+// compile checks the timing fields and readies the expression and zone.
+func (s *CronSchedule) compile() error {
+	switch {
+	case s.Name == "":
+		return errors.New("cron name is required")
+	case s.Queue == "":
+		return fmt.Errorf("cron %q: queue is required", s.Name)
+	case s.RepeatEvery < 0 || s.RepeatEvery > 1<<53-1:
+		return fmt.Errorf("cron %q: repeatEvery must be a positive whole number of milliseconds", s.Name)
+	case s.Schedule == "" && s.RepeatEvery == 0:
+		return fmt.Errorf("cron %q: needs a schedule or repeatEvery", s.Name)
+	}
+	if s.MaxLimit < 0 {
+		s.MaxLimit = 0
+	}
+	loc, err := LoadCronZone(s.Timezone)
+	if err != nil {
+		return fmt.Errorf("cron %q: %w", s.Name, err)
+	}
+	s.loc, s.expr = loc, nil
+	if s.Schedule != "" {
+		if s.expr, err = ParseCron(s.Schedule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// following returns the run after the one due at at, the clock reading
+// now. A cron schedule counts from now, as the reference does, so a late
+// wake-up does not fire the runs it slept through; an interval keeps its
+// phase and steps over the runs already past.
+func (s *CronSchedule) following(at, now int64) (int64, bool) {
+	if s.expr != nil {
+		t, ok := s.expr.Next(time.UnixMilli(max(at, now)), s.loc)
+		return t.UnixMilli(), ok
+	}
+	next := at + s.RepeatEvery
+	if next <= now {
+		next += ((now-next)/s.RepeatEvery + 1) * s.RepeatEvery
+	}
+	return next, true
+}
+
+// Clock is the scheduler's time source; tests give it a fake one.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the one timer the scheduler keeps on its earliest run. Reset and
+// Stop leave no stale tick in C, as time.Timer does since Go 1.23.
+type Timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                 { return time.Now() }
+func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (s systemTimer) C() <-chan time.Time   { return s.t.C }
+func (s systemTimer) Reset(d time.Duration) { s.t.Reset(d) }
+func (s systemTimer) Stop()                 { s.t.Stop() }
+
+// CronConfig wires a scheduler to the server. Changed, Removed and
+// HasWorkers are called with the scheduler's lock held, so they must
+// return at once and not call back into it (a store records and returns,
+// as the Store interface asks).
+type CronConfig struct {
+	Clock Clock // nil: the system clock
+	// Fire is called, from the scheduler's goroutine and without its lock,
+	// for each run: s is a copy, with Executions counting this run; at is
+	// the time the run was due.
+	Fire func(s *CronSchedule, at time.Time)
+	// HasWorkers reports whether a worker serves the queue, for
+	// SkipIfNoWorker; nil never skips.
+	HasWorkers func(queue string) bool
+	// Changed is told when a schedule's next run or executions moved
+	// (a run fired or was skipped, or a missed run was dropped at restore).
+	Changed func(s *CronSchedule)
+	// Removed is told when a schedule ended by itself: maxLimit reached, or
+	// no run left.
+	Removed func(name string)
+	Log     *slog.Logger
+}
+
+// CronScheduler holds the schedules and fires them on time. One goroutine
+// owns one timer, armed on the earliest next run; it wakes for that run or
+// when the schedules change, never to poll.
+type CronScheduler struct {
+	cfg   CronConfig
+	clock Clock
+	log   *slog.Logger
+	timer Timer
+
+	mu     sync.Mutex
+	byName map[string]*CronSchedule
+	due    cronHeap
+	order  int64
+
+	kick    chan struct{}
+	flushes chan chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// NewCronScheduler starts a scheduler; Stop ends it.
+func NewCronScheduler(cfg CronConfig) *CronScheduler {
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	c := &CronScheduler{cfg: cfg, clock: cfg.Clock, log: cfg.Log,
+		byName: make(map[string]*CronSchedule), kick: make(chan struct{}, 1),
+		flushes: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	c.timer = c.clock.NewTimer(time.Hour)
+	c.timer.Stop()
+	go c.run()
+	return c
+}
+
+// Stop ends the scheduler's goroutine and waits for it: a run being fired
+// completes first. Schedules stay readable; none fires any more. It must
+// not be called from Fire.
+func (c *CronScheduler) Stop() {
+	c.once.Do(func() {
+		close(c.stop)
+		<-c.done
+	})
+}
+
+// Flush runs the schedules due by now and returns once their Fire calls
+// have returned (at once when stopped).
+func (c *CronScheduler) Flush() {
+	ack := make(chan struct{})
+	select {
+	case c.flushes <- ack:
+		<-ack
+	case <-c.done:
+	}
+}
+
+func (c *CronScheduler) run() {
+	defer close(c.done)
+	var ack chan struct{}
+	for {
+		c.round()
+		if ack != nil {
+			close(ack)
+			ack = nil
+		}
+		select {
+		case <-c.stop:
+			c.timer.Stop()
+			return
+		case <-c.kick:
+		case <-c.timer.C():
+		case ack = <-c.flushes:
+		}
+	}
+}
+
+type cronFire struct {
+	s  *CronSchedule
+	at time.Time
+}
+
+// round fires what is due and re-arms the timer on the earliest next run.
+func (c *CronScheduler) round() {
+	c.mu.Lock()
+	now := c.clock.Now()
+	nowMs := now.UnixMilli()
+	var fires []cronFire
+	for len(c.due) > 0 && c.due[0].NextRun <= nowMs {
+		s := c.due[0]
+		at := s.NextRun
+		if s.SkipIfNoWorker && c.cfg.HasWorkers != nil && !c.cfg.HasWorkers(s.Queue) {
+			// Skipped: not counted, as the reference counts only runs.
+		} else {
+			s.Executions++
+			cp := *s
+			fires = append(fires, cronFire{&cp, time.UnixMilli(at)})
+		}
+		next, ok := s.following(at, nowMs)
+		switch {
+		case s.MaxLimit > 0 && s.Executions >= s.MaxLimit:
+			c.end(s, "maxLimit reached")
+		case !ok:
+			c.end(s, "no run left")
+		default:
+			s.NextRun = next
+			heap.Fix(&c.due, 0)
+			if c.cfg.Changed != nil {
+				cp := *s
+				c.cfg.Changed(&cp)
+			}
+		}
+	}
+	if len(c.due) == 0 {
+		c.timer.Stop()
+	} else {
+		c.timer.Reset(time.Duration(max(c.due[0].NextRun-nowMs, 0)) * time.Millisecond)
+	}
+	c.mu.Unlock()
+	if c.cfg.Fire != nil {
+		for _, f := range fires {
+			c.cfg.Fire(f.s, f.at)
+		}
+	}
+}
+
+// end removes a schedule that ran its course; c.mu is held.
+func (c *CronScheduler) end(s *CronSchedule, why string) {
+	c.remove(s)
+	c.log.Info("cron schedule ended", "name", s.Name, "reason", why, "executions", s.Executions)
+	if c.cfg.Removed != nil {
+		c.cfg.Removed(s.Name)
+	}
+}
+
+func (c *CronScheduler) remove(s *CronSchedule) {
+	delete(c.byName, s.Name)
+	if s.index >= 0 {
+		heap.Remove(&c.due, s.index)
+	}
+}
+
+// insert adds s, replacing a schedule of the same name; c.mu is held.
+func (c *CronScheduler) insert(s *CronSchedule) {
+	if old := c.byName[s.Name]; old != nil {
+		s.order = old.order
+		c.remove(old)
+	} else {
+		c.order++
+		s.order = c.order
+	}
+	c.byName[s.Name] = s
+	heap.Push(&c.due, s)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Add creates a schedule, or replaces the one of the same name, and returns
+// it with its next run. As in the reference, a replaced schedule keeps its
+// executions and does not honour Immediately; a new one with Immediately
+// runs at once. The caller persists what it returns.
+func (c *CronScheduler) Add(in CronSchedule) (CronSchedule, error) {
+	s := in
+	if err := s.compile(); err != nil {
+		return CronSchedule{}, err
+	}
+	s.Executions, s.index = 0, -1
+	nowMs := c.clock.Now().UnixMilli()
+	if s.expr != nil {
+		t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
+		if !ok {
+			return CronSchedule{}, fmt.Errorf("cron %q: %q has no run in the next %d years", s.Name, s.Schedule, cronHorizonYears)
+		}
+		s.NextRun = t.UnixMilli()
+	} else {
+		s.NextRun = nowMs + s.RepeatEvery
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.byName[s.Name]; old != nil {
+		s.Executions = old.Executions
+	} else if s.Immediately {
+		s.NextRun = nowMs
+	}
+	c.insert(&s)
+	return s, nil
+}
+
+// Restore loads schedules recovered from storage, with their next runs and
+// executions. A next run missed while the server was down is moved to the
+// next one after now when SkipMissedOnRestart (or SkipIfNoWorker, as the
+// reference does); otherwise it stays, so the schedule runs once at start,
+// never once per missed run. A schedule that cannot be read is left out
+// and named in the error; the others are loaded.
+func (c *CronScheduler) Restore(list []CronSchedule) error {
+	nowMs := c.clock.Now().UnixMilli()
+	var errs []error
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range list {
+		s := list[i]
+		s.index = -1
+		if err := s.compile(); err != nil {
+			errs = append(errs, fmt.Errorf("cron schedule %q not restored: %w", s.Name, err))
+			continue
+		}
+		if s.MaxLimit > 0 && s.Executions >= s.MaxLimit {
+			c.log.Info("cron schedule ended", "name", s.Name, "reason", "maxLimit reached", "executions", s.Executions)
+			if c.cfg.Removed != nil {
+				c.cfg.Removed(s.Name)
+			}
+			continue
+		}
+		if s.NextRun < nowMs && (s.SkipMissedOnRestart || s.SkipIfNoWorker) {
+			next := nowMs + s.RepeatEvery
+			if s.expr != nil {
+				t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
+				if !ok {
+					errs = append(errs, fmt.Errorf("cron schedule %q not restored: no run left", s.Name))
+					continue
+				}
+				next = t.UnixMilli()
+			}
+			c.log.Info("cron schedule skipped runs missed while stopped", "name", s.Name,
+				"missed", time.UnixMilli(s.NextRun).UTC(), "next", time.UnixMilli(next).UTC())
+			s.NextRun = next
+			if c.cfg.Changed != nil {
+				cp := s
+				c.cfg.Changed(&cp)
+			}
+		}
+		c.insert(&s)
+	}
+	return errors.Join(errs...)
+}
+
+// Get returns a copy of the named schedule.
+func (c *CronScheduler) Get(name string) (CronSchedule, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.byName[name]
+	if !ok {
+		return CronSchedule{}, false
+	}
+	return *s, true
+}
+
+// List returns copies of every schedule, in the order they were first
+// added (the reference lists its map in insertion order).
+func (c *CronScheduler) List() []CronSchedule {
+	c.mu.Lock()
+	out := make([]CronSchedule, 0, len(c.byName))
+	for _, s := range c.byName {
+		out = append(out, *s)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b CronSchedule) int { return cmp.Compare(a.order, b.order) })
+	return out
+}
+
+// Delete removes the named schedule; false when there is none.
+func (c *CronScheduler) Delete(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.byName[name]
+	if ok {
+		c.remove(s)
+	}
+	return ok
+}
+
+// Len returns the number of schedules.
+func (c *CronScheduler) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byName)
+}
+
+// cronHeap orders schedules by next run, then by first insertion so that
+// runs due together fire in a stable order.
+type cronHeap []*CronSchedule
+
+func (h cronHeap) Len() int { return len(h) }
+func (h cronHeap) Less(i, j int) bool {
+	if h[i].NextRun != h[j].NextRun {
+		return h[i].NextRun < h[j].NextRun
+	}
+	return h[i].order < h[j].order
+}
+func (h cronHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *cronHeap) Push(x any) {
+	s := x.(*CronSchedule)
+	s.index = len(*h)
+	*h = append(*h, s)
+}
+func (h *cronHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	s.index = -1
+	*h = old[:len(old)-1]
+	return s
 }

@@ -6,8 +6,10 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -565,5 +567,489 @@ func BenchmarkCronParse(b *testing.B) {
 		if _, err := ParseCron("0,30 */2 1-15 JAN-JUN MON-FRI"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Scheduler, on a fake clock
+
+// fakeClock moves only when told; its timers fire when it passes them.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	clk   *fakeClock
+	ch    chan time.Time
+	when  time.Time
+	armed bool
+}
+
+func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{clk: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// set moves the clock to now and fires the timers it passes.
+func (c *fakeClock) set(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+	for _, t := range c.timers {
+		t.fireIfDue()
+	}
+}
+
+// armed returns the deadlines of the timers armed, and how many timers
+// were ever made.
+func (c *fakeClock) armed() (deadlines []time.Time, made int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.armed {
+			deadlines = append(deadlines, t.when)
+		}
+	}
+	return deadlines, len(c.timers)
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.clk.mu.Lock()
+	defer t.clk.mu.Unlock()
+	t.drain()
+	t.when, t.armed = t.clk.now.Add(d), true
+	t.fireIfDue()
+}
+
+func (t *fakeTimer) Stop() {
+	t.clk.mu.Lock()
+	defer t.clk.mu.Unlock()
+	t.armed = false
+	t.drain()
+}
+
+func (t *fakeTimer) drain() {
+	select {
+	case <-t.ch:
+	default:
+	}
+}
+
+func (t *fakeTimer) fireIfDue() {
+	if t.armed && !t.when.After(t.clk.now) {
+		t.armed = false
+		select {
+		case t.ch <- t.clk.now:
+		default:
+		}
+	}
+}
+
+type fireRec struct {
+	name       string
+	at         time.Time
+	executions int64
+}
+
+// cronRig is a scheduler on a fake clock that records what it fires.
+type cronRig struct {
+	t       *testing.T
+	clk     *fakeClock
+	sch     *CronScheduler
+	mu      sync.Mutex
+	fired   []fireRec
+	changed map[string]int
+	removed []string
+	workers map[string]bool
+}
+
+func newCronRig(t *testing.T, now string) *cronRig {
+	r := &cronRig{t: t, clk: newFakeClock(mustTime(t, now)), changed: map[string]int{}, workers: map[string]bool{}}
+	r.sch = NewCronScheduler(CronConfig{
+		Clock: r.clk,
+		Fire: func(s *CronSchedule, at time.Time) {
+			r.mu.Lock()
+			r.fired = append(r.fired, fireRec{s.Name, at, s.Executions})
+			r.mu.Unlock()
+		},
+		HasWorkers: func(q string) bool { return r.workers[q] },
+		// Called under the scheduler's lock, from its goroutine or the
+		// caller's; read by the test after a Flush.
+		Changed: func(s *CronSchedule) { r.changed[s.Name]++ },
+		Removed: func(name string) { r.removed = append(r.removed, name) },
+	})
+	t.Cleanup(r.sch.Stop)
+	return r
+}
+
+// at moves the clock and waits until what came due has fired.
+func (r *cronRig) at(when string) {
+	r.clk.set(mustTime(r.t, when))
+	r.sch.Flush()
+}
+
+// takeFired returns the runs fired since the last call.
+func (r *cronRig) takeFired() []fireRec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.fired
+	r.fired = nil
+	return out
+}
+
+func (r *cronRig) add(s CronSchedule) CronSchedule {
+	r.t.Helper()
+	got, err := r.sch.Add(s)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.sch.Flush()
+	return got
+}
+
+// wantFired checks the runs fired since the last check, as "name@time".
+func (r *cronRig) wantFired(want ...string) {
+	r.t.Helper()
+	var got []string
+	for _, f := range r.takeFired() {
+		got = append(got, f.name+"@"+f.at.UTC().Format(time.RFC3339Nano))
+	}
+	for i := range want {
+		name, at, _ := strings.Cut(want[i], "@")
+		want[i] = name + "@" + mustTime(r.t, at).UTC().Format(time.RFC3339Nano)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		r.t.Errorf("fired %v, want %v", got, want)
+	}
+}
+
+// wantArmed checks that exactly one timer exists and that it is armed for
+// when ("" for disarmed).
+func (r *cronRig) wantArmed(when string) {
+	r.t.Helper()
+	deadlines, made := r.clk.armed()
+	if made != 1 {
+		r.t.Errorf("%d timers made, want 1", made)
+	}
+	if when == "" {
+		if len(deadlines) != 0 {
+			r.t.Errorf("timer armed for %v, want disarmed", deadlines)
+		}
+		return
+	}
+	if len(deadlines) != 1 || !deadlines[0].Equal(mustTime(r.t, when)) {
+		r.t.Errorf("timer armed for %v, want %s", deadlines, when)
+	}
+}
+
+func TestCronSchedulerFiresOnTime(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T12:07:00Z")
+	s := r.add(CronSchedule{Name: "q15", Queue: "q", Schedule: "*/15 * * * *", Timezone: "UTC"})
+	if want := mustTime(t, "2026-01-01T12:15:00Z").UnixMilli(); s.NextRun != want || s.Executions != 0 {
+		t.Fatalf("added with next %d executions %d, want %d 0", s.NextRun, s.Executions, want)
+	}
+	r.wantArmed("2026-01-01T12:15:00Z")
+	r.at("2026-01-01T12:14:59.999Z")
+	r.wantFired()
+	r.at("2026-01-01T12:15:00Z")
+	r.wantFired("q15@2026-01-01T12:15:00Z")
+	r.wantArmed("2026-01-01T12:30:00Z")
+	r.at("2026-01-01T12:30:00.250Z") // a late wake-up still fires the run
+	r.wantFired("q15@2026-01-01T12:30:00Z")
+	// Asleep for hours: one run, not one per quarter hour missed.
+	r.at("2026-01-01T15:40:00Z")
+	r.wantFired("q15@2026-01-01T12:45:00Z")
+	r.wantArmed("2026-01-01T15:45:00Z")
+	got, _ := r.sch.Get("q15")
+	if got.Executions != 3 || got.NextRun != mustTime(t, "2026-01-01T15:45:00Z").UnixMilli() {
+		t.Errorf("executions %d next %d", got.Executions, got.NextRun)
+	}
+	if r.changed["q15"] != 3 {
+		t.Errorf("changed %d times, want 3", r.changed["q15"])
+	}
+}
+
+func TestCronSchedulerInterval(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	r.add(CronSchedule{Name: "every", Queue: "q", RepeatEvery: 1000})
+	r.wantArmed("2026-01-01T00:00:01Z")
+	for i := 1; i <= 5; i++ {
+		r.at("2026-01-01T00:00:0" + strconv.Itoa(i) + "Z")
+	}
+	r.wantFired("every@2026-01-01T00:00:01Z", "every@2026-01-01T00:00:02Z", "every@2026-01-01T00:00:03Z",
+		"every@2026-01-01T00:00:04Z", "every@2026-01-01T00:00:05Z")
+	// Late by 4.5 s: one run, and the next keeps the phase.
+	r.at("2026-01-01T00:00:10.5Z")
+	r.wantFired("every@2026-01-01T00:00:06Z")
+	r.wantArmed("2026-01-01T00:00:11Z")
+}
+
+func TestCronSchedulerDST(t *testing.T) {
+	r := newCronRig(t, "2026-03-07T12:00:00Z")
+	r.add(CronSchedule{Name: "night", Queue: "q", Schedule: "30 2 * * *", Timezone: "America/New_York"})
+	r.wantArmed("2026-03-08T03:30:00-04:00") // 02:30 does not exist that night
+	r.at("2026-03-08T03:30:00-04:00")
+	r.wantFired("night@2026-03-08T03:30:00-04:00")
+	r.wantArmed("2026-03-09T02:30:00-04:00")
+	r.at("2026-10-31T23:59:00-04:00")
+	r.wantFired("night@2026-03-09T02:30:00-04:00")
+	r.wantArmed("2026-11-01T02:30:00-05:00")
+	// 01:30 shows twice on 1 November: the schedule runs at the first.
+	r.add(CronSchedule{Name: "one", Queue: "q", Schedule: "30 1 * * *", Timezone: "America/New_York"})
+	r.wantArmed("2026-11-01T01:30:00-04:00")
+	r.at("2026-11-01T01:30:00-04:00")
+	r.wantFired("one@2026-11-01T01:30:00-04:00")
+	r.wantArmed("2026-11-01T02:30:00-05:00")
+	r.at("2026-11-01T01:30:00-05:00")
+	r.wantFired()
+	r.at("2026-11-01T02:30:00-05:00")
+	r.wantFired("night@2026-11-01T02:30:00-05:00")
+	if s, _ := r.sch.Get("one"); s.NextRun != mustTime(t, "2026-11-02T01:30:00-05:00").UnixMilli() {
+		t.Errorf("one: next %s", time.UnixMilli(s.NextRun).UTC())
+	}
+}
+
+func TestCronSchedulerMaxLimit(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	r.add(CronSchedule{Name: "thrice", Queue: "q", RepeatEvery: 60000, MaxLimit: 3})
+	r.add(CronSchedule{Name: "other", Queue: "q", Schedule: "0 * * * *", Timezone: "UTC"})
+	for _, at := range []string{"00:01", "00:02", "00:03"} {
+		r.at("2026-01-01T" + at + ":00Z")
+	}
+	fired := r.takeFired()
+	if len(fired) != 3 || fired[2].executions != 3 {
+		t.Fatalf("fired %v", fired)
+	}
+	if _, ok := r.sch.Get("thrice"); ok {
+		t.Error("schedule still there after its last run")
+	}
+	if strings.Join(r.removed, ",") != "thrice" || r.sch.Len() != 1 {
+		t.Errorf("removed %v, %d left", r.removed, r.sch.Len())
+	}
+	r.wantArmed("2026-01-01T01:00:00Z")
+	r.at("2026-01-01T00:59:00Z")
+	r.wantFired()
+	// Zero or less is no limit, as in the reference.
+	s := r.add(CronSchedule{Name: "nolimit", Queue: "q", RepeatEvery: 1000, MaxLimit: -1})
+	if s.MaxLimit != 0 {
+		t.Errorf("maxLimit %d, want 0", s.MaxLimit)
+	}
+}
+
+func TestCronSchedulerImmediately(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T10:00:00Z")
+	r.add(CronSchedule{Name: "now", Queue: "q", RepeatEvery: 3600000, Immediately: true})
+	r.add(CronSchedule{Name: "cron", Queue: "q", Schedule: "@daily", Timezone: "UTC", Immediately: true})
+	r.wantFired("now@2026-01-01T10:00:00Z", "cron@2026-01-01T10:00:00Z")
+	r.wantArmed("2026-01-01T11:00:00Z")
+	r.at("2026-01-01T11:00:00Z")
+	r.wantFired("now@2026-01-01T11:00:00Z")
+	// Replacing keeps the executions and does not fire at once again.
+	s := r.add(CronSchedule{Name: "now", Queue: "q", RepeatEvery: 60000, Immediately: true})
+	r.wantFired()
+	if s.Executions != 2 || s.NextRun != mustTime(t, "2026-01-01T11:01:00Z").UnixMilli() {
+		t.Errorf("replaced: executions %d next %d", s.Executions, s.NextRun)
+	}
+	r.wantArmed("2026-01-01T11:01:00Z")
+}
+
+func TestCronSchedulerOneTimer(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	r.wantArmed("")
+	r.add(CronSchedule{Name: "late", Queue: "q", RepeatEvery: 3600000})
+	r.wantArmed("2026-01-01T01:00:00Z")
+	r.add(CronSchedule{Name: "soon", Queue: "q", RepeatEvery: 60000})
+	r.wantArmed("2026-01-01T00:01:00Z")
+	r.add(CronSchedule{Name: "later", Queue: "q", Schedule: "0 0 * * *", Timezone: "UTC"})
+	r.wantArmed("2026-01-01T00:01:00Z")
+	if !r.sch.Delete("soon") || r.sch.Delete("soon") {
+		t.Error("Delete")
+	}
+	r.sch.Flush()
+	r.wantArmed("2026-01-01T01:00:00Z")
+	r.sch.Delete("late")
+	r.sch.Delete("later")
+	r.sch.Flush()
+	r.wantArmed("")
+	r.at("2026-01-02T00:00:00Z")
+	r.wantFired()
+}
+
+func TestCronSchedulerSkipIfNoWorker(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	r.add(CronSchedule{Name: "w", Queue: "jobs", RepeatEvery: 1000, SkipIfNoWorker: true})
+	r.add(CronSchedule{Name: "any", Queue: "jobs", RepeatEvery: 1000})
+	r.at("2026-01-01T00:00:01Z")
+	r.wantFired("any@2026-01-01T00:00:01Z")
+	if s, _ := r.sch.Get("w"); s.Executions != 0 || s.NextRun != mustTime(t, "2026-01-01T00:00:02Z").UnixMilli() {
+		t.Errorf("skipped run: executions %d next %d", s.Executions, s.NextRun)
+	}
+	r.workers["jobs"] = true
+	r.at("2026-01-01T00:00:02Z")
+	r.wantFired("w@2026-01-01T00:00:02Z", "any@2026-01-01T00:00:02Z")
+}
+
+func TestCronSchedulerRestore(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T12:00:00Z")
+	ms := func(s string) int64 { return mustTime(t, s).UnixMilli() }
+	err := r.sch.Restore([]CronSchedule{
+		// Down since 09:00: the missed runs are dropped...
+		{Name: "skip", Queue: "q", Schedule: "0 * * * *", Timezone: "UTC", SkipMissedOnRestart: true, NextRun: ms("2026-01-01T09:00:00Z"), Executions: 7},
+		{Name: "skipw", Queue: "q", RepeatEvery: 60000, SkipIfNoWorker: true, NextRun: ms("2026-01-01T09:00:00Z")},
+		// ...or run once at start, not once each.
+		{Name: "catchup", Queue: "q", Schedule: "*/5 * * * *", Timezone: "UTC", NextRun: ms("2026-01-01T09:00:00Z"), Executions: 1},
+		{Name: "catchupe", Queue: "q", RepeatEvery: 600000, NextRun: ms("2026-01-01T09:00:00Z")},
+		// Still to come: left as it was.
+		{Name: "future", Queue: "q", RepeatEvery: 1000, SkipMissedOnRestart: true, NextRun: ms("2026-01-01T12:30:00Z")},
+		{Name: "spent", Queue: "q", RepeatEvery: 1000, MaxLimit: 2, Executions: 2, NextRun: ms("2026-01-01T09:00:00Z")},
+		{Name: "broken", Queue: "q", Schedule: "0 0 L * *", NextRun: ms("2026-01-01T09:00:00Z")},
+	})
+	if err == nil || !strings.Contains(err.Error(), `cron schedule "broken" not restored`) || !strings.Contains(err.Error(), `day-of-month field "L"`) {
+		t.Errorf("Restore: %v", err)
+	}
+	r.sch.Flush()
+	r.wantFired("catchup@2026-01-01T09:00:00Z", "catchupe@2026-01-01T09:00:00Z")
+	for name, want := range map[string]string{
+		"skip": "2026-01-01T13:00:00Z", "skipw": "2026-01-01T12:01:00Z", "catchup": "2026-01-01T12:05:00Z",
+		"catchupe": "2026-01-01T12:10:00Z", "future": "2026-01-01T12:30:00Z",
+	} {
+		s, ok := r.sch.Get(name)
+		if !ok || s.NextRun != ms(want) {
+			t.Errorf("%s: next %s, want %s", name, time.UnixMilli(s.NextRun).UTC(), want)
+		}
+	}
+	if s, _ := r.sch.Get("skip"); s.Executions != 7 {
+		t.Errorf("skip: executions %d", s.Executions)
+	}
+	if r.changed["skip"] != 1 || r.changed["skipw"] != 1 || r.changed["future"] != 0 {
+		t.Errorf("changed %v", r.changed)
+	}
+	if _, ok := r.sch.Get("spent"); ok || strings.Join(r.removed, ",") != "spent" {
+		t.Errorf("spent schedule kept; removed %v", r.removed)
+	}
+	if _, ok := r.sch.Get("broken"); ok {
+		t.Error("broken schedule loaded")
+	}
+}
+
+func TestCronSchedulerAddErrors(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	for _, c := range []struct {
+		s    CronSchedule
+		want string
+	}{
+		{CronSchedule{Queue: "q", RepeatEvery: 1}, "cron name is required"},
+		{CronSchedule{Name: "a", RepeatEvery: 1}, `cron "a": queue is required`},
+		{CronSchedule{Name: "a", Queue: "q"}, `cron "a": needs a schedule or repeatEvery`},
+		{CronSchedule{Name: "a", Queue: "q", RepeatEvery: -5}, "repeatEvery must be a positive whole number"},
+		{CronSchedule{Name: "a", Queue: "q", RepeatEvery: 1 << 53}, "repeatEvery must be a positive whole number"},
+		{CronSchedule{Name: "a", Queue: "q", Schedule: "* * * * *", Timezone: "Nope/Zone"}, `cron "a": unknown time zone "Nope/Zone"`},
+		{CronSchedule{Name: "a", Queue: "q", Schedule: "0 0 * * 8"}, `cron expression "0 0 * * 8": day-of-week field "8": value 8 out of range 0-7`},
+	} {
+		if _, err := r.sch.Add(c.s); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.s, err, c.want)
+		}
+	}
+	if r.sch.Len() != 0 {
+		t.Errorf("%d schedules after refusals", r.sch.Len())
+	}
+}
+
+func TestCronSchedulerList(t *testing.T) {
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	for _, n := range []string{"c", "a", "b"} {
+		r.add(CronSchedule{Name: n, Queue: "q", RepeatEvery: 1000})
+	}
+	r.add(CronSchedule{Name: "a", Queue: "q2", RepeatEvery: 5000}) // replaced in place
+	var names []string
+	for _, s := range r.sch.List() {
+		names = append(names, s.Name+":"+s.Queue)
+	}
+	if strings.Join(names, " ") != "c:q a:q2 b:q" {
+		t.Errorf("list %v", names)
+	}
+}
+
+func cronGoroutines() int {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return strings.Count(string(buf[:n]), "(*CronScheduler).run(")
+}
+
+func TestCronSchedulerStop(t *testing.T) {
+	before := cronGoroutines()
+	r := newCronRig(t, "2026-01-01T00:00:00Z")
+	r.add(CronSchedule{Name: "a", Queue: "q", RepeatEvery: 1000})
+	if n := cronGoroutines(); n != before+1 {
+		t.Fatalf("%d scheduler goroutines running, want %d", n, before+1)
+	}
+	r.sch.Stop()
+	r.sch.Stop() // twice is harmless
+	// Stop waited for the goroutine; all that may remain is its last
+	// instructions after closing done.
+	for i := 0; cronGoroutines() != before; i++ {
+		if i == 1000 {
+			t.Fatalf("%d scheduler goroutines left, want %d", cronGoroutines(), before)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	if d, _ := r.clk.armed(); len(d) != 0 {
+		t.Errorf("timer still armed for %v", d)
+	}
+	// Stopped: readable, nothing fires, Flush does not block.
+	r.at("2026-01-01T00:00:05Z")
+	r.wantFired()
+	if _, ok := r.sch.Get("a"); !ok {
+		t.Error("schedule gone after Stop")
+	}
+}
+
+// The system clock and timer, for real: an interval of 10 ms fires.
+func TestCronSchedulerSystemClock(t *testing.T) {
+	fired := make(chan time.Time, 10)
+	sch := NewCronScheduler(CronConfig{Fire: func(s *CronSchedule, at time.Time) {
+		select {
+		case fired <- at:
+		default:
+		}
+	}})
+	defer sch.Stop()
+	if _, err := sch.Add(CronSchedule{Name: "fast", Queue: "q", RepeatEvery: 10, MaxLimit: 3}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	var last time.Time
+	for i := range 3 {
+		select {
+		case at := <-fired:
+			// A slow machine may wake late and step over a run.
+			if d := at.Sub(last); i > 0 && (d <= 0 || d%(10*time.Millisecond) != 0) {
+				t.Errorf("run %d due %s after the previous, want a multiple of 10ms", i, d)
+			}
+			last = at
+		case <-deadline:
+			t.Fatalf("%d runs in 10 s", i)
+		}
+	}
+	sch.Flush()
+	if sch.Len() != 0 {
+		t.Error("schedule left after maxLimit")
 	}
 }
