@@ -571,6 +571,57 @@ func BenchmarkCronParse(b *testing.B) {
 }
 
 // ---------------------------------------------------------------------------
+// Fuzzing
+
+var fuzzZones = func() []*time.Location {
+	var out []*time.Location
+	for _, n := range []string{"UTC", "America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe", "America/Havana", "Pacific/Apia"} {
+		loc, err := time.LoadLocation(n)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, loc)
+	}
+	return out
+}()
+
+// FuzzCronParse: the parser never panics and refuses with a CronError;
+// what it accepts has a next run after any time (between 1900 and 2500),
+// within the horizon, and the run after that is later still.
+func FuzzCronParse(f *testing.F) {
+	for _, c := range cronKnown {
+		f.Add(c.expr, int64(1772323200), uint8(0))
+	}
+	for _, s := range []string{"*/5 1-10/2 * JAN-dec sun-SAT", "0 0 31 2 *", "1_0 +5 -0 * *", "@reboot", "61 * * * * *", "0 0 * * 7-SUN", ",", "*/-1 * * * *"} {
+		f.Add(s, int64(1793500000), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, expr string, fromSec int64, zone uint8) {
+		e, err := ParseCron(expr)
+		if err != nil {
+			var ce *CronError
+			if !errors.As(err, &ce) || ce.Expr != expr {
+				t.Fatalf("%q: %v is not a CronError of the expression", expr, err)
+			}
+			return
+		}
+		const lo, hi = -2208988800, 16725225600 // 1900 to 2500
+		fromSec = lo + (fromSec%(hi-lo)+(hi-lo))%(hi-lo)
+		loc := fuzzZones[int(zone)%len(fuzzZones)]
+		from := time.Unix(fromSec, 0)
+		next, ok := e.Next(from, loc)
+		if !ok {
+			t.Fatalf("%q in %s after %s: no run", expr, loc, from)
+		}
+		if !next.After(from) || next.Sub(from) > 9*366*24*time.Hour {
+			t.Fatalf("%q in %s after %s: %s", expr, loc, from, next)
+		}
+		if again, ok := e.Next(next, loc); !ok || !again.After(next) {
+			t.Fatalf("%q in %s after %s: %s %v", expr, loc, next, again, ok)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
 // Scheduler, on a fake clock
 
 // fakeClock moves only when told; its timers fire when it passes them.
