@@ -749,7 +749,7 @@ func (s *CronSchedule) compile() error {
 	s.loc, s.expr = loc, nil
 	if s.Schedule != "" {
 		if s.expr, err = ParseCron(s.Schedule); err != nil {
-			return err
+			return fmt.Errorf("cron %q: %w", s.Name, err)
 		}
 	}
 	return nil
@@ -1025,7 +1025,7 @@ func (c *CronScheduler) Restore(list []CronSchedule) error {
 		s := list[i]
 		s.index = -1
 		if err := s.compile(); err != nil {
-			errs = append(errs, fmt.Errorf("cron schedule %q not restored: %w", s.Name, err))
+			errs = append(errs, fmt.Errorf("not restored: %w", err))
 			continue
 		}
 		if s.MaxLimit > 0 && s.Executions >= s.MaxLimit {
@@ -1040,7 +1040,7 @@ func (c *CronScheduler) Restore(list []CronSchedule) error {
 			if s.expr != nil {
 				t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
 				if !ok {
-					errs = append(errs, fmt.Errorf("cron schedule %q not restored: no run left", s.Name))
+					errs = append(errs, fmt.Errorf("not restored: cron %q: no run left", s.Name))
 					continue
 				}
 				next = t.UnixMilli()

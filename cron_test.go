@@ -971,7 +971,11 @@ func TestCronSchedulerRestore(t *testing.T) {
 		{Name: "spent", Queue: "q", RepeatEvery: 1000, MaxLimit: 2, Executions: 2, NextRun: ms("2026-01-01T09:00:00Z")},
 		{Name: "broken", Queue: "q", Schedule: "0 0 L * *", NextRun: ms("2026-01-01T09:00:00Z")},
 	})
-	if err == nil || !strings.Contains(err.Error(), `cron schedule "broken" not restored`) || !strings.Contains(err.Error(), `day-of-month field "L"`) {
+	if want := `not restored: cron "broken": cron expression "0 0 L * *": day-of-month field "L"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Restore: %v, want %s", err, want)
+	}
+	var ce *CronError
+	if !errors.As(err, &ce) || ce.Field != "day-of-month" {
 		t.Errorf("Restore: %v", err)
 	}
 	r.sch.Flush()
@@ -1011,7 +1015,7 @@ func TestCronSchedulerAddErrors(t *testing.T) {
 		{CronSchedule{Name: "a", Queue: "q", RepeatEvery: -5}, "repeatEvery must be a positive whole number"},
 		{CronSchedule{Name: "a", Queue: "q", RepeatEvery: 1 << 53}, "repeatEvery must be a positive whole number"},
 		{CronSchedule{Name: "a", Queue: "q", Schedule: "* * * * *", Timezone: "Nope/Zone"}, `cron "a": unknown time zone "Nope/Zone"`},
-		{CronSchedule{Name: "a", Queue: "q", Schedule: "0 0 * * 8"}, `cron expression "0 0 * * 8": day-of-week field "8": value 8 out of range 0-7`},
+		{CronSchedule{Name: "a", Queue: "q", Schedule: "0 0 * * 8"}, `cron "a": cron expression "0 0 * * 8": day-of-week field "8": value 8 out of range 0-7`},
 	} {
 		if _, err := r.sch.Add(c.s); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.s, err, c.want)
