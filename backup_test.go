@@ -569,3 +569,89 @@ func TestBackupS3rverEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBackupS3 measures one backup of a database of waiting jobs
+// (QUEUED_BACKUP_JOBS, 100,000 by default) to s3rver, and how pushes fare
+// while it runs:
+// go test -run '^$' -bench BackupS3 -benchtime 1x
+func BenchmarkBackupS3(b *testing.B) {
+	n := 100000
+	if v := os.Getenv("QUEUED_BACKUP_JOBS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	ep := startS3rver(b, "bench")
+	dir := b.TempDir()
+	path := filepath.Join(dir, "bench.db")
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := NewBroker(0, st)
+	st.Start()
+	defer st.Close()
+	defer br.Close()
+	data := map[string]any{"to": "someone@example.com", "template": "welcome", "n": int64(1)}
+	for i := 0; i < n; i += 1000 {
+		jobs := make([]*Job, min(1000, n-i))
+		for k := range jobs {
+			jobs[k] = mustJob(b, "bench", map[string]any{"name": "email", "data": data})
+		}
+		br.Push("bench", jobs)
+	}
+	if err := st.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	cfg := &backupSettings{s3Settings: s3Settings{bucket: "bench", prefix: "b/", endpoint: ep, region: "us-east-1",
+		accessKey: s3rverCreds.AccessKeyID, secretKey: s3rverCreds.Secret}}
+	bk, err := newBackupService(cfg, st, path, quietLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bk.Close()
+	// 100 jobs pushed and committed, timed; the worst of a run.
+	pushBatch := func() time.Duration {
+		jobs := make([]*Job, 100)
+		for k := range jobs {
+			jobs[k] = mustJob(b, "live", map[string]any{"name": "email", "data": data})
+		}
+		t0 := time.Now()
+		br.Push("live", jobs)
+		st.Sync()
+		return time.Since(t0)
+	}
+	var idle time.Duration
+	for range 100 {
+		idle = max(idle, pushBatch())
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		done := make(chan struct{})
+		var during time.Duration
+		batches := 0
+		go func() {
+			defer close(done)
+			for bk.health()["running"] != true {
+				time.Sleep(time.Millisecond)
+			}
+			for bk.health()["running"] == true {
+				during = max(during, pushBatch())
+				batches++
+			}
+		}()
+		res, err := bk.BackupNow(context.Background())
+		<-done
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(res.DBBytes)/1e6, "MB-db")
+		b.ReportMetric(float64(res.Bytes)/1e6, "MB-gz")
+		b.ReportMetric(res.Snapshot.Seconds(), "s-snapshot")
+		b.ReportMetric(res.Compress.Seconds(), "s-gzip")
+		b.ReportMetric(res.Upload.Seconds(), "s-upload")
+		b.ReportMetric(float64(during.Milliseconds()), "ms-worst-push-during")
+		b.ReportMetric(float64(idle.Milliseconds()), "ms-worst-push-idle")
+		b.Logf("%d jobs: %.1f MB of database, %.1f MB uploaded, in %s (snapshot %s, gzip %s, upload %s); meanwhile %d batches of 100 jobs pushed and committed, the slowest in %s (idle: %s)",
+			n, float64(res.DBBytes)/1e6, float64(res.Bytes)/1e6, res.Took.Round(time.Millisecond), res.Snapshot.Round(time.Millisecond),
+			res.Compress.Round(time.Millisecond), res.Upload.Round(time.Millisecond), batches, during, idle)
+	}
+}

@@ -844,7 +844,7 @@ var s3rverCreds = s3Credentials{AccessKeyID: "S3RVER", Secret: "S3RVER"}
 // startS3rver runs compat/s3rver.cjs (the @20minutes/s3rver package) with
 // the given buckets and returns its endpoint. Without the package the test
 // is skipped with the install command, and fails under CI=true.
-func startS3rver(t *testing.T, buckets ...string) string {
+func startS3rver(t testing.TB, buckets ...string) string {
 	t.Helper()
 	dir, _ := filepath.Abs("compat")
 	missing := func(what string) {
