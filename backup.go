@@ -342,7 +342,7 @@ func (s *BackupService) schedule() {
 			continue
 		}
 		s.mu.Lock()
-		n := s.failures
+		n := max(s.failures, 1) // an on-demand backup may have succeeded since
 		s.mu.Unlock()
 		wait := s.retryMin << min(n-1, 20)
 		wait = min(wait, s.retryMax, s.interval)
@@ -562,7 +562,9 @@ func (s *BackupService) serveBackupNow(srv *Server) http.HandlerFunc {
 			writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": "S3 backups are not configured: start queued with --s3-bucket (S3_BUCKET) and credentials"})
 			return
 		}
-		res, err := s.BackupNow(r.Context())
+		// A client that hangs up does not cancel the backup it asked for
+		// (nor count as a failure); shutdown still does.
+		res, err := s.BackupNow(context.WithoutCancel(r.Context()))
 		if err != nil {
 			writeJSON(w, http.StatusBadGateway, map[string]any{"ok": false, "error": err.Error()})
 			return

@@ -393,6 +393,32 @@ func TestBackupHTTP(t *testing.T) {
 	if sec == nil || sec["ok"] != true || sec["target"] != "s3://bk/backups/" || sec["last"].(map[string]any)["key"] == nil {
 		t.Fatalf("health: %v", hm)
 	}
+	// A client that hangs up mid-backup does not cancel it.
+	hold := make(chan struct{})
+	fake.mu.Lock()
+	fake.hold = hold
+	fake.mu.Unlock()
+	ctx, hangUp := context.WithCancel(context.Background())
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		req := httptest.NewRequestWithContext(ctx, "POST", "/backup/s3", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	first := bk.health()["last"].(map[string]any)["key"]
+	eventually(t, 10*time.Second, "upload in flight", func() (bool, string) { return bk.health()["running"] == true, "" })
+	hangUp()
+	time.Sleep(50 * time.Millisecond)
+	close(hold)
+	<-answered
+	if h := bk.health(); h["ok"] != true || h["last"].(map[string]any)["key"] == first {
+		t.Fatalf("backup after the client hung up: %v", h)
+	}
+	fake.mu.Lock()
+	fake.hold = nil
+	fake.mu.Unlock()
+
 	fake.failWhen(func(*http.Request) bool { return true })
 	if code, m := do(h, "POST", "/backup/s3", "tok"); code != 502 || !strings.Contains(fmt.Sprint(m["error"]), "InternalError") {
 		t.Fatalf("failing upload: %d %v", code, m)

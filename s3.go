@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -443,13 +444,7 @@ func sectionPayload(r io.ReaderAt, off, n int64) (*s3Payload, error) {
 func (c *S3Client) do(ctx context.Context, method, key string, query url.Values, hdr http.Header, body *s3Payload) (*http.Response, error) {
 	op := method + " s3://" + c.bucket + "/" + key
 	if len(query) > 0 {
-		op += "?" + strings.Join(slices.Sorted(func(yield func(string) bool) {
-			for k := range query {
-				if !yield(k) {
-					return
-				}
-			}
-		}), "&")
+		op += "?" + strings.Join(slices.Sorted(maps.Keys(query)), "&")
 	}
 	pause := c.retryBase
 	for attempt := 1; ; attempt++ {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -642,13 +643,7 @@ func (f *fakeS3) pendingUploads() int { f.mu.Lock(); defer f.mu.Unlock(); return
 func (f *fakeS3) keys() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Sorted(func(yield func(string) bool) {
-		for k := range f.objs {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	return slices.Sorted(maps.Keys(f.objs))
 }
 
 // count counts the requests with a method and a query parameter.
@@ -684,13 +679,7 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	q := r.URL.Query()
 	f.mu.Lock()
-	f.log = append(f.log, r.Method+" "+strings.Join(slices.Sorted(func(yield func(string) bool) {
-		for k := range q {
-			if !yield(k) {
-				return
-			}
-		}
-	}), ","))
+	f.log = append(f.log, r.Method+" "+strings.Join(slices.Sorted(maps.Keys(q)), ","))
 	f.hostsSeen = append(f.hostsSeen, r.Host)
 	hold := f.hold
 	fail := f.failCount > 0 || (f.failIf != nil && f.failIf(r))
