@@ -20,10 +20,11 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("queued backup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "file to write the backup to (must not exist)")
+	toS3 := fs.Bool("s3", false, "have the server upload a backup to its S3 bucket (POST /backup/s3) instead")
 	url := fs.String("url", envOr([]string{"QUEUED_HTTP_URL"}, "http://127.0.0.1:6790"), "the server's HTTP address [QUEUED_HTTP_URL]")
 	token := fs.String("token", envOr([]string{"QUEUED_TOKEN", "BQ_TOKEN", "BUNQUEUE_TOKEN"}, ""), "auth token, when the server has AUTH_TOKENS [QUEUED_TOKEN]")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: queued backup --out FILE [--url http://host:6790] [--token T]\n\nCopies a running server's SQLite database, consistently, to FILE.")
+		fmt.Fprintln(fs.Output(), "Usage: queued backup --out FILE [--url http://host:6790] [--token T]\n       queued backup --s3 [--url http://host:6790] [--token T]\n\nCopies a running server's SQLite database, consistently, to FILE, or has the server upload one to its S3 bucket.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -31,6 +32,9 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *toS3 {
+		return backupS3Remote(*url, *token, stdout, stderr)
 	}
 	if *out == "" {
 		fmt.Fprintln(stderr, "queued backup: --out FILE is required")

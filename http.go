@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-func newHTTPHandler(b *Broker, srv *Server) http.Handler {
+func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		t := b.totals()
@@ -32,7 +32,7 @@ func newHTTPHandler(b *Broker, srv *Server) http.Handler {
 			storage["diskFull"] = isDiskFull(st.Err)
 			storage["since"] = st.Since.UnixMilli()
 		}
-		writeJSON(w, code, map[string]any{
+		resp := map[string]any{
 			"ok":      st.Err == nil,
 			"status":  status,
 			"storage": storage,
@@ -49,8 +49,14 @@ func newHTTPHandler(b *Broker, srv *Server) http.Handler {
 			},
 			"connections": srv.nconns.Load(),
 			"workers":     b.workers.count(),
-		})
+		}
+		if bk != nil {
+			resp["backup"] = bk.health()
+		}
+		writeJSON(w, code, resp)
 	})
+	// An S3 backup now (see backup.go).
+	mux.HandleFunc("POST /backup/s3", bk.serveBackupNow(srv))
 	// A consistent copy of the live database, streamed to the caller.
 	mux.HandleFunc("GET /backup", func(w http.ResponseWriter, r *http.Request) {
 		if !srv.httpAuthorized(r) {

@@ -28,6 +28,10 @@ const usage = `queued: a job queue server that speaks the bunqueue protocol (v3)
 Usage:
   queued [serve] [flags]   run the server (the default)
   queued backup --out FILE copy a running server's database (see queued backup --help)
+  queued backup --s3       have a running server upload a backup to its S3 bucket
+  queued backups list      list the backups in an S3 bucket (S3 flags below)
+  queued restore --from s3://bucket/key --data-path FILE
+                           download a backup into a new database file
   queued version           print the version
   queued help              this text
 
@@ -44,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args, stdout, stderr)
 	case "backup":
 		return cmdBackupCLI(args, stdout, stderr)
+	case "backups", "restore":
+		return cmdS3(cmd, args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "queued %s (bunqueue protocol %d, compatible with bunqueue %s)\n", version, protocolVersion, compatVersion)
 		return 0
@@ -69,6 +75,7 @@ type config struct {
 	dataPath   string
 	memory     bool
 	syncMode   string
+	backup     backupSettings
 }
 
 func envOr(keys []string, def string) string {
@@ -108,6 +115,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
+	addBackupFlags(fs, &c.backup)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -173,6 +181,17 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		store, storage = sq, "sqlite:"+c.dataPath
 	}
+	var src backupSource
+	if sq != nil {
+		src = sq
+	}
+	bk, err := newBackupService(&c.backup, src, c.dataPath, log)
+	if err != nil {
+		if sq != nil {
+			sq.Close()
+		}
+		return fmt.Errorf("backups: %w", err)
+	}
 	b := NewBroker(c.shards, store)
 	if sq != nil {
 		st, err := sq.Load(b)
@@ -213,7 +232,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
-		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv))
+		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv, bk))
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
@@ -230,6 +249,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		attrs = append(attrs, "http", hln.Addr().String())
 	}
 	log.Info("queued started", attrs...)
+	if bk != nil {
+		bk.Start()
+	}
 	if ready != nil {
 		var ha net.Addr
 		if hln != nil {
@@ -243,6 +265,10 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	case runErr = <-errc:
 	}
 	log.Info("shutting down")
+	if bk != nil {
+		// Before the database closes: a backup in progress is abandoned.
+		bk.Close()
+	}
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		hs.Shutdown(sctx)

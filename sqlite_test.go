@@ -359,7 +359,7 @@ func TestSQLiteBackupCommand(t *testing.T) {
 func TestBackupNeedsSQLite(t *testing.T) {
 	b := NewBroker(1, nil)
 	defer b.Close()
-	h := newHTTPHandler(b, NewServer(b, nil, quietLog()))
+	h := newHTTPHandler(b, NewServer(b, nil, quietLog()), nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/backup", nil))
 	if rec.Code != 409 || !strings.Contains(rec.Body.String(), "memory") {
