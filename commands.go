@@ -66,6 +66,9 @@ func init() {
 		"Heartbeat":        cmdHeartbeat,
 		"ListWorkers":      cmdListWorkers,
 		"StorageStatus":    cmdStorageStatus,
+
+		// Per-queue figures (metrics.go)
+		"TrimEvents": cmdTrimEvents,
 	}
 }
 
