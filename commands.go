@@ -69,6 +69,12 @@ func init() {
 
 		// Per-queue figures (metrics.go)
 		"TrimEvents": cmdTrimEvents,
+
+		// Webhooks (webhooks.go)
+		"AddWebhook":        cmdAddWebhook,
+		"RemoveWebhook":     cmdRemoveWebhook,
+		"ListWebhooks":      cmdListWebhooks,
+		"SetWebhookEnabled": cmdSetWebhookEnabled,
 	}
 }
 

@@ -40,7 +40,8 @@ type Server struct {
 	wg     sync.WaitGroup
 	nconns atomic.Int64
 
-	mx *Metrics // per-queue figures, fed by a broker tap
+	mx    *Metrics  // per-queue figures, fed by a broker tap
+	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
 }
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
