@@ -222,8 +222,13 @@ func cmdListWorkers(r *Req) error {
 
 // StorageStatus answers {diskFull, error, since} as the reference does.
 func cmdStorageStatus(r *Req) error {
-	st := r.b.storageState()
-	e := r.field("data")
+	encodeStorageStatus(r.field("data"), r.b.storageState())
+	return nil
+}
+
+// encodeStorageStatus writes {diskFull, error, since}, shared with the
+// dashboard overview.
+func encodeStorageStatus(e *Enc, st StorageState) {
 	e.MapHead(3)
 	e.Str("diskFull")
 	e.Bool(isDiskFull(st.Err))
@@ -239,5 +244,4 @@ func cmdStorageStatus(r *Req) error {
 	} else {
 		e.Nil()
 	}
-	return nil
 }

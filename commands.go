@@ -67,8 +67,14 @@ func init() {
 		"ListWorkers":      cmdListWorkers,
 		"StorageStatus":    cmdStorageStatus,
 
-		// Per-queue figures (metrics.go)
-		"TrimEvents": cmdTrimEvents,
+		// Per-queue figures (metrics.go), Prometheus (prometheus.go) and
+		// the dashboard (dashboard.go)
+		"TrimEvents":        cmdTrimEvents,
+		"Prometheus":        cmdPrometheus,
+		"CompactMemory":     cmdCompactMemory,
+		"DashboardOverview": cmdDashboardOverview,
+		"DashboardQueues":   cmdDashboardQueues,
+		"DashboardQueue":    cmdDashboardQueue,
 
 		// Webhooks (webhooks.go)
 		"AddWebhook":        cmdAddWebhook,

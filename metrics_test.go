@@ -23,6 +23,7 @@ func newLocalServer(t *testing.T) *localServer {
 	b := NewBroker(2, nil)
 	ls := &localServer{t: t, b: b, now: 1_800_000_000_000}
 	b.now = func() int64 { return ls.now }
+	b.started = ls.now
 	ls.srv = NewServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ls.c = newConn(ls.srv, nil) // never read from or written to
 	t.Cleanup(b.Close)
@@ -31,6 +32,17 @@ func newLocalServer(t *testing.T) *localServer {
 
 // call runs one command and returns the decoded answer.
 func (ls *localServer) call(m map[string]any) map[string]any {
+	ls.t.Helper()
+	v, err := Decode(ls.raw(m))
+	if err != nil {
+		ls.t.Fatal(err)
+	}
+	return v.(map[string]any)
+}
+
+// raw runs one command and returns the answer's encoded body, for tests
+// of key order.
+func (ls *localServer) raw(m map[string]any) []byte {
 	ls.t.Helper()
 	var req Enc
 	if err := req.Any(m); err != nil {
@@ -46,11 +58,27 @@ func (ls *localServer) call(m map[string]any) map[string]any {
 	}
 	var e Enc
 	ls.c.run(h, pm, &e)
-	v, err := Decode(e.B[4:])
+	return e.B[4:]
+}
+
+// keys lists a map's keys in encoded order, following path through nested
+// maps.
+func keys(t *testing.T, body []byte, path ...string) []string {
+	t.Helper()
+	m, err := ParseMap(body, nil)
 	if err != nil {
-		ls.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return v.(map[string]any)
+	for _, k := range path {
+		if m, _, err = m.Map(k); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	var out []string
+	for _, f := range m.Fields {
+		out = append(out, string(f.Key))
+	}
+	return out
 }
 
 func (ls *localServer) ok(m map[string]any) map[string]any {
