@@ -133,14 +133,14 @@ func (mx *Metrics) trimEvents(queue string, maxLength int64) int64 {
 	return removed
 }
 
-// dropEvents forgets a queue's retained events, as obliterating the queue
-// deletes its journal. Its counters and buckets stay: they are history.
-func (mx *Metrics) dropEvents(queue string) {
+// dropQueue forgets an obliterated queue's figures: its retained events,
+// as the reference deletes the queue's journal, and with them its counters
+// and buckets, so that queues created and obliterated by the thousand do
+// not leave their figures behind.
+func (mx *Metrics) dropQueue(queue string) {
 	p := mx.part(queue)
 	p.mu.Lock()
-	if qm := p.m[queue]; qm != nil {
-		qm.events = 0
-	}
+	delete(p.m, queue)
 	p.mu.Unlock()
 }
 

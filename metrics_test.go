@@ -316,8 +316,14 @@ func TestProtoTrimEvents(t *testing.T) {
 		t.Fatalf("after pause/resume: removed %v, want 5", got)
 	}
 	c.ok(M{"cmd": "PUSH", "queue": "t", "data": 1})
+	id := sub(t, c.ok(M{"cmd": "PULL", "queue": "t"}), "job")["id"]
+	c.ok(M{"cmd": "ACK", "id": id})
 	c.ok(M{"cmd": "Obliterate", "queue": "t"})
 	if got := removed("t", 0); got != 0 {
 		t.Fatalf("after Obliterate: removed %v, want 0", got)
+	}
+	d := sub(t, c.ok(M{"cmd": "Metrics", "queue": "t", "type": "completed"}), "data")
+	if num(t, sub(t, d, "meta")["count"]) != 0 {
+		t.Fatalf("figures of an obliterated queue: %v", d)
 	}
 }

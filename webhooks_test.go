@@ -595,3 +595,31 @@ func TestSQLiteWebhookSecretReloaded(t *testing.T) {
 		t.Fatalf("reloaded %+v", g)
 	}
 }
+
+// The flag, and the environment variable behind it; the command line wins.
+func TestWebhookAllowPrivateFlag(t *testing.T) {
+	parse := func(args ...string) bool {
+		fs, c := serverFlags(io.Discard)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return c.webhookAllowPrivate
+	}
+	if parse() {
+		t.Fatal("on by default")
+	}
+	if !parse("--webhook-allow-private") {
+		t.Fatal("flag ignored")
+	}
+	t.Setenv("QUEUED_WEBHOOK_ALLOW_PRIVATE", "true")
+	if !parse() {
+		t.Fatal("environment ignored")
+	}
+	if parse("--webhook-allow-private=false") {
+		t.Fatal("the command line must win over the environment")
+	}
+	t.Setenv("QUEUED_WEBHOOK_ALLOW_PRIVATE", "0")
+	if parse() {
+		t.Fatal("0 read as on")
+	}
+}
