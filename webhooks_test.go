@@ -623,3 +623,32 @@ func TestWebhookAllowPrivateFlag(t *testing.T) {
 		t.Fatal("0 read as on")
 	}
 }
+
+// A database written before webhooks existed (schema version 1) gains the
+// table on open and keeps its jobs.
+func TestSQLiteWebhooksMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.db.Exec(`DROP TABLE webhooks; UPDATE schema_version SET version = 1;
+		INSERT INTO queues(name, settings) VALUES ('kept', x'80')`); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatalf("open a version-1 database: %v", err)
+	}
+	defer st.Close()
+	var v, queues int
+	st.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v)
+	st.db.QueryRow(`SELECT count(*) FROM queues`).Scan(&queues)
+	if v != len(migrations) || queues != 1 {
+		t.Fatalf("schema version %d, queues %d", v, queues)
+	}
+	if err := st.SaveWebhook(&Webhook{ID: "w", URL: "https://x.example", Events: []string{}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+}
