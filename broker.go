@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Broker holds every queue, job and registry of one server.
@@ -43,6 +44,7 @@ type Broker struct {
 	stats   struct {
 		pushed, pulled, completed, failed atomic.Int64
 	}
+	lat latencies
 	seq atomic.Int64
 }
 
@@ -77,6 +79,7 @@ func NewBroker(shards int, store Store) *Broker {
 		workers: newWorkers(),
 		store:   store,
 		now:     nowMs,
+		lat:     newLatencies(),
 	}
 	// Logs pushed out of the cache are gone from storage too, so the two
 	// agree after a restart.
@@ -180,6 +183,7 @@ func (b *Broker) Push(queue string, jobs []*Job) []PushResult {
 // PushWith is Push with the batch's jobs by custom id, which jobs of the
 // batch may depend on.
 func (b *Broker) PushWith(queue string, jobs []*Job, batch map[string]*Job) []PushResult {
+	defer b.lat.push.since(time.Now())
 	out := make([]PushResult, len(jobs))
 	// A custom id held by a completed or dead-lettered job is freed before
 	// the queue's shard is locked: that job may live in another shard.
@@ -328,6 +332,11 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			q.concActive++
 			j.concSlot = true
 		}
+		if j.Attempts == 0 {
+			// Retries are left out: their wait is the backoff, not the
+			// queue's backlog.
+			s.b.lat.wait.ObserveMs(now - j.CreatedAt)
+		}
 		j.state = StateActive
 		j.StartedAt = now
 		j.Heartbeat = now
@@ -392,6 +401,7 @@ type AckItem struct {
 
 // Ack completes one job.
 func (b *Broker) Ack(it AckItem) (Outcome, error) {
+	defer b.lat.ack.since(time.Now())
 	j, s := b.lockJob(it.ID)
 	if j == nil {
 		if b.isRetired(it.Token) {
@@ -438,6 +448,9 @@ func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
 func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	s.releaseUnique(q, j)
 	s.b.stats.completed.Add(1)
+	if j.StartedAt > 0 {
+		s.b.lat.proc.ObserveMs(now - j.StartedAt)
+	}
 	j.DoneAt = now
 	j.hasFail = false
 	res := it.Result

@@ -176,6 +176,9 @@ func cmdPullBatch(r *Req) error {
 // pull claims at once, or waits up to the timeout from a goroutine of its
 // own so that later commands on the connection are not held up.
 func (r *Req) pull(a pullArgs, n int, batch bool) error {
+	// A long poll's wait counts in its latency, as the reference counts
+	// it: the figure is how long a worker waited for its answer.
+	start := time.Now()
 	r.b.throttle()
 	withToken := a.opts.Owner != ""
 	answered := false
@@ -188,6 +191,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	}
 	r.b.pull(context.Background(), a.queue, n, a.opts, 0, false, write(r))
 	if answered || a.timeout <= 0 {
+		r.b.lat.pull.since(start)
 		if !answered {
 			return r.writeJobs(nil, nil, withToken, batch, 0)
 		}
@@ -197,6 +201,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	return r.goAsync(func(ar *Req) error {
 		answered = false
 		r.b.pull(ctx, a.queue, n, a.opts, a.timeout, true, write(ar))
+		r.b.lat.pull.since(start)
 		if !answered {
 			return ar.writeJobs(nil, nil, withToken, batch, 0)
 		}
@@ -434,6 +439,7 @@ func cmdAckBatch(r *Req) error {
 // AckBatch completes many jobs, locking each shard once. It returns the
 // indexes of the items that did not apply.
 func (b *Broker) AckBatch(items []AckItem) []int {
+	defer b.lat.ack.since(time.Now())
 	var ignored []int
 	byShard := make([][]int, len(b.shards))
 	for i := range items {

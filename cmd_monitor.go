@@ -4,7 +4,6 @@ package main
 
 import (
 	"math"
-	"runtime"
 	"sync"
 )
 
@@ -89,32 +88,6 @@ func cmdStats(r *Req) error {
 	e.Num(push)
 	e.Str("pullPerSec")
 	e.Num(pull)
-	return nil
-}
-
-func cmdMetrics(r *Req) error {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	e := r.field("metrics")
-	e.MapHead(9)
-	e.Str("totalPushed")
-	e.Int(r.b.stats.pushed.Load())
-	e.Str("totalPulled")
-	e.Int(r.b.stats.pulled.Load())
-	e.Str("totalCompleted")
-	e.Int(r.b.stats.completed.Load())
-	e.Str("totalFailed")
-	e.Int(r.b.stats.failed.Load())
-	e.Str("avgLatencyMs")
-	e.Int(0)
-	e.Str("avgProcessingMs")
-	e.Int(0)
-	e.Str("memoryUsageMb")
-	e.Num(float64(ms.HeapAlloc) / 1024 / 1024)
-	e.Str("sqliteSizeMb")
-	e.Int(0)
-	e.Str("activeConnections")
-	e.Int(r.c.srv.nconns.Load())
 	return nil
 }
 
@@ -249,8 +222,13 @@ func cmdListWorkers(r *Req) error {
 
 // StorageStatus answers {diskFull, error, since} as the reference does.
 func cmdStorageStatus(r *Req) error {
-	st := r.b.storageState()
-	e := r.field("data")
+	encodeStorageStatus(r.field("data"), r.b.storageState())
+	return nil
+}
+
+// encodeStorageStatus writes {diskFull, error, since}, shared with the
+// dashboard overview.
+func encodeStorageStatus(e *Enc, st StorageState) {
 	e.MapHead(3)
 	e.Str("diskFull")
 	e.Bool(isDiskFull(st.Err))
@@ -266,5 +244,4 @@ func cmdStorageStatus(r *Req) error {
 	} else {
 		e.Nil()
 	}
-	return nil
 }

@@ -154,8 +154,18 @@ func cmdGetCountsPerPriority(r *Req) error {
 		return err
 	}
 	s := r.b.shardOf(queue)
-	per := map[int64]int{}
 	s.mu.Lock()
+	keys, per := s.countsPerPriority(queue)
+	s.mu.Unlock()
+	r.field("queue").Str(queue)
+	encodePriorityCounts(r.field("counts"), keys, per)
+	return nil
+}
+
+// countsPerPriority counts a queue's waiting and delayed jobs by priority,
+// keys in JavaScript object order; s.mu is held.
+func (s *Shard) countsPerPriority(queue string) ([]int64, map[int64]int) {
+	per := map[int64]int{}
 	if q := s.queues[queue]; q != nil {
 		q.eachReady(func(j *Job) { per[j.Priority]++ })
 		s.delayed.Each(func(e *hent) bool {
@@ -165,7 +175,6 @@ func cmdGetCountsPerPriority(r *Req) error {
 			return true
 		})
 	}
-	s.mu.Unlock()
 	// JavaScript object order: non-negative integer keys ascending, then
 	// the rest (here: negatives) in the order they were met.
 	keys := make([]int64, 0, len(per))
@@ -181,14 +190,15 @@ func cmdGetCountsPerPriority(r *Req) error {
 		}
 		return int(a - b)
 	})
-	r.field("queue").Str(queue)
-	e := r.field("counts")
+	return keys, per
+}
+
+func encodePriorityCounts(e *Enc, keys []int64, per map[int64]int) {
 	e.MapHead(len(keys))
 	for _, k := range keys {
 		e.Str(strconv.FormatInt(k, 10))
 		e.Int(int64(per[k]))
 	}
-	return nil
 }
 
 // ---------------------------------------------------------------------------

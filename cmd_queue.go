@@ -133,6 +133,7 @@ func cmdObliterate(r *Req) error {
 		delete(s.queues, name)
 		r.b.queueRemoved(name)
 	})
+	r.c.srv.mx.dropQueue(name)
 	return r.okID()
 }
 

@@ -125,6 +125,21 @@ func init() {
 		"Heartbeat":        cmdHeartbeat,
 		"ListWorkers":      cmdListWorkers,
 		"StorageStatus":    cmdStorageStatus,
+
+		// Per-queue figures (metrics.go), Prometheus (prometheus.go) and
+		// the dashboard (dashboard.go)
+		"TrimEvents":        cmdTrimEvents,
+		"Prometheus":        cmdPrometheus,
+		"CompactMemory":     cmdCompactMemory,
+		"DashboardOverview": cmdDashboardOverview,
+		"DashboardQueues":   cmdDashboardQueues,
+		"DashboardQueue":    cmdDashboardQueue,
+
+		// Webhooks (webhooks.go)
+		"AddWebhook":        cmdAddWebhook,
+		"RemoveWebhook":     cmdRemoveWebhook,
+		"ListWebhooks":      cmdListWebhooks,
+		"SetWebhookEnabled": cmdSetWebhookEnabled,
 	}
 }
 

@@ -1,7 +1,7 @@
 package main
 
-// The HTTP side: for now the health endpoint that load balancers and
-// operators probe.
+// The HTTP side: the health endpoint that load balancers and operators
+// probe, Prometheus metrics, and backups.
 
 import (
 	"context"
@@ -57,6 +57,18 @@ func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 	})
 	// An S3 backup now (see backup.go).
 	mux.HandleFunc("POST /backup/s3", bk.serveBackupNow(srv))
+	// Prometheus scrapes; under the same bearer token as the protocol
+	// when tokens are set, since the text names every queue.
+	metrics := func(w http.ResponseWriter, r *http.Request) {
+		if !srv.httpAuthorized(r) {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "missing or invalid bearer token"})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Write(srv.prometheusText())
+	}
+	mux.HandleFunc("GET /metrics", metrics)
+	mux.HandleFunc("GET /prometheus", metrics)
 	// A consistent copy of the live database, streamed to the caller.
 	mux.HandleFunc("GET /backup", func(w http.ResponseWriter, r *http.Request) {
 		if !srv.httpAuthorized(r) {

@@ -76,6 +76,8 @@ type config struct {
 	memory     bool
 	syncMode   string
 	backup     backupSettings
+
+	webhookAllowPrivate bool
 }
 
 func envOr(keys []string, def string) string {
@@ -99,6 +101,15 @@ func envInt(keys []string, def int) int {
 	return n
 }
 
+// envBool reads a yes/no variable: 1, true, yes and on are yes.
+func envBool(key string) bool {
+	switch strings.ToLower(envOr([]string{key}, "")) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
 func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c := &config{}
 	fs := flag.NewFlagSet("queued", flag.ContinueOnError)
@@ -116,6 +127,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
 	addBackupFlags(fs, &c.backup)
+	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
+		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -215,9 +228,21 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 	}
 	srv := NewServer(b, splitTokens(c.authTokens), log)
+	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log}
+	if sq != nil {
+		hopts.store = sq
+	}
+	hooks, err := newWebhooks(b, hopts)
+	if err != nil {
+		b.Close()
+		closeStore()
+		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
+	}
+	srv.hooks = hooks
 	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
 	ln, err := net.Listen("tcp", tcpAddr)
 	if err != nil {
+		hooks.Close()
 		b.Close()
 		closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
@@ -228,6 +253,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
 		if hln, err = net.Listen("tcp", httpAddr); err != nil {
 			ln.Close()
+			hooks.Close()
 			b.Close()
 			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
@@ -245,6 +271,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
 		"auth", len(srv.tokens) > 0, "version", version}
+	if c.webhookAllowPrivate {
+		attrs = append(attrs, "webhook_allow_private", true)
+	}
 	if hln != nil {
 		attrs = append(attrs, "http", hln.Addr().String())
 	}
@@ -275,6 +304,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		cancel()
 	}
 	srv.Close()
+	hooks.Close()
 	b.Close()
 	closeStore()
 	log.Info("stopped")

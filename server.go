@@ -39,10 +39,13 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	nconns atomic.Int64
+
+	mx    *Metrics  // per-queue figures, fed by a broker tap
+	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
 }
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
-	return &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{})}
+	return &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), mx: newMetrics(b)}
 }
 
 // Serve accepts on ln until Close.

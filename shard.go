@@ -679,17 +679,22 @@ func (s *Shard) undone(q *Queue, j *Job) {
 func (s *Shard) compactDone() {
 	dead := len(s.done) - s.doneLive
 	if s.doneHead > 1024 && s.doneHead > len(s.done)/2 || dead > 4096 && dead > s.doneLive {
-		k := 0
-		for i := s.doneHead; i < len(s.done); i++ {
-			if s.doneLiveEnt(&s.done[i]) {
-				s.done[k] = s.done[i]
-				k++
-			}
-		}
-		clear(s.done[k:])
-		s.done = s.done[:k]
-		s.doneHead = 0
+		s.compactDoneNow()
 	}
+}
+
+// compactDoneNow drops the completed list's stale entries.
+func (s *Shard) compactDoneNow() {
+	k := 0
+	for i := s.doneHead; i < len(s.done); i++ {
+		if s.doneLiveEnt(&s.done[i]) {
+			s.done[k] = s.done[i]
+			k++
+		}
+	}
+	clear(s.done[k:])
+	s.done = s.done[:k]
+	s.doneHead = 0
 }
 
 // forget drops a job from the broker entirely.

@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,7 +43,7 @@ const (
 	backlogTarget = 40 * time.Millisecond
 	minBacklog    = 256
 	maxBacklog    = 16384
-	schemaVersion = 1
+	schemaVersion = 2 // len(migrations)
 )
 
 // migrations[i] brings the schema from version i to i+1.
@@ -66,6 +67,17 @@ var migrations = []string{
 		job_id TEXT PRIMARY KEY,
 		logs   BLOB NOT NULL
 	) WITHOUT ROWID;`,
+	// Webhooks. A rowid table, so that rowid order is registration order
+	// (an upsert keeps the row's rowid). events is a JSON array of names.
+	`CREATE TABLE webhooks (
+		id         TEXT PRIMARY KEY,
+		url        TEXT NOT NULL,
+		events     TEXT NOT NULL,
+		queue      TEXT,
+		secret     TEXT,
+		created_at INTEGER NOT NULL,
+		enabled    INTEGER NOT NULL
+	);`,
 }
 
 // pendingJob is the latest unwritten change of one job.
@@ -726,4 +738,80 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 		return st, fmt.Errorf("%d job records could not be read", bad)
 	}
 	return st, nil
+}
+
+// ---------------------------------------------------------------------------
+// Webhooks: few, rarely changed, so written at once rather than through
+// the write buffer; AddWebhook answers once its webhook is on disk.
+
+const webhookWriteTimeout = 15 * time.Second
+
+func (s *SQLiteStore) SaveWebhook(w *Webhook) error {
+	events, err := json.Marshal(w.Events)
+	if err != nil {
+		return fmt.Errorf("encode webhook events: %w", err)
+	}
+	var queue, secret any
+	if w.Queue != "" {
+		queue = w.Queue
+	}
+	if w.Secret != "" {
+		secret = w.Secret
+	}
+	enabled := 0
+	if w.Enabled {
+		enabled = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), webhookWriteTimeout)
+	defer cancel()
+	_, err = s.db.ExecContext(ctx, `INSERT INTO webhooks(id, url, events, queue, secret, created_at, enabled)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET url=excluded.url, events=excluded.events, queue=excluded.queue,
+			secret=excluded.secret, created_at=excluded.created_at, enabled=excluded.enabled`,
+		w.ID, w.URL, string(events), queue, secret, w.CreatedAt, enabled)
+	if err != nil {
+		return fmt.Errorf("save webhook %s in %s: %w", w.ID, s.path, err)
+	}
+	return nil
+}
+
+func (s *SQLiteStore) DeleteWebhook(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), webhookWriteTimeout)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM webhooks WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete webhook %s in %s: %w", id, s.path, err)
+	}
+	return nil
+}
+
+// LoadWebhooks returns the stored webhooks in registration order.
+func (s *SQLiteStore) LoadWebhooks() ([]*Webhook, error) {
+	rows, err := s.db.QueryContext(context.Background(),
+		`SELECT id, url, events, queue, secret, created_at, enabled FROM webhooks ORDER BY rowid`)
+	if err != nil {
+		return nil, fmt.Errorf("read webhooks from %s: %w", s.path, err)
+	}
+	defer rows.Close()
+	var out []*Webhook
+	for rows.Next() {
+		w := &Webhook{}
+		var events string
+		var queue, secret sql.NullString
+		var enabled int
+		if err := rows.Scan(&w.ID, &w.URL, &events, &queue, &secret, &w.CreatedAt, &enabled); err != nil {
+			return nil, fmt.Errorf("read webhooks from %s: %w", s.path, err)
+		}
+		if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
+			return nil, fmt.Errorf("webhook %s: events unreadable: %w", w.ID, err)
+		}
+		if w.Events == nil {
+			w.Events = []string{}
+		}
+		w.Queue, w.Secret, w.Enabled = queue.String, secret.String, enabled != 0
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read webhooks from %s: %w", s.path, err)
+	}
+	return out, nil
 }

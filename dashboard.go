@@ -1,0 +1,412 @@
+package main
+
+// DashboardOverview, DashboardQueues, DashboardQueue and CompactMemory,
+// with the reference's shapes.
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"slices"
+)
+
+func cmdDashboardOverview(r *Req) error {
+	b, srv := r.b, r.c.srv
+	now := b.now()
+	t := b.totals()
+	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
+	rates := srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+
+	e := r.field("data")
+	e.MapHead(9)
+	e.Str("stats")
+	e.MapHead(10)
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{{"waiting", int64(t.Waiting)}, {"active", int64(t.Active)}, {"delayed", int64(t.Delayed)},
+		{"completed", int64(t.Completed)}, {"dlq", int64(t.DLQ)}, {"totalPushed", pushed}, {"totalPulled", pulled},
+		{"totalCompleted", completed}, {"totalFailed", failed}, {"uptime", now - b.started}} {
+		e.Str(kv.k)
+		e.Int(kv.v)
+	}
+
+	e.Str("throughput")
+	e.MapHead(4)
+	for i, k := range []string{"pushPerSec", "pullPerSec", "completePerSec", "failPerSec"} {
+		e.Str(k)
+		e.Num(rates[i])
+	}
+
+	push, pull, ack := b.lat.push.Snapshot(), b.lat.pull.Snapshot(), b.lat.ack.Snapshot()
+	e.Str("latency")
+	e.MapHead(2)
+	e.Str("averages")
+	e.MapHead(3)
+	e.Str("pushMs")
+	e.Num(round2(push.MeanMs()))
+	e.Str("pullMs")
+	e.Num(round2(pull.MeanMs()))
+	e.Str("ackMs")
+	e.Num(round2(ack.MeanMs()))
+	e.Str("percentiles")
+	e.MapHead(3)
+	for _, h := range []struct {
+		k string
+		s HistSnap
+	}{{"push", push}, {"pull", pull}, {"ack", ack}} {
+		e.Str(h.k)
+		e.MapHead(3)
+		e.Str("p50")
+		e.Num(h.s.QuantileMs(0.50))
+		e.Str("p95")
+		e.Num(h.s.QuantileMs(0.95))
+		e.Str("p99")
+		e.Num(h.s.QuantileMs(0.99))
+	}
+
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, ok := residentBytes()
+	if !ok {
+		rss = int64(ms.Sys)
+	}
+	mb := func(n float64) float64 { return math.Round(n / 1024 / 1024) }
+	e.Str("memory")
+	e.MapHead(3)
+	e.Str("heapUsed")
+	e.Num(mb(float64(ms.HeapAlloc)))
+	e.Str("heapTotal")
+	e.Num(mb(float64(ms.HeapSys)))
+	e.Str("rss")
+	e.Num(mb(float64(rss)))
+
+	c := b.collections(srv, t)
+	e.Str("collections")
+	e.MapHead(15)
+	for _, kv := range []struct {
+		k string
+		v int
+	}{{"jobIndex", c.jobIndex}, {"completedJobs", t.Completed}, {"jobResults", c.results}, {"jobLogs", c.logs},
+		// Custom ids live in the job index itself: there is no separate map.
+		{"customIdMap", 0}, {"jobLocks", c.locks}, {"clientJobs", c.clients}, {"clientJobsTotal", c.clientJobs},
+		// Dependencies are not implemented, and stalls are found by a
+		// deadline timer rather than a candidate set.
+		{"pendingDepChecks", 0}, {"stalledCandidates", 0},
+		{"processingTotal", t.Active}, {"queuedTotal", t.Waiting + t.Prioritized + t.Delayed},
+		{"waitingDepsTotal", 0}, {"temporalIndexTotal", t.Delayed}, {"delayedHeapTotal", t.Delayed}} {
+		e.Str(kv.k)
+		e.Int(int64(kv.v))
+	}
+
+	workers, _, _ := b.workers.list()
+	active := 0
+	for i := range workers {
+		if now-workers[i].LastSeen < workerTimeoutMs {
+			active++
+		}
+	}
+	e.Str("workers")
+	e.MapHead(3)
+	e.Str("total")
+	e.Int(int64(len(workers)))
+	e.Str("active")
+	e.Int(int64(active))
+	e.Str("list")
+	e.ArrayHead(len(workers))
+	for i := range workers {
+		w := &workers[i]
+		e.MapHead(7)
+		e.Str("id")
+		e.Str(w.ID)
+		e.Str("name")
+		e.Str(w.Name)
+		e.Str("queues")
+		strArray(e, w.Queues)
+		e.Str("lastSeen")
+		e.Int(w.LastSeen)
+		e.Str("activeJobs")
+		e.Int(w.Active)
+		e.Str("processedJobs")
+		e.Int(w.Processed)
+		e.Str("failedJobs")
+		e.Int(w.Failed)
+	}
+
+	e.Str("crons")
+	e.ArrayHead(0)
+	e.Str("storage")
+	encodeStorageStatus(e, b.storageState())
+	e.Str("timestamp")
+	e.Int(now)
+	return nil
+}
+
+// collectionSizes are the broker's internal collections, for the overview.
+type collectionSizes struct {
+	jobIndex, results, logs, locks, clients, clientJobs int
+}
+
+func (b *Broker) collections(srv *Server, t Totals) collectionSizes {
+	c := collectionSizes{jobIndex: b.idxLen()}
+	b.rmu.Lock()
+	c.results = b.results.Len()
+	b.rmu.Unlock()
+	b.lmu.Lock()
+	c.logs = b.logs.Len()
+	b.lmu.Unlock()
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.leases.Each(func(e *hent) bool {
+			if e.job.state == StateActive && e.job.lease != nil {
+				c.locks++
+			}
+			return true
+		})
+		s.mu.Unlock()
+	}
+	srv.mu.Lock()
+	conns := make([]*conn, 0, len(srv.conns))
+	for cn := range srv.conns {
+		conns = append(conns, cn)
+	}
+	srv.mu.Unlock()
+	for _, cn := range conns {
+		cn.hmu.Lock()
+		if n := len(cn.held); n > 0 {
+			c.clients++
+			c.clientJobs += n
+		}
+		cn.hmu.Unlock()
+	}
+	return c
+}
+
+func cmdDashboardQueues(r *Req) error {
+	qs := r.b.queueSnaps()
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("queues")
+	e.ArrayHead(len(qs))
+	for i := range qs {
+		q := &qs[i]
+		e.MapHead(7)
+		e.Str("name")
+		e.Str(q.name)
+		for _, kv := range []struct {
+			k string
+			v int
+		}{{"waiting", q.waiting}, {"prioritized", q.prioritized}, {"delayed", q.delayed}, {"active", q.active}, {"dlq", q.dlq}} {
+			e.Str(kv.k)
+			e.Int(int64(kv.v))
+		}
+		e.Str("paused")
+		e.Bool(q.paused)
+	}
+	e.Str("timestamp")
+	e.Int(r.b.now())
+	return nil
+}
+
+const (
+	dashJobsDefault = 10
+	dashJobsMax     = 50
+	dashDLQPreview  = 10
+)
+
+func cmdDashboardQueue(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	withJobs := truthy(r.m, "includeJobs")
+	limit := int64(dashJobsDefault)
+	if v, ok, err := r.m.Int("jobsLimit"); err != nil {
+		return err
+	} else if ok {
+		limit = v
+	}
+	limit = max(0, min(limit, dashJobsMax))
+	totals := r.c.srv.mx.counters(queue)
+
+	s := r.b.shardOf(queue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := r.b.now()
+	s.promote(now)
+	q := s.queues[queue]
+	var c JobCounts
+	paused := false
+	if q != nil {
+		c = JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
+			Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq)}
+		if paused = q.paused; paused {
+			c.Paused = c.Waiting + c.Prioritized
+			c.Waiting, c.Prioritized = 0, 0
+		}
+	}
+
+	n := 6
+	if withJobs {
+		n++
+	}
+	e := r.field("data")
+	e.MapHead(n)
+	e.Str("name")
+	e.Str(queue)
+	e.Str("counts")
+	e.MapHead(10)
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{{"waiting", int64(c.Waiting)}, {"prioritized", int64(c.Prioritized)}, {"delayed", int64(c.Delayed)},
+		{"active", int64(c.Active)}, {"completed", int64(c.Completed)}, {"failed", int64(c.Failed)},
+		{"waiting-children", int64(c.WaitingChildren)}, {"totalCompleted", totals.completed},
+		{"totalFailed", totals.failed}, {"paused", int64(c.Paused)}} {
+		e.Str(kv.k)
+		e.Int(kv.v)
+	}
+	e.Str("paused")
+	e.Bool(paused)
+	e.Str("priorityCounts")
+	keys, per := s.countsPerPriority(queue)
+	encodePriorityCounts(e, keys, per)
+	e.Str("dlqPreview")
+	var dlq []*Job
+	if q != nil {
+		dlq = q.dlq[:min(len(q.dlq), dashDLQPreview)]
+	}
+	e.ArrayHead(len(dlq))
+	for _, j := range dlq {
+		e.MapHead(4)
+		e.Str("id")
+		e.Str(j.ID)
+		e.Str("data")
+		e.Raw(j.Data)
+		e.Str("attempts")
+		e.Int(int64(j.Attempts))
+		e.Str("createdAt")
+		e.Int(j.CreatedAt)
+	}
+	e.Str("timestamp")
+	e.Int(now)
+	if !withJobs {
+		return nil
+	}
+
+	k := int(limit)
+	var ready, active, delayed []*Job
+	if q != nil {
+		ready = firstK(k, func(yield func(*Job)) {
+			q.ready.Each(func(h *hent) bool { yield(h.job); return true })
+		}, func(a, b *Job) bool {
+			ap, at, as := readyKeys(a)
+			bp, bt, bs := readyKeys(b)
+			return ap > bp || ap == bp && (at < bt || at == bt && as < bs)
+		})
+		active = firstK(k, func(yield func(*Job)) {
+			s.leases.Each(func(h *hent) bool {
+				if h.job.Queue == queue && h.job.state == StateActive {
+					yield(h.job)
+				}
+				return true
+			})
+		}, func(a, b *Job) bool { return a.StartedAt < b.StartedAt || a.StartedAt == b.StartedAt && a.seq < b.seq })
+		delayed = firstK(k, func(yield func(*Job)) {
+			s.delayed.Each(func(h *hent) bool {
+				if h.job.Queue == queue {
+					yield(h.job)
+				}
+				return true
+			})
+		}, func(a, b *Job) bool { return a.RunAt < b.RunAt || a.RunAt == b.RunAt && a.seq < b.seq })
+	}
+	// A paused queue's ready jobs are listed as paused, not waiting.
+	waitingList, pausedList := ready, []*Job(nil)
+	if paused {
+		waitingList, pausedList = nil, ready
+	}
+	e.Str("jobs")
+	e.MapHead(4)
+	for _, l := range []struct {
+		k    string
+		jobs []*Job
+	}{{"waiting", waitingList}, {"active", active}, {"delayed", delayed}, {"paused", pausedList}} {
+		e.Str(l.k)
+		e.ArrayHead(len(l.jobs))
+		for _, j := range l.jobs {
+			e.MapHead(6)
+			e.Str("id")
+			e.Str(j.ID)
+			e.Str("priority")
+			e.Int(j.Priority)
+			e.Str("createdAt")
+			e.Int(j.CreatedAt)
+			e.Str("runAt")
+			e.Int(j.RunAt)
+			e.Str("attempts")
+			e.Int(int64(j.Attempts))
+			e.Str("progress")
+			if j.Progress == nil {
+				e.Int(0)
+			} else {
+				e.Raw(j.Progress)
+			}
+		}
+	}
+	return nil
+}
+
+// firstK returns the k first jobs in less order among those each yields,
+// in O(n log k) with k small, so that a dashboard looking at a queue of a
+// million jobs holds the shard lock for one pass, not a sort.
+func firstK(k int, each func(yield func(*Job)), less func(a, b *Job) bool) []*Job {
+	if k <= 0 {
+		return nil
+	}
+	best := make([]*Job, 0, k)
+	each(func(j *Job) {
+		if len(best) == k && !less(j, best[k-1]) {
+			return
+		}
+		i, _ := slices.BinarySearchFunc(best, j, func(x, y *Job) int {
+			if less(x, y) {
+				return -1
+			}
+			return 1
+		})
+		if len(best) == k {
+			best = best[:k-1]
+		}
+		best = slices.Insert(best, i, j)
+	})
+	return best
+}
+
+// CompactMemory drops the stale entries the heaps and the completed list
+// keep for lazy deletion, trims slices grown past their contents, and
+// returns freed memory to the system.
+func cmdCompactMemory(r *Req) error {
+	r.b.compact()
+	debug.FreeOSMemory()
+	return r.okID()
+}
+
+func (b *Broker) compact() {
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.delayed.Rebuild()
+		s.leases.Rebuild()
+		for _, q := range s.queues {
+			q.ready.Rebuild()
+			if cap(q.dlq) > 2*len(q.dlq)+16 {
+				q.dlq = slices.Clip(append([]*Job(nil), q.dlq...))
+			}
+			if q.unique != nil && len(q.unique) == 0 {
+				q.unique = nil
+			}
+		}
+		s.compactDoneNow()
+		s.mu.Unlock()
+	}
+}
