@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -38,6 +39,9 @@ type Broker struct {
 	taps  atomic.Pointer[[]Tap]
 
 	flowState
+
+	cron *CronScheduler
+	log  *slog.Logger
 
 	now     func() int64
 	started int64
@@ -95,8 +99,10 @@ func NewBroker(shards int, store Store) *Broker {
 		b.shards[i] = s
 	}
 	b.started = b.now()
+	b.log = slog.New(slog.DiscardHandler)
 	go b.trimmer()
 	b.startFlows()
+	b.startCron()
 	return b
 }
 
@@ -110,6 +116,7 @@ func (b *Broker) Close() {
 		<-b.trimDone
 	}
 	b.stopFlows()
+	b.cron.Stop()
 	for _, s := range b.shards {
 		s.mu.Lock()
 		s.closed = true
@@ -472,6 +479,11 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		}
 	}
 	s.emit(q, evCompleted, j, now, evArgs{data: res, undefData: !it.HasResult})
+	if j.Repeat != nil {
+		if n := repeatSuccessor(j, now); n != nil {
+			s.admit(q, n, now, nil)
+		}
+	}
 }
 
 // failure describes why an active job failed.

@@ -23,6 +23,9 @@ func cmdPush(r *Req) error {
 	if err := r.b.depsExist(j, nil); err != nil {
 		return err
 	}
+	if err := validateRepeat(j); err != nil {
+		return err
+	}
 	pid, pq, linked := parentLink(j)
 	if linked {
 		if err := r.b.checkLinkable(pid, pq, j.ID); err != nil {
@@ -81,6 +84,9 @@ func cmdPushBatch(r *Req) error {
 	links := make([][2]string, len(jobs))
 	for i, j := range jobs {
 		if err := r.b.depsExist(j, batch); err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+		if err := validateRepeat(j); err != nil {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 		if pid, pq, ok := parentLink(j); ok {

@@ -84,6 +84,12 @@ func init() {
 		"MoveToWaitingChildren":      cmdMoveToWaitingChildren,
 		"UpdateParent":               cmdUpdateParent,
 
+		// Cron (cmd_cron.go)
+		"Cron":       cmdCron,
+		"CronGet":    cmdCronGet,
+		"CronList":   cmdCronList,
+		"CronDelete": cmdCronDelete,
+
 		// Groups (groups.go)
 		"GetGroupJobsCount":      cmdGetGroupJobsCount,
 		"GetGroupsJobsCount":     cmdGetGroupsJobsCount,

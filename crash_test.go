@@ -289,3 +289,35 @@ func TestCrashAckedAndActive(t *testing.T) {
 	}
 	t.Logf("%d acknowledged before the kill: none delivered again; %d active at the kill: each delivered once; %d delivered after restart", len(done), len(active), len(seen))
 }
+
+// A schedule survives a kill -9 with its next run; with skipMissedOnRestart
+// false, a run missed while the server was down happens once at start.
+func TestCrashCronSchedules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cron.db")
+	srv := startBinary(t, "--data-path", path)
+	c := dial(t, srv.addr())
+	a := c.ok(map[string]any{"cmd": "Cron", "name": "nightly", "queue": "cq", "data": map[string]any{"k": 1},
+		"schedule": "0 3 * * *", "timezone": "Europe/Berlin"})
+	next := num(t, sub(t, a, "cron")["nextRun"])
+	c.ok(map[string]any{"cmd": "Cron", "name": "often", "queue": "cq2", "data": 1, "repeatEvery": 400,
+		"skipMissedOnRestart": false})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "sync", "data": 1, "durable": true})
+	time.Sleep(killMargin)
+	srv.kill9(t)
+	time.Sleep(600 * time.Millisecond) // "often" misses a run while down
+
+	srv2 := startBinary(t, "--data-path", path)
+	c2 := dial(t, srv2.addr())
+	got := sub(t, c2.ok(map[string]any{"cmd": "CronGet", "name": "nightly"}), "cron")
+	if num(t, got["nextRun"]) != next || got["timezone"] != "Europe/Berlin" || got["schedule"] != "0 3 * * *" {
+		t.Fatalf("schedule after restart: %v (next run was %v)", got, next)
+	}
+	eventually(t, 3*time.Second, "the missed run fired", func() (bool, string) {
+		n := num(t, sub(t, c2.ok(map[string]any{"cmd": "GetJobCounts", "queue": "cq2"}), "counts")["waiting"])
+		return n >= 1, fmt.Sprint(n)
+	})
+	list := list(t, c2.ok(map[string]any{"cmd": "CronList"}), "crons")
+	if len(list) != 2 {
+		t.Fatalf("CronList after restart: %v", list)
+	}
+}

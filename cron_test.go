@@ -1108,3 +1108,32 @@ func TestCronSchedulerSystemClock(t *testing.T) {
 		t.Error("schedule left after maxLimit")
 	}
 }
+
+// PUSH's repeat option: each completion pushes the next run, until limit.
+func TestRepeatableJob(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dial(t, ts.addr)
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "rep", "name": "r", "data": 1, "repeat": map[string]any{"every": 100, "limit": 3}})
+	if e := c.fail(map[string]any{"cmd": "PUSH", "queue": "rep", "data": 1, "repeat": map[string]any{"every": 100, "pattern": "* * * * *"}}); e != "repeat requires exactly one of every or pattern" {
+		t.Fatalf("both every and pattern: %q", e)
+	}
+	if e := c.fail(map[string]any{"cmd": "PUSH", "queue": "rep", "data": 1, "jobId": "x", "repeat": map[string]any{"every": 100}}); e != "repeat jobs cannot use JobOptions.jobId; use repeat.jobId instead" {
+		t.Fatalf("repeat with jobId: %q", e)
+	}
+	done := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for done < 5 && time.Now().Before(deadline) {
+		a := c.ok(map[string]any{"cmd": "PULL", "queue": "rep", "timeout": 300})
+		if a["job"] == nil {
+			if done >= 3 {
+				break
+			}
+			continue
+		}
+		c.ok(map[string]any{"cmd": "ACK", "id": a["job"].(map[string]any)["id"]})
+		done++
+	}
+	if done != 3 {
+		t.Fatalf("a repeat with limit 3 ran %d times", done)
+	}
+}

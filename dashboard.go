@@ -134,7 +134,28 @@ func cmdDashboardOverview(r *Req) error {
 	}
 
 	e.Str("crons")
-	e.ArrayHead(0)
+	crons := b.cron.List()
+	e.ArrayHead(len(crons))
+	for i := range crons {
+		c := &crons[i]
+		e.MapHead(6)
+		e.Str("name")
+		e.Str(c.Name)
+		e.Str("queue")
+		e.Str(c.Queue)
+		e.Str("schedule")
+		optStr(e, c.Schedule, c.Schedule != "")
+		e.Str("repeatEvery")
+		if c.RepeatEvery > 0 {
+			e.Int(c.RepeatEvery)
+		} else {
+			e.Nil()
+		}
+		e.Str("nextRun")
+		e.Float64(float64(c.NextRun))
+		e.Str("executions")
+		e.Int(c.Executions)
+	}
 	e.Str("storage")
 	encodeStorageStatus(e, b.storageState())
 	e.Str("timestamp")

@@ -206,6 +206,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		return fmt.Errorf("backups: %w", err)
 	}
 	b := NewBroker(c.shards, store)
+	b.log = log
 	if sq != nil {
 		st, err := sq.Load(b)
 		if err != nil && st.Took == 0 {
@@ -217,7 +218,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		log.Info("recovered", "path", c.dataPath, "waiting", st.Waiting, "delayed", st.Delayed,
 			"active_requeued", st.Active, "completed", st.Completed, "dlq", st.Failed, "logs", st.Logs,
-			"queues", st.Queues, "took", st.Took.Round(time.Millisecond).String())
+			"queues", st.Queues, "crons", st.Crons, "took", st.Took.Round(time.Millisecond).String())
 		sq.Start()
 	}
 	closeStore := func() {

@@ -215,6 +215,7 @@ func (srv *Server) prometheusText() []byte {
 			active++
 		}
 	}
+	p.one("queued_cron_jobs_registered", "gauge", "Registered cron schedules", float64(b.cron.Len()))
 	p.one("queued_workers_registered", "gauge", "Registered workers", float64(len(workers)))
 	p.one("queued_workers_active", "gauge", "Workers seen in the last 30 seconds", float64(active))
 

@@ -490,6 +490,13 @@ func (s *Shard) expire(now int64) {
 // back where it was in its queue, or to the DLQ once it has used its
 // attempts or stalled too often.
 func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
+	if isCronJob(j) {
+		s.b.retire(j)
+		s.deactivate(q, j)
+		s.releaseUnique(q, j)
+		s.forget(j)
+		return
+	}
 	renewals := j.lease.Renewals
 	s.deactivate(q, j)
 	j.Attempts++
@@ -516,6 +523,11 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 // stalled: an active job without a lock whose heartbeats stopped.
 func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 	s.deactivate(q, j)
+	if isCronJob(j) {
+		s.releaseUnique(q, j)
+		s.forget(j)
+		return
+	}
 	toDLQ := (q.stall.MaxStalls > 0 && j.Stalls+1 >= q.stall.MaxStalls) || j.Attempts+1 >= j.MaxAtt
 	j.Stalls++
 	j.Attempts++

@@ -43,7 +43,7 @@ const (
 	backlogTarget = 40 * time.Millisecond
 	minBacklog    = 256
 	maxBacklog    = 16384
-	schemaVersion = 2 // len(migrations)
+	schemaVersion = 3 // len(migrations)
 )
 
 // migrations[i] brings the schema from version i to i+1.
@@ -78,6 +78,11 @@ var migrations = []string{
 		created_at INTEGER NOT NULL,
 		enabled    INTEGER NOT NULL
 	);`,
+	// Cron schedules, with their next run and executions.
+	`CREATE TABLE crons (
+		name   TEXT PRIMARY KEY,
+		record BLOB NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // pendingJob is the latest unwritten change of one job.
@@ -97,7 +102,8 @@ type SQLiteStore struct {
 	jobs     map[int64]*pendingJob
 	queues   map[string][]byte // nil value: delete
 	logs     map[string][]byte
-	n        int // pending changes
+	crons    map[string][]byte // nil value: delete
+	n        int               // pending changes
 	first    time.Time
 	barriers []chan error
 	err      error // the last flush failure, nil when writes succeed
@@ -142,7 +148,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	}
 	db.SetMaxOpenConns(4)
 	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
-		logs: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+		logs: map[string][]byte{}, crons: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 	s.room = sync.NewCond(&s.mu)
 	s.unheld = sync.NewCond(&s.mu)
 	s.limit = 4096
@@ -269,6 +275,25 @@ func (s *SQLiteStore) QueueRemoved(name string) {
 		s.note()
 	}
 	s.queues[name] = nil
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) CronChanged(c *CronSchedule) {
+	b := encodeCronRecord(c)
+	s.mu.Lock()
+	if _, ok := s.crons[c.Name]; !ok {
+		s.note()
+	}
+	s.crons[c.Name] = b
+	s.mu.Unlock()
+}
+
+func (s *SQLiteStore) CronRemoved(name string) {
+	s.mu.Lock()
+	if _, ok := s.crons[name]; !ok {
+		s.note()
+	}
+	s.crons[name] = nil
 	s.mu.Unlock()
 }
 
@@ -401,14 +426,15 @@ func (s *SQLiteStore) writer() {
 		for s.holds > 0 {
 			s.unheld.Wait()
 		}
-		jobs, queues, logs, bars := s.jobs, s.queues, s.logs, s.barriers
+		jobs, queues, logs, crons, bars := s.jobs, s.queues, s.logs, s.crons, s.barriers
+		s.crons = map[string][]byte{}
 		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
 		s.n = 0
 		closed := s.closed
 		s.mu.Unlock()
 
 		began := time.Now()
-		err := s.flush(jobs, queues, logs)
+		err := s.flush(jobs, queues, logs, crons)
 		took := time.Since(began)
 		s.mu.Lock()
 		if n := len(jobs) + len(queues) + len(logs); err == nil && n >= flushOps && took > 0 {
@@ -432,6 +458,12 @@ func (s *SQLiteStore) writer() {
 			for k, v := range queues {
 				if _, newer := s.queues[k]; !newer {
 					s.queues[k] = v
+					s.n++
+				}
+			}
+			for k, v := range crons {
+				if _, newer := s.crons[k]; !newer {
+					s.crons[k] = v
 					s.n++
 				}
 			}
@@ -471,8 +503,8 @@ func (s *SQLiteStore) writer() {
 }
 
 // flush writes one batch as one transaction.
-func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs map[string][]byte) error {
-	if len(jobs) == 0 && len(queues) == 0 && len(logs) == 0 {
+func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs, crons map[string][]byte) error {
+	if len(jobs) == 0 && len(queues) == 0 && len(logs) == 0 && len(crons) == 0 {
 		return nil
 	}
 	// The transaction is driven with BEGIN/COMMIT on the writer's own
@@ -528,6 +560,17 @@ func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs map[string]
 		}
 		if err != nil {
 			return fail(fmt.Errorf("write queue %s: %w", name, err))
+		}
+	}
+	for name, b := range crons {
+		var err error
+		if b == nil {
+			_, err = tx.ExecContext(ctx, `DELETE FROM crons WHERE name = ?`, name)
+		} else {
+			_, err = tx.ExecContext(ctx, `INSERT INTO crons(name, record) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET record=excluded.record`, name, b)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("write cron %s: %w", name, err))
 		}
 	}
 	var logUp, logDel []any
@@ -630,8 +673,8 @@ func (s *SQLiteStore) Backup(ctx context.Context, dst string) error {
 
 // RecoveryStats says what a start found in the database.
 type RecoveryStats struct {
-	Waiting, Delayed, Active, Completed, Failed, Logs, Queues int
-	Took                                                      time.Duration
+	Waiting, Delayed, Active, Completed, Failed, Logs, Queues, Crons int
+	Took                                                             time.Duration
 }
 
 // Load rebuilds the broker's state from the database. It runs before the
@@ -714,6 +757,30 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	for _, j := range dead {
 		b.restoreDead(j)
 	}
+
+	rows, err = s.db.QueryContext(ctx, `SELECT record FROM crons`)
+	if err != nil {
+		return st, fmt.Errorf("read cron schedules: %w", err)
+	}
+	var crons []CronSchedule
+	for rows.Next() {
+		var rec []byte
+		if err := rows.Scan(&rec); err != nil {
+			rows.Close()
+			return st, err
+		}
+		c, err := decodeCronRecord(rec)
+		if err != nil {
+			s.log.Error("cron schedule unreadable, skipped", "err", err)
+			continue
+		}
+		crons = append(crons, c)
+	}
+	rows.Close()
+	if err := b.cron.Restore(crons); err != nil {
+		s.log.Error("cron schedules", "err", err)
+	}
+	st.Crons = len(crons)
 
 	rows, err = s.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs`)
 	if err != nil {

@@ -31,6 +31,9 @@ type Store interface {
 	Throttle()
 	// Sync returns once everything recorded so far is durable.
 	Sync() error
+	// CronChanged and CronRemoved record schedules.
+	CronChanged(s *CronSchedule)
+	CronRemoved(name string)
 	// Hold and Release bracket changes that must be written in the same
 	// transaction (a flow): no flush starts in between.
 	Hold()
