@@ -632,7 +632,7 @@ func TestSQLiteWebhooksMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.db.Exec(`DROP TABLE webhooks; UPDATE schema_version SET version = 1;
+	if _, err := st.db.Exec(`DROP TABLE webhooks; DROP TABLE crons; UPDATE schema_version SET version = 1;
 		INSERT INTO queues(name, settings) VALUES ('kept', x'80')`); err != nil {
 		t.Fatal(err)
 	}
