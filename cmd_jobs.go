@@ -341,18 +341,26 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 
 // ---------------------------------------------------------------------------
 
-func cmdAck(r *Req) error {
+// readAck reads an ACK's fields.
+func readAck(r *Req) (AckItem, error) {
 	id, err := idArg(r.m, "id")
 	if err != nil {
-		return err
+		return AckItem{}, err
 	}
 	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return AckItem{}, err
+	}
+	res := r.m.Get("result")
+	return AckItem{ID: id, Token: tok, Result: clone(res), HasResult: res != nil, Remove: truthy(r.m, "removeOnComplete")}, nil
+}
+
+func cmdAck(r *Req) error {
+	it, err := readAck(r)
 	if err != nil {
 		return err
 	}
 	r.b.throttle()
-	res := r.m.Get("result")
-	it := AckItem{ID: id, Token: tok, Result: clone(res), HasResult: res != nil, Remove: truthy(r.m, "removeOnComplete")}
 	out, err := r.b.Ack(it)
 	if err != nil {
 		return err
@@ -375,34 +383,35 @@ func (r *Req) outcome(o Outcome) error {
 	return nil
 }
 
-func cmdAckBatch(r *Req) error {
+// readAckBatch reads ACKB's parallel lists into items.
+func readAckBatch(r *Req) ([]AckItem, error) {
 	ids, ok, err := r.m.Strs("ids")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok {
-		return errors.New("ids must be an array")
+		return nil, errors.New("ids must be an array")
 	}
 	tokens, hasTok, err := r.m.Strs("tokens")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	results, hasRes, err := r.m.Array("results")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	removes, hasRem, err := r.m.Array("removeOnCompletes")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if hasTok && len(tokens) != len(ids) {
-		return errors.New("ACKB tokens length must match ids length")
+		return nil, errors.New("ACKB tokens length must match ids length")
 	}
 	if hasRes && len(results) != len(ids) {
-		return errors.New("ACKB results length must match ids length")
+		return nil, errors.New("ACKB results length must match ids length")
 	}
 	if hasRem && len(removes) != len(ids) {
-		return errors.New("ACKB removeOnCompletes length must match ids length")
+		return nil, errors.New("ACKB removeOnCompletes length must match ids length")
 	}
 	items := make([]AckItem, len(ids))
 	for i, id := range ids {
@@ -419,8 +428,20 @@ func cmdAckBatch(r *Req) error {
 			items[i].Remove = true
 		}
 	}
+	return items, nil
+}
+
+func cmdAckBatch(r *Req) error {
+	items, err := readAckBatch(r)
+	if err != nil {
+		return err
+	}
 	r.b.throttle()
-	ignored := r.b.AckBatch(items)
+	return r.ackIgnored(items, r.b.AckBatch(items))
+}
+
+// ackIgnored answers ACKB: plain success, or the items that did not apply.
+func (r *Req) ackIgnored(items []AckItem, ignored []int) error {
 	if len(ignored) == 0 {
 		return r.okID()
 	}
@@ -437,7 +458,7 @@ func cmdAckBatch(r *Req) error {
 	e.Str("ignoredIds")
 	e.ArrayHead(len(ignored))
 	for _, i := range ignored {
-		e.Str(ids[i])
+		e.Str(items[i].ID)
 	}
 	return nil
 }
@@ -492,16 +513,15 @@ func (b *Broker) AckBatch(items []AckItem) []int {
 	return final
 }
 
-func cmdFail(r *Req) error {
-	id, err := idArg(r.m, "id")
-	if err != nil {
-		return err
+// readFail reads a FAIL's fields.
+func readFail(r *Req) (id, tok string, f failure, err error) {
+	if id, err = idArg(r.m, "id"); err != nil {
+		return
 	}
-	tok, _, err := r.m.Str("token")
-	if err != nil {
-		return err
+	if tok, _, err = r.m.Str("token"); err != nil {
+		return
 	}
-	f := failure{unrecoverable: truthy(r.m, "unrecoverable"), removeOnFail: truthy(r.m, "removeOnFail")}
+	f = failure{unrecoverable: truthy(r.m, "unrecoverable"), removeOnFail: truthy(r.m, "removeOnFail")}
 	if raw := r.m.Get("error"); raw != nil {
 		if s, err := raw.Str(); err == nil {
 			f.err, f.hasErr = s, true
@@ -519,6 +539,14 @@ func cmdFail(r *Req) error {
 				f.stack = append(f.stack, s)
 			}
 		}
+	}
+	return id, tok, f, nil
+}
+
+func cmdFail(r *Req) error {
+	id, tok, f, err := readFail(r)
+	if err != nil {
+		return err
 	}
 	r.b.throttle()
 	out, err := r.b.Fail(id, tok, f)

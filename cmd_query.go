@@ -124,7 +124,12 @@ func cmdGetJobCounts(r *Req) error {
 	if err != nil {
 		return err
 	}
-	c := r.b.counts(queue)
+	writeCounts(r, r.b.counts(queue))
+	return nil
+}
+
+// writeCounts answers GetJobCounts.
+func writeCounts(r *Req, c JobCounts) {
 	e := r.field("counts")
 	e.MapHead(8)
 	for _, kv := range []struct {
@@ -135,7 +140,6 @@ func cmdGetJobCounts(r *Req) error {
 		e.Str(kv.k)
 		e.Int(int64(kv.v))
 	}
-	return nil
 }
 
 func cmdCount(r *Req) error {
@@ -495,6 +499,13 @@ func cmdGetLogs(r *Req) error {
 	logs, _ := r.b.logs.Get(id)
 	logs = slices.Clone(logs)
 	r.b.lmu.Unlock()
+	writeLogs(r, logs, start, end, hasStart, hasEnd)
+	return nil
+}
+
+// writeLogs answers GetLogs: the logs from start to end (inclusive, as
+// in the reference), and how many there are in all.
+func writeLogs(r *Req, logs []LogEntry, start, end int64, hasStart, hasEnd bool) {
 	total := len(logs)
 	if hasStart || hasEnd {
 		if !hasEnd {
@@ -519,7 +530,6 @@ func cmdGetLogs(r *Req) error {
 	}
 	e.Str("count")
 	e.Int(int64(total))
-	return nil
 }
 
 func cmdClearLogs(r *Req) error {

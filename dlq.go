@@ -181,8 +181,13 @@ func b2i(v bool) int8 {
 }
 
 func (f *dlqFilter) apply(q *Queue, now int64) []*Job {
+	return f.applyList(q.dlq, q.dlqCfg, now)
+}
+
+// applyList filters dead-lettered jobs under a queue's DLQ policy.
+func (f *dlqFilter) applyList(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 	var out []*Job
-	for _, j := range q.dlq {
+	for _, j := range dlq {
 		d := j.dlq
 		if f.reason != "" && d.Reason != f.reason {
 			continue
@@ -196,7 +201,7 @@ func (f *dlqFilter) apply(q *Queue, now int64) []*Job {
 		if f.expired >= 0 && (now >= d.ExpiresAt) != (f.expired == 1) {
 			continue
 		}
-		if f.retriable >= 0 && (d.RetryCount < q.dlqCfg.MaxAutoRetries) != (f.retriable == 1) {
+		if f.retriable >= 0 && (d.RetryCount < cfg.MaxAutoRetries) != (f.retriable == 1) {
 			continue
 		}
 		out = append(out, j)

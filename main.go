@@ -77,6 +77,10 @@ type config struct {
 	syncMode   string
 	backup     backupSettings
 
+	pgURL       string // PostgreSQL mode when set
+	pgNamespace string
+	explicitDB  bool // a SQLite path was asked for, by flag or environment
+
 	webhookAllowPrivate bool
 }
 
@@ -126,6 +130,14 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
+	pgDefault := envOr([]string{"BUNQUEUE_POSTGRES_URL", "QUEUED_POSTGRES_URL"}, "")
+	if pgDefault == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
+		pgDefault = envOr([]string{"DATABASE_URL"}, "")
+	}
+	fs.StringVar(&c.pgURL, "postgres-url", pgDefault,
+		"PostgreSQL mode: several brokers share this database [BUNQUEUE_POSTGRES_URL]")
+	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr([]string{"BUNQUEUE_POSTGRES_NAMESPACE"}, "default"),
+		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -150,6 +162,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	fs.Visit(func(f *flag.Flag) { c.explicitDB = c.explicitDB || f.Name == "data-path" })
+	c.explicitDB = c.explicitDB || envOr([]string{"DATA_PATH", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "SQLITE_PATH"}, "") != ""
+	if c.pgURL == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
+		fmt.Fprintln(stderr, "queued: BUNQUEUE_STORAGE_DRIVER=postgres needs a URL: --postgres-url or BUNQUEUE_POSTGRES_URL")
+		return 2
+	}
+	if c.pgURL != "" && (c.explicitDB || c.memory) {
+		fmt.Fprintln(stderr, "queued: choose one storage: a PostgreSQL URL and a SQLite data path (or --memory) were both given")
 		return 2
 	}
 	log, err := newLogger(stderr, c.logLevel)
@@ -187,7 +209,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	var store Store
 	var sq *SQLiteStore
 	storage := "memory"
-	if !c.memory {
+	if c.pgURL != "" {
+		storage = "postgres:" + c.pgNamespace
+	} else if !c.memory {
 		var err error
 		if sq, err = OpenSQLite(c.dataPath, c.syncMode, log); err != nil {
 			return err
@@ -229,6 +253,18 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 	}
 	srv := NewServer(b, splitTokens(c.authTokens), log)
+	if c.pgURL != "" {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		pg, err := OpenPG(octx, c.pgURL, c.pgNamespace, b, log)
+		cancel()
+		if err != nil {
+			b.Close()
+			return err
+		}
+		srv.pg, srv.cmds = pg, pgCommands()
+		prev := closeStore
+		closeStore = func() { pg.Close(); prev() }
+	}
 	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log}
 	if sq != nil {
 		hopts.store = sq

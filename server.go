@@ -42,10 +42,13 @@ type Server struct {
 
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
+
+	cmds map[string]Handler // the command table: commands, or pgCommands()
+	pg   *PG                // PostgreSQL mode's engine; nil in the other modes
 }
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
-	return &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), mx: newMetrics(b)}
+	return &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), mx: newMetrics(b), cmds: commands}
 }
 
 // Serve accepts on ln until Close.
@@ -437,7 +440,7 @@ func (c *conn) handleFrame(body []byte) {
 		c.answerError(m.Get("reqId"), "Not authenticated")
 		return
 	}
-	h := commands[cmd]
+	h := c.srv.cmds[cmd]
 	if h == nil {
 		c.answerError(m.Get("reqId"), "Unknown command: "+cmd)
 		return

@@ -1,0 +1,1818 @@
+package main
+
+// The command table of PostgreSQL mode. Job commands read and write the
+// shared database (postgres.go); what belongs to one broker and its
+// connections (sessions, workers, event subscriptions, webhooks, this
+// broker's counters) stays local. A command whose subsystem does not yet
+// work across brokers answers that plainly rather than acting on state
+// the other brokers cannot see.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgHandlers replace the memory handlers of the same name.
+var pgHandlers = map[string]Handler{
+	"PUSH":          pgPush,
+	"PUSHB":         pgPushBatch,
+	"PULL":          pgPull,
+	"PULLB":         pgPullBatch,
+	"ACK":           pgAck,
+	"ACKB":          pgAckBatch,
+	"FAIL":          pgFail,
+	"JobHeartbeat":  pgJobHeartbeat,
+	"JobHeartbeatB": pgJobHeartbeatBatch,
+	"ExtendLock":    pgExtendLock,
+	"ExtendLocks":   pgExtendLocks,
+
+	"GetJob":       pgGetJob,
+	"GetState":     pgGetState,
+	"GetResult":    pgGetResult,
+	"GetJobCounts": pgGetJobCounts,
+	"Count":        pgCount,
+	"GetJobs":      pgGetJobs,
+	"Progress":     pgProgress,
+	"GetProgress":  pgGetProgress,
+	"AddLog":       pgAddLog,
+	"GetLogs":      pgGetLogs,
+	"ClearLogs":    pgClearLogs,
+	"WaitJob":      pgWaitJob,
+
+	"Pause":      pgPause,
+	"Resume":     pgResume,
+	"IsPaused":   pgIsPaused,
+	"Drain":      pgDrain,
+	"Obliterate": pgObliterate,
+	"ListQueues": pgListQueues,
+	"Stats":      pgStats,
+
+	"Dlq":      pgDlq,
+	"RetryDlq": pgRetryDlq,
+	"PurgeDlq": pgPurgeDlq,
+}
+
+// pgLocal are the memory handlers that are right in PostgreSQL mode too:
+// they touch only this broker and its connections.
+var pgLocal = map[string]bool{
+	"Auth": true, "Hello": true, "Ping": true, "SubscribeEvents": true, "UnsubscribeEvents": true,
+	"RegisterWorker": true, "UnregisterWorker": true, "Heartbeat": true, "ListWorkers": true,
+	"Metrics": true, "Prometheus": true, "TrimEvents": true, "CompactMemory": true,
+	"AddWebhook": true, "RemoveWebhook": true, "ListWebhooks": true, "SetWebhookEnabled": true,
+	"StorageStatus": true,
+}
+
+// pgCommands builds the PostgreSQL mode command table.
+func pgCommands() map[string]Handler {
+	t := make(map[string]Handler, len(commands))
+	for name, h := range commands {
+		if pgLocal[name] {
+			t[name] = h
+		} else {
+			t[name] = pgUnavailable(name)
+		}
+	}
+	for name, h := range pgHandlers {
+		t[name] = h
+	}
+	return t
+}
+
+func pgUnavailable(name string) Handler {
+	err := errors.New(name + " is not available in PostgreSQL mode yet")
+	return func(r *Req) error { return err }
+}
+
+// pgCtx bounds one command's database work.
+func pgCtx(r *Req) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.c.ctx, 30*time.Second)
+}
+
+// pgErr names the database in an error that reaches a client.
+func pgErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("storage error (postgres): %w", err)
+}
+
+// pgRefuse names the first option of j that PostgreSQL mode does not
+// carry out yet, so that no job is accepted and then run differently from
+// what was asked.
+func pgRefuse(j *Job) error {
+	var what string
+	switch {
+	case len(j.DependsOn) > 0:
+		what = "dependsOn"
+	case j.ParentID != "":
+		what = "parent"
+	case j.Repeat != nil:
+		what = "repeat"
+	case j.GroupID != "":
+		what = "groupId"
+	case j.DedupTTL != none || j.DedupExtend || j.DedupReplace:
+		what = "deduplication with ttl, extend or replace"
+	case j.DebounceID != "":
+		what = "debounce"
+	default:
+		return nil
+	}
+	return errors.New(what + " is not available in PostgreSQL mode yet")
+}
+
+// ---------------------------------------------------------------------------
+// Push
+
+func pgPush(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	j, err := parseJob(r.m, queue, "jobId", p.b.now())
+	if err != nil {
+		return err
+	}
+	if err := pgRefuse(j); err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	ids, err := p.insert(ctx, queue, []*Job{j})
+	if err != nil {
+		return pgErr(err)
+	}
+	r.field("id").Str(ids[0])
+	return nil
+}
+
+func pgPushBatch(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	items, ok, err := r.m.Array("jobs")
+	if err != nil || !ok {
+		return errors.New("jobs must be an array")
+	}
+	p := r.c.srv.pg
+	now := p.b.now()
+	jobs := make([]*Job, len(items))
+	for i, it := range items {
+		m, err := ParseMap(it, nil)
+		if err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: job must be an object")
+		}
+		if jobs[i], err = parseJob(m, queue, "customId", now); err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+		if err := pgRefuse(jobs[i]); err != nil {
+			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	ids, err := p.insert(ctx, queue, jobs)
+	if err != nil {
+		return pgErr(err)
+	}
+	strArray(r.field("ids"), ids)
+	return nil
+}
+
+// insert adds jobs to a queue in one transaction and answers their ids. A
+// job whose custom id or unique key a live job holds is not created: its
+// id is the holder's. A finished job that holds a custom id gives it up.
+func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
+	now := p.b.now()
+	n := len(jobs)
+	ids := make([]string, n)
+	prios := make([]int64, n)
+	keys := make([]int64, n)
+	runAts := make([]int64, n)
+	created := make([]int64, n)
+	uks := make([]*string, n)
+	recs := make([][]byte, n)
+	var custom []string
+	ready := false
+	for i, j := range jobs {
+		if j.RunAt > now {
+			j.state = StateDelayed
+		} else {
+			j.state = j.readyState()
+			ready = true
+		}
+		j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+		ids[i], prios[i], keys[i], runAts[i], created[i] = j.ID, j.Priority, sortKey(j), j.RunAt, j.CreatedAt
+		if j.UniqueKey != "" {
+			uks[i] = ptr(j.UniqueKey)
+		}
+		if j.CustomID != "" {
+			custom = append(custom, j.CustomID)
+		}
+		var e Enc
+		encodeRecord(&e, j)
+		recs[i] = e.B
+	}
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
+		return nil, fmt.Errorf("register queue: %w", err)
+	}
+	if len(custom) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
+			return nil, fmt.Errorf("free custom ids: %w", err)
+		}
+	}
+	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, record)
+		SELECT u.id, $1, 1, u.prio, u.key, u.run_at, u.created, u.uk, u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, ord)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs)
+	if err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	made := make(map[string]bool, n)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		made[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	out := make([]string, n)
+	var madeJobs []*Job
+	for i, j := range jobs {
+		out[i] = j.ID
+		if made[j.ID] {
+			madeJobs = append(madeJobs, j)
+			made[j.ID] = false // a second job of the batch with this id is a duplicate
+			continue
+		}
+		if j.UniqueKey != "" && j.CustomID == "" {
+			// Held by a live job with the key: answer its id.
+			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
+				queue, j.UniqueKey).Scan(&out[i])
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+			}
+		}
+	}
+	if ready && len(madeJobs) > 0 {
+		if err := p.notify(ctx, tx, queue); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	p.b.stats.pushed.Add(int64(len(madeJobs)))
+	for _, j := range madeJobs {
+		p.emit(queue, evPushed, j, now, evArgs{})
+	}
+	return out, nil
+}
+
+// emit tells this broker's subscribers and taps of an event. Events are
+// local: a subscriber hears what happens through its own broker.
+func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
+	s := p.b.shardOf(queue)
+	s.mu.Lock()
+	s.emit(&Queue{name: queue}, t, j, now, a)
+	s.mu.Unlock()
+}
+
+// ---------------------------------------------------------------------------
+// Pull
+
+func pgPull(r *Req) error {
+	a, err := readPull(r)
+	if err != nil {
+		return err
+	}
+	if a.opts.Group != nil {
+		return errors.New("group pulls are not available in PostgreSQL mode yet")
+	}
+	return pgPullN(r, a, 1, false)
+}
+
+func pgPullBatch(r *Req) error {
+	a, err := readPull(r)
+	if err != nil {
+		return err
+	}
+	if a.opts.Group != nil {
+		return errors.New("group pulls are not available in PostgreSQL mode yet")
+	}
+	n, ok, err := numField(r.m, "count", "count", numRule{min: 1, max: maxPullBatch})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return r.writeJobs(nil, nil, a.opts.Owner != "", true, 0)
+	}
+	return pgPullN(r, a, int(n), true)
+}
+
+func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
+	p := r.c.srv.pg
+	withToken := a.opts.Owner != ""
+	if a.timeout <= 0 {
+		ctx, cancel := pgCtx(r)
+		defer cancel()
+		jobs, tokens, _, err := p.claim(ctx, a.queue, n, a.opts)
+		if err != nil {
+			return pgErr(err)
+		}
+		return r.writeJobs(jobs, tokens, withToken, batch, 0)
+	}
+	ctx := r.c.ctx
+	return r.goAsync(func(ar *Req) error {
+		jobs, tokens, err := p.pull(ctx, a.queue, n, a.opts, a.timeout)
+		if err != nil {
+			return pgErr(err)
+		}
+		return ar.writeJobs(jobs, tokens, withToken, batch, 0)
+	})
+}
+
+// pgRecheck bounds a waiting pull's sleep: it looks again even when no
+// notification came (the listener may be reconnecting).
+const pgRecheck = time.Second
+
+// pull claims, and when nothing is ready waits for a push (any broker's),
+// for the next delayed job to come due, or for the timeout.
+func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64) ([]*Job, []string, error) {
+	deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond)
+	t := time.NewTimer(0)
+	<-t.C
+	defer t.Stop()
+	for {
+		w := p.addWaiter(queue)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		jobs, tokens, next, err := p.claim(cctx, queue, n, o)
+		cancel()
+		if err != nil || len(jobs) > 0 {
+			p.dropWaiter(queue, w)
+			if err != nil && ctx.Err() != nil {
+				return nil, nil, nil
+			}
+			return jobs, tokens, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil || p.closing() {
+			p.dropWaiter(queue, w)
+			return nil, nil, nil
+		}
+		sleep := min(left, pgRecheck)
+		if next > 0 {
+			sleep = min(sleep, time.Duration(max(next-p.b.now(), 1))*time.Millisecond)
+		}
+		t.Reset(sleep)
+		select {
+		case <-w.ch:
+			if !t.Stop() {
+				<-t.C
+			}
+		case <-t.C:
+		case <-ctx.Done():
+		case <-p.stop:
+		}
+		p.dropWaiter(queue, w)
+	}
+}
+
+func (p *PG) closing() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// claim takes up to n ready jobs of a queue, skipping rows other brokers
+// are claiming. With nothing to claim it answers when the next delayed job
+// comes due (0: none).
+func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job, []string, int64, error) {
+	now := p.b.now()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer tx.Rollback(context.Background())
+	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs
+		WHERE queue = $1 AND state = 1 AND run_at <= $2
+			AND NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1 AND paused)
+		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`), queue, now, n)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(jobs) == 0 {
+		var next *int64
+		err := tx.QueryRow(ctx, p.sql(`SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2`),
+			queue, now).Scan(&next)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("claim: %w", err)
+		}
+		if next != nil {
+			return nil, nil, *next, tx.Commit(ctx)
+		}
+		return nil, nil, 0, tx.Commit(ctx)
+	}
+	var claimed []*Job
+	var expired []string
+	var tokens []string
+	for _, j := range jobs {
+		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
+			// Expired while waiting: dropped without an event, as in
+			// memory mode.
+			expired = append(expired, j.ID)
+			continue
+		}
+		j.state = StateActive
+		j.StartedAt, j.Heartbeat = now, now
+		j.addTimeline(TimelineEntry{State: "active", At: now})
+		if o.Owner != "" {
+			ttl := o.TTL
+			if ttl <= 0 {
+				ttl = defaultLockTTL
+			}
+			j.lease = &Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl}
+			tokens = append(tokens, j.lease.Token)
+		}
+		claimed = append(claimed, j)
+	}
+	if len(expired) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), expired); err != nil {
+			return nil, nil, 0, fmt.Errorf("drop expired jobs: %w", err)
+		}
+	}
+	if len(claimed) > 0 {
+		if err := p.saveJobs(ctx, tx, claimed, nil); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	p.b.stats.pulled.Add(int64(len(claimed)))
+	for _, j := range claimed {
+		p.emit(queue, evPulled, j, now, evArgs{})
+	}
+	return claimed, tokens, 0, nil
+}
+
+// scanJobs decodes rows of one column, the job record.
+func scanJobs(rows pgx.Rows) ([]*Job, error) {
+	defer rows.Close()
+	var jobs []*Job
+	for rows.Next() {
+		var rec []byte
+		if err := rows.Scan(&rec); err != nil {
+			return nil, err
+		}
+		j, err := decodeRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("job record: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+// ---------------------------------------------------------------------------
+// ACK and FAIL
+
+// pgLocked is a job row taken FOR UPDATE, with its lease columns.
+type pgLocked struct {
+	j     *Job
+	token string // the current lease's token, or the last one's
+	owned bool   // the lease has an owner: ACK and FAIL must carry its token
+}
+
+// lockRows locks the rows of ids (in id order, so that two brokers never
+// wait on each other) and answers them by id.
+func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*pgLocked, error) {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires FROM {s}.jobs
+		WHERE id = ANY($1) ORDER BY id FOR UPDATE`), sorted)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]*pgLocked, len(sorted))
+	for rows.Next() {
+		var rec []byte
+		var tok, owner *string
+		var ttl, exp *int64
+		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp); err != nil {
+			return nil, err
+		}
+		j, err := decodeRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("job record: %w", err)
+		}
+		l := &pgLocked{j: j}
+		if tok != nil {
+			l.token = *tok
+		}
+		if j.state == StateActive && owner != nil {
+			l.owned = true
+			j.lease = &Lease{Token: l.token, Owner: *owner}
+			if ttl != nil {
+				j.lease.TTL = *ttl
+			}
+			if exp != nil {
+				j.lease.ExpiresAt = *exp
+			}
+		}
+		out[j.ID] = l
+	}
+	return out, rows.Err()
+}
+
+// finishRule decides whether an ACK or FAIL with token applies to a
+// locked job: the fence that keeps a broker whose lease ran out, and whose
+// job another worker now holds, from finishing it.
+func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
+	if l == nil {
+		return Applied, errors.New(errNotProcessing + id)
+	}
+	j := l.j
+	switch j.state {
+	case StateActive:
+		if l.owned {
+			if token == "" {
+				return Applied, errors.New("Lock token required for job " + id)
+			}
+			if token != l.token {
+				return Applied, errors.New("Invalid or expired lock token for job " + id)
+			}
+		}
+		return Applied, nil
+	case StateWaiting, StatePrioritized, StateDelayed:
+		if token != "" && token == l.token {
+			if isFail {
+				// That attempt was already counted when its lease ran out.
+				return AlreadyFinalized, nil
+			}
+			// The worker finished after all: its work is kept, as in
+			// memory mode, rather than running the job again.
+			return Applied, nil
+		}
+		if !isFail && token == "" && j.Attempts > 0 {
+			return Applied, nil
+		}
+	case StateCompleted, StateFailed:
+		if token != "" && token == l.token {
+			return AlreadyFinalized, nil
+		}
+	}
+	return Applied, errors.New(errNotProcessing + id)
+}
+
+// ack completes jobs; it answers, by item, the outcome or the reason it
+// did not apply.
+func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	outs := make([]Outcome, len(items))
+	errs := make([]error, len(items))
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback(context.Background())
+	locked, err := p.lockRows(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ack: %w", err)
+	}
+	now := p.b.now()
+	type doneEv struct {
+		j     *Job
+		data  Raw
+		undef bool
+	}
+	var save []*Job
+	var done []doneEv
+	results := map[int]Raw{}
+	var remove []string
+	finished := map[string]bool{}
+	for i, it := range items {
+		if finished[it.ID] {
+			// The same job twice in one batch: the first ACK finished it.
+			errs[i] = errors.New(errNotProcessing + it.ID)
+			continue
+		}
+		l := locked[it.ID]
+		if outs[i], errs[i] = finishRule(l, it.ID, it.Token, false); errs[i] != nil || outs[i] != Applied {
+			continue
+		}
+		j := l.j
+		finished[j.ID] = true
+		j.state = StateCompleted
+		j.lease = nil
+		j.DoneAt = now
+		j.hasFail = false
+		done = append(done, doneEv{j, it.Result, !it.HasResult})
+		if j.RemoveOnC || it.Remove {
+			remove = append(remove, j.ID)
+			continue
+		}
+		j.addTimeline(TimelineEntry{State: "completed", At: now})
+		if it.HasResult {
+			results[len(save)] = it.Result
+		}
+		save = append(save, j)
+	}
+	if len(save) > 0 {
+		if err := p.saveJobs(ctx, tx, save, results); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(remove) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), remove); err != nil {
+			return nil, nil, fmt.Errorf("ack: remove completed jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.job_logs WHERE job_id = ANY($1)`), remove); err != nil {
+			return nil, nil, fmt.Errorf("ack: remove logs: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, fmt.Errorf("ack: %w", err)
+	}
+	p.b.stats.completed.Add(int64(len(done)))
+	for _, d := range done {
+		p.emit(d.j.Queue, evCompleted, d.j, now, evArgs{data: d.data, undefData: d.undef})
+	}
+	return outs, errs, nil
+}
+
+func pgAck(r *Req) error {
+	it, err := readAck(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	outs, errs, err := r.c.srv.pg.ack(ctx, []AckItem{it})
+	if err != nil {
+		return pgErr(err)
+	}
+	if errs[0] != nil {
+		return errs[0]
+	}
+	return r.outcome(outs[0])
+}
+
+func pgAckBatch(r *Req) error {
+	items, err := readAckBatch(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	outs, errs, err := r.c.srv.pg.ack(ctx, items)
+	if err != nil {
+		return pgErr(err)
+	}
+	var ignored []int
+	for i := range items {
+		if errs[i] != nil || outs[i] != Applied {
+			ignored = append(ignored, i)
+		}
+	}
+	return r.ackIgnored(items, ignored)
+}
+
+func pgFail(r *Req) error {
+	id, tok, f, err := readFail(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	out, err := r.c.srv.pg.fail(ctx, id, tok, f)
+	if err != nil {
+		return err
+	}
+	return r.outcome(out)
+}
+
+// fail records a failed attempt: a retry after the backoff, the DLQ, or
+// removal.
+func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return Applied, pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	locked, err := p.lockRows(ctx, tx, []string{id})
+	if err != nil {
+		return Applied, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	l := locked[id]
+	out, err := finishRule(l, id, token, true)
+	if err != nil || out != Applied {
+		return out, err
+	}
+	j := l.j
+	if j.state != StateActive {
+		// Finished by a FAIL whose lease had run out but whose job had
+		// not been claimed again: nothing more to count.
+		return AlreadyFinalized, nil
+	}
+	now := p.b.now()
+	if f.reason == "" {
+		f.reason = "max_attempts_exceeded"
+	}
+	keep := pgFailJob(j, f, defaultStall, now)
+	if keep {
+		err = p.saveJobs(ctx, tx, []*Job{j}, nil)
+	} else {
+		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = $1`), id)
+	}
+	if err == nil && j.state == StateDelayed {
+		err = p.notify(ctx, tx, j.Queue)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return Applied, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	p.b.stats.failed.Add(1)
+	terminal := j.state != StateDelayed
+	p.emit(j.Queue, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: terminal, hasTerminal: true})
+	if !terminal {
+		p.emit(j.Queue, evRetried, j, now, evArgs{prev: "failed"})
+	}
+	return Applied, nil
+}
+
+// ---------------------------------------------------------------------------
+// Leases
+
+// heartbeat renews an active job's lease. With a token it must match, and
+// the lease runs for duration (or its own TTL) from now; without one, a
+// job pulled without an owner is marked alive for another stall interval.
+func (p *PG) heartbeat(ctx context.Context, ids, tokens []string, durations []int64, lockOnly bool) (int, error) {
+	now := p.b.now()
+	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
+			WHEN j.lease_owner IS NULL THEN LEAST($4::bigint + $5::bigint, COALESCE(j.timeout_at, $4::bigint + $5::bigint))
+			WHEN u.tok = '' AND NOT $6::boolean THEN j.lease_expires
+			ELSE LEAST($4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END,
+				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
+		WHERE j.id = u.id AND j.state = 4 AND (u.tok = '' OR j.lease_token = u.tok)
+			AND (NOT $6::boolean OR j.lease_owner IS NOT NULL)`),
+		ids, tokens, durations, now, defaultStall.StallInterval, lockOnly)
+	if err != nil {
+		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func pgJobHeartbeat(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	d, _, err := r.m.Num("duration")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.heartbeat(ctx, []string{id}, []string{tok}, []int64{int64(d)}, false)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errHeartbeat
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("ok")
+	e.Bool(true)
+	return nil
+}
+
+func pgJobHeartbeatBatch(r *Req) error {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("ids must be an array")
+	}
+	tokens, _, err := r.m.Strs("tokens")
+	if err != nil {
+		return err
+	}
+	toks := make([]string, len(ids))
+	copy(toks, tokens)
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.heartbeat(ctx, ids, toks, make([]int64, len(ids)), false)
+	if err != nil {
+		return err
+	}
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("ok")
+	e.Bool(true)
+	e.Str("count")
+	e.Int(int64(n))
+	return nil
+}
+
+func pgExtendLock(r *Req) error {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return err
+	}
+	d, _, err := r.m.Num("duration")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.heartbeat(ctx, []string{id}, []string{tok}, []int64{int64(d)}, true)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errLock
+	}
+	return r.okID()
+}
+
+func pgExtendLocks(r *Req) error {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("ids must be an array")
+	}
+	tokens, _, err := r.m.Array("tokens")
+	if err != nil {
+		return err
+	}
+	durs, _, err := r.m.Array("durations")
+	if err != nil {
+		return err
+	}
+	toks := make([]string, len(ids))
+	ds := make([]int64, len(ids))
+	for i := range ids {
+		if i < len(tokens) {
+			toks[i], _ = tokens[i].Str()
+		}
+		if i < len(durs) {
+			d, _ := durs[i].Float()
+			ds[i] = int64(d)
+		}
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.heartbeat(ctx, ids, toks, ds, true)
+	if err != nil {
+		return err
+	}
+	r.field("count").Int(int64(n))
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Reading jobs
+
+// getJob reads one job and its result; nil when there is none.
+func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
+	var rec, res []byte
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT record, result FROM {s}.jobs WHERE id = $1`), id).Scan(&rec, &res)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
+	}
+	j, err := decodeRecord(rec)
+	if err != nil {
+		return nil, nil, pgErr(fmt.Errorf("job record %s: %w", id, err))
+	}
+	return j, Raw(res), nil
+}
+
+func pgGetJob(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	j, res, err := r.c.srv.pg.getJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	if j == nil {
+		return errJobNotFound
+	}
+	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.b.now()).String(), res)
+	return nil
+}
+
+func pgGetState(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	j, _, err := r.c.srv.pg.getJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	st := StateNone
+	if j != nil {
+		st = j.stateAt(r.b.now())
+	}
+	r.field("id").Raw(r.m.Get("id"))
+	r.field("state").Str(st.String())
+	return nil
+}
+
+func pgGetResult(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	j, res, err := r.c.srv.pg.getJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	r.field("id").Raw(r.m.Get("id"))
+	if j == nil || j.state != StateCompleted || res == nil {
+		r.field("result").Undefined()
+	} else {
+		r.field("result").Raw(res)
+	}
+	return nil
+}
+
+// counts are a queue's jobs by state.
+func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
+	now := p.b.now()
+	var c JobCounts
+	var paused bool
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT
+			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority <= 0),
+			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority > 0),
+			count(*) FILTER (WHERE state = 1 AND run_at > $2),
+			count(*) FILTER (WHERE state = 4),
+			count(*) FILTER (WHERE state = 5),
+			count(*) FILTER (WHERE state = 6),
+			count(*) FILTER (WHERE state = 7),
+			COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
+		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active,
+		&c.Completed, &c.Failed, &c.WaitingChildren, &paused)
+	if err != nil {
+		return c, pgErr(fmt.Errorf("count jobs: %w", err))
+	}
+	if paused {
+		c.Paused = c.Waiting + c.Prioritized
+		c.Waiting, c.Prioritized = 0, 0
+	}
+	return c, nil
+}
+
+func pgGetJobCounts(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	c, err := r.c.srv.pg.counts(ctx, queue)
+	if err != nil {
+		return err
+	}
+	writeCounts(r, c)
+	return nil
+}
+
+func pgCount(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	c, err := r.c.srv.pg.counts(ctx, queue)
+	if err != nil {
+		return err
+	}
+	r.field("count").Int(int64(c.Waiting + c.Prioritized + c.Paused + c.Delayed))
+	return nil
+}
+
+// pgStateWhere is the row condition of a wire state name ($2 is now).
+var pgStateWhere = map[string]string{
+	"waiting":          "(state = 1 AND run_at <= $2 AND priority <= 0)",
+	"prioritized":      "(state = 1 AND run_at <= $2 AND priority > 0)",
+	"delayed":          "(state = 1 AND run_at > $2)",
+	"paused":           "(state = 1 AND run_at <= $2)",
+	"active":           "state = 4",
+	"completed":        "state = 5",
+	"failed":           "state = 6",
+	"waiting-children": "state = 7",
+}
+
+func pgGetJobs(r *Req) error {
+	queue, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	var want []string
+	single := ""
+	if raw := r.m.Get("state"); raw != nil {
+		if s, err := raw.Str(); err == nil {
+			want, single = []string{s}, s
+		} else if arr, ok, err := r.m.Strs("state"); err == nil && ok {
+			want = arr
+		} else {
+			return errors.New("state must be a string or an array of strings")
+		}
+	}
+	offset, _, err := r.m.Int("offset")
+	if err != nil {
+		return err
+	}
+	limit, hasLimit, err := r.m.Int("limit")
+	if err != nil {
+		return err
+	}
+	if !hasLimit {
+		limit = 100
+	}
+	asc := true
+	if v, ok, err := r.m.Bool("asc"); err != nil {
+		return err
+	} else if ok {
+		asc = v
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	var paused bool
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)`), queue).Scan(&paused); err != nil {
+		return pgErr(err)
+	}
+	explicit := len(want) > 0
+	where := "true"
+	if explicit {
+		where = "false"
+		for _, st := range want {
+			c, ok := pgStateWhere[st]
+			if !ok || (st == "paused" && !paused) {
+				continue
+			}
+			if paused && (st == "waiting" || st == "prioritized") {
+				// A paused queue's ready jobs are listed as paused.
+				continue
+			}
+			where += " OR " + c
+		}
+	}
+	order := "ASC"
+	if !asc {
+		order = "DESC"
+	}
+	q := `SELECT record FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	args := []any{queue, p.b.now()}
+	sliced := false
+	if offset >= 0 && limit >= 0 {
+		q += ` OFFSET $3 LIMIT $4`
+		args = append(args, offset, limit)
+		sliced = true
+	}
+	rows, err := p.pool.Query(ctx, p.sql(q), args...)
+	if err != nil {
+		return pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	if !sliced {
+		lo, hi := jsSlice(len(jobs), offset, offset+limit)
+		jobs = jobs[lo:hi]
+	}
+	now := p.b.now()
+	var results map[string]Raw
+	for _, j := range jobs {
+		if j.state == StateCompleted {
+			if results == nil {
+				results = map[string]Raw{}
+			}
+			results[j.ID] = nil
+		}
+	}
+	if len(results) > 0 {
+		ids := make([]string, 0, len(results))
+		for id := range results {
+			ids = append(ids, id)
+		}
+		rows, err := p.pool.Query(ctx, p.sql(`SELECT id, result FROM {s}.jobs WHERE id = ANY($1) AND result IS NOT NULL`), ids)
+		if err != nil {
+			return pgErr(err)
+		}
+		for rows.Next() {
+			var id string
+			var res []byte
+			if err := rows.Scan(&id, &res); err != nil {
+				rows.Close()
+				return pgErr(err)
+			}
+			results[id] = res
+		}
+		rows.Close()
+	}
+	e := r.field("jobs")
+	e.ArrayHead(len(jobs))
+	for _, j := range jobs {
+		st := j.stateAt(now)
+		label := st.String()
+		if paused && explicit && (st == StateWaiting || st == StatePrioritized) {
+			label = "paused"
+		}
+		if single != "" {
+			label = single
+		}
+		encodeJob(e, j, jobWithState, label, results[j.ID])
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Progress and logs
+
+func pgProgress(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	prog := r.m.Get("progress")
+	if f, err := prog.Float(); err == nil {
+		var e Enc
+		e.Num(math.Max(0, math.Min(100, f)))
+		prog = e.B
+	} else if prog.IsNil() {
+		prog = Raw{0}
+	} else {
+		prog = clone(prog)
+	}
+	msgRaw, hasMsgKey := r.m.Get("message"), false
+	for _, f := range r.m.Fields {
+		if string(f.Key) == "message" && !isUndefined(f.Val) {
+			hasMsgKey = true
+		}
+	}
+	var msg string
+	if msgRaw != nil && msgRaw[0] != 0xc0 {
+		if msg, err = msgRaw.Str(); err != nil {
+			return &FieldError{Field: "message", Msg: "must be a string"}
+		}
+	}
+	msgSet := msgRaw != nil && msgRaw[0] != 0xc0
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	locked, err := p.lockRows(ctx, tx, []string{id})
+	if err != nil {
+		return pgErr(err)
+	}
+	l := locked[id]
+	if l == nil {
+		return errJobNotFound
+	}
+	j := l.j
+	now := p.b.now()
+	if j.state != StateActive {
+		return notActive(j, now)
+	}
+	j.Progress = prog
+	if hasMsgKey {
+		j.ProgMsg, j.HasProgM = msg, msgSet
+	}
+	j.Heartbeat = now
+	var e Enc
+	encodeRecord(&e, j)
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), id, e.B); err != nil {
+		return pgErr(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return pgErr(err)
+	}
+	p.emit(j.Queue, evProgress, j, now, evArgs{progress: prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM})
+	return r.okID()
+}
+
+func pgGetProgress(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	j, _, err := r.c.srv.pg.getJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	if j == nil {
+		return errJobNotFound
+	}
+	if j.state != StateActive {
+		return notActive(j, r.b.now())
+	}
+	if j.Progress == nil {
+		r.field("progress").Int(0)
+	} else {
+		r.field("progress").Raw(j.Progress)
+	}
+	optStr(r.field("message"), j.ProgMsg, j.HasProgM)
+	return nil
+}
+
+func pgAddLog(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	level := "info"
+	if l, ok, err := r.m.Str("level"); err != nil {
+		return err
+	} else if ok {
+		level = l
+	}
+	msg := r.m.Get("message")
+	if msg == nil {
+		msg = rawUndefined
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	var exists bool
+	if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE id = $1 FOR KEY SHARE)`), id).Scan(&exists); err != nil {
+		return pgErr(err)
+	}
+	if !exists {
+		return errJobNotFound
+	}
+	logs, err := p.readLogs(ctx, tx, id, true)
+	if err != nil {
+		return err
+	}
+	logs = append(logs, LogEntry{At: p.b.now(), Level: level, Message: clone(msg)})
+	if len(logs) > maxLogsPerJob {
+		logs = logs[len(logs)-maxLogsPerJob:]
+	}
+	if err := p.writeLogs(ctx, tx, id, logs); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return pgErr(err)
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("added")
+	e.Bool(true)
+	return nil
+}
+
+func (p *PG) readLogs(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string, lock bool) ([]LogEntry, error) {
+	sql := `SELECT logs FROM {s}.job_logs WHERE job_id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	var b []byte
+	err := q.QueryRow(ctx, p.sql(sql), id).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("read logs of %s: %w", id, err))
+	}
+	logs, err := decodeLogs(b)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("logs of %s: %w", id, err))
+	}
+	return logs, nil
+}
+
+func (p *PG) writeLogs(ctx context.Context, tx pgx.Tx, id string, logs []LogEntry) error {
+	var err error
+	if len(logs) == 0 {
+		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.job_logs WHERE job_id = $1`), id)
+	} else {
+		_, err = tx.Exec(ctx, p.sql(`INSERT INTO {s}.job_logs (job_id, logs) VALUES ($1, $2)
+			ON CONFLICT (job_id) DO UPDATE SET logs = EXCLUDED.logs`), id, encodeLogs(logs))
+	}
+	if err != nil {
+		return pgErr(fmt.Errorf("write logs of %s: %w", id, err))
+	}
+	return nil
+}
+
+func pgGetLogs(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	start, hasStart, err := r.m.Int("start")
+	if err != nil {
+		return err
+	}
+	end, hasEnd, err := r.m.Int("end")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	logs, err := p.readLogs(ctx, p.pool, id, false)
+	if err != nil {
+		return err
+	}
+	writeLogs(r, logs, start, end, hasStart, hasEnd)
+	return nil
+}
+
+func pgClearLogs(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	keep, _, err := r.m.Int("keepLogs")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	logs, err := p.readLogs(ctx, tx, id, true)
+	if err != nil {
+		return err
+	}
+	if keep <= 0 {
+		logs = nil
+	} else if len(logs) > int(keep) {
+		logs = logs[len(logs)-int(keep):]
+	}
+	if err := p.writeLogs(ctx, tx, id, logs); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return pgErr(err)
+	}
+	return r.okID()
+}
+
+// pgWaitPoll is how often WaitJob looks at a job it waits on.
+const pgWaitPoll = 50 * time.Millisecond
+
+func pgWaitJob(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	timeout, ok, err := numField(r.m, "timeout", "timeout", numRule{min: 0, max: maxWaitTimeout})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		timeout = 30000
+	}
+	p := r.c.srv.pg
+	check := func(ctx context.Context) (*waitOutcome, error) {
+		j, res, err := p.getJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if j == nil {
+			return nil, errJobNotFound
+		}
+		switch j.state {
+		case StateCompleted:
+			return &waitOutcome{completed: true, result: res, hasResult: res != nil}, nil
+		case StateFailed:
+			return &waitOutcome{err: j.failErr}, nil
+		}
+		return nil, nil
+	}
+	ctx, cancel := pgCtx(r)
+	o, err := check(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if o != nil {
+		return writeWait(r, *o)
+	}
+	cctx := r.c.ctx
+	return r.goAsync(func(ar *Req) error {
+		deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond)
+		t := time.NewTicker(pgWaitPoll)
+		defer t.Stop()
+		for time.Now().Before(deadline) {
+			select {
+			case <-t.C:
+			case <-cctx.Done():
+				ar.field("completed").Bool(false)
+				return nil
+			case <-p.stop:
+				ar.field("completed").Bool(false)
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(cctx, 10*time.Second)
+			o, err := check(ctx)
+			cancel()
+			if err == errJobNotFound {
+				// Removed on completion.
+				return writeWait(ar, waitOutcome{completed: true})
+			}
+			if err != nil {
+				return err
+			}
+			if o != nil {
+				return writeWait(ar, *o)
+			}
+		}
+		ar.field("completed").Bool(false)
+		return nil
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Queues
+
+func (p *PG) setPaused(ctx context.Context, queue string, paused bool) error {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name, paused) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused`), queue, paused); err != nil {
+		return pgErr(fmt.Errorf("pause %s: %w", queue, err))
+	}
+	if !paused {
+		if err := p.notify(ctx, tx, queue); err != nil {
+			return pgErr(err)
+		}
+	}
+	return pgErr(tx.Commit(ctx))
+}
+
+func pgPause(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	if err := p.setPaused(ctx, name, true); err != nil {
+		return err
+	}
+	p.emit(name, evPaused, nil, p.b.now(), evArgs{})
+	return r.okID()
+}
+
+func pgResume(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	if err := p.setPaused(ctx, name, false); err != nil {
+		return err
+	}
+	p.emit(name, evResumed, nil, p.b.now(), evArgs{})
+	return r.okID()
+}
+
+func pgIsPaused(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	var paused bool
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)`), name).Scan(&paused); err != nil {
+		return pgErr(err)
+	}
+	r.field("paused").Bool(paused)
+	return nil
+}
+
+// deleteJobs deletes a queue's jobs matching where, and their logs, and
+// answers how many jobs went.
+func (p *PG) deleteJobs(ctx context.Context, queue, where string) (int64, error) {
+	var n int64
+	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE queue = $1 AND (`+where+`) RETURNING id),
+		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
+		SELECT count(*) FROM gone`), queue).Scan(&n)
+	if err != nil {
+		return 0, pgErr(fmt.Errorf("delete jobs of %s: %w", queue, err))
+	}
+	return n, nil
+}
+
+func pgDrain(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.deleteJobs(ctx, name, "state = 1")
+	if err != nil {
+		return err
+	}
+	r.field("count").Int(n)
+	return nil
+}
+
+func pgObliterate(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	if _, err := p.deleteJobs(ctx, name, "true"); err != nil {
+		return err
+	}
+	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.queues WHERE name = $1`), name); err != nil {
+		return pgErr(err)
+	}
+	r.c.srv.mx.dropQueue(name)
+	return r.okID()
+}
+
+func pgListQueues(r *Req) error {
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	rows, err := p.pool.Query(ctx, p.sql(`SELECT name FROM {s}.queues ORDER BY created`))
+	if err != nil {
+		return pgErr(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return pgErr(err)
+	}
+	strArray(r.field("queues"), names)
+	return nil
+}
+
+func pgStats(r *Req) error {
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	now := p.b.now()
+	var waiting, delayed, active, completed, dlq int64
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT
+			count(*) FILTER (WHERE state = 1 AND run_at <= $1),
+			count(*) FILTER (WHERE state = 1 AND run_at > $1),
+			count(*) FILTER (WHERE state = 4),
+			count(*) FILTER (WHERE state = 5),
+			count(*) FILTER (WHERE state = 6)
+		FROM {s}.jobs`), now).Scan(&waiting, &delayed, &active, &completed, &dlq)
+	if err != nil {
+		return pgErr(err)
+	}
+	push, pull := statRates.sample(now, p.b.stats.pushed.Load(), p.b.stats.pulled.Load())
+	e := r.field("stats")
+	e.MapHead(9)
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{{"waiting", waiting}, {"active", active}, {"delayed", delayed}, {"dlq", dlq}, {"completed", completed},
+		{"failed", p.b.stats.failed.Load()}, {"uptime", now - p.b.started}} {
+		e.Str(kv.k)
+		e.Int(kv.v)
+	}
+	e.Str("pushPerSec")
+	e.Num(push)
+	e.Str("pullPerSec")
+	e.Num(pull)
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// The dead-letter queue
+
+// dlqJobs reads a queue's dead-lettered jobs in the order they entered,
+// filtered as the DLQ commands' filter object says.
+func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, count int64, hasCount bool, jobID string, lock bool) ([]*Job, error) {
+	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY done_at, seq`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, p.sql(sql), queue)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("read the DLQ of %s: %w", queue, err))
+	}
+	all, err := scanJobs(rows)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	now := p.b.now()
+	var sel []*Job
+	switch {
+	case f != nil:
+		sel = f.applyList(all, defaultDLQ, now)
+	case jobID != "":
+		for _, j := range all {
+			if j.ID == jobID {
+				sel = append(sel, j)
+			}
+		}
+	default:
+		sel = all
+	}
+	if hasCount && f == nil {
+		sel = sel[:min(max(count, 0), int64(len(sel)))]
+	}
+	return sel, nil
+}
+
+func pgDlq(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	filter, err := readDlqFilter(r.m)
+	if err != nil {
+		return err
+	}
+	count, hasCount, err := r.m.Int("count")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	sel, err := p.dlqJobs(ctx, tx, name, filter, 0, false, "", false)
+	if err != nil {
+		return err
+	}
+	if hasCount {
+		sel = sel[:min(max(count, 0), int64(len(sel)))]
+	}
+	e := r.field("jobs")
+	e.ArrayHead(len(sel))
+	for _, j := range sel {
+		encodeJob(e, j, jobPlain, "", nil)
+	}
+	e = r.field("entries")
+	e.ArrayHead(len(sel))
+	for _, j := range sel {
+		encodeDLQEntry(e, j)
+	}
+	return nil
+}
+
+func pgRetryDlq(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	filter, err := readDlqFilter(r.m)
+	if err != nil {
+		return err
+	}
+	jobID, _, err := r.m.Str("jobId")
+	if err != nil {
+		return err
+	}
+	count, hasCount, err := r.m.Int("count")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	sel, err := p.dlqJobs(ctx, tx, name, filter, count, hasCount, jobID, true)
+	if err != nil {
+		return err
+	}
+	now := p.b.now()
+	for _, j := range sel {
+		j.dlq = nil
+		j.state = StateWaiting
+		j.state = j.readyState()
+		j.Attempts, j.Stalls, j.StartedAt, j.DoneAt = 0, 0, 0, 0
+		j.Heartbeat, j.RunAt = now, now
+		j.addTimeline(TimelineEntry{State: "waiting", At: now})
+	}
+	if len(sel) > 0 {
+		if err := p.saveJobs(ctx, tx, sel, nil); err != nil {
+			// A live job took the unique key meanwhile.
+			return pgErr(err)
+		}
+		if err := p.notify(ctx, tx, name); err != nil {
+			return pgErr(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return pgErr(err)
+	}
+	r.field("count").Int(int64(len(sel)))
+	return nil
+}
+
+func pgPurgeDlq(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	n, err := r.c.srv.pg.deleteJobs(ctx, name, "state = 6")
+	if err != nil {
+		return err
+	}
+	r.field("count").Int(n)
+	return nil
+}

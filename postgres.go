@@ -1,0 +1,604 @@
+package main
+
+// PostgreSQL mode: several brokers share one database, and the database
+// decides who owns a job. No broker keeps job state of its own: a claim is
+// an UPDATE of rows taken with FOR UPDATE SKIP LOCKED, and it hands each
+// job a fresh lease token; an ACK or FAIL applies only while the job still
+// carries that token, so a broker whose lease ran out (and whose job was
+// reclaimed by another) cannot complete it. Any live broker reclaims
+// expired leases. Pushes NOTIFY the other brokers so that their waiting
+// pulls wake at once; a pull also looks again on a timer, in case the
+// listening connection is down.
+//
+// Each deployment lives in its own schema (the namespace), so several
+// share one database. The schema is created, and migrated forward, by the
+// first broker under an advisory lock.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Job rows keep the job's record (as in SQLite) plus the columns claims
+// and leases are decided on.
+const (
+	pgQueued   = 1 // waiting, prioritized or delayed: told apart by run_at and priority
+	pgActive   = 4
+	pgDone     = 5
+	pgDLQ      = 6
+	pgChildren = 7
+)
+
+var pgMigrations = []string{
+	`CREATE TABLE {s}.jobs (
+		id            TEXT PRIMARY KEY,
+		queue         TEXT NOT NULL,
+		state         SMALLINT NOT NULL,
+		priority      BIGINT NOT NULL,
+		sort_key      BIGINT NOT NULL,
+		seq           BIGSERIAL,
+		run_at        BIGINT NOT NULL,
+		created_at    BIGINT NOT NULL,
+		done_at       BIGINT,
+		unique_key    TEXT,
+		lease_token   TEXT,
+		lease_owner   TEXT,
+		lease_broker  TEXT,
+		lease_expires BIGINT,
+		lease_ttl     BIGINT,
+		timeout_at    BIGINT,
+		record        BYTEA NOT NULL,
+		result        BYTEA
+	);
+	CREATE INDEX jobs_claim ON {s}.jobs (queue, priority DESC, sort_key, seq) WHERE state = 1;
+	CREATE INDEX jobs_lease ON {s}.jobs (lease_expires) WHERE state = 4;
+	CREATE INDEX jobs_queue_state ON {s}.jobs (queue, state);
+	CREATE UNIQUE INDEX jobs_unique ON {s}.jobs (queue, unique_key) WHERE unique_key IS NOT NULL AND state IN (1, 4, 7);
+	CREATE TABLE {s}.queues (
+		name     TEXT PRIMARY KEY,
+		created  BIGSERIAL,
+		paused   BOOLEAN NOT NULL DEFAULT false,
+		settings BYTEA
+	);
+	CREATE TABLE {s}.job_logs (
+		job_id TEXT PRIMARY KEY,
+		logs   BYTEA NOT NULL
+	);`,
+}
+
+// PG is the PostgreSQL engine of one broker.
+type PG struct {
+	pool   *pgxpool.Pool
+	url    string
+	schema string // quoted schema name
+	chName string // LISTEN/NOTIFY channel
+	broker string // this broker's session id, written on its leases
+	log    *slog.Logger
+	b      *Broker // for what stays per broker: workers, subscribers, taps
+
+	wmu     sync.Mutex
+	waiters map[string][]*waiter
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	downMu sync.Mutex
+	down   error // the database is unreachable (for /health)
+}
+
+// pgNamespace turns a namespace into a schema name: queued_<ns>, of
+// lower-case letters, digits and underscores.
+func pgNamespace(ns string) (string, error) {
+	if ns == "" {
+		ns = "default"
+	}
+	for _, c := range ns {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c >= 'A' && c <= 'Z') {
+			return "", fmt.Errorf("postgres namespace %q: use letters, digits and underscores", ns)
+		}
+	}
+	if len(ns) > 50 {
+		return "", fmt.Errorf("postgres namespace %q: at most 50 characters", ns)
+	}
+	return "queued_" + strings.ToLower(ns), nil
+}
+
+// OpenPG connects, creates or migrates the namespace's schema, and starts
+// the listener and the lease reaper.
+func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
+	schema, err := pgNamespace(namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres url: %w", redactPG(err, url))
+	}
+	cfg.MaxConns = max(cfg.MaxConns, 16)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
+	}
+	p := &PG{pool: pool, url: url, schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
+		broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{})}
+	if err := p.migrate(ctx, schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	p.wg.Add(2)
+	go p.listen()
+	go p.reaper()
+	return p, nil
+}
+
+// redactPG keeps a password in the URL out of an error message.
+func redactPG(err error, url string) error {
+	if cfg, perr := pgconn.ParseConfig(url); perr == nil && cfg.Password != "" {
+		return errors.New(strings.ReplaceAll(err.Error(), cfg.Password, "[redacted]"))
+	}
+	return err
+}
+
+func (p *PG) sql(q string) string { return strings.ReplaceAll(q, "{s}", p.schema) }
+
+func (p *PG) migrate(ctx context.Context, schema string) error {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", redactPG(err, p.url))
+	}
+	defer conn.Release()
+	// One broker migrates at a time; the others wait for it.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1))`, "queued-migrate:"+schema); err != nil {
+		return fmt.Errorf("postgres: take the migration lock: %w", err)
+	}
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1))`, "queued-migrate:"+schema)
+	if _, err := conn.Exec(ctx, p.sql(`CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)`)); err != nil {
+		return fmt.Errorf("postgres: create schema %s: %w", schema, err)
+	}
+	var v int
+	err = conn.QueryRow(ctx, p.sql(`SELECT version FROM {s}.schema_version`)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := conn.Exec(ctx, p.sql(`INSERT INTO {s}.schema_version(version) VALUES (0)`)); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	if v > len(pgMigrations) {
+		return fmt.Errorf("postgres namespace %s has schema version %d, newer than this queued knows (%d); use a newer queued", schema, v, len(pgMigrations))
+	}
+	for ; v < len(pgMigrations); v++ {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, p.sql(pgMigrations[v])); err != nil {
+			tx.Rollback(ctx)
+			return fmt.Errorf("postgres: migration to schema version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.schema_version SET version = $1`), v+1); err != nil {
+			tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("postgres: migration to schema version %d: %w", v+1, err)
+		}
+	}
+	return nil
+}
+
+// Close stops the listener and the reaper and closes the pool.
+func (p *PG) Close() {
+	select {
+	case <-p.stop:
+		return
+	default:
+	}
+	close(p.stop)
+	p.wg.Wait()
+	p.pool.Close()
+}
+
+func (p *PG) setDown(err error) {
+	p.downMu.Lock()
+	defer p.downMu.Unlock()
+	if err != nil && p.down == nil {
+		p.log.Error("postgres unreachable", "err", redactPG(err, p.url))
+	} else if err == nil && p.down != nil {
+		p.log.Info("postgres reachable again")
+	}
+	p.down = err
+}
+
+// Down reports a lost database.
+func (p *PG) Down() error {
+	p.downMu.Lock()
+	defer p.downMu.Unlock()
+	return p.down
+}
+
+// ---------------------------------------------------------------------------
+// Wake-ups
+
+// listen keeps a connection LISTENing and wakes local pulls on pushes from
+// any broker. When the connection drops it reconnects, with backoff; pulls
+// then rely on their own timers.
+func (p *PG) listen() {
+	defer p.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-p.stop:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		err := p.listenOnce(ctx)
+		cancel()
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		p.setDown(err)
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (p *PG) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{p.chName}.Sanitize()); err != nil {
+		return err
+	}
+	p.setDown(nil)
+	// A notification may have been missed while not listening.
+	p.wakeAll()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		p.wake(n.Payload)
+	}
+}
+
+func (p *PG) notify(ctx context.Context, q pgx.Tx, queue string) error {
+	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, p.chName, queue)
+	return err
+}
+
+func (p *PG) addWaiter(queue string) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1)}
+	p.wmu.Lock()
+	p.waiters[queue] = append(p.waiters[queue], w)
+	p.wmu.Unlock()
+	return w
+}
+
+func (p *PG) dropWaiter(queue string, w *waiter) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	list := p.waiters[queue]
+	for i, x := range list {
+		if x == w {
+			p.waiters[queue] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(p.waiters[queue]) == 0 {
+		delete(p.waiters, queue)
+	}
+}
+
+func (p *PG) wake(queue string) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for _, w := range p.waiters[queue] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *PG) wakeAll() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for _, list := range p.waiters {
+		for _, w := range list {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Expired leases, reclaimed by whichever broker sees them first
+
+func (p *PG) reaper() {
+	defer p.wg.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.reapOnce(ctx); err != nil && ctx.Err() == nil {
+			p.setDown(err)
+		}
+		cancel()
+	}
+}
+
+// reapOnce puts back jobs whose lease ran out: the worker is gone (or too
+// slow to say otherwise). It costs them an attempt and a stall; past their
+// attempts or their stalls they go to the DLQ, as in memory mode. A job
+// past its timeout fails as a timeout.
+func (p *PG) reapOnce(ctx context.Context) error {
+	now := p.b.now()
+	type ev struct {
+		j *Job
+		t evType
+		a evArgs
+	}
+	var evs []ev
+	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
+		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+		queues := map[string]bool{}
+		var keep []*Job
+		var remove []string
+		for _, j := range jobs {
+			queues[j.Queue] = true
+			if j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now {
+				f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
+				if pgFailJob(j, f, defaultStall, now) {
+					keep = append(keep, j)
+				} else {
+					remove = append(remove, j.ID)
+				}
+				evs = append(evs, ev{j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true}})
+				continue
+			}
+			j.Attempts++
+			j.Stalls++
+			j.Heartbeat, j.StartedAt = now, 0
+			j.lease = nil
+			if j.Attempts >= j.MaxAtt || j.Stalls >= defaultStall.MaxStalls {
+				reason, msg := "stalled", "Lock expired"
+				if j.Attempts >= j.MaxAtt {
+					reason, msg = "max_attempts_exceeded", "Lock expired at max attempts ("+itoa(int64(j.MaxAtt))+")"
+				}
+				pgDeadLetter(j, reason, msg, true, now)
+				evs = append(evs, ev{j, evFailed, evArgs{err: msg, hasErr: true, noData: true}})
+			} else {
+				j.state = j.readyState()
+				j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+				evs = append(evs, ev{j, evStalled, evArgs{}})
+			}
+			keep = append(keep, j)
+		}
+		if len(keep) > 0 {
+			if err := p.saveJobs(ctx, tx, keep, nil); err != nil {
+				return err
+			}
+		}
+		if len(remove) > 0 {
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), remove); err != nil {
+				return err
+			}
+		}
+		for q := range queues {
+			if err := p.notify(ctx, tx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	for _, e := range evs {
+		p.emit(e.j.Queue, e.t, e.j, now, e.a)
+	}
+	return nil
+}
+
+// txJobs runs query (which locks job rows and returns their records) in a
+// transaction and hands the decoded jobs to fn, then commits.
+func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pgx.Tx, jobs []*Job) error) error {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	var jobs []*Job
+	for rows.Next() {
+		var rec []byte
+		if err := rows.Scan(&rec); err != nil {
+			rows.Close()
+			return err
+		}
+		j, err := decodeRecord(rec)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("job record: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return tx.Commit(ctx)
+	}
+	if err := fn(tx, jobs); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// ---------------------------------------------------------------------------
+// Rows
+
+// pgState is the row state of a job state.
+func pgState(s State) int16 {
+	switch s {
+	case StateActive:
+		return pgActive
+	case StateCompleted:
+		return pgDone
+	case StateFailed:
+		return pgDLQ
+	case StateWaitingChildren:
+		return pgChildren
+	}
+	return pgQueued
+}
+
+// sortKey orders claims within a priority: LIFO jobs first, newest first,
+// then FIFO by run time (ties go by the row's sequence number).
+func sortKey(j *Job) int64 {
+	if j.Lifo {
+		return -(j.RunAt<<10 | lifoSeq.Add(1)&1023)
+	}
+	return j.RunAt
+}
+
+// lifoSeq orders LIFO jobs of the same millisecond, newest first.
+var lifoSeq atomic.Int64
+
+// saveJobs writes jobs' rows from the jobs, in one statement. results
+// holds, by index, the results of jobs that just completed. A lease token
+// stays on the row after the lease ends, so that a late ACK or FAIL that
+// carries it is known for what it is.
+func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
+	n := len(jobs)
+	ids := make([]string, n)
+	states := make([]int16, n)
+	prios := make([]int64, n)
+	keys := make([]int64, n)
+	runAts := make([]int64, n)
+	doneAts := make([]*int64, n)
+	uks := make([]*string, n)
+	toks := make([]*string, n)
+	owners := make([]*string, n)
+	exps := make([]*int64, n)
+	ttls := make([]*int64, n)
+	touts := make([]*int64, n)
+	recs := make([][]byte, n)
+	res := make([][]byte, n)
+	for i, j := range jobs {
+		ids[i], states[i], prios[i], keys[i], runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
+		if j.DoneAt != 0 {
+			doneAts[i] = ptr(j.DoneAt)
+		}
+		if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
+			uks[i] = ptr(j.UniqueKey)
+		}
+		if j.state == StateActive {
+			exp := j.Heartbeat + defaultStall.StallInterval
+			if l := j.lease; l != nil {
+				toks[i], owners[i], ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
+				exp = l.ExpiresAt
+			}
+			if j.Timeout != none && j.Timeout > 0 {
+				touts[i] = ptr(j.StartedAt + j.Timeout)
+				exp = min(exp, j.StartedAt+j.Timeout)
+			}
+			exps[i] = ptr(exp)
+		}
+		var e Enc
+		encodeRecord(&e, j)
+		recs[i] = e.B
+		if r, ok := results[i]; ok && r != nil {
+			res[i] = r
+		}
+	}
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
+		done_at=u.done_at, unique_key=u.uk, lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
+		lease_broker=CASE WHEN u.state = 4 THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
+		record=u.rec, result=u.res
+		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
+			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[])
+			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res)
+		WHERE j.id = u.id`),
+		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker)
+	if err != nil {
+		return fmt.Errorf("postgres: save jobs: %w", err)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// pgFailJob applies a failed attempt to a job taken from a row: retry with
+// backoff, or the end (the DLQ, or removal, which the caller handles).
+// It returns false when the job is to be removed.
+func pgFailJob(j *Job, f failure, stall StallConfig, now int64) bool {
+	startedAt := j.StartedAt
+	j.lease = nil
+	j.Attempts++
+	if len(f.stack) > 0 {
+		j.Stack = normalizeStack(f.stack, int(j.StackLim))
+	}
+	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
+	reason := "explicit_fail"
+	if f.reason == "timeout" || !retry {
+		reason = f.reason
+		if reason == "" {
+			reason = "max_attempts_exceeded"
+		}
+	}
+	j.recordAttempt(startedAt, now, reason, f.err, f.hasErr)
+	if retry {
+		j.RunAt = now + backoffDelay(j)
+		j.StartedAt = 0
+		j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+		j.state = StateDelayed
+		return true
+	}
+	if j.RemoveOnF || f.removeOnFail {
+		return false
+	}
+	pgDeadLetter(j, reason, f.err, f.hasErr, now)
+	return true
+}
+
+func pgDeadLetter(j *Job, reason, err string, hasErr bool, now int64) {
+	j.state = StateFailed
+	j.failErr, j.hasFail = err, hasErr
+	j.lease = nil
+	j.dlq = &DLQEntry{EnteredAt: now, Reason: reason, Error: err, HasErr: hasErr, ExpiresAt: now + defaultDLQ.MaxAge}
+}

@@ -1,0 +1,429 @@
+package main
+
+// PostgreSQL mode against the real database at 127.0.0.1:5432 (or
+// QUEUED_TEST_POSTGRES_URL): brokers as subprocesses sharing one
+// namespace, each test in a namespace of its own, dropped at the end.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func testPGURL() string {
+	if u := os.Getenv("QUEUED_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test"
+}
+
+// pgTestNamespace makes a fresh namespace and drops its schema when the
+// test ends. The database must be there: PostgreSQL mode is tested for
+// real, never skipped.
+func pgTestNamespace(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	ns := "t" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testPGURL())
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s is needed for this test: %v", testPGURL(), err)
+	}
+	conn.Close(ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, testPGURL()); err == nil {
+			conn.Exec(ctx, "DROP SCHEMA IF EXISTS queued_"+ns+" CASCADE")
+			conn.Close(ctx)
+		}
+	})
+	return ns
+}
+
+func startPGBroker(t *testing.T, ns string) *serverProc {
+	t.Helper()
+	return startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
+}
+
+// pushMany pushes n jobs through the given clients in turn, in batches.
+func pushMany(t *testing.T, clients []*tclient, queue string, n, batch int) []string {
+	t.Helper()
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		k := min(batch, n-len(ids))
+		jobs := make([]any, k)
+		for x := range jobs {
+			jobs[x] = map[string]any{"name": "j", "data": map[string]any{"n": len(ids) + x}}
+		}
+		a := clients[i%len(clients)].ok(map[string]any{"cmd": "PUSHB", "queue": queue, "jobs": jobs})
+		for _, id := range list(t, a, "ids") {
+			ids = append(ids, id.(string))
+		}
+	}
+	return ids
+}
+
+// ackLedger counts, per job, the ACKs the brokers accepted, and the ACKs
+// whose answer never came (their broker died with the answer in flight).
+type ackLedger struct {
+	mu       sync.Mutex
+	accepted map[string]int
+	unknown  map[string]bool
+	total    atomic.Int64
+}
+
+// pgWorker pulls and acknowledges through one broker until stop closes or
+// its connection dies.
+func pgWorker(c *tclient, queue, owner string, led *ackLedger, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		a, err := c.do(map[string]any{"cmd": "PULLB", "queue": queue, "count": 50, "owner": owner,
+			"lockTtl": 3000, "timeout": 300}, 20*time.Second)
+		if err != nil || a["ok"] != true {
+			return
+		}
+		jobs, _ := a["jobs"].([]any)
+		toks, _ := a["tokens"].([]any)
+		if len(jobs) == 0 {
+			continue
+		}
+		ids := make([]any, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.(map[string]any)["id"]
+		}
+		r, err := c.do(map[string]any{"cmd": "ACKB", "ids": ids, "tokens": toks}, 20*time.Second)
+		led.mu.Lock()
+		if err != nil {
+			for _, id := range ids {
+				led.unknown[id.(string)] = true
+			}
+			led.mu.Unlock()
+			return
+		}
+		ignored := map[int]bool{}
+		if d, ok := r["data"].(map[string]any); ok {
+			list, _ := d["ignoredIndices"].([]any)
+			for _, x := range list {
+				ignored[int(toFloat(x))] = true
+			}
+		}
+		for i, id := range ids {
+			if !ignored[i] && r["ok"] == true {
+				led.accepted[id.(string)]++
+				led.total.Add(1)
+			}
+		}
+		led.mu.Unlock()
+	}
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	}
+	return -1
+}
+
+// TestPGThreeBrokersExactlyOnce runs 20,000 jobs through three brokers with
+// workers on each, kills one broker with SIGKILL mid-run, and requires
+// every job completed, none twice.
+func TestPGThreeBrokersExactlyOnce(t *testing.T) {
+	ns := pgTestNamespace(t)
+	brokers := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
+	admin := make([]*tclient, 3)
+	for i, b := range brokers {
+		admin[i] = dial(t, b.addr())
+	}
+	const total = 20000
+	const queue = "exactly-once"
+	ids := pushMany(t, admin, queue, total, 500)
+	if len(ids) != total {
+		t.Fatalf("pushed %d jobs, want %d", len(ids), total)
+	}
+	led := &ackLedger{accepted: map[string]int{}, unknown: map[string]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, b := range brokers {
+		for w := 0; w < 2; w++ {
+			c := dial(t, b.addr())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pgWorker(c, queue, fmt.Sprintf("w%d.%d", i, w), led, stop)
+			}()
+		}
+	}
+	// Kill the second broker a quarter of the way through.
+	eventually(t, 60*time.Second, "a quarter of the jobs acknowledged", func() (bool, string) {
+		n := led.total.Load()
+		return n >= total/4, fmt.Sprint(n, " acknowledged")
+	})
+	// Leases held through broker 2 when it dies: these jobs must come back
+	// through the other brokers once the leases run out.
+	held := dial(t, brokers[1].addr())
+	hp := held.ok(map[string]any{"cmd": "PULLB", "queue": queue, "count": 100, "owner": "doomed", "lockTtl": 2000})
+	heldIDs := list(t, hp, "jobs")
+	if len(heldIDs) == 0 {
+		t.Fatal("nothing left to hold through broker 2")
+	}
+	brokers[1].kill9(t)
+	t.Logf("broker 2 killed after %d ACKs, holding %d leases", led.total.Load(), len(heldIDs))
+	eventually(t, 120*time.Second, "every job completed", func() (bool, string) {
+		a := admin[0].ok(map[string]any{"cmd": "GetJobCounts", "queue": queue})
+		c := sub(t, a, "counts")
+		return num(t, c["completed"]) == total, fmt.Sprint(c)
+	})
+	close(stop)
+	wg.Wait()
+
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	twice, none := 0, 0
+	for _, id := range ids {
+		switch n := led.accepted[id]; {
+		case n > 1:
+			twice++
+		case n == 0 && !led.unknown[id]:
+			none++
+		}
+	}
+	for _, j := range heldIDs {
+		if id := j.(map[string]any)["id"].(string); led.accepted[id] != 1 {
+			t.Fatalf("job %s, leased through the killed broker, acknowledged %d times", id, led.accepted[id])
+		}
+	}
+	if twice > 0 || none > 0 {
+		t.Fatalf("%d jobs acknowledged twice, %d never (of %d; %d answers lost with the killed broker)",
+			twice, none, total, len(led.unknown))
+	}
+	a := admin[2].ok(map[string]any{"cmd": "GetJobCounts", "queue": queue})
+	c := sub(t, a, "counts")
+	for _, st := range []string{"waiting", "active", "delayed", "failed", "prioritized"} {
+		if num(t, c[st]) != 0 {
+			t.Fatalf("counts after the run: %v", c)
+		}
+	}
+	t.Logf("%d ACKs accepted, %d in flight at the kill", led.total.Load(), len(led.unknown))
+}
+
+// TestPGLeaseFence: once a lease runs out and another worker holds the
+// job, the first worker's ACK and FAIL are refused; the second's applies,
+// once.
+func TestPGLeaseFence(t *testing.T) {
+	ns := pgTestNamespace(t)
+	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
+	ca, cb := dial(t, a.addr()), dial(t, b.addr())
+	id := str(t, ca.ok(map[string]any{"cmd": "PUSH", "queue": "fence", "data": 1, "maxAttempts": 5}), "id")
+	p1 := ca.ok(map[string]any{"cmd": "PULL", "queue": "fence", "owner": "w1", "lockTtl": 300})
+	tok1 := str(t, p1, "token")
+	// Broker B reclaims the expired lease and hands the job out again.
+	var tok2 string
+	eventually(t, 10*time.Second, "job delivered again through broker B", func() (bool, string) {
+		p2 := cb.ok(map[string]any{"cmd": "PULL", "queue": "fence", "owner": "w2", "lockTtl": 30000})
+		if j, ok := p2["job"].(map[string]any); ok && j["id"] == id {
+			tok2 = str(t, p2, "token")
+			return true, ""
+		}
+		return false, "not yet"
+	})
+	if msg := ca.fail(map[string]any{"cmd": "ACK", "id": id, "token": tok1}); !strings.Contains(msg, "Invalid or expired lock token") {
+		t.Fatalf("stale ACK: %q", msg)
+	}
+	if msg := ca.fail(map[string]any{"cmd": "FAIL", "id": id, "token": tok1, "error": "late"}); !strings.Contains(msg, "Invalid or expired lock token") {
+		t.Fatalf("stale FAIL: %q", msg)
+	}
+	if msg := cb.fail(map[string]any{"cmd": "ACK", "id": id}); !strings.Contains(msg, "Lock token required") {
+		t.Fatalf("ACK without a token: %q", msg)
+	}
+	cb.ok(map[string]any{"cmd": "ACK", "id": id, "token": tok2, "result": "r2"})
+	// The same ACK again came too late: already finalized, not an error.
+	again := cb.ok(map[string]any{"cmd": "ACK", "id": id, "token": tok2})
+	if d := sub(t, again, "data"); d["applied"] != false || d["reason"] != "already-finalized" {
+		t.Fatalf("repeated ACK: %v", again)
+	}
+	ca.fail(map[string]any{"cmd": "ACK", "id": id, "token": tok1})
+	j := sub(t, ca.ok(map[string]any{"cmd": "GetJob", "id": id}), "job")
+	if j["state"] != "completed" || j["returnvalue"] != "r2" || num(t, j["attempts"]) != 1 {
+		t.Fatalf("job after the fenced run: state %v, result %v, attempts %v", j["state"], j["returnvalue"], j["attempts"])
+	}
+}
+
+// TestPGPauseAndWakeAcrossBrokers: a pause set through one broker holds on
+// the others, and a resume or push through one wakes a long poll on
+// another.
+func TestPGPauseAndWakeAcrossBrokers(t *testing.T) {
+	ns := pgTestNamespace(t)
+	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
+	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
+	c[0].ok(map[string]any{"cmd": "PUSH", "queue": "p", "data": 1})
+	c[0].ok(map[string]any{"cmd": "Pause", "queue": "p"})
+	if a := c[1].ok(map[string]any{"cmd": "IsPaused", "queue": "p"}); a["paused"] != true {
+		t.Fatalf("IsPaused through another broker: %v", a)
+	}
+	if a := c[2].ok(map[string]any{"cmd": "PULL", "queue": "p"}); a["job"] != nil {
+		t.Fatalf("pulled from a paused queue through another broker: %v", a)
+	}
+	counts := sub(t, c[2].ok(map[string]any{"cmd": "GetJobCounts", "queue": "p"}), "counts")
+	if num(t, counts["paused"]) != 1 || num(t, counts["waiting"]) != 0 {
+		t.Fatalf("counts of a paused queue: %v", counts)
+	}
+	// A long poll on broker 2 is answered when broker 3 resumes.
+	id, ch := c[1].send(map[string]any{"cmd": "PULL", "queue": "p", "timeout": 20000})
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	c[2].ok(map[string]any{"cmd": "Resume", "queue": "p"})
+	a := c[1].await(id, ch, 25*time.Second)
+	if j, ok := a["job"].(map[string]any); !ok || j["data"] != int64(1) && toFloat(j["data"]) != 1 {
+		t.Fatalf("long poll after resume: %v", a)
+	}
+	t.Logf("resume through broker 3 woke a poll on broker 2 in %v", time.Since(start))
+	// And a push through broker 1 wakes a poll on broker 3.
+	id, ch = c[2].send(map[string]any{"cmd": "PULL", "queue": "p", "timeout": 20000})
+	time.Sleep(200 * time.Millisecond)
+	start = time.Now()
+	pushed := str(t, c[0].ok(map[string]any{"cmd": "PUSH", "queue": "p", "data": 2}), "id")
+	a = c[2].await(id, ch, 25*time.Second)
+	if j, ok := a["job"].(map[string]any); !ok || j["id"] != pushed {
+		t.Fatalf("long poll after a push elsewhere: %v", a)
+	}
+	t.Logf("push through broker 1 woke a poll on broker 3 in %v", time.Since(start))
+}
+
+// TestPGSharedState: custom ids, unique keys, priorities, delays, retries,
+// the DLQ and queries behave the same through any broker.
+func TestPGSharedState(t *testing.T) {
+	ns := pgTestNamespace(t)
+	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
+	ca, cb := dial(t, a.addr()), dial(t, b.addr())
+	q := "shared"
+	id1 := str(t, ca.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 1, "jobId": "order-1"}), "id")
+	id2 := str(t, cb.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 2, "jobId": "order-1"}), "id")
+	if id1 != "order-1" || id2 != "order-1" {
+		t.Fatalf("custom id through two brokers: %q, %q", id1, id2)
+	}
+	u1 := str(t, ca.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 3, "uniqueKey": "k"}), "id")
+	u2 := str(t, cb.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 4, "uniqueKey": "k"}), "id")
+	if u1 != u2 {
+		t.Fatalf("unique key held through another broker: %q then %q", u1, u2)
+	}
+	hi := str(t, cb.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 5, "priority": 10}), "id")
+	later := str(t, cb.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 6, "delay": 60000}), "id")
+	if st := ca.ok(map[string]any{"cmd": "GetState", "id": later})["state"]; st != "delayed" {
+		t.Fatalf("delayed job state %v", st)
+	}
+	if st := ca.ok(map[string]any{"cmd": "GetState", "id": hi})["state"]; st != "prioritized" {
+		t.Fatalf("prioritized job state %v", st)
+	}
+	// Claims go by priority, then FIFO.
+	order := []string{}
+	for i := 0; i < 3; i++ {
+		p := ca.ok(map[string]any{"cmd": "PULL", "queue": q})
+		j := p["job"].(map[string]any)
+		order = append(order, j["id"].(string))
+		if j["id"] == id1 {
+			// Fails for good: one attempt only left after this? No: it
+			// retries with backoff, so fail it unrecoverably.
+			cb.ok(map[string]any{"cmd": "FAIL", "id": id1, "error": "boom", "unrecoverable": true})
+		} else {
+			cb.ok(map[string]any{"cmd": "ACK", "id": j["id"], "result": map[string]any{"ok": true}})
+		}
+	}
+	if order[0] != hi || order[1] != id1 || order[2] != u1 {
+		t.Fatalf("claim order %v, want %v", order, []string{hi, id1, u1})
+	}
+	if p := ca.ok(map[string]any{"cmd": "PULL", "queue": q}); p["job"] != nil {
+		t.Fatalf("the delayed job was handed out early: %v", p)
+	}
+	dlq := cb.ok(map[string]any{"cmd": "Dlq", "queue": q})
+	if l := list(t, dlq, "jobs"); len(l) != 1 || l[0].(map[string]any)["id"] != id1 {
+		t.Fatalf("DLQ: %v", dlq)
+	}
+	// The finished holder of a custom id gives it up to a new job.
+	if id := str(t, cb.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": 7, "jobId": "order-1"}), "id"); id != "order-1" {
+		t.Fatalf("custom id reuse: %q", id)
+	}
+	if n := num(t, ca.ok(map[string]any{"cmd": "PurgeDlq", "queue": q})["count"]); n != 0 {
+		t.Fatalf("PurgeDlq after the id was reused: %v", n)
+	}
+	res := ca.ok(map[string]any{"cmd": "GetResult", "id": u1})
+	if r, ok := res["result"].(map[string]any); !ok || r["ok"] != true {
+		t.Fatalf("result through the other broker: %v", res)
+	}
+	counts := sub(t, ca.ok(map[string]any{"cmd": "GetJobCounts", "queue": q}), "counts")
+	if num(t, counts["completed"]) != 2 || num(t, counts["delayed"]) != 1 || num(t, counts["waiting"]) != 1 {
+		t.Fatalf("counts: %v", counts)
+	}
+	queues := list(t, cb.ok(map[string]any{"cmd": "ListQueues"}), "queues")
+	if len(queues) != 1 || queues[0] != q {
+		t.Fatalf("ListQueues: %v", queues)
+	}
+	if msg := ca.fail(map[string]any{"cmd": "PUSH", "queue": q, "data": 1, "dependsOn": []any{u1}}); !strings.Contains(msg, "not available in PostgreSQL mode") {
+		t.Fatalf("an option PostgreSQL mode does not carry out yet: %q", msg)
+	}
+	if n := num(t, cb.ok(map[string]any{"cmd": "Drain", "queue": q})["count"]); n != 2 {
+		t.Fatalf("Drain removed %v jobs, want 2", n)
+	}
+}
+
+// TestPGSchemaNewerRefused: a broker leaves alone a namespace migrated by
+// a newer queued.
+func TestPGSchemaNewerRefused(t *testing.T) {
+	ns := pgTestNamespace(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	b := NewBroker(1, nil)
+	defer b.Close()
+	p, err := OpenPG(ctx, testPGURL(), ns, b, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.pool.Exec(ctx, `UPDATE queued_`+ns+`.schema_version SET version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	_, err = OpenPG(ctx, testPGURL(), ns, b, log)
+	if err == nil || !strings.Contains(err.Error(), "newer than this queued knows") {
+		t.Fatalf("opening a newer schema: %v", err)
+	}
+}
+
+// TestPGStorageFlags: PostgreSQL and SQLite are not both asked for.
+func TestPGStorageFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--postgres-url", testPGURL(), "--data-path", "/tmp/x.db"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "choose one storage") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	t.Setenv("BUNQUEUE_STORAGE_DRIVER", "postgres")
+	errb.Reset()
+	code = run([]string{"serve"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "needs a URL") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
