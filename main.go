@@ -27,35 +27,30 @@ const usage = `queued: a job queue server that speaks the bunqueue protocol (v3)
 
 Usage:
   queued [serve] [flags]   run the server (the default)
-  queued backup --out FILE copy a running server's database (see queued backup --help)
-  queued version           print the version
-  queued help              this text
+  queued COMMAND ...       talk to a running server (queued help lists the commands)
 
 Server flags (each also read from the environment variable in brackets):
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "serve":
+	if len(args) == 0 {
 		return serve(args, stdout, stderr)
+	}
+	switch args[0] {
+	case "serve", "start":
+		return serve(args[1:], stdout, stderr)
 	case "backup":
-		return cmdBackupCLI(args, stdout, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "queued %s (bunqueue protocol %d, compatible with bunqueue %s)\n", version, protocolVersion, compatVersion)
-		return 0
+		return cmdBackupCLI(args[1:], stdout, stderr)
+	case "bench":
+		return cmdBench(args[1:], stdout, stderr)
 	case "help":
-		fs, _ := serverFlags(stderr)
-		fmt.Fprint(stdout, usage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		if len(args) > 1 {
+			return printHelp(args[1], stdout, stderr)
+		}
+		fmt.Fprint(stdout, mainHelp())
 		return 0
 	}
-	fmt.Fprintf(stderr, "queued: unknown command %q (try: queued help)\n", cmd)
-	return 2
+	return cliMain(args, stdout, stderr)
 }
 
 // config is the server's configuration after flags and environment.
