@@ -534,7 +534,6 @@ func jsStr(x any, fallback string) string {
 	return compactJSON(x)
 }
 
-
 func numOf(x any) (float64, bool) {
 	switch t := x.(type) {
 	case int64:
