@@ -208,11 +208,14 @@ func (c *Client) writeLoop() {
 	for range c.wkick {
 		c.wmu.Lock()
 		out := c.wbuf
-		c.wbuf = c.wspare[:0]
-		c.wmu.Unlock()
 		if len(out) == 0 {
+			c.wmu.Unlock()
 			continue
 		}
+		// The two buffers trade places: callers fill one while the other
+		// is on its way out.
+		c.wbuf, c.wspare = c.wspare[:0], nil
+		c.wmu.Unlock()
 		c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		_, err := c.nc.Write(out)
 		c.wmu.Lock()
