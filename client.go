@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -59,6 +60,7 @@ type Client struct {
 	pending map[uint64]chan []byte
 	seq     atomic.Uint64
 
+	answered  bool          // a frame has arrived; the reader's own
 	done      chan struct{} // closed when the reader has stopped
 	rerr      error         // why the reader stopped; read after done
 	wdone     chan struct{}
@@ -165,12 +167,17 @@ func (c *Client) readLoop() {
 				err = fmt.Errorf("reading from %s: %w (is the server running with TLS? try --tls)", c.cfg.Addr, err)
 			case c.closing.Load():
 				err = errors.New("connection closed")
+			case !c.answered && c.cfg.TLS == nil && errors.Is(err, io.EOF):
+				// A TLS server drops a client whose first bytes are not a
+				// handshake, without a word.
+				err = fmt.Errorf("%s closed the connection without answering (is the server running with TLS? try --tls)", c.cfg.Addr)
 			default:
 				err = fmt.Errorf("connection to %s lost: %w", c.cfg.Addr, err)
 			}
 			c.fail(err)
 			return
 		}
+		c.answered = true
 		m, err := ParseMap(body, fields)
 		fields = m.Fields[:0]
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +65,8 @@ type config struct {
 	dataPath   string
 	memory     bool
 	syncMode   string
+	tlsCert    string
+	tlsKey     string
 }
 
 func envOr(keys []string, def string) string {
@@ -103,6 +106,9 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
+	fs.StringVar(&c.tlsCert, "tls-cert", envOr([]string{"TLS_CERT_FILE"}, ""),
+		"PEM certificate: TLS on the TCP port, HTTPS on the HTTP port; reread on SIGHUP [TLS_CERT_FILE]")
+	fs.StringVar(&c.tlsKey, "tls-key", envOr([]string{"TLS_KEY_FILE"}, ""), "PEM private key of --tls-cert [TLS_KEY_FILE]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -115,7 +121,11 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	if toJournal(w) {
+		opts = journalOptions(opts)
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -129,6 +139,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	log, err := newLogger(stderr, c.logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		fmt.Fprintln(stderr, "queued: --tls-cert and --tls-key go together")
 		return 2
 	}
 	if c.shards != 0 && (c.shards < 1 || c.shards > 64 || c.shards&(c.shards-1) != 0) {
@@ -158,6 +172,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // then shuts down gracefully. ready, when given, receives the bound
 // addresses (tests listen on port 0).
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+	var certs *certReloader
+	if c.tlsCert != "" || c.tlsKey != "" {
+		// A bad path or pair stops the start, rather than failing every
+		// handshake later.
+		var err error
+		if certs, err = newCertReloader(c.tlsCert, c.tlsKey); err != nil {
+			return err
+		}
+	}
 	var store Store
 	var sq *SQLiteStore
 	storage := "memory"
@@ -198,6 +221,10 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
 	}
+	var tcpLn net.Listener = ln
+	if certs != nil {
+		tcpLn = tls.NewListener(ln, certs.serverTLSConfig())
+	}
 	var hs *http.Server
 	var hln net.Listener
 	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
@@ -209,21 +236,38 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
 		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv))
+		if certs != nil {
+			hs.TLSConfig = certs.serverTLSConfig()
+		}
+		// Failed handshakes (scanners, plain HTTP on the HTTPS port) are
+		// the client's problem: debug lines, not the standard logger's.
+		hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(tcpLn) }()
 	if hs != nil {
 		go func() {
-			if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if certs != nil {
+				err = hs.ServeTLS(hln, "", "")
+			} else {
+				err = hs.Serve(hln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("http: %w", err)
 			}
 		}()
 	}
 	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
-		"auth", len(srv.tokens) > 0, "version", version}
+		"auth", len(srv.tokens) > 0, "tls", certs != nil, "version", version}
 	if hln != nil {
 		attrs = append(attrs, "http", hln.Addr().String())
 	}
+	// SIGHUP rereads the certificate; without TLS it is logged and
+	// ignored rather than ending the server, as it would by default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log.Info("queued started", attrs...)
 	if ready != nil {
 		var ha net.Addr
@@ -232,10 +276,29 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		ready(ln.Addr(), ha)
 	}
+	if err := sdNotify("READY=1\nSTATUS=serving on " + ln.Addr().String()); err != nil {
+		log.Warn("systemd readiness", "err", err)
+	}
 	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case runErr = <-errc:
+			break wait
+		case <-hup:
+			if certs == nil {
+				log.Info("SIGHUP: nothing to reload (no TLS)")
+			} else if err := certs.reload(); err != nil {
+				log.Error("SIGHUP: certificate not reloaded; the previous one stays in use", "err", err)
+			} else {
+				log.Info("SIGHUP: certificate reloaded", "cert", c.tlsCert)
+			}
+		}
+	}
+	if err := sdNotify("STOPPING=1"); err != nil {
+		log.Warn("systemd stopping", "err", err)
 	}
 	log.Info("shutting down")
 	if hs != nil {
