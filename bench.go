@@ -78,9 +78,17 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", 0, "run push, pushb and mixed for this long instead of --jobs (e.g. 10s)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), `  -H, --host, -p, --port, -t, --token, --tls, --tls-ca FILE, --tls-no-verify, --json
-        as for every client command (see queued help)
+		fmt.Fprint(fs.Output(), `  --connections N   connections (mixed: half push, half work) (default 4)
+  --pipeline N      requests in flight on each connection (default 16)
+  --batch N         jobs per PUSHB, PULLB and ACKB, 1 to 1000 (default 100)
+  --payload BYTES   payload in each job's data (default 64)
+  --jobs N          jobs per workload (default 100000)
+  --duration D      run push, pushb and mixed this long instead of --jobs (e.g. 10s)
+  -H, --host, -p, --port, -t, --token, --tls, --tls-ca FILE, --tls-no-verify, --json
+                    as for every client command (see queued help)
+
+Example:
+  queued bench pushb --connections 4 --pipeline 8 --batch 100 --jobs 1000000
 `)
 	}
 	if g.help {
@@ -237,7 +245,7 @@ type benchRun struct {
 	pushed    atomic.Int64 // jobs the server accepted
 	processed atomic.Int64 // jobs acknowledged
 	requests  atomic.Int64
-	seen      seenTable
+	seen      *seenTable
 	dupes     atomic.Int64
 	ackErrs   atomic.Int64
 }
@@ -249,7 +257,7 @@ func newBenchRun(ctx context.Context, o benchOpts, queue string, out io.Writer) 
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	b := &benchRun{o: o, ctx: rctx, cancel: cancel, queue: queue, out: out,
-		payload: strings.Repeat("x", o.payload)}
+		payload: strings.Repeat("x", o.payload), seen: &seenTable{}}
 	for range o.connections {
 		c, err := Dial(rctx, cfg)
 		if err != nil {
@@ -890,6 +898,9 @@ func (h *hist) merge(o *hist) {
 func (h *hist) quantileMs(q float64) float64 {
 	if h.n == 0 {
 		return 0
+	}
+	if q >= 1 {
+		return round3(float64(h.max) / 1e6)
 	}
 	rank := uint64(math.Ceil(q * float64(h.n)))
 	var seen uint64
