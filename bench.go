@@ -147,7 +147,9 @@ Example:
 	}
 	o.progress = !g.json && isTerminal(stdout)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// Interrupted (or its terminal gone), it stops and still removes its
+	// queue.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	results, err := runBench(ctx, o, stdout)
 	if o.cli.json {

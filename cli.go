@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -259,8 +260,10 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "file to write the backup to (must not exist)")
 	url := fs.String("url", envOr([]string{"QUEUED_HTTP_URL"}, "http://127.0.0.1:6790"), "the server's HTTP address [QUEUED_HTTP_URL]")
 	token := fs.String("token", envOr([]string{"QUEUED_TOKEN", "BQ_TOKEN", "BUNQUEUE_TOKEN"}, ""), "auth token, when the server has AUTH_TOKENS [QUEUED_TOKEN]")
+	caFile := fs.String("tls-ca", "", "verify an https:// server with this CA certificate")
+	noVerify := fs.Bool("tls-no-verify", false, "do not verify an https:// server's certificate (testing only)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: queued backup --out FILE [--url http://host:6790] [--token T]\n\nCopies a running server's SQLite database, consistently, to FILE.")
+		fmt.Fprintln(fs.Output(), "Usage: queued backup --out FILE [--url http://host:6790] [--token T] [--tls-ca FILE]\n\nCopies a running server's SQLite database, consistently, to FILE.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -273,7 +276,12 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "queued backup: --out FILE is required")
 		return 2
 	}
-	if err := backupTo(*url, *token, *out); err != nil {
+	tcfg, err := clientTLS(false, *caFile, *noVerify)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued backup:", err)
+		return 2
+	}
+	if err := backupTo(*url, *token, *out, tcfg); err != nil {
 		fmt.Fprintln(stderr, "queued backup:", err)
 		return 1
 	}
@@ -282,7 +290,7 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func backupTo(base, token, out string) error {
+func backupTo(base, token, out string, tcfg *tls.Config) error {
 	if _, err := os.Stat(out); err == nil {
 		return fmt.Errorf("%s exists; choose another file", out)
 	}
@@ -293,7 +301,9 @@ func backupTo(base, token, out string) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Minute}).Do(req)
+	hc := &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{TLSClientConfig: tcfg, Proxy: http.ProxyFromEnvironment}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("asking %s for a backup: %w", base, err)
 	}

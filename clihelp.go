@@ -220,7 +220,7 @@ func printHelp(cmd string, stdout, stderr io.Writer) int {
 	}
 	h, ok := commandHelp[cmd]
 	if !ok {
-		fmt.Fprintf(stderr, "queued: no help for %q: %v (try: queued help)\n", cmd, errHelpTopic)
+		fmt.Fprintf(stderr, "queued: no help for %q: no such command (try: queued help)\n", cmd)
 		return 2
 	}
 	fmt.Fprint(stdout, strings.TrimLeft(h, "\n"))

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -114,7 +113,8 @@ func (v *view) render(w io.Writer) {
 	case "Promote":
 		fmt.Fprintf(w, "Job %s promoted to waiting\n", id)
 	case "MoveToDelayed":
-		fmt.Fprintf(w, "Job %s delayed by %s\n", id, humanMs(float64(v.req["delay"].(int64))))
+		d, _ := numOf(v.req["delay"])
+		fmt.Fprintf(w, "Job %s delayed by %s\n", id, humanMs(d))
 	case "Discard":
 		fmt.Fprintf(w, "Job %s discarded to the dead-letter queue\n", id)
 	case "ListQueues":
@@ -580,18 +580,24 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 	type check struct {
 		Name   string `json:"name"`
 		OK     bool   `json:"ok"`
+		Warn   bool   `json:"warning,omitempty"` // worth knowing, not a fault
 		Detail string `json:"detail"`
 	}
 	var checks []check
-	add := func(name string, ok bool, detail string) { checks = append(checks, check{name, ok, detail}) }
+	add := func(name string, ok bool, detail string) {
+		checks = append(checks, check{Name: name, OK: ok, Detail: detail})
+	}
 
 	doc, herr := fetchHealth(o, 5*time.Second)
 	if herr != nil {
 		add("http", false, fmt.Sprintf("not reachable at %s: %v", o.httpBase(), herr))
 	} else {
 		add("http", true, "reachable at "+o.httpBase())
+		// Another version (the reference server, or an older queued) is
+		// worth knowing but not a fault: the protocol is the same.
 		sv := jsStr(doc["version"], "")
-		add("version", sv == version || sv == "", fmt.Sprintf("server %s, this client %s", jsStr(doc["version"], "unknown"), version))
+		checks = append(checks, check{Name: "version", OK: true, Warn: sv != version && sv != "",
+			Detail: fmt.Sprintf("server %s, this client %s", jsStr(doc["version"], "unknown"), version)})
 		add("status", doc["status"] == "healthy", "status "+jsStr(doc["status"], "unknown"))
 		if st, ok := doc["storage"].(map[string]any); ok {
 			detail := jsStr(st["driver"], "?")
@@ -645,6 +651,8 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 			mark := "ok"
 			if !c.OK {
 				mark = "FAIL"
+			} else if c.Warn {
+				mark = "warn"
 			}
 			rows = append(rows, []string{c.Name, mark, c.Detail})
 		}
@@ -660,5 +668,3 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
-
-var errHelpTopic = errors.New("no such help topic")

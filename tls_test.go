@@ -232,6 +232,18 @@ func TestTLSHandshakeAndVerification(t *testing.T) {
 	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"healthy"`)) {
 		t.Errorf("HTTPS /health: %s %s", resp.Status, body)
 	}
+	// queued backup speaks HTTPS with the same options; this server keeps
+	// its data in memory, so the answer that proves the handshake is the
+	// refusal to back it up.
+	out := filepath.Join(t.TempDir(), "b.db")
+	if code, _, errOut := runCLI(t, "backup", "--out", out, "--url", "https://"+httpAddr, "--tls-ca", ca.caFile()); code != 1 ||
+		!strings.Contains(errOut, "needs SQLite") {
+		t.Errorf("backup over HTTPS with the CA: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "backup", "--out", out, "--url", "https://"+httpAddr); code != 1 ||
+		!strings.Contains(errOut, "certificate") {
+		t.Errorf("backup over HTTPS without the CA: exit %d, %s", code, errOut)
+	}
 	if _, err := (&http.Client{Timeout: callTimeout}).Get("http://" + httpAddr + "/health"); err == nil {
 		// Go's server answers plain HTTP on a TLS port with a 400, which
 		// is not the health document.
