@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,34 +35,32 @@ Usage:
                            download a backup into a new database file
   queued version           print the version
   queued help              this text
+  queued COMMAND ...       talk to a running server (queued help lists the commands)
 
 Server flags (each also read from the environment variable in brackets):
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "serve":
+	if len(args) == 0 {
 		return serve(args, stdout, stderr)
+	}
+	switch args[0] {
+	case "serve", "start":
+		return serve(args[1:], stdout, stderr)
 	case "backup":
-		return cmdBackupCLI(args, stdout, stderr)
+		return cmdBackupCLI(args[1:], stdout, stderr)
 	case "backups", "restore":
-		return cmdS3(cmd, args, stdout, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "queued %s (bunqueue protocol %d, compatible with bunqueue %s)\n", version, protocolVersion, compatVersion)
-		return 0
+		return cmdS3(args[0], args[1:], stdout, stderr)
+	case "bench":
+		return cmdBench(args[1:], stdout, stderr)
 	case "help":
-		fs, _ := serverFlags(stderr)
-		fmt.Fprint(stdout, usage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		if len(args) > 1 {
+			return printHelp(args[1], stdout, stderr)
+		}
+		fmt.Fprint(stdout, mainHelp())
 		return 0
 	}
-	fmt.Fprintf(stderr, "queued: unknown command %q (try: queued help)\n", cmd)
-	return 2
+	return cliMain(args, stdout, stderr)
 }
 
 // config is the server's configuration after flags and environment.
@@ -82,6 +81,8 @@ type config struct {
 	explicitDB  bool // a SQLite path was asked for, by flag or environment
 
 	webhookAllowPrivate bool
+	tlsCert    string
+	tlsKey     string
 }
 
 func envOr(keys []string, def string) string {
@@ -141,6 +142,9 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
+	fs.StringVar(&c.tlsCert, "tls-cert", envOr([]string{"TLS_CERT_FILE"}, ""),
+		"PEM certificate: TLS on the TCP port, HTTPS on the HTTP port; reread on SIGHUP [TLS_CERT_FILE]")
+	fs.StringVar(&c.tlsKey, "tls-key", envOr([]string{"TLS_KEY_FILE"}, ""), "PEM private key of --tls-cert [TLS_KEY_FILE]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -153,7 +157,11 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	if toJournal(w) {
+		opts = journalOptions(opts)
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -177,6 +185,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	log, err := newLogger(stderr, c.logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		fmt.Fprintln(stderr, "queued: --tls-cert and --tls-key go together")
 		return 2
 	}
 	if c.shards != 0 && (c.shards < 1 || c.shards > 64 || c.shards&(c.shards-1) != 0) {
@@ -206,6 +218,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // then shuts down gracefully. ready, when given, receives the bound
 // addresses (tests listen on port 0).
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+	var certs *certReloader
+	if c.tlsCert != "" || c.tlsKey != "" {
+		// A bad path or pair stops the start, rather than failing every
+		// handshake later.
+		var err error
+		if certs, err = newCertReloader(c.tlsCert, c.tlsKey); err != nil {
+			return err
+		}
+	}
 	var store Store
 	var sq *SQLiteStore
 	storage := "memory"
@@ -284,6 +305,10 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
 	}
+	var tcpLn net.Listener = ln
+	if certs != nil {
+		tcpLn = tls.NewListener(ln, certs.serverTLSConfig())
+	}
 	var hs *http.Server
 	var hln net.Listener
 	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
@@ -296,24 +321,41 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
 		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv, bk))
+		if certs != nil {
+			hs.TLSConfig = certs.serverTLSConfig()
+		}
+		// Failed handshakes (scanners, plain HTTP on the HTTPS port) are
+		// the client's problem: debug lines, not the standard logger's.
+		hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(tcpLn) }()
 	if hs != nil {
 		go func() {
-			if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if certs != nil {
+				err = hs.ServeTLS(hln, "", "")
+			} else {
+				err = hs.Serve(hln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("http: %w", err)
 			}
 		}()
 	}
 	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
-		"auth", len(srv.tokens) > 0, "version", version}
+		"auth", len(srv.tokens) > 0, "tls", certs != nil, "version", version}
 	if c.webhookAllowPrivate {
 		attrs = append(attrs, "webhook_allow_private", true)
 	}
 	if hln != nil {
 		attrs = append(attrs, "http", hln.Addr().String())
 	}
+	// SIGHUP rereads the certificate; without TLS it is logged and
+	// ignored rather than ending the server, as it would by default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log.Info("queued started", attrs...)
 	if bk != nil {
 		bk.Start()
@@ -325,10 +367,29 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		ready(ln.Addr(), ha)
 	}
+	if err := sdNotify("READY=1\nSTATUS=serving on " + ln.Addr().String()); err != nil {
+		log.Warn("systemd readiness", "err", err)
+	}
 	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case runErr = <-errc:
+			break wait
+		case <-hup:
+			if certs == nil {
+				log.Info("SIGHUP: nothing to reload (no TLS)")
+			} else if err := certs.reload(); err != nil {
+				log.Error("SIGHUP: certificate not reloaded; the previous one stays in use", "err", err)
+			} else {
+				log.Info("SIGHUP: certificate reloaded", "cert", c.tlsCert)
+			}
+		}
+	}
+	if err := sdNotify("STOPPING=1"); err != nil {
+		log.Warn("systemd stopping", "err", err)
 	}
 	log.Info("shutting down")
 	if bk != nil {
