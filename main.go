@@ -81,8 +81,8 @@ type config struct {
 	explicitDB  bool // a SQLite path was asked for, by flag or environment
 
 	webhookAllowPrivate bool
-	tlsCert    string
-	tlsKey     string
+	tlsCert             string
+	tlsKey              string
 }
 
 func envOr(keys []string, def string) string {
