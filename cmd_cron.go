@@ -146,24 +146,41 @@ func encodeCron(e *Enc, s *CronSchedule) {
 }
 
 func cmdCron(r *Req) error {
-	m := r.m
+	s, err := readCron(r.m)
+	if err != nil {
+		return err
+	}
+	got, err := r.b.cron.Add(s)
+	if err != nil {
+		return err
+	}
+	if r.b.store != nil {
+		r.b.store.CronChanged(&got)
+	}
+	encodeCron(r.field("cron"), &got)
+	return nil
+}
+
+// readCron reads a Cron command into a schedule, with the reference's
+// defaults.
+func readCron(m Map) (CronSchedule, error) {
 	s := CronSchedule{SkipMissedOnRestart: true, PreventOverlap: true}
 	var err error
 	if s.Name, _, err = m.Str("name"); err != nil {
-		return err
+		return s, err
 	}
 	if s.Name == "" {
-		return errors.New("name is required")
+		return s, errors.New("name is required")
 	}
 	if s.Queue, err = queueArg(m); err != nil {
-		return err
+		return s, err
 	}
 	data := m.Get("data")
 	if data != nil {
 		s.Data = clone(data)
 	}
 	if jn, ok, err := m.Str("jobName"); err != nil {
-		return err
+		return s, err
 	} else if ok && jn != "" {
 		s.JobName = jn
 	} else {
@@ -174,37 +191,37 @@ func cmdCron(r *Req) error {
 		}
 	}
 	if s.Schedule, _, err = m.Str("schedule"); err != nil {
-		return err
+		return s, err
 	}
 	if f, ok, err := m.Num("repeatEvery"); err != nil {
-		return err
+		return s, err
 	} else if ok {
 		if f != math.Trunc(f) || f < 1 || f > 9007199254740991 {
-			return errors.New("Cron repeatEvery must be a positive safe integer number of milliseconds")
+			return s, errors.New("Cron repeatEvery must be a positive safe integer number of milliseconds")
 		}
 		s.RepeatEvery = int64(f)
 	}
 	if s.Schedule == "" && s.RepeatEvery == 0 {
-		return errors.New("Cron job must have either schedule or repeatEvery")
+		return s, errors.New("Cron job must have either schedule or repeatEvery")
 	}
 	if s.Timezone, _, err = m.Str("timezone"); err != nil {
-		return err
+		return s, err
 	}
 	if p, ok, err := finiteArg(m, "priority"); err != nil {
-		return err
+		return s, err
 	} else if ok {
 		s.Priority = int64(p)
 	}
 	if l, ok, err := finiteArg(m, "maxLimit"); err != nil {
-		return err
+		return s, err
 	} else if ok && l > 0 {
 		s.MaxLimit = int64(l)
 	}
 	if s.UniqueKey, _, err = m.Str("uniqueKey"); err != nil {
-		return err
+		return s, err
 	}
 	if d, ok, err := m.Map("dedup"); err != nil {
-		return err
+		return s, err
 	} else if ok {
 		ttl, _ := optNum(d, "ttl")
 		s.Dedup = &CronDedup{Extend: truthy(d, "extend"), Replace: truthy(d, "replace")}
@@ -218,31 +235,23 @@ func cmdCron(r *Req) error {
 	}{{"skipMissedOnRestart", &s.SkipMissedOnRestart}, {"immediately", &s.Immediately},
 		{"skipIfNoWorker", &s.SkipIfNoWorker}, {"preventOverlap", &s.PreventOverlap}} {
 		if v, ok, err := m.Bool(f.key); err != nil {
-			return err
+			return s, err
 		} else if ok {
 			*f.dst = v
 		}
 	}
 	if o := m.Get("jobOptions"); o != nil && o[0] != 0xc0 {
 		if _, err := ParseMap(o, nil); err != nil {
-			return &FieldError{Field: "jobOptions", Msg: "must be an object"}
+			return s, &FieldError{Field: "jobOptions", Msg: "must be an object"}
 		}
 		s.JobOptions = clone(o)
 	}
 	if s.Schedule != "" {
 		if _, err := ParseCron(s.Schedule); err != nil {
-			return errors.New("Invalid cron expression: " + err.Error())
+			return s, errors.New("Invalid cron expression: " + err.Error())
 		}
 	}
-	got, err := r.b.cron.Add(s)
-	if err != nil {
-		return err
-	}
-	if r.b.store != nil {
-		r.b.store.CronChanged(&got)
-	}
-	encodeCron(r.field("cron"), &got)
-	return nil
+	return s, nil
 }
 
 var errCronNotFound = errors.New("Cron job not found")

@@ -204,7 +204,7 @@ func TestCompat(t *testing.T) {
 // the others need commands it does not have yet (see issue 8).
 var pgCompatScripts = map[string]bool{
 	"basic": true, "bulk": true, "priority": true, "delay": true, "retry": true, "unrecoverable": true,
-	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true,
+	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
 }
 
 // storageFlags selects an engine for a test server.

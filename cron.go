@@ -755,6 +755,26 @@ func (s *CronSchedule) compile() error {
 	return nil
 }
 
+// start readies a new schedule: its timing checked and its first run
+// after now (a schedule that runs immediately is moved to now by the
+// caller, which knows whether it replaces one).
+func (s *CronSchedule) start(now int64) error {
+	if err := s.compile(); err != nil {
+		return err
+	}
+	s.Executions = 0
+	if s.expr != nil {
+		t, ok := s.expr.Next(time.UnixMilli(now), s.loc)
+		if !ok {
+			return fmt.Errorf("cron %q: %q has no run in the next %d years", s.Name, s.Schedule, cronHorizonYears)
+		}
+		s.NextRun = t.UnixMilli()
+	} else {
+		s.NextRun = now + s.RepeatEvery
+	}
+	return nil
+}
+
 // following returns the run after the one due at at, the clock reading
 // now. A cron schedule counts from now, as the reference does, so a late
 // wake-up does not fire the runs it slept through; an interval keeps its
@@ -985,20 +1005,11 @@ func (c *CronScheduler) insert(s *CronSchedule) {
 // runs at once. The caller persists what it returns.
 func (c *CronScheduler) Add(in CronSchedule) (CronSchedule, error) {
 	s := in
-	if err := s.compile(); err != nil {
+	nowMs := c.clock.Now().UnixMilli()
+	if err := s.start(nowMs); err != nil {
 		return CronSchedule{}, err
 	}
-	s.Executions, s.index = 0, -1
-	nowMs := c.clock.Now().UnixMilli()
-	if s.expr != nil {
-		t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
-		if !ok {
-			return CronSchedule{}, fmt.Errorf("cron %q: %q has no run in the next %d years", s.Name, s.Schedule, cronHorizonYears)
-		}
-		s.NextRun = t.UnixMilli()
-	} else {
-		s.NextRun = nowMs + s.RepeatEvery
-	}
+	s.index = -1
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.byName[s.Name]; old != nil {

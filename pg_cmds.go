@@ -54,6 +54,17 @@ var pgHandlers = map[string]Handler{
 	"ListQueues": pgListQueues,
 	"Stats":      pgStats,
 
+	"RateLimit":        pgRateLimit,
+	"RateLimitClear":   pgRateLimitClear,
+	"SetConcurrency":   pgSetConcurrency,
+	"ClearConcurrency": pgClearConcurrency,
+	"GetQueueLimits":   pgGetQueueLimits,
+
+	"Cron":       pgCron,
+	"CronGet":    pgCronGet,
+	"CronList":   pgCronList,
+	"CronDelete": pgCronDelete,
+
 	"Dlq":      pgDlq,
 	"RetryDlq": pgRetryDlq,
 	"PurgeDlq": pgPurgeDlq,
@@ -191,6 +202,34 @@ func pgPushBatch(r *Req) error {
 // job whose custom id or unique key a live job holds is not created: its
 // id is the holder's. A finished job that holds a custom id gives it up.
 func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.Background())
+	ids, made, err := p.insertTx(ctx, tx, queue, jobs)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	p.pushed(queue, made)
+	return ids, nil
+}
+
+// pushed counts and tells of jobs inserted by a committed transaction.
+func (p *PG) pushed(queue string, made []*Job) {
+	p.b.stats.pushed.Add(int64(len(made)))
+	now := p.b.now()
+	for _, j := range made {
+		p.emit(queue, evPushed, j, now, evArgs{})
+	}
+}
+
+// insertTx is insert within the caller's transaction; it answers the ids
+// and the jobs it made (to be told of once the transaction commits).
+func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) ([]string, []*Job, error) {
 	now := p.b.now()
 	n := len(jobs)
 	ids := make([]string, n)
@@ -221,17 +260,12 @@ func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, e
 		encodeRecord(&e, j)
 		recs[i] = e.B
 	}
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
-		return nil, fmt.Errorf("register queue: %w", err)
+		return nil, nil, fmt.Errorf("register queue: %w", err)
 	}
 	if len(custom) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
-			return nil, fmt.Errorf("free custom ids: %w", err)
+			return nil, nil, fmt.Errorf("free custom ids: %w", err)
 		}
 	}
 	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, record)
@@ -241,20 +275,20 @@ func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, e
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs)
 	if err != nil {
-		return nil, fmt.Errorf("insert jobs: %w", err)
+		return nil, nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	made := make(map[string]bool, n)
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		made[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("insert jobs: %w", err)
+		return nil, nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	out := make([]string, n)
 	var madeJobs []*Job
@@ -270,23 +304,16 @@ func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, e
 			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
 				queue, j.UniqueKey).Scan(&out[i])
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+				return nil, nil, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
 			}
 		}
 	}
 	if ready && len(madeJobs) > 0 {
 		if err := p.notify(ctx, tx, queue); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	p.b.stats.pushed.Add(int64(len(madeJobs)))
-	for _, j := range madeJobs {
-		p.emit(queue, evPushed, j, now, evArgs{})
-	}
-	return out, nil
+	return out, madeJobs, nil
 }
 
 // emit tells this broker's subscribers and taps of an event. Events are
@@ -417,9 +444,32 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		return nil, nil, 0, err
 	}
 	defer tx.Rollback(context.Background())
+	lim, err := p.readLimits(ctx, tx, queue, false)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if lim.limited() {
+		// Limited: take the queue row, so that the brokers' claims count
+		// against the limits one after another.
+		if lim, err = p.readLimits(ctx, tx, queue, true); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	if lim.paused {
+		return nil, nil, 0, tx.Commit(ctx)
+	}
+	var rate *bucket
+	if lim.limited() {
+		var wait int64
+		if n, wait, rate, err = p.allowance(ctx, tx, queue, lim, n, now); err != nil {
+			return nil, nil, 0, err
+		}
+		if n == 0 {
+			return nil, nil, wait, tx.Commit(ctx)
+		}
+	}
 	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs
 		WHERE queue = $1 AND state = 1 AND run_at <= $2
-			AND NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1 AND paused)
 		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`), queue, now, n)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("claim: %w", err)
@@ -470,6 +520,9 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 	}
 	if len(claimed) > 0 {
 		if err := p.saveJobs(ctx, tx, claimed, nil); err != nil {
+			return nil, nil, 0, err
+		}
+		if err := p.spend(ctx, tx, queue, rate, len(claimed)); err != nil {
 			return nil, nil, 0, err
 		}
 	}

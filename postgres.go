@@ -74,6 +74,22 @@ var pgMigrations = []string{
 		job_id TEXT PRIMARY KEY,
 		logs   BYTEA NOT NULL
 	);`,
+	// Version 2: cron schedules, and the limits on claiming a queue.
+	`CREATE TABLE {s}.crons (
+		name     TEXT PRIMARY KEY,
+		created  BIGSERIAL,
+		next_run BIGINT NOT NULL,
+		record   BYTEA NOT NULL
+	);
+	CREATE INDEX crons_due ON {s}.crons (next_run);
+	ALTER TABLE {s}.queues
+		ADD COLUMN rate_max      DOUBLE PRECISION,
+		ADD COLUMN rate_duration BIGINT,
+		ADD COLUMN rate_tokens   DOUBLE PRECISION,
+		ADD COLUMN rate_at       BIGINT,
+		ADD COLUMN rate_expires  BIGINT,
+		ADD COLUMN rate_consumed BIGINT,
+		ADD COLUMN conc_limit    BIGINT;`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -135,9 +151,10 @@ func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 		pool.Close()
 		return nil, err
 	}
-	p.wg.Add(2)
+	p.wg.Add(3)
 	go p.listen()
 	go p.reaper()
+	go p.cronLoop()
 	return p, nil
 }
 

@@ -427,3 +427,114 @@ func TestPGStorageFlags(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 }
+
+// TestPGRateLimitAcrossBrokers: a rate limit set through one broker holds
+// for workers pulling through all three together.
+func TestPGRateLimitAcrossBrokers(t *testing.T) {
+	ns := pgTestNamespace(t)
+	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
+	admin := dial(t, ps[0].addr())
+	const q, rate = "limited", 20
+	pushMany(t, []*tclient{admin}, q, 400, 200)
+	// Timed from before the limit is set: its bucket starts full then.
+	start := time.Now()
+	admin.ok(map[string]any{"cmd": "RateLimit", "queue": q, "limit": rate})
+	var pulled atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		c := dial(t, p.addr())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a, err := c.do(map[string]any{"cmd": "PULLB", "queue": q, "count": 10, "timeout": 200}, 10*time.Second)
+				if err != nil || a["ok"] != true {
+					return
+				}
+				jobs, _ := a["jobs"].([]any)
+				pulled.Add(int64(len(jobs)))
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	n := pulled.Load()
+	// The bucket starts full (rate tokens) and refills at rate per second.
+	limit := int64(rate + rate*elapsed + 1)
+	if n > limit || n < rate {
+		t.Fatalf("%d jobs pulled through three brokers in %.1fs under a limit of %d/s (at most %d)", n, elapsed, rate, limit)
+	}
+	lim := sub(t, sub(t, admin.ok(map[string]any{"cmd": "GetQueueLimits", "queue": q}), "data"), "limits")
+	if rl := sub(t, lim, "rateLimit"); num(t, rl["max"]) != rate {
+		t.Fatalf("GetQueueLimits: %v", lim)
+	}
+	t.Logf("%d jobs in %.2fs through three brokers at a limit of %d/s", n, elapsed, rate)
+}
+
+// TestPGConcurrencyAcrossBrokers: a concurrency limit counts the jobs
+// active through every broker.
+func TestPGConcurrencyAcrossBrokers(t *testing.T) {
+	ns := pgTestNamespace(t)
+	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
+	ca, cb := dial(t, a.addr()), dial(t, b.addr())
+	pushMany(t, []*tclient{ca}, "conc", 10, 10)
+	ca.ok(map[string]any{"cmd": "SetConcurrency", "queue": "conc", "limit": 3})
+	got := len(list(t, ca.ok(map[string]any{"cmd": "PULLB", "queue": "conc", "count": 2}), "jobs"))
+	got2 := list(t, cb.ok(map[string]any{"cmd": "PULLB", "queue": "conc", "count": 5}), "jobs")
+	if got != 2 || len(got2) != 1 {
+		t.Fatalf("claims under a limit of 3: %d through A, %d through B", got, len(got2))
+	}
+	lim := sub(t, sub(t, cb.ok(map[string]any{"cmd": "GetQueueLimits", "queue": "conc"}), "data"), "limits")
+	if lim["maxed"] != true || num(t, lim["concurrencyLimit"]) != 3 {
+		t.Fatalf("GetQueueLimits: %v", lim)
+	}
+	// A long poll through A is answered when B completes its job.
+	id, ch := ca.send(map[string]any{"cmd": "PULL", "queue": "conc", "timeout": 10000})
+	time.Sleep(100 * time.Millisecond)
+	cb.ok(map[string]any{"cmd": "ACK", "id": got2[0].(map[string]any)["id"]})
+	if r := ca.await(id, ch, 15*time.Second); r["job"] == nil {
+		t.Fatalf("no job after a slot freed: %v", r)
+	}
+	cb.ok(map[string]any{"cmd": "ClearConcurrency", "queue": "conc"})
+	if n := len(list(t, cb.ok(map[string]any{"cmd": "PULLB", "queue": "conc", "count": 10}), "jobs")); n != 6 {
+		t.Fatalf("after the limit was cleared: %d jobs", n)
+	}
+}
+
+// TestPGCronOncePerTick: with three brokers up, a schedule fires once per
+// run: five runs make five jobs, a run apart.
+func TestPGCronOncePerTick(t *testing.T) {
+	ns := pgTestNamespace(t)
+	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
+	c := dial(t, ps[1].addr())
+	c.ok(map[string]any{"cmd": "Cron", "name": "tick", "queue": "ticks", "data": map[string]any{"x": 1},
+		"repeatEvery": 300, "maxLimit": 5, "preventOverlap": false})
+	if l := list(t, dial(t, ps[2].addr()).ok(map[string]any{"cmd": "CronList"}), "crons"); len(l) != 1 {
+		t.Fatalf("CronList through another broker: %v", l)
+	}
+	eventually(t, 15*time.Second, "the schedule ended after five runs", func() (bool, string) {
+		a := c.call(map[string]any{"cmd": "CronGet", "name": "tick"})
+		return a["ok"] == false, fmt.Sprint(a)
+	})
+	time.Sleep(500 * time.Millisecond)
+	jobs := list(t, c.ok(map[string]any{"cmd": "GetJobs", "queue": "ticks", "limit": 100}), "jobs")
+	if len(jobs) != 5 {
+		t.Fatalf("%d jobs from five runs with three brokers", len(jobs))
+	}
+	var prev float64
+	for i, j := range jobs {
+		at := num(t, j.(map[string]any)["createdAt"])
+		if i > 0 && at-prev < 200 {
+			t.Fatalf("runs %d and %d only %vms apart", i, i+1, at-prev)
+		}
+		prev = at
+	}
+}

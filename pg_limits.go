@@ -1,0 +1,267 @@
+package main
+
+// Rate and concurrency limits in PostgreSQL mode. A queue's limits live on
+// its row; a claim on a limited queue locks that row, so the brokers take
+// tokens and slots one after another and the limit holds across all of
+// them. Unlimited queues are claimed without touching it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgLimits are a queue's limits as its row has them.
+type pgLimits struct {
+	paused                 bool
+	rateMax                *float64
+	rateDur, rateAt        *int64
+	rateTokens             *float64
+	rateExpires, rateCount *int64
+	conc                   *int64
+}
+
+func (l *pgLimits) limited() bool { return l.rateMax != nil || l.conc != nil }
+
+func (p *PG) readLimits(ctx context.Context, tx pgx.Tx, queue string, lock bool) (pgLimits, error) {
+	sql := `SELECT paused, rate_max, rate_duration, rate_tokens, rate_at, rate_expires, rate_consumed, conc_limit
+		FROM {s}.queues WHERE name = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	var l pgLimits
+	err := tx.QueryRow(ctx, p.sql(sql), queue).Scan(&l.paused, &l.rateMax, &l.rateDur, &l.rateTokens, &l.rateAt,
+		&l.rateExpires, &l.rateCount, &l.conc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pgLimits{}, nil
+	}
+	if err != nil {
+		return l, fmt.Errorf("read the limits of %s: %w", queue, err)
+	}
+	return l, nil
+}
+
+// bucket rebuilds the token bucket of a queue row (nil: no rate limit, or
+// one that has expired).
+func (l *pgLimits) bucket(now int64) *bucket {
+	if l.rateMax == nil || (l.rateExpires != nil && *l.rateExpires != 0 && now >= *l.rateExpires) {
+		return nil
+	}
+	b := newBucket(*l.rateMax, deref(l.rateDur), 0, now)
+	b.tokens, b.last, b.consumed = deref(l.rateTokens), deref(l.rateAt), deref(l.rateCount)
+	if l.rateExpires != nil {
+		b.expires = *l.rateExpires
+	}
+	return b
+}
+
+func deref[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+// allowance is how many of n jobs a limited queue lets a claim take now,
+// and when to look again if none (0: when woken).
+func (p *PG) allowance(ctx context.Context, tx pgx.Tx, queue string, l pgLimits, n int, now int64) (int, int64, *bucket, error) {
+	b := l.bucket(now)
+	if b != nil {
+		b.refill(now)
+		if b.tokens < 1 {
+			return 0, now + b.waitMs(now), b, nil
+		}
+		n = min(n, int(math.Floor(b.tokens)))
+	}
+	if l.conc != nil {
+		var active int64
+		if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = 4`), queue).Scan(&active); err != nil {
+			return 0, 0, nil, fmt.Errorf("count active jobs: %w", err)
+		}
+		if left := *l.conc - active; left < int64(n) {
+			n = int(max(left, 0))
+		}
+		if n == 0 {
+			// A slot frees with an ACK or FAIL through any broker; look
+			// again soon.
+			return 0, now + 50, b, nil
+		}
+	}
+	return n, 0, b, nil
+}
+
+// spend takes k tokens from a queue's bucket.
+func (p *PG) spend(ctx context.Context, tx pgx.Tx, queue string, b *bucket, k int) error {
+	if b == nil || k == 0 {
+		return nil
+	}
+	b.tokens -= float64(k)
+	b.consumed += int64(k)
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET rate_tokens = $2, rate_at = $3, rate_consumed = $4 WHERE name = $1`),
+		queue, b.tokens, b.last, b.consumed)
+	if err != nil {
+		return fmt.Errorf("spend rate tokens: %w", err)
+	}
+	return nil
+}
+
+func (p *PG) setLimits(ctx context.Context, queue, set string, args ...any) error {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
+		return pgErr(err)
+	}
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET `+set+` WHERE name = $1`), append([]any{queue}, args...)...); err != nil {
+		return pgErr(fmt.Errorf("set the limits of %s: %w", queue, err))
+	}
+	if err := p.notify(ctx, tx, queue); err != nil {
+		return pgErr(err)
+	}
+	return pgErr(tx.Commit(ctx))
+}
+
+func pgRateLimit(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	limit, ok, err := finiteArg(r.m, "limit")
+	if err != nil || !ok {
+		return errors.New("limit must be a finite number")
+	}
+	dur, _, err := finiteArg(r.m, "duration")
+	if err != nil {
+		return err
+	}
+	ttl, _, err := finiteArg(r.m, "ttl")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	b := newBucket(limit, int64(dur), int64(ttl), p.b.now())
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	err = p.setLimits(ctx, name, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
+		b.max, b.duration, b.tokens, b.last, b.expires)
+	if err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgRateLimitClear(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	err = r.c.srv.pg.setLimits(ctx, name, `rate_max = NULL, rate_duration = NULL, rate_tokens = NULL, rate_at = NULL,
+		rate_expires = NULL, rate_consumed = NULL`)
+	if err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgSetConcurrency(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	limit, ok, err := finiteArg(r.m, "limit")
+	if err != nil || !ok {
+		return errors.New("limit must be a finite number")
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = $2`, int64(limit)); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgClearConcurrency(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = NULL`); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgGetQueueLimits(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	maxJobs, hasMax, err := r.m.Num("maxJobs")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	l, err := p.readLimits(ctx, tx, name, false)
+	if err != nil {
+		return pgErr(err)
+	}
+	var active int64
+	if l.conc != nil {
+		if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = 4`), name).Scan(&active); err != nil {
+			return pgErr(err)
+		}
+	}
+	now := p.b.now()
+	rate := l.bucket(now)
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("limits")
+	e.MapHead(4)
+	e.Str("rateLimit")
+	ttl := int64(-2)
+	if rate == nil {
+		e.Nil()
+	} else {
+		e.MapHead(2)
+		e.Str("max")
+		e.Num(rate.max)
+		e.Str("duration")
+		e.Int(rate.duration)
+		switch {
+		case rate.expires != 0:
+			ttl = max(0, rate.expires-now)
+		case hasMax && float64(rate.consumed) < maxJobs:
+			ttl = 0
+		default:
+			ttl = rate.waitMs(now)
+		}
+	}
+	e.Str("rateLimitTtl")
+	e.Int(ttl)
+	e.Str("concurrencyLimit")
+	if l.conc == nil {
+		e.Nil()
+	} else {
+		e.Int(*l.conc)
+	}
+	e.Str("maxed")
+	e.Bool(l.conc != nil && active >= *l.conc)
+	return nil
+}
