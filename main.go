@@ -76,8 +76,13 @@ type config struct {
 	memory     bool
 	syncMode   string
 	backup     backupSettings
+	// corsOrigins: the origins whose pages may use the HTTP API from a
+	// browser, comma-separated; "*" is any.
+	corsOrigins string
 
 	webhookAllowPrivate bool
+	// liveEvery shortens the live events' periodic figures (tests).
+	liveEvery liveIntervals
 }
 
 func envOr(keys []string, def string) string {
@@ -126,6 +131,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
+	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
+		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -250,6 +257,8 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	var hs *http.Server
 	var hln net.Listener
+	var lv *live
+	var api *httpAPI
 	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
 		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
 		if hln, err = net.Listen("tcp", httpAddr); err != nil {
@@ -259,7 +268,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
-		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv, bk))
+		lv = newLive(srv, log, c.liveEvery)
+		api = newHTTPAPI(b, srv, bk, httpConfig{corsOrigins: splitTokens(c.corsOrigins), live: lv})
+		hs = newHTTPServer(httpAddr, api)
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
@@ -300,8 +311,14 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		bk.Close()
 	}
 	if hs != nil {
+		// Event streams and waiting requests first: Shutdown waits for
+		// every handler to return.
+		lv.Close()
+		api.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		hs.Shutdown(sctx)
+		if err := hs.Shutdown(sctx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
 		cancel()
 	}
 	srv.Close()
