@@ -24,8 +24,9 @@ import (
 )
 
 // maxHTTPBody bounds a request body: the protocol's frame limit, so that
-// a job that can be pushed over TCP can be pushed over HTTP.
-const maxHTTPBody = MaxFrame
+// a job that can be pushed over TCP can be pushed over HTTP. (A variable
+// for tests.)
+var maxHTTPBody int64 = MaxFrame
 
 // httpConfig is what the HTTP side needs besides the broker.
 type httpConfig struct {
