@@ -247,6 +247,11 @@ func (a *httpAPI) addProbeRoutes() {
 			"memory":      memoryMB(false),
 			"workers":     b.workers.count(),
 		}
+		if a.live != nil {
+			// Events the live subscribers did not get: they were not
+			// keeping up, or the renderer was not.
+			resp["events"] = map[string]any{"dropped": a.live.hub.Drops() + a.live.dropped.Load()}
+		}
 		if a.bk != nil {
 			resp["backup"] = a.bk.health()
 		}
