@@ -146,6 +146,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     renderCards(d, health.data);
     if (Array.isArray(summary.data)) mergeQueues(summary.data);
     renderQueues();
+    renderDetailHead();
     renderCrons(d.crons);
     renderWorkers(d.workers);
     drawChart();
@@ -304,7 +305,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
 
   let queuesFrame = 0;
   function renderQueuesSoon() {
-    if (!queuesFrame) queuesFrame = requestAnimationFrame(() => { queuesFrame = 0; renderQueues(); });
+    if (!queuesFrame) queuesFrame = requestAnimationFrame(() => { queuesFrame = 0; renderQueues(); renderDetailHead(); });
   }
 
   function renderQueues() {
@@ -391,7 +392,9 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     if (!detailTimer) detailTimer = setTimeout(() => { detailTimer = 0; loadDetail(); }, 400);
   }
 
-  async function loadDetail() {
+  // renderDetailHead draws the selected queue's actions and tabs, with
+  // the counts the page has now.
+  function renderDetailHead() {
     const name = S.selected;
     if (!name) return;
     const q = S.queues.get(name) || queueOf(name);
@@ -412,6 +415,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     }
     acts.push(h('button', { class: 'ghost small', text: 'Close', onclick: () => {
       S.selected = null;
+      saveHash();
       $('qdetail').classList.add('hidden');
       renderQueues();
     } }));
@@ -420,7 +424,14 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       class: S.tab === key ? 'on' : '', role: 'tab', 'aria-selected': S.tab === key ? 'true' : 'false',
       onclick: () => { S.tab = key; loadDetail(); },
     }, label, h('span', { class: 'count', text: n(count(c) || 0) }))));
+  }
 
+  async function loadDetail() {
+    const name = S.selected;
+    saveHash();
+    if (!name) return;
+    renderDetailHead();
+    const enc = encodeURIComponent(name);
     try {
       if (S.tab === 'dlq') {
         const r = await api(`/queues/${enc}/dlq?limit=50`);
@@ -468,7 +479,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       return;
     }
     const enc = encodeURIComponent(name);
-    $('qd-body').replaceChildren(
+    $('qd-body').replaceChildren(...[
       total > entries.length ? h('p', { class: 'hint', text: `Showing ${entries.length} of ${n(total)}.` }) : null,
       h('div', { class: 'table-wrap' }, h('table', {},
         h('thead', {}, h('tr', {}, h('th', { text: 'Id' }), h('th', { text: 'Reason' }), h('th', { text: 'Error' }),
@@ -482,7 +493,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
           h('td', { class: 'num' }, h('button', { class: 'small', text: 'Retry', onclick: (ev) => {
             ev.stopPropagation();
             act(`Retried ${shortId(e.job.id)}`, `/queues/${enc}/dlq/retry`, { method: 'POST', body: { jobId: e.job.id } });
-          } }))))))));
+          } })))))))].filter(Boolean));
   }
 
   // ---------------------------------------------------------------- side lists
@@ -530,6 +541,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     id = String(id).trim();
     if (!id) return;
     S.jobOpen = id;
+    saveHash();
     $('jd-id').textContent = id;
     $('jd-body').replaceChildren(h('p', { class: 'empty', text: 'Loading…' }));
     $('drawer').classList.add('open');
@@ -592,7 +604,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     }
     if (j.failedReason || (j.stacktrace && j.stacktrace.length)) {
       blocks.push(h('div', { class: 'block' }, h('h3', { text: 'Error' }),
-        h('pre', { class: 'error', text: [j.failedReason, ...(j.stacktrace || [])].filter(Boolean).join('\n\n') })));
+        h('pre', { class: 'error', text: [j.failedReason, (j.stacktrace || []).join('\n')].filter(Boolean).join('\n\n') })));
     }
     blocks.push(h('div', { class: 'block' }, h('h3', { text: `Logs (${logs.length})` }),
       logs.length ? h('div', { class: 'logs' }, logs.map((l) => h('div', { class: 'lvl-' + l.level },
@@ -608,6 +620,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
 
   function closeJob() {
     S.jobOpen = null;
+    saveHash();
     $('drawer').classList.remove('open');
     $('drawer').setAttribute('aria-hidden', 'true');
   }
@@ -743,8 +756,36 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     }
   }
 
+  // ---------------------------------------------------------------- links
+
+  // The address says what is open (#queue=q&tab=dlq&job=id), so that a
+  // view can be shared during an incident and survives a reload.
+  function saveHash() {
+    const p = new URLSearchParams();
+    if (S.selected) p.set('queue', S.selected);
+    if (S.selected && S.tab !== 'waiting') p.set('tab', S.tab);
+    if (S.jobOpen) p.set('job', S.jobOpen);
+    const hsh = p.toString();
+    history.replaceState(null, '', hsh ? '#' + hsh : location.pathname);
+  }
+
+  function loadHash() {
+    const p = new URLSearchParams(location.hash.slice(1));
+    const q = p.get('queue');
+    if (q) {
+      selectQueue(q);
+      const tab = p.get('tab');
+      if (tab && TABS.some(([k]) => k === tab)) {
+        S.tab = tab;
+        loadDetail();
+      }
+    }
+    if (p.get('job')) openJob(p.get('job'));
+  }
+
   // ---------------------------------------------------------------- start
 
+  loadHash();
   refresh();
   setInterval(refresh, REFRESH_MS);
   setInterval(() => { if (S.selected) loadDetail(); }, 10000);
