@@ -232,8 +232,11 @@ func (a *httpAPI) addProbeRoutes() {
 			"ok":      st.Err == nil,
 			"status":  status,
 			"storage": storage,
-			"version": version,
-			"uptime":  (b.now() - b.started) / 1000,
+			// The version bunqueue's own tools compare with theirs, as Hello
+			// answers it; queued's own beside it.
+			"version":       compatVersion,
+			"queuedVersion": version,
+			"uptime":        (b.now() - b.started) / 1000,
 			"queues": map[string]any{
 				"count":       t.Queues,
 				"waiting":     t.Waiting,
