@@ -270,4 +270,40 @@ func TestDashboardBrowser(t *testing.T) {
 	if errs := d.script(`return (window.__errors || []).join('\n')`); errs != "" {
 		t.Errorf("the page reported errors:\n%s", errs)
 	}
+
+	// A server with tokens: the page asks for one, then goes live with it
+	// (its event stream sends the token too).
+	tok := startServerHTTP(t, &config{authTokens: "s3cret"})
+	d.must("POST", "/url", map[string]string{"url": "http://" + tok.http + "/"})
+	var input string
+	d.waitFor(5*time.Second, "the token dialog", func() (bool, error) {
+		if d.script(`return document.getElementById('token-dialog').className`) != "modal" {
+			return false, nil
+		}
+		var err error
+		input, err = d.find("#token-input")
+		return input != "", err
+	})
+	if d.script(`return document.getElementById('live').className`) == "live on" {
+		t.Fatal("the page went live without a token")
+	}
+	d.must("POST", "/element/"+input+"/value", map[string]string{"text": "s3cret"})
+	btn, err := d.find("#token-form button[type=submit]")
+	if err != nil || btn == "" {
+		t.Fatalf("the dialog's button: %v", err)
+	}
+	d.must("POST", "/element/"+btn+"/click", map[string]any{})
+	d.waitFor(5*time.Second, "the page to go live with the token", func() (bool, error) {
+		return d.script(`return document.getElementById('live').className`) == "live on", nil
+	})
+	tc := dial(t, tok.addr)
+	tc.ok(map[string]any{"cmd": "Auth", "token": "s3cret"})
+	tid := str(t, tc.ok(map[string]any{"cmd": "PUSH", "queue": "guarded", "data": 1}), "id")
+	d.waitFor(2*time.Second, "a job in the page of a server with tokens", func() (bool, error) {
+		el, err := d.find(fmt.Sprintf(`#feed li[data-job-id="%s"]`, tid))
+		return el != "", err
+	})
+	if errs := d.script(`return (window.__errors || []).join('\n')`); errs != "" {
+		t.Errorf("the page reported errors:\n%s", errs)
+	}
 }
