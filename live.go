@@ -29,12 +29,12 @@ import (
 )
 
 const (
-	liveQueueLen      = 16384 // events between the tap and the renderer
-	liveMaxClients    = 1000  // per transport, as the reference
-	liveCountsCoalesc = 10 * time.Millisecond
-	liveStatsEvery    = 5 * time.Second
-	liveHealthEvery   = 10 * time.Second
-	liveStorageEvery  = 30 * time.Second
+	liveQueueLen       = 16384 // events between the tap and the renderer
+	liveMaxClients     = 1000  // per transport, as the reference
+	liveCountsCoalesce = 10 * time.Millisecond
+	liveStatsEvery     = 5 * time.Second
+	liveHealthEvery    = 10 * time.Second
+	liveStorageEvery   = 30 * time.Second
 )
 
 // liveIntervals can be shortened by tests.
@@ -167,7 +167,7 @@ func (l *live) run() {
 			l.publishJobEvent(&ev)
 			changed[ev.Queue] = struct{}{}
 			if !armed {
-				counts.Reset(liveCountsCoalesc)
+				counts.Reset(liveCountsCoalesce)
 				armed = true
 			}
 		case <-counts.C:
