@@ -234,6 +234,11 @@ func versionLine() string {
 func cliVersion(o cliOpts, stdout io.Writer) int {
 	doc, err := fetchHealth(o, 3*time.Second)
 	server := map[string]any{"endpoint": o.httpBase(), "reachable": err == nil}
+	// A queued names its own version apart from the bunqueue version it
+	// answers to; the reference has only the latter.
+	if err == nil && doc["queuedVersion"] != nil {
+		doc["version"] = doc["queuedVersion"]
+	}
 	if err == nil && doc["version"] != nil {
 		server["version"] = doc["version"]
 	}

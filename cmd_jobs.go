@@ -148,7 +148,7 @@ func readPull(r *Req) (pullArgs, error) {
 	}
 	a.opts.TTL = int64(ttl)
 	a.opts.Detach = truthy(r.m, "detach")
-	a.opts.Conn = r.c
+	a.opts.Conn = r.owner()
 	if a.opts.Group, err = readGroupPull(r.m); err != nil {
 		return a, err
 	}

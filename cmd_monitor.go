@@ -96,7 +96,7 @@ func cmdStats(r *Req) error {
 
 func cmdRegisterWorker(r *Req) error {
 	now := r.b.now()
-	w := &worker{Concurrency: 1, Hostname: "unknown", Registered: now, LastSeen: now, conn: r.c}
+	w := &worker{Concurrency: 1, Hostname: "unknown", Registered: now, LastSeen: now, conn: r.owner()}
 	var err error
 	if w.Name, _, err = r.m.Str("name"); err != nil {
 		return err

@@ -63,11 +63,12 @@ func freePort(t *testing.T) int {
 
 // serverProc is a queued process started for a test.
 type serverProc struct {
-	cmd     *exec.Cmd
-	tcpPort int
-	log     *bytes.Buffer
-	mu      *sync.Mutex
-	done    chan struct{}
+	cmd      *exec.Cmd
+	tcpPort  int
+	httpPort int
+	log      *bytes.Buffer
+	mu       *sync.Mutex
+	done     chan struct{}
 }
 
 // startBinary runs the binary on free ports with extra flags and waits
@@ -79,7 +80,7 @@ func startBinary(t *testing.T, extra ...string) *serverProc {
 	args := append([]string{"serve", "--host", "127.0.0.1", "--tcp-port", fmt.Sprint(tcp),
 		"--http-port", fmt.Sprint(httpPort)}, extra...)
 	cmd := exec.Command(bin, args...)
-	p := &serverProc{cmd: cmd, tcpPort: tcp, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	p := &serverProc{cmd: cmd, tcpPort: tcp, httpPort: httpPort, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	cmd.Stdout = &lockedWriter{p.mu, p.log}
 	cmd.Stderr = &lockedWriter{p.mu, p.log}
 	if err := cmd.Start(); err != nil {
@@ -225,7 +226,7 @@ func runScript(t *testing.T, dir, bun, script string, extra []string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bun, "run", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), fmt.Sprintf("QUEUED_PORT=%d", srv.tcpPort))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("QUEUED_PORT=%d", srv.tcpPort), fmt.Sprintf("QUEUED_HTTP_PORT=%d", srv.httpPort))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s failed: %v\n--- script output\n%s\n--- server log\n%s", filepath.Base(script), err, out, srv.output())

@@ -81,23 +81,8 @@ func cmdDashboardOverview(r *Req) error {
 	e.Str("rss")
 	e.Num(mb(float64(rss)))
 
-	c := b.collections(srv, t)
 	e.Str("collections")
-	e.MapHead(15)
-	for _, kv := range []struct {
-		k string
-		v int
-	}{{"jobIndex", c.jobIndex}, {"completedJobs", t.Completed}, {"jobResults", c.results}, {"jobLogs", c.logs},
-		// Custom ids live in the job index itself: there is no separate map.
-		{"customIdMap", 0}, {"jobLocks", c.locks}, {"clientJobs", c.clients}, {"clientJobsTotal", c.clientJobs},
-		// Dependencies are not implemented, and stalls are found by a
-		// deadline timer rather than a candidate set.
-		{"pendingDepChecks", 0}, {"stalledCandidates", 0},
-		{"processingTotal", t.Active}, {"queuedTotal", t.Waiting + t.Prioritized + t.Delayed},
-		{"waitingDepsTotal", 0}, {"temporalIndexTotal", t.Delayed}, {"delayedHeapTotal", t.Delayed}} {
-		e.Str(kv.k)
-		e.Int(int64(kv.v))
-	}
+	b.encodeCollections(e, srv, t)
 
 	workers, _, _ := b.workers.list()
 	active := 0
@@ -161,6 +146,27 @@ func cmdDashboardOverview(r *Req) error {
 	e.Str("timestamp")
 	e.Int(now)
 	return nil
+}
+
+// encodeCollections writes the sizes of the broker's collections, under
+// the names of the reference's getMemoryStats.
+func (b *Broker) encodeCollections(e *Enc, srv *Server, t Totals) {
+	c := b.collections(srv, t)
+	e.MapHead(15)
+	for _, kv := range []struct {
+		k string
+		v int
+	}{{"jobIndex", c.jobIndex}, {"completedJobs", t.Completed}, {"jobResults", c.results}, {"jobLogs", c.logs},
+		// Custom ids live in the job index itself: there is no separate map.
+		{"customIdMap", 0}, {"jobLocks", c.locks}, {"clientJobs", c.clients}, {"clientJobsTotal", c.clientJobs},
+		// Dependencies are not implemented, and stalls are found by a
+		// deadline timer rather than a candidate set.
+		{"pendingDepChecks", 0}, {"stalledCandidates", 0},
+		{"processingTotal", t.Active}, {"queuedTotal", t.Waiting + t.Prioritized + t.Delayed},
+		{"waitingDepsTotal", 0}, {"temporalIndexTotal", t.Delayed}, {"delayedHeapTotal", t.Delayed}} {
+		e.Str(kv.k)
+		e.Int(int64(kv.v))
+	}
 }
 
 // collectionSizes are the broker's internal collections, for the overview.

@@ -125,6 +125,22 @@ func (ev *Event) AppendJSON(dst []byte) []byte {
 		}
 	case evProgress:
 		raw("progress", a.progress)
+		dst = append(dst, `,"data":{`...)
+		if a.progress != nil && !isUndefined(a.progress) {
+			dst = append(dst, `"progress":`...)
+			var err error
+			if dst, err = appendJSON(dst, a.progress); err != nil {
+				dst = append(dst, "null"...)
+			}
+			if a.hasProgMsg {
+				dst = append(dst, ',')
+			}
+		}
+		if a.hasProgMsg {
+			dst = append(dst, `"message":`...)
+			dst = appendJSONString(dst, []byte(a.progMsg))
+		}
+		dst = append(dst, '}')
 	}
 	return append(dst, '}')
 }

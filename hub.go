@@ -16,7 +16,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -41,6 +43,12 @@ type hubEvent struct {
 	event string
 	data  []byte
 	sse   []byte
+	// legacy and tagged are the forms a WebSocket with a selection gets
+	// (see wsSelection); nil leaves those subscribers out.
+	legacy, tagged []byte
+	// system events (figures, not jobs) reach every subscriber whatever
+	// its queue, and are not kept for replay, as in the reference.
+	system bool
 }
 
 func (ev *hubEvent) sseBytes() []byte {
@@ -54,16 +62,94 @@ func (ev *hubEvent) sseBytes() []byte {
 type hubSub struct {
 	queue string // "" for every queue
 	ws    *wsConn
+	sel   *wsSelection // nil: the WebSocket gets every event's data
 	sse   *sseStream
 }
 
-func (s *hubSub) wants(queue string) bool { return s.queue == "" || s.queue == queue }
+func (s *hubSub) wants(ev *hubEvent) bool {
+	return ev.system || s.queue == "" || s.queue == ev.queue
+}
 
+// send hands ev over, reporting false when it was dropped. An event the
+// subscriber did not select is not a drop.
 func (s *hubSub) send(ev *hubEvent) bool {
 	if s.ws != nil {
-		return s.ws.Send(ev.data)
+		p := ev.data
+		if s.sel != nil {
+			if p = s.sel.pick(ev); p == nil {
+				return true
+			}
+		}
+		return s.ws.Send(p)
 	}
 	return s.sse.sendRaw(ev.sseBytes())
+}
+
+// wsSelection is what one WebSocket asked for, as the reference's ws
+// handler keeps it: until the client sends Subscribe, job events in their
+// legacy form (the raw event object); after it, the {event, ts, data} form
+// of the events that match its patterns, system events included.
+type wsSelection struct {
+	mu       sync.Mutex
+	patterns []string // in the order subscribed; nil until Subscribe
+}
+
+func (w *wsSelection) pick(ev *hubEvent) []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.patterns == nil {
+		if ev.system {
+			return nil
+		}
+		return ev.legacy
+	}
+	if ev.tagged != nil && matchesWSPattern(ev.event, w.patterns) {
+		return ev.tagged
+	}
+	return nil
+}
+
+// subscribe adds patterns and returns the whole list.
+func (w *wsSelection) subscribe(patterns []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.patterns == nil {
+		w.patterns = []string{}
+	}
+	for _, p := range patterns {
+		if !slices.Contains(w.patterns, p) {
+			w.patterns = append(w.patterns, p)
+		}
+	}
+	return slices.Clone(w.patterns)
+}
+
+// unsubscribe removes patterns (all of them when none are named) and
+// returns what is left. A client that never subscribed stays legacy.
+func (w *wsSelection) unsubscribe(patterns []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.patterns == nil {
+		return []string{}
+	}
+	if len(patterns) == 0 {
+		w.patterns = w.patterns[:0]
+	} else {
+		w.patterns = slices.DeleteFunc(w.patterns, func(p string) bool { return slices.Contains(patterns, p) })
+	}
+	return slices.Clone(w.patterns)
+}
+
+// matchesWSPattern: "*" is everything, "job:*" every event named job:...,
+// anything else the one event.
+func matchesWSPattern(event string, patterns []string) bool {
+	prefix, _, _ := strings.Cut(event, ":")
+	for _, p := range patterns {
+		if p == "*" || p == event || (strings.HasSuffix(p, ":*") && p[:len(p)-2] == prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 type hub struct {
@@ -119,6 +205,12 @@ func (h *hub) Publish(queue string, payload []byte) { h.PublishEvent(queue, "", 
 // browsers dispatch to addEventListener(name)); WebSocket subscribers get
 // the payload alone.
 func (h *hub) PublishEvent(queue, event string, payload []byte) {
+	h.publish(hubEvent{queue: queue, event: event, data: payload})
+}
+
+// publish fans ev out; its id is given here. Its byte slices are not
+// copied and must not change afterwards.
+func (h *hub) publish(ev hubEvent) {
 	if h.Subscribers() == 0 {
 		return
 	}
@@ -131,13 +223,15 @@ func (h *hub) PublishEvent(queue, event string, payload []byte) {
 		return
 	}
 	h.lastID++
-	ev := hubEvent{id: h.lastID, queue: queue, event: event, data: payload}
+	ev.id = h.lastID
 	for s := range h.subs {
-		if s.wants(queue) && !s.send(&ev) {
+		if s.wants(&ev) && !s.send(&ev) {
 			h.drops.Add(1)
 		}
 	}
-	h.remember(ev)
+	if !ev.system {
+		h.remember(ev)
+	}
 }
 
 // remember keeps ev for replay. h.mu is held.
@@ -168,7 +262,7 @@ func (h *hub) add(s *hubSub) bool {
 			// follows it in any meaningful way.
 			for i := range h.ring {
 				ev := &h.ring[(h.ringAt+i)%len(h.ring)]
-				if ev.id > after && s.wants(ev.queue) && !s.send(ev) {
+				if ev.id > after && s.wants(ev) && !s.send(ev) {
 					h.drops.Add(1)
 				}
 			}
@@ -206,6 +300,13 @@ func (h *hub) remove(s *hubSub) {
 // which has been answered; a protocol violation, which has been closed
 // with its code; an idle client; a broken socket), for the caller to log.
 func (h *hub) ServeWS(w http.ResponseWriter, r *http.Request, queue string, onMessage func(c *wsConn, op wsOpcode, msg []byte)) error {
+	return h.ServeWSSelect(w, r, queue, nil, onMessage)
+}
+
+// ServeWSSelect is ServeWS for a subscriber whose events sel chooses
+// (nil: every event's data).
+func (h *hub) ServeWSSelect(w http.ResponseWriter, r *http.Request, queue string, sel *wsSelection,
+	onMessage func(c *wsConn, op wsOpcode, msg []byte)) error {
 	if h.isClosed() {
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 		return errHubClosed
@@ -214,7 +315,7 @@ func (h *hub) ServeWS(w http.ResponseWriter, r *http.Request, queue string, onMe
 	if err != nil {
 		return err
 	}
-	s := &hubSub{queue: queue, ws: c}
+	s := &hubSub{queue: queue, ws: c, sel: sel}
 	if h.add(s) {
 		defer h.remove(s)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -195,57 +196,97 @@ func appendJSONString(dst []byte, s []byte) []byte {
 	return append(dst, '"')
 }
 
-// jsonToMsgpack converts a JSON document to MessagePack, keeping integers
-// as integers.
+// jsonToMsgpack converts a JSON document to MessagePack as a JavaScript
+// peer would encode what JSON.parse made of it: objects keep their keys in
+// document order (job data comes back the way it was sent), and numbers are
+// JavaScript numbers (integral ones within int32 as integers).
 func jsonToMsgpack(data []byte) (Raw, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("invalid JSON: more than one value")
-	}
 	var e Enc
-	if err := encodeJSONValue(&e, v, 0); err != nil {
-		return nil, err
+	if err := encodeJSONTokens(&e, dec, 0); err != nil {
+		return nil, jsonError(data, dec, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("invalid JSON: more than one value (at byte %d)", dec.InputOffset())
 	}
 	return e.B, nil
 }
 
-func encodeJSONValue(e *Enc, v any, depth int) error {
+// jsonError says what is wrong with a document and where, for a person
+// reading a 400 answer.
+func jsonError(data []byte, dec *json.Decoder, err error) error {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, errTooDeep):
+		return fmt.Errorf("invalid JSON: nested deeper than %d levels", maxDepth)
+	case errors.As(err, &se):
+		return fmt.Errorf("invalid JSON: %s (at byte %d)", se.Error(), se.Offset)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		if len(bytes.TrimSpace(data)) == 0 {
+			return errors.New("invalid JSON: empty document")
+		}
+		return fmt.Errorf("invalid JSON: unexpected end of input after byte %d", dec.InputOffset())
+	}
+	return fmt.Errorf("invalid JSON: %w", err)
+}
+
+// encodeJSONTokens encodes the next JSON value the decoder holds. Going
+// through tokens, not a map, is what keeps the order of object keys.
+func encodeJSONTokens(e *Enc, dec *json.Decoder, depth int) error {
 	if depth > maxDepth {
 		return errTooDeep
 	}
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			e.Int(i)
-			return nil
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		switch x {
+		case '[':
+			at, n := e.OpenArray(), 0
+			for dec.More() {
+				if err := encodeJSONTokens(e, dec, depth+1); err != nil {
+					return err
+				}
+				n++
+			}
+			if _, err := dec.Token(); err != nil {
+				return err
+			}
+			e.CloseArray(at, n)
+		case '{':
+			at, n := e.OpenMap(), 0
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				e.Str(k.(string))
+				if err := encodeJSONTokens(e, dec, depth+1); err != nil {
+					return err
+				}
+				n++
+			}
+			if _, err := dec.Token(); err != nil {
+				return err
+			}
+			e.CloseMap(at, n)
 		}
-		f, err := x.Float64()
-		if err != nil {
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return fmt.Errorf("number %s: %w", x, err)
 		}
+		// Out of range is what JavaScript makes of it too: Infinity or 0.
 		e.Num(f)
-	case []any:
-		e.ArrayHead(len(x))
-		for _, it := range x {
-			if err := encodeJSONValue(e, it, depth+1); err != nil {
-				return err
-			}
-		}
-	case map[string]any:
-		e.MapHead(len(x))
-		for k, it := range x {
-			e.Str(k)
-			if err := encodeJSONValue(e, it, depth+1); err != nil {
-				return err
-			}
-		}
-	default:
-		return e.Any(v)
+	case string:
+		e.Str(x)
+	case bool:
+		e.Bool(x)
+	case nil:
+		e.Nil()
 	}
 	return nil
 }

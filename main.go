@@ -75,6 +75,9 @@ type config struct {
 	memory     bool
 	syncMode   string
 	backup     backupSettings
+	// corsOrigins: the origins whose pages may use the HTTP API from a
+	// browser, comma-separated; "*" is any.
+	corsOrigins string
 
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
@@ -83,6 +86,8 @@ type config struct {
 	webhookAllowPrivate bool
 	tlsCert             string
 	tlsKey              string
+	// liveEvery shortens the live events' periodic figures (tests).
+	liveEvery liveIntervals
 }
 
 func envOr(keys []string, def string) string {
@@ -139,6 +144,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"PostgreSQL mode: several brokers share this database [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr([]string{"BUNQUEUE_POSTGRES_NAMESPACE"}, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
+	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
+		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -311,6 +318,8 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	var hs *http.Server
 	var hln net.Listener
+	var lv *live
+	var api *httpAPI
 	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
 		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
 		if hln, err = net.Listen("tcp", httpAddr); err != nil {
@@ -320,7 +329,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
-		hs = newHTTPServer(httpAddr, newHTTPHandler(b, srv, bk))
+		lv = newLive(srv, log, c.liveEvery)
+		api = newHTTPAPI(b, srv, bk, httpConfig{corsOrigins: splitTokens(c.corsOrigins), live: lv})
+		hs = newHTTPServer(httpAddr, api)
 		if certs != nil {
 			hs.TLSConfig = certs.serverTLSConfig()
 		}
@@ -397,8 +408,14 @@ wait:
 		bk.Close()
 	}
 	if hs != nil {
+		// Event streams and waiting requests first: Shutdown waits for
+		// every handler to return.
+		lv.Close()
+		api.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		hs.Shutdown(sctx)
+		if err := hs.Shutdown(sctx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
 		cancel()
 	}
 	srv.Close()

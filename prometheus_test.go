@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -308,4 +311,43 @@ func TestHTTPMetrics(t *testing.T) {
 			t.Errorf("%s: storage figures", route)
 		}
 	}
+}
+
+// TestPromtool runs Prometheus's own checker on the exposition text of a
+// server that has seen some work (queues, failures, latencies, a queue
+// name that needs escaping). promtool is Debian's prometheus package;
+// without it the test is skipped, except in CI.
+func TestPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool is required in CI: apt-get install -y prometheus")
+		}
+		t.Skip("promtool not installed; to run this test: apt-get install -y prometheus")
+	}
+	ts := startServerHTTP(t, nil)
+	c := dial(t, ts.addr)
+	for _, q := range []string{"emails", "queue.with-dots:and_colons", "reports"} {
+		for i := range 5 {
+			c.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": i, "maxAttempts": 1})
+		}
+		j := c.ok(map[string]any{"cmd": "PULL", "queue": q})["job"].(map[string]any)
+		c.ok(map[string]any{"cmd": "ACK", "id": j["id"]})
+		j = c.ok(map[string]any{"cmd": "PULL", "queue": q})["job"].(map[string]any)
+		c.ok(map[string]any{"cmd": "FAIL", "id": j["id"], "error": "x"})
+	}
+	res, err := http.Get("http://" + ts.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		// promtool prints lint problems and exits non-zero on them.
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+	t.Logf("promtool check metrics: %d bytes, no problems", len(text))
 }

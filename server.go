@@ -151,6 +151,14 @@ type conn struct {
 	held map[*Job]struct{}
 
 	fields []Field
+
+	// out, when set, replaces the socket: the connection is a WebSocket's
+	// or an HTTP request's, and asynchronous answers go to out as frames.
+	out func(frame []byte)
+	// stateless marks an HTTP request's connection: nothing it pulls or
+	// registers is tied to it, since it ends with the request (the
+	// reference leaves such jobs to stall detection).
+	stateless bool
 }
 
 const (
@@ -245,7 +253,44 @@ func (c *conn) flush() bool {
 }
 
 // writeFrame sends one complete frame from another goroutine.
-func (c *conn) writeFrame(b []byte) { c.write(b) }
+func (c *conn) writeFrame(b []byte) {
+	if c.out != nil {
+		c.out(b)
+		return
+	}
+	c.write(b)
+}
+
+// newVirtualConn is a connection without a socket of its own, for the
+// commands that arrive over a WebSocket or an HTTP request: they run
+// through the same command table as TCP ones. Asynchronous answers go to
+// out; ctx ends the connection's waiting commands.
+func newVirtualConn(s *Server, ctx context.Context, out func(frame []byte), stateless bool) *conn {
+	ctx, cancel := context.WithCancel(ctx)
+	// There is no token to present: the transport has checked it.
+	return &conn{srv: s, ctx: ctx, cancel: cancel, out: out, stateless: stateless, authed: true,
+		held: make(map[*Job]struct{})}
+}
+
+// owner is the connection that jobs pulled and workers registered by this
+// request belong to: none for a stateless one.
+func (r *Req) owner() *conn {
+	if r.c.stateless {
+		return nil
+	}
+	return r.c
+}
+
+// finishVirtual ends a virtual connection as finish ends a TCP one: its
+// waiting commands end, and its workers and the jobs it held are let go.
+func (c *conn) finishVirtual() {
+	c.closed.Store(true)
+	c.cancel()
+	c.async.Wait()
+	b := c.srv.b
+	b.workers.dropConn(c)
+	b.release(c)
+}
 
 // shutdown asks the connection to stop: the reader stops after the frame it
 // is reading, waiting commands end with empty answers, and a write blocked

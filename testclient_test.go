@@ -31,6 +31,7 @@ const callTimeout = 10 * time.Second
 
 type testServer struct {
 	addr   string
+	http   string // host:port of the HTTP side, when started with it
 	cancel context.CancelFunc
 	done   chan error // receives runServer's result once
 	err    error
@@ -42,20 +43,40 @@ type testServer struct {
 // cleanups of clients dialled later, so it runs after they have closed.
 func startServer(t testing.TB, c *config) *testServer {
 	t.Helper()
+	return startServerOn(t, c, -1)
+}
+
+// startServerHTTP is startServer with the HTTP side on an ephemeral port
+// too (ts.http).
+func startServerHTTP(t testing.TB, c *config) *testServer {
+	t.Helper()
+	return startServerOn(t, c, 0)
+}
+
+func startServerOn(t testing.TB, c *config, httpPort int) *testServer {
+	t.Helper()
 	if c == nil {
 		c = &config{}
 	}
-	c.host, c.tcpPort, c.httpPort = "127.0.0.1", 0, -1
+	c.host, c.tcpPort, c.httpPort = "127.0.0.1", 0, httpPort
 	c.memory = true
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan string, 1)
+	type addrs struct{ tcp, http string }
+	ready := make(chan addrs, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	go func() {
-		ts.done <- runServer(ctx, c, log, func(tcp, _ net.Addr) { ready <- tcp.String() })
+		ts.done <- runServer(ctx, c, log, func(tcp, h net.Addr) {
+			a := addrs{tcp: tcp.String()}
+			if h != nil {
+				a.http = h.String()
+			}
+			ready <- a
+		})
 	}()
 	select {
-	case ts.addr = <-ready:
+	case a := <-ready:
+		ts.addr, ts.http = a.tcp, a.http
 	case err := <-ts.done:
 		cancel()
 		t.Fatalf("runServer returned before it was ready: %v", err)

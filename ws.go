@@ -474,6 +474,20 @@ func (c *wsConn) Send(text []byte) bool {
 	return true
 }
 
+// SendReply queues the answer to one of the client's own commands. An
+// answer is never skipped, as an event may be: a client whose queue is
+// full is closed (1008) rather than left waiting for an answer that will
+// not come.
+func (c *wsConn) SendReply(text []byte) bool {
+	if c.Send(text) {
+		return true
+	}
+	if !c.isClosing() {
+		c.startClose(wsClosePolicy, "slow consumer: answers not read", false, true)
+	}
+	return false
+}
+
 // Close starts the closing handshake: what is already queued is sent,
 // then a close frame with code (0: none) and reason; the socket closes
 // when the client answers or CloseTimeout has passed. The reader should

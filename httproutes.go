@@ -1,0 +1,916 @@
+package main
+
+// The reference's REST routes: the same paths, methods, JSON shapes and
+// status codes. Most run one protocol command (see http.go); the few that
+// the reference answers from its own state are built here from the same
+// broker figures as the commands.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ---------------------------------------------------------------------------
+// Requests: commands built from a path and a body
+
+// cmdReq builds a protocol request map. Absent values are left out, as
+// JavaScript's undefined fields are when the reference packs a command.
+type cmdReq struct {
+	e  Enc
+	at int
+	n  int
+}
+
+func newCmd(name string) *cmdReq {
+	c := &cmdReq{}
+	c.at = c.e.OpenMap()
+	return c.str("cmd", name)
+}
+
+func (c *cmdReq) str(k, v string) *cmdReq {
+	c.e.Str(k)
+	c.e.Str(v)
+	c.n++
+	return c
+}
+
+func (c *cmdReq) num(k string, v int64) *cmdReq {
+	c.e.Str(k)
+	c.e.Int(v)
+	c.n++
+	return c
+}
+
+func (c *cmdReq) boolean(k string, v bool) *cmdReq {
+	c.e.Str(k)
+	c.e.Bool(v)
+	c.n++
+	return c
+}
+
+// raw adds a value from a body; nil (absent) adds nothing.
+func (c *cmdReq) raw(k string, v Raw) *cmdReq {
+	if v == nil {
+		return c
+	}
+	c.e.Str(k)
+	c.e.Raw(v)
+	c.n++
+	return c
+}
+
+// from copies body fields under the same names.
+func (c *cmdReq) from(body Map, keys ...string) *cmdReq {
+	for _, k := range keys {
+		c.raw(k, body.Get(k))
+	}
+	return c
+}
+
+func (c *cmdReq) done() Map {
+	c.e.CloseMap(c.at, c.n)
+	m, _ := ParseMap(c.e.B, nil)
+	return m
+}
+
+// body modes of a route.
+const (
+	bodyNone     = iota // not read
+	bodyOptional        // empty means {}, as the reference's parseJsonBody has it
+	bodyRequired        // empty is a 400, as its request.json() has it
+)
+
+// httpError is an answer other than the command's.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(msg string) error { return &httpError{http.StatusBadRequest, msg} }
+
+// readBody reads a JSON object body, bounded, into MessagePack.
+func readBody(w http.ResponseWriter, r *http.Request, mode int) (Map, error) {
+	if mode == bodyNone {
+		return Map{}, nil
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHTTPBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return Map{}, &httpError{http.StatusRequestEntityTooLarge,
+				"request body over " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
+		}
+		return Map{}, badRequest("reading the request body: " + err.Error())
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if mode == bodyOptional {
+			return Map{}, nil
+		}
+		return Map{}, badRequest("Invalid JSON body: the body is empty; send a JSON object")
+	}
+	mp, err := jsonToMsgpack(data)
+	if err != nil {
+		return Map{}, badRequest("Invalid JSON body: " + strings.TrimPrefix(err.Error(), "invalid JSON: "))
+	}
+	m, err := ParseMap(mp, nil)
+	if err != nil {
+		return Map{}, badRequest("Invalid JSON body: expected a JSON object")
+	}
+	return m, nil
+}
+
+// exec runs one protocol command for an HTTP request and returns its
+// answer, a MessagePack map. A command that waits (a long-poll PULL,
+// WaitJob) is waited for; the client hanging up or the server shutting
+// down ends it as a shutdown ends it on TCP, with an empty answer.
+func (a *httpAPI) exec(r *http.Request, m Map) Map {
+	name, _ := m.Get("cmd").Str()
+	h := a.srv.cmds[name]
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(a.ctx, cancel)()
+	async := make(chan []byte, 1)
+	c := newVirtualConn(a.srv, ctx, func(f []byte) { async <- f }, true)
+	var e Enc
+	c.run(h, m, &e)
+	f := e.B
+	if len(f) == 0 {
+		f = <-async
+	}
+	c.finishVirtual()
+	ans, _ := ParseMap(f[4:], nil)
+	return ans
+}
+
+// answerOK reports the ok field of an answer.
+func answerOK(m Map) bool {
+	v, _, _ := m.Bool("ok")
+	return v
+}
+
+// writeAnswer sends a command's answer as JSON: 200 when ok, errCode when
+// not.
+func writeAnswer(w http.ResponseWriter, ans Map, errCode int) {
+	code := http.StatusOK
+	if !answerOK(ans) {
+		code = errCode
+	}
+	writeJSONBytes(w, code, appendMapJSON(nil, ans))
+}
+
+// appendMapJSON renders a parsed map as JSON, in its order.
+func appendMapJSON(dst []byte, m Map) []byte {
+	o := jsonObj{b: dst}
+	o.open()
+	for _, f := range m.Fields {
+		o.raw(string(f.Key), f.Val)
+	}
+	return o.close()
+}
+
+// jsonObj writes one JSON object, field by field.
+type jsonObj struct {
+	b []byte
+	n int
+}
+
+func (o *jsonObj) open() { o.b = append(o.b, '{') }
+
+func (o *jsonObj) close() []byte { return append(o.b, '}') }
+
+func (o *jsonObj) key(k string) {
+	if o.n > 0 {
+		o.b = append(o.b, ',')
+	}
+	o.n++
+	o.b = appendJSONString(o.b, []byte(k))
+	o.b = append(o.b, ':')
+}
+
+// raw writes a MessagePack value; undefined is left out, as
+// JSON.stringify leaves it out.
+func (o *jsonObj) raw(k string, v Raw) {
+	if len(v) == 0 || isUndefined(v) {
+		return
+	}
+	o.key(k)
+	var err error
+	if o.b, err = appendJSON(o.b, v); err != nil {
+		o.b = append(o.b, "null"...)
+	}
+}
+
+func (o *jsonObj) json(k string, v []byte) {
+	o.key(k)
+	o.b = append(o.b, v...)
+}
+
+func (o *jsonObj) int(k string, v int64) {
+	o.key(k)
+	o.b = strconv.AppendInt(o.b, v, 10)
+}
+
+func (o *jsonObj) num(k string, v float64) {
+	o.key(k)
+	o.b = appendJSONNumber(o.b, v)
+}
+
+func (o *jsonObj) boolean(k string, v bool) {
+	o.key(k)
+	o.b = strconv.AppendBool(o.b, v)
+}
+
+func (o *jsonObj) str(k, v string) {
+	o.key(k)
+	o.b = appendJSONString(o.b, []byte(v))
+}
+
+// jsonMarshal is json.Marshal without HTML escaping, as JSON.stringify
+// writes.
+func jsonMarshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// ---------------------------------------------------------------------------
+// Route helpers
+
+// cmd adds a route answered by one command; errCode is the status of an
+// ok:false answer (200 where the reference always answers 200).
+func (a *httpAPI) cmd(method, pattern string, errCode, body int, build func(p []string, b Map) (*cmdReq, error)) {
+	a.handle(method, pattern, false, func(w http.ResponseWriter, r *http.Request, p []string) {
+		b, err := readBody(w, r, body)
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		c, err := build(p, b)
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		writeAnswer(w, a.exec(r, c.done()), errCode)
+	})
+}
+
+// queueCmd is a route on /queues/:queue/... that sends the command with
+// the queue and nothing else.
+func (a *httpAPI) queueCmd(method, pattern, name string) {
+	a.cmd(method, pattern, http.StatusOK, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd(name).str("queue", p[0]), nil
+	})
+}
+
+// jobCmd is a route on /jobs/:id/... that sends the command with the id,
+// and the body's fields under the same names.
+func (a *httpAPI) jobCmd(method, pattern, name string, errCode, body int, fields ...string) {
+	a.cmd(method, pattern, errCode, body, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd(name).str("id", p[0]).from(b, fields...), nil
+	})
+}
+
+func writeHTTPError(w http.ResponseWriter, err error) {
+	var he *httpError
+	if errors.As(err, &he) {
+		writeJSON(w, he.code, map[string]any{"ok": false, "error": he.msg})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
+}
+
+// queryInt reads an integer query parameter: ok false when absent, a 400
+// naming it when it is not an integer.
+func queryInt(r *http.Request, name string) (int64, bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0, false, badRequest("query parameter " + name + " must be an integer, not " + strconv.Quote(v))
+	}
+	return n, true, nil
+}
+
+// ---------------------------------------------------------------------------
+// The routes
+
+func (a *httpAPI) addRESTRoutes() {
+	const bad, notFound = http.StatusBadRequest, http.StatusNotFound
+	ok := http.StatusOK
+
+	// Figures
+	a.handle("GET", "/stats", false, a.serveStats)
+	a.handle("GET", "/dashboard", false, a.serveDashboard)
+	a.handle("GET", "/dashboard/queues", false, a.serveDashboardQueues)
+	a.handle("GET", "/dashboard/queues/:queue", false, a.serveDashboardQueue)
+	a.handle("POST", "/gc", false, a.serveGC)
+	a.handle("GET", "/heapstats", false, a.serveHeapStats)
+
+	// Jobs, in the reference's order of matching.
+	a.cmd("POST", "/jobs/ack-batch", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd("ACKB").from(b, "ids", "results", "tokens"), nil
+	})
+	a.cmd("POST", "/jobs/extend-locks", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd("ExtendLocks").from(b, "ids", "tokens", "durations"), nil
+	})
+	a.cmd("POST", "/jobs/heartbeat-batch", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd("JobHeartbeatB").from(b, "ids", "tokens"), nil
+	})
+	a.cmd("GET", "/jobs/custom/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd("GetJobByCustomId").str("customId", p[0]), nil
+	})
+	a.jobCmd("GET", "/jobs/:id", "GetJob", notFound, bodyNone)
+	a.jobCmd("DELETE", "/jobs/:id", "Cancel", ok, bodyNone)
+	a.jobCmd("POST", "/jobs/:id/ack", "ACK", bad, bodyOptional, "result", "token")
+	a.jobCmd("POST", "/jobs/:id/fail", "FAIL", bad, bodyOptional, "error", "token", "unrecoverable", "stack")
+	a.jobCmd("POST", "/jobs/:id/promote", "Promote", bad, bodyNone)
+	a.jobCmd("PUT", "/jobs/:id/data", "Update", bad, bodyRequired, "data")
+	a.jobCmd("GET", "/jobs/:id/state", "GetState", notFound, bodyNone)
+	a.jobCmd("GET", "/jobs/:id/result", "GetResult", notFound, bodyNone)
+	a.jobCmd("GET", "/jobs/:id/progress", "GetProgress", notFound, bodyNone)
+	a.jobCmd("POST", "/jobs/:id/progress", "Progress", bad, bodyOptional, "progress", "message")
+	a.jobCmd("PUT", "/jobs/:id/priority", "ChangePriority", bad, bodyOptional, "priority", "lifo")
+	a.jobCmd("POST", "/jobs/:id/discard", "Discard", bad, bodyNone)
+	a.jobCmd("POST", "/jobs/:id/move-to-delayed", "MoveToDelayed", bad, bodyOptional, "delay", "token")
+	a.jobCmd("PUT", "/jobs/:id/delay", "ChangeDelay", bad, bodyOptional, "delay")
+	a.jobCmd("GET", "/jobs/:id/children", "GetChildrenValues", notFound, bodyNone)
+	a.jobCmd("GET", "/jobs/:id/logs", "GetLogs", ok, bodyNone)
+	a.jobCmd("POST", "/jobs/:id/logs", "AddLog", bad, bodyOptional, "message", "level")
+	a.jobCmd("DELETE", "/jobs/:id/logs", "ClearLogs", ok, bodyNone)
+	a.jobCmd("POST", "/jobs/:id/heartbeat", "JobHeartbeat", bad, bodyOptional, "token", "duration")
+	a.jobCmd("POST", "/jobs/:id/wait", "WaitJob", ok, bodyOptional, "timeout")
+	a.jobCmd("POST", "/jobs/:id/extend-lock", "ExtendLock", bad, bodyOptional, "duration", "token")
+	a.jobCmd("POST", "/jobs/:id/move-to-wait", "MoveToWait", bad, bodyOptional, "token")
+
+	// Queues
+	a.cmd("GET", "/queues", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListQueues"), nil })
+	a.handle("GET", "/queues/summary", false, a.serveQueuesSummary)
+	a.cmd("POST", "/queues/:queue/jobs", bad, bodyRequired, func(p []string, b Map) (*cmdReq, error) {
+		c := newCmd("PUSH").str("queue", p[0])
+		if name, err := b.Get("name").Str(); err == nil {
+			c.str("name", name)
+		} else {
+			c.str("name", "default")
+		}
+		c.from(b, "data", "priority", "delay")
+		if v := b.Get("maxAttempts"); v != nil {
+			c.raw("maxAttempts", v)
+		} else {
+			c.raw("maxAttempts", b.Get("attempts"))
+		}
+		return c.from(b, "backoff", "timeout", "jobId", "removeOnComplete", "removeOnFail", "durable", "ttl",
+			"uniqueKey", "groupId", "dependsOn", "tags", "lifo", "repeat"), nil
+	})
+	a.handle("GET", "/queues/:queue/jobs", false, func(w http.ResponseWriter, r *http.Request, p []string) {
+		timeout, _, err := queryInt(r, "timeout")
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		writeAnswer(w, a.exec(r, newCmd("PULL").str("queue", p[0]).num("timeout", timeout).done()), ok)
+	})
+	a.cmd("POST", "/queues/:queue/jobs/bulk", bad, bodyRequired, func(p []string, b Map) (*cmdReq, error) {
+		jobs, err := withDefaultNames(b.Get("jobs"))
+		if err != nil {
+			return nil, err
+		}
+		return newCmd("PUSHB").str("queue", p[0]).raw("jobs", jobs), nil
+	})
+	a.cmd("POST", "/queues/:queue/jobs/pull-batch", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("PULLB").str("queue", p[0]).from(b, "count", "timeout", "owner", "lockTtl"), nil
+	})
+	a.handle("GET", "/queues/:queue/jobs/list", false, a.serveJobsList)
+	a.handle("GET", "/queues/:queue/workers", false, a.serveQueueWorkers)
+	a.queueCmd("GET", "/queues/:queue/counts", "GetJobCounts")
+	a.queueCmd("GET", "/queues/:queue/count", "Count")
+	a.queueCmd("GET", "/queues/:queue/priority-counts", "GetCountsPerPriority")
+	a.queueCmd("GET", "/queues/:queue/paused", "IsPaused")
+	a.queueCmd("POST", "/queues/:queue/pause", "Pause")
+	a.queueCmd("POST", "/queues/:queue/resume", "Resume")
+	a.queueCmd("POST", "/queues/:queue/drain", "Drain")
+	a.queueCmd("POST", "/queues/:queue/obliterate", "Obliterate")
+	a.cmd("POST", "/queues/:queue/clean", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		c := newCmd("Clean").str("queue", p[0])
+		// A grace that is not a number is 0, as the reference reads it.
+		if g := b.Get("grace"); g != nil {
+			if _, err := g.Float(); err == nil {
+				c.raw("grace", g)
+			} else {
+				c.num("grace", 0)
+			}
+		} else {
+			c.num("grace", 0)
+		}
+		return c.from(b, "state", "limit"), nil
+	})
+	a.cmd("POST", "/queues/:queue/promote-jobs", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("PromoteJobs").str("queue", p[0]).from(b, "count"), nil
+	})
+	a.cmd("POST", "/queues/:queue/retry-completed", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("RetryCompleted").str("queue", p[0]).from(b, "id"), nil
+	})
+
+	// Dead-letter queue and queue settings
+	a.handle("GET", "/queues/:queue/dlq/stats", false, a.serveDLQStats)
+	a.handle("GET", "/queues/:queue/dlq", false, a.serveDLQ)
+	a.cmd("POST", "/queues/:queue/dlq/retry", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("RetryDlq").str("queue", p[0]).from(b, "jobId"), nil
+	})
+	a.queueCmd("POST", "/queues/:queue/dlq/purge", "PurgeDlq")
+	a.cmd("PUT", "/queues/:queue/rate-limit", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("RateLimit").str("queue", p[0]).from(b, "limit", "duration", "ttl"), nil
+	})
+	a.queueCmd("DELETE", "/queues/:queue/rate-limit", "RateLimitClear")
+	a.cmd("PUT", "/queues/:queue/concurrency", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		// The natural field name, as well as the command's own.
+		v := b.Get("concurrency")
+		if v == nil || v.IsNil() {
+			v = b.Get("limit")
+		}
+		return newCmd("SetConcurrency").str("queue", p[0]).raw("limit", v), nil
+	})
+	a.queueCmd("DELETE", "/queues/:queue/concurrency", "ClearConcurrency")
+	a.queueCmd("GET", "/queues/:queue/stall-config", "GetStallConfig")
+	a.cmd("PUT", "/queues/:queue/stall-config", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("SetStallConfig").str("queue", p[0]).raw("config", configOrBody(b)), nil
+	})
+	a.queueCmd("GET", "/queues/:queue/dlq-config", "GetDlqConfig")
+	a.cmd("PUT", "/queues/:queue/dlq-config", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("SetDlqConfig").str("queue", p[0]).raw("config", configOrBody(b)), nil
+	})
+
+	// Schedules, webhooks, workers
+	a.cmd("GET", "/crons", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("CronList"), nil })
+	a.cmd("POST", "/crons", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
+		c := newCmd("Cron").from(b, "name")
+		if jn, err := b.Get("jobName").Str(); err == nil {
+			c.str("jobName", jn)
+		} else {
+			c.str("jobName", "default")
+		}
+		return c.from(b, "queue", "data", "schedule", "repeatEvery", "priority", "maxLimit", "timezone", "uniqueKey",
+			"dedup", "skipMissedOnRestart", "immediately", "skipIfNoWorker", "preventOverlap", "jobOptions"), nil
+	})
+	a.cmd("GET", "/crons/:name", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd("CronGet").str("name", p[0]), nil
+	})
+	a.cmd("DELETE", "/crons/:name", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd("CronDelete").str("name", p[0]), nil
+	})
+	a.cmd("GET", "/webhooks", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListWebhooks"), nil })
+	a.cmd("POST", "/webhooks", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd("AddWebhook").from(b, "url", "events", "queue", "secret"), nil
+	})
+	a.cmd("DELETE", "/webhooks/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd("RemoveWebhook").str("webhookId", p[0]), nil
+	})
+	a.cmd("PUT", "/webhooks/:id/enabled", bad, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
+		return newCmd("SetWebhookEnabled").str("id", p[0]).from(b, "enabled"), nil
+	})
+	a.cmd("GET", "/workers", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListWorkers"), nil })
+	a.cmd("POST", "/workers", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd("RegisterWorker").from(b, "name", "queues", "concurrency", "workerId", "hostname", "pid", "startedAt"), nil
+	})
+	a.cmd("DELETE", "/workers/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
+		return newCmd("UnregisterWorker").str("workerId", p[0]), nil
+	})
+	a.handle("POST", "/workers/:id/heartbeat", false, func(w http.ResponseWriter, r *http.Request, p []string) {
+		// The body is optional and, as in the reference, ignored when it
+		// is not JSON.
+		b, err := readBody(w, r, bodyOptional)
+		var he *httpError
+		if errors.As(err, &he) && he.code == http.StatusRequestEntityTooLarge {
+			writeHTTPError(w, err)
+			return
+		}
+		c := newCmd("Heartbeat").str("id", p[0]).from(b, "activeJobs", "processed", "failed")
+		writeAnswer(w, a.exec(r, c.done()), ok)
+	})
+	a.cmd("GET", "/ping", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("Ping"), nil })
+	a.cmd("GET", "/storage", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("StorageStatus"), nil })
+}
+
+// configOrBody is the body's config field, or the whole body when it has
+// none.
+func configOrBody(b Map) Raw {
+	if v := b.Get("config"); v != nil && !v.IsNil() {
+		return v
+	}
+	var e Enc
+	e.MapHead(len(b.Fields))
+	for _, f := range b.Fields {
+		e.Str(string(f.Key))
+		e.Raw(f.Val)
+	}
+	return e.B
+}
+
+// withDefaultNames gives every job of a bulk push without a string name
+// the name "default", as the reference does; items that are not objects
+// are left for PUSHB to refuse.
+func withDefaultNames(jobs Raw) (Raw, error) {
+	var e Enc
+	if jobs == nil || jobs.IsNil() {
+		e.ArrayHead(0)
+		return e.B, nil
+	}
+	items, err := jobs.Array()
+	if err != nil {
+		return nil, badRequest("jobs must be an array")
+	}
+	e.ArrayHead(len(items))
+	for _, it := range items {
+		m, err := ParseMap(it, nil)
+		if err != nil {
+			e.Raw(it)
+			continue
+		}
+		if _, err := m.Get("name").Str(); err == nil {
+			e.Raw(it)
+			continue
+		}
+		kept := slices.DeleteFunc(m.Fields, func(f Field) bool { return string(f.Key) == "name" })
+		e.MapHead(len(kept) + 1)
+		for _, f := range kept {
+			e.Str(string(f.Key))
+			e.Raw(f.Val)
+		}
+		e.Str("name")
+		e.Str("default")
+	}
+	return e.B, nil
+}
+
+// GET /queues/:queue/jobs/list: GetJobs with the states from state=,
+// status= or states= (repeated or comma-separated).
+func (a *httpAPI) serveJobsList(w http.ResponseWriter, r *http.Request, p []string) {
+	q := r.URL.Query()
+	var states []string
+	for _, k := range []string{"state", "status", "states"} {
+		for _, v := range q[k] {
+			for s := range strings.SplitSeq(v, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					states = append(states, s)
+				}
+			}
+		}
+	}
+	c := newCmd("GetJobs").str("queue", p[0])
+	switch len(states) {
+	case 0:
+	case 1:
+		c.str("state", states[0])
+	default:
+		var e Enc
+		strArray(&e, states)
+		c.raw("state", e.B)
+	}
+	for _, k := range []string{"limit", "offset"} {
+		n, ok, err := queryInt(r, k)
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		if ok {
+			c.num(k, n)
+		}
+	}
+	writeAnswer(w, a.exec(r, c.done()), http.StatusOK)
+}
+
+// GET /queues/summary: every queue with its counts, a bare array as the
+// reference answers it.
+func (a *httpAPI) serveQueuesSummary(w http.ResponseWriter, r *http.Request, _ []string) {
+	out := []byte{'['}
+	for i, q := range a.b.queueSnaps() {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		o := jsonObj{b: out}
+		o.open()
+		o.str("name", q.name)
+		o.boolean("paused", q.paused)
+		c := jsonObj{}
+		c.open()
+		c.int("waiting", int64(q.waiting))
+		c.int("prioritized", int64(q.prioritized))
+		c.int("active", int64(q.active))
+		c.int("completed", int64(q.done))
+		c.int("failed", int64(q.dlq))
+		c.int("delayed", int64(q.delayed))
+		o.json("counts", c.close())
+		out = o.close()
+	}
+	writeJSONBytes(w, http.StatusOK, append(out, ']'))
+}
+
+// GET /queues/:queue/workers: the live workers that serve the queue.
+func (a *httpAPI) serveQueueWorkers(w http.ResponseWriter, r *http.Request, p []string) {
+	list, _, _ := a.b.workers.list()
+	now := a.b.now()
+	out := []byte{'['}
+	n := 0
+	for i := range list {
+		wk := &list[i]
+		if !slices.Contains(wk.Queues, p[0]) || now-wk.LastSeen >= workerTimeoutMs {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		o := jsonObj{b: out}
+		o.open()
+		o.str("id", wk.ID)
+		o.str("name", wk.Name)
+		qs, _ := jsonMarshal(wk.Queues)
+		o.json("queues", qs)
+		o.int("concurrency", wk.Concurrency)
+		o.int("registeredAt", wk.Registered)
+		o.int("lastSeen", wk.LastSeen)
+		o.int("activeJobs", wk.Active)
+		o.int("processedJobs", wk.Processed)
+		o.int("failedJobs", wk.Failed)
+		out = o.close()
+	}
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	o.json("workers", append(out, ']'))
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// GET /queues/:queue/dlq: the full entries, optionally a page of them.
+// Parameters that are not numbers are ignored, as the reference ignores
+// them.
+func (a *httpAPI) serveDLQ(w http.ResponseWriter, r *http.Request, p []string) {
+	ans := a.exec(r, newCmd("Dlq").str("queue", p[0]).done())
+	if !answerOK(ans) {
+		writeAnswer(w, ans, http.StatusOK)
+		return
+	}
+	entries, _ := ans.Get("entries").Array()
+	num := func(k string) (int64, bool) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(r.URL.Query().Get(k)), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	limit, hasLimit := num("limit")
+	offset, hasOffset := num("offset")
+	page := entries
+	if hasLimit || hasOffset {
+		lo := int(min(max(offset, 0), int64(len(entries))))
+		hi := len(entries)
+		if hasLimit {
+			hi = int(min(int64(lo)+max(limit, 0), int64(len(entries))))
+		}
+		page = entries[lo:hi]
+	}
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	o.key("entries")
+	o.b = append(o.b, '[')
+	for i, e := range page {
+		if i > 0 {
+			o.b = append(o.b, ',')
+		}
+		o.b, _ = appendJSON(o.b, e)
+	}
+	o.b = append(o.b, ']')
+	o.int("total", int64(len(entries)))
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// GET /queues/:queue/dlq/stats: {ok, stats}.
+func (a *httpAPI) serveDLQStats(w http.ResponseWriter, r *http.Request, p []string) {
+	ans := a.exec(r, newCmd("GetDlqStats").str("queue", p[0]).done())
+	if !answerOK(ans) {
+		writeAnswer(w, ans, http.StatusOK)
+		return
+	}
+	data, _, _ := ans.Map("data")
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	o.raw("stats", data.Get("stats"))
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// GET /stats: the broker's figures, rates, memory and collections.
+func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	b := a.b
+	now := b.now()
+	t := b.totals()
+	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
+	rates := a.srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+	crons := b.cron.List()
+	pending := 0
+	for i := range crons {
+		if crons[i].MaxLimit == 0 || crons[i].Executions < crons[i].MaxLimit {
+			pending++
+		}
+	}
+	wc := 0
+	for _, s := range b.shards {
+		s.mu.Lock()
+		for _, q := range s.queues {
+			wc += len(q.wc)
+		}
+		s.mu.Unlock()
+	}
+	st := jsonObj{}
+	st.open()
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{{"waiting", int64(t.Waiting)}, {"prioritized", int64(t.Prioritized)}, {"delayed", int64(t.Delayed)},
+		{"active", int64(t.Active)}, {"dlq", int64(t.DLQ)}, {"completed", int64(t.Completed)},
+		{"waiting-children", int64(wc)}, {"totalPushed", pushed}, {"totalPulled", pulled},
+		{"totalCompleted", completed}, {"totalFailed", failed}, {"uptime", now - b.started},
+		{"cronJobs", int64(len(crons))}, {"cronPending", int64(pending)}} {
+		st.int(kv.k, kv.v)
+	}
+	for i, k := range []string{"pushPerSec", "pullPerSec", "completePerSec", "failPerSec"} {
+		st.num(k, rates[i])
+	}
+	mem, _ := jsonMarshal(memoryMB(true))
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	o.json("stats", st.close())
+	o.json("memory", mem)
+	o.json("collections", a.collectionsJSON(t))
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// collectionsJSON is the overview's collections object.
+func (a *httpAPI) collectionsJSON(t Totals) []byte {
+	var e Enc
+	a.b.encodeCollections(&e, a.srv, t)
+	out, _ := appendJSON(nil, e.B)
+	return out
+}
+
+// GET /dashboard: DashboardOverview's data, with at most 100 workers and
+// 100 schedules listed, as the reference pages them over HTTP.
+func (a *httpAPI) serveDashboard(w http.ResponseWriter, r *http.Request, _ []string) {
+	ans := a.exec(r, newCmd("DashboardOverview").done())
+	data, _, _ := ans.Map("data")
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	for _, f := range data.Fields {
+		switch k := string(f.Key); k {
+		case "workers":
+			wm, _ := ParseMap(f.Val, nil)
+			list, _ := wm.Get("list").Array()
+			wo := jsonObj{}
+			wo.open()
+			wo.raw("total", wm.Get("total"))
+			wo.raw("active", wm.Get("active"))
+			wo.json("list", appendRawArray(nil, list[:min(len(list), 100)]))
+			wo.boolean("truncated", len(list) > 100)
+			o.json(k, wo.close())
+		case "crons":
+			list, _ := f.Val.Array()
+			co := jsonObj{}
+			co.open()
+			co.int("total", int64(len(list)))
+			co.json("list", appendRawArray(nil, list[:min(len(list), 100)]))
+			co.boolean("truncated", len(list) > 100)
+			o.json(k, co.close())
+		default:
+			o.raw(k, f.Val)
+		}
+	}
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+func appendRawArray(dst []byte, items []Raw) []byte {
+	dst = append(dst, '[')
+	for i, it := range items {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = appendJSON(dst, it); err != nil {
+			dst = append(dst, "null"...)
+		}
+	}
+	return append(dst, ']')
+}
+
+// GET /dashboard/queues?limit=&offset=: a page of queues with their
+// counts.
+func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _ []string) {
+	// As the reference parses them: what is not a number is the default.
+	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
+	if err != nil || limit == 0 {
+		limit = 100
+	}
+	limit = min(max(limit, 1), 500)
+	offset, err := strconv.Atoi(r.URL.Query().Get("offset"))
+	if err != nil {
+		offset = 0
+	}
+	offset = max(offset, 0)
+	qs := a.b.queueSnaps()
+	page := qs[min(offset, len(qs)):min(offset+limit, len(qs))]
+	list := []byte{'['}
+	for i, q := range page {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		o := jsonObj{b: list}
+		o.open()
+		o.str("name", q.name)
+		o.int("waiting", int64(q.waiting+q.prioritized))
+		o.int("delayed", int64(q.delayed))
+		o.int("active", int64(q.active))
+		o.int("dlq", int64(q.dlq))
+		o.boolean("paused", q.paused)
+		list = o.close()
+	}
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	o.json("queues", append(list, ']'))
+	o.int("total", int64(len(qs)))
+	o.int("limit", int64(limit))
+	o.int("offset", int64(offset))
+	o.int("timestamp", a.b.now())
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// GET /dashboard/queues/:queue?includeJobs=true: DashboardQueue's data.
+func (a *httpAPI) serveDashboardQueue(w http.ResponseWriter, r *http.Request, p []string) {
+	if err := validQueueName(p[0], true); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"ok": false, "error": err.Error()})
+		return
+	}
+	ans := a.exec(r, newCmd("DashboardQueue").str("queue", p[0]).
+		boolean("includeJobs", r.URL.Query().Get("includeJobs") == "true").done())
+	if !answerOK(ans) {
+		writeAnswer(w, ans, http.StatusBadRequest)
+		return
+	}
+	data, _, _ := ans.Map("data")
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	for _, f := range data.Fields {
+		o.raw(string(f.Key), f.Val)
+	}
+	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// POST /gc: a garbage collection and CompactMemory, with memory before and
+// after.
+func (a *httpAPI) serveGC(w http.ResponseWriter, r *http.Request, _ []string) {
+	before := memoryMB(false)
+	a.b.compact()
+	runtime.GC()
+	debug.FreeOSMemory()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "before": before, "after": memoryMB(false)})
+}
+
+// GET /heapstats: heap figures for chasing a leak. The reference lists
+// JavaScript object types; Go's nearest is the runtime's allocation
+// counts, and the object count.
+func (a *httpAPI) serveHeapStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	mem, _ := jsonMarshal(memoryMB(false))
+	o.json("memory", mem)
+	heap, _ := jsonMarshal(map[string]any{"objectCount": ms.HeapObjects, "goroutines": runtime.NumGoroutine(),
+		"gcCycles": ms.NumGC, "mallocs": ms.Mallocs, "frees": ms.Frees})
+	o.json("heap", heap)
+	o.json("collections", a.collectionsJSON(a.b.totals()))
+	o.json("topObjectTypes", []byte("[]"))
+	writeJSONBytes(w, http.StatusOK, o.close())
+}

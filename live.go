@@ -1,0 +1,523 @@
+package main
+
+// Live events for the HTTP side: SSE at /events and /events/queues/{q},
+// WebSocket at /ws and /ws/queues/{q}, with the reference's message shapes.
+//
+// A broker tap copies each event into a bounded channel and returns: it
+// runs under a shard lock. One goroutine renders the events (the legacy
+// JSON a WebSocket gets until it subscribes, the {event, ts, data} form
+// after, the SSE form) and hands them to the hub, which never waits on a
+// subscriber. When the channel is full, events are dropped and counted:
+// the broker never waits for the live side either.
+//
+// The same goroutine sends the reference's periodic figures
+// (stats:snapshot every 5 s, health:status every 10 s, storage:status
+// every 30 s) and queue:counts for the queues that changed, coalesced over
+// 10 ms.
+//
+// A WebSocket also takes every protocol command as JSON text and answers
+// with the JSON the reference answers, through the same command table as
+// TCP. Jobs it pulls and workers it registers are let go when it closes.
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	liveQueueLen       = 16384 // events between the tap and the renderer
+	liveMaxClients     = 1000  // per transport, as the reference
+	liveCountsCoalesce = 10 * time.Millisecond
+	liveStatsEvery     = 5 * time.Second
+	liveHealthEvery    = 10 * time.Second
+	liveStorageEvery   = 30 * time.Second
+)
+
+// liveIntervals can be shortened by tests.
+type liveIntervals struct {
+	stats, health, storage time.Duration
+}
+
+type live struct {
+	srv *Server
+	b   *Broker
+	hub *hub
+	log *slog.Logger
+	in  chan Event
+	// dropped counts events the renderer could not keep up with.
+	dropped atomic.Uint64
+	every   liveIntervals
+
+	// checkOrigin is the HTTP side's rule for who may act (set by it).
+	checkOrigin func(*http.Request) bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// wsValidPatterns are the event names and patterns Subscribe accepts, the
+// reference's list.
+var wsValidPatterns = map[string]bool{}
+
+func init() {
+	for _, p := range []string{"*",
+		"job:pushed", "job:active", "job:completed", "job:failed", "job:removed", "job:promoted", "job:progress",
+		"job:delayed", "job:stalled", "job:retried", "job:discarded", "job:priority-changed", "job:data-updated",
+		"job:delay-changed", "job:timeout", "job:lock-expired", "job:deduplicated", "job:waiting-children",
+		"job:dependencies-resolved", "job:moved-to-delayed", "job:expired", "job:*",
+		"queue:created", "queue:removed", "queue:paused", "queue:resumed", "queue:drained", "queue:cleaned",
+		"queue:obliterated", "queue:counts", "queue:idle", "queue:threshold", "queue:*",
+		"dlq:added", "dlq:retried", "dlq:retry-all", "dlq:purged", "dlq:auto-retried", "dlq:expired", "dlq:*",
+		"flow:completed", "flow:failed", "flow:*",
+		"cron:created", "cron:updated", "cron:deleted", "cron:fired", "cron:missed", "cron:skipped", "cron:*",
+		"worker:connected", "worker:disconnected", "worker:heartbeat", "worker:idle", "worker:removed-stale",
+		"worker:overloaded", "worker:error", "worker:*",
+		"ratelimit:set", "ratelimit:cleared", "ratelimit:hit", "ratelimit:rejected",
+		"concurrency:set", "concurrency:cleared", "concurrency:rejected", "ratelimit:*", "concurrency:*",
+		"webhook:added", "webhook:removed", "webhook:fired", "webhook:failed", "webhook:enabled", "webhook:disabled", "webhook:*",
+		"batch:pushed", "batch:pulled", "batch:*", "client:connected", "client:disconnected", "client:*",
+		"auth:failed", "auth:*", "cleanup:orphans-removed", "cleanup:stale-deps-removed", "cleanup:*",
+		"health:status", "health:*", "stats:snapshot", "stats:*",
+		"storage:status", "storage:backup-started", "storage:backup-completed", "storage:backup-failed",
+		"storage:size-warning", "storage:*",
+		"server:started", "server:shutdown", "server:recovered", "server:memory-warning", "server:*",
+		"memory:compacted", "memory:*", "config:stall-changed", "config:dlq-changed", "config:*"} {
+		wsValidPatterns[p] = true
+	}
+}
+
+// liveEventName maps a broker event to the reference's dashboard name.
+func liveEventName(t evType) string {
+	switch t {
+	case evPulled:
+		return "job:active"
+	}
+	return "job:" + evNames[t]
+}
+
+func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
+	if every.stats == 0 {
+		every = liveIntervals{stats: liveStatsEvery, health: liveHealthEvery, storage: liveStorageEvery}
+	}
+	l := &live{srv: srv, b: srv.b, log: log, in: make(chan Event, liveQueueLen), every: every}
+	l.hub = newHub(hubOptions{
+		Log: log,
+		// As the reference: a client that does not keep up misses
+		// messages rather than its connection; binary messages are read
+		// as text.
+		WS: wsOptions{AllowBinary: true, Slow: slowSkip,
+			CheckOrigin: func(r *http.Request) bool { return l.checkOrigin == nil || l.checkOrigin(r) }},
+		// The first chunk carries the retry delay with the connected
+		// message, as the reference sends it (see serveSSE).
+		SSE: sseOptions{Slow: slowSkip, Retry: -1},
+	})
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.b.addTap(l.tap)
+	l.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// Close ends every live subscriber and the renderer, and waits for them.
+// Call it before the HTTP server's Shutdown, which would otherwise wait
+// for the streams.
+func (l *live) Close() {
+	l.cancel()
+	l.hub.Close()
+	l.wg.Wait()
+}
+
+// tap runs under the emitting shard's lock: it only queues. An event's
+// byte slices are never changed once emitted, so the copy may keep them.
+func (l *live) tap(ev *Event) {
+	if l.hub.Subscribers() == 0 {
+		return
+	}
+	select {
+	case l.in <- *ev:
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+func (l *live) run() {
+	defer l.wg.Done()
+	stats := time.NewTicker(l.every.stats)
+	health := time.NewTicker(l.every.health)
+	storage := time.NewTicker(l.every.storage)
+	counts := time.NewTimer(time.Hour)
+	counts.Stop()
+	defer stats.Stop()
+	defer health.Stop()
+	defer storage.Stop()
+	defer counts.Stop()
+	changed := map[string]struct{}{}
+	armed := false
+	var lastDrops uint64
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case ev := <-l.in:
+			l.publishJobEvent(&ev)
+			changed[ev.Queue] = struct{}{}
+			if !armed {
+				counts.Reset(liveCountsCoalesce)
+				armed = true
+			}
+		case <-counts.C:
+			armed = false
+			for q := range changed {
+				l.publishCounts(q)
+				delete(changed, q)
+			}
+		case <-stats.C:
+			if l.hub.Subscribers() > 0 {
+				l.system("stats:snapshot", l.statsSnapshot())
+			}
+			if n := l.dropped.Load(); n != lastDrops {
+				l.log.Warn("live events dropped: subscribers were sent fewer events than happened",
+					"dropped", n-lastDrops, "dropped_total", n)
+				lastDrops = n
+			}
+		case <-health.C:
+			if l.hub.Subscribers() > 0 {
+				l.system("health:status", l.healthSnapshot())
+			}
+		case <-storage.C:
+			if l.hub.Subscribers() > 0 {
+				l.system("storage:status", l.storageSnapshot())
+			}
+		}
+	}
+}
+
+// publishJobEvent renders one broker event in its three forms.
+func (l *live) publishJobEvent(ev *Event) {
+	name := liveEventName(ev.Type)
+	a := &ev.Args
+	// The fields the reference copies into the dashboard forms, under its
+	// conditions: a non-empty error or prev, a progress or delay that is
+	// there at all.
+	extra := func(o *jsonObj) {
+		if ev.Type == evFailed && a.hasErr && a.err != "" {
+			o.str("error", a.err)
+		}
+		if ev.Type == evProgress {
+			o.raw("progress", a.progress)
+		}
+		switch ev.Type {
+		case evRetried, evRemoved, evWaiting, evWaitingChildren:
+			if a.prev != "" {
+				o.str("prev", a.prev)
+			}
+		case evDelayed:
+			o.int("delay", a.delay)
+		}
+	}
+	d := jsonObj{}
+	d.open()
+	d.str("queue", ev.Queue)
+	d.str("jobId", ev.JobID)
+	extra(&d)
+	wsData := d.close()
+
+	t := jsonObj{}
+	t.open()
+	t.str("event", name)
+	t.int("ts", ev.At)
+	t.json("data", wsData)
+
+	s := jsonObj{}
+	s.open()
+	s.str("queue", ev.Queue)
+	s.str("jobId", ev.JobID)
+	s.int("timestamp", ev.At)
+	extra(&s)
+
+	l.hub.publish(hubEvent{queue: ev.Queue, event: name, data: s.close(),
+		legacy: ev.AppendJSON(nil), tagged: t.close()})
+}
+
+// system publishes a figure to every subscriber, whatever its queue.
+func (l *live) system(name string, data []byte) {
+	t := jsonObj{}
+	t.open()
+	t.str("event", name)
+	t.int("ts", l.b.now())
+	t.json("data", data)
+	l.hub.publish(hubEvent{event: name, data: data, tagged: t.close(), system: true})
+}
+
+// publishCounts sends queue:counts for one queue (nothing for a queue that
+// is gone).
+func (l *live) publishCounts(queue string) {
+	s := l.b.shardOf(queue)
+	s.mu.Lock()
+	q := s.queues[queue]
+	if q == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.promote(l.b.now())
+	c := queueSnap{waiting: q.ready.Len() - q.nPrio, prioritized: q.nPrio, delayed: q.nDelayed,
+		active: q.nActive, dlq: len(q.dlq), done: q.nDone}
+	s.mu.Unlock()
+	o := jsonObj{}
+	o.open()
+	o.str("queue", queue)
+	o.int("waiting", int64(c.waiting))
+	o.int("prioritized", int64(c.prioritized))
+	o.int("active", int64(c.active))
+	o.int("completed", int64(c.done))
+	o.int("failed", int64(c.dlq))
+	o.int("delayed", int64(c.delayed))
+	l.system("queue:counts", o.close())
+}
+
+func (l *live) statsSnapshot() []byte {
+	b := l.b
+	now := b.now()
+	t := b.totals()
+	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
+	rates := l.srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+	o := jsonObj{}
+	o.open()
+	o.int("waiting", int64(t.Waiting))
+	o.int("active", int64(t.Active))
+	o.int("delayed", int64(t.Delayed))
+	o.int("completed", int64(t.Completed))
+	o.int("dlq", int64(t.DLQ))
+	o.int("totalPushed", pushed)
+	o.int("totalCompleted", completed)
+	o.int("totalFailed", failed)
+	o.num("pushPerSec", rates[0])
+	o.num("pullPerSec", rates[1])
+	o.int("uptime", now-b.started)
+	qs := jsonObj{}
+	qs.open()
+	for _, q := range b.queueSnaps() {
+		x := jsonObj{}
+		x.open()
+		x.int("waiting", int64(q.waiting))
+		x.int("active", int64(q.active))
+		x.int("delayed", int64(q.delayed))
+		x.int("dlq", int64(q.dlq))
+		x.boolean("paused", q.paused)
+		qs.json(q.name, x.close())
+	}
+	o.json("queues", qs.close())
+	workers, _, _ := b.workers.list()
+	active := 0
+	for i := range workers {
+		if now-workers[i].LastSeen < workerTimeoutMs {
+			active++
+		}
+	}
+	w := jsonObj{}
+	w.open()
+	w.int("total", int64(len(workers)))
+	w.int("active", int64(active))
+	o.json("workers", w.close())
+	o.int("cronJobs", int64(len(b.cron.List())))
+	return o.close()
+}
+
+// healthSnapshot counts both transports' connections in one event (the
+// reference sends each transport its own count).
+func (l *live) healthSnapshot() []byte {
+	st := l.b.storageState()
+	mem := memoryMB(false)
+	ws, sse := l.hub.Counts()
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", st.Err == nil)
+	o.int("uptime", (l.b.now()-l.b.started)/1000)
+	m := jsonObj{}
+	m.open()
+	m.int("rss", mem["rss"].(int64))
+	m.int("heapUsed", mem["heapUsed"].(int64))
+	o.json("memory", m.close())
+	c := jsonObj{}
+	c.open()
+	c.int("ws", int64(ws))
+	c.int("sse", int64(sse))
+	o.json("connections", c.close())
+	return o.close()
+}
+
+func (l *live) storageSnapshot() []byte {
+	var e Enc
+	l.b.encodeCollections(&e, l.srv, l.b.totals())
+	coll, _ := appendJSON(nil, e.B)
+	o := jsonObj{}
+	o.open()
+	o.json("collections", coll)
+	o.boolean("diskFull", isDiskFull(l.b.storageState().Err))
+	return o.close()
+}
+
+// ---------------------------------------------------------------------------
+// Endpoints
+
+// serveSSE streams the events of queue ("" for all).
+func (l *live) serveSSE(w http.ResponseWriter, r *http.Request, queue string) {
+	if _, n := l.hub.Counts(); n >= liveMaxClients {
+		http.Error(w, "Too many SSE connections", http.StatusServiceUnavailable)
+		return
+	}
+	id := newID()
+	err := l.hub.ServeSSE(w, r, queue, func(s *sseStream) {
+		s.sendRaw([]byte("retry: 3000\ndata: {\"connected\":true,\"clientId\":\"" + id + "\"}\n\n"))
+	})
+	if err != nil {
+		l.log.Debug("event stream ended", "remote", r.RemoteAddr, "err", err)
+	}
+}
+
+// serveWS upgrades to a WebSocket that carries the events of queue ("" for
+// all) and answers protocol commands.
+func (l *live) serveWS(w http.ResponseWriter, r *http.Request, queue string) {
+	if n, _ := l.hub.Counts(); n >= liveMaxClients {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "error": "Too many WebSocket connections"})
+		return
+	}
+	sel := &wsSelection{}
+	var vc *conn
+	err := l.hub.ServeWSSelect(w, r, queue, sel, func(c *wsConn, _ wsOpcode, msg []byte) {
+		if vc == nil {
+			// Made at the first command: most clients only listen.
+			vc = newVirtualConn(l.srv, l.ctx, func(f []byte) { c.SendReply(frameToJSON(f)) }, false)
+		}
+		l.onMessage(c, vc, sel, msg)
+	})
+	if vc != nil {
+		vc.finishVirtual()
+	}
+	if err != nil {
+		l.log.Debug("websocket ended", "remote", r.RemoteAddr, "err", err)
+	}
+}
+
+// frameToJSON renders an answer frame as the JSON the reference sends.
+func frameToJSON(f []byte) []byte {
+	out, err := appendJSON(nil, f[4:])
+	if err != nil {
+		return []byte(`{"ok":false,"error":"Internal server error"}`)
+	}
+	return out
+}
+
+func wsError(msg string, reqID Raw) []byte {
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", false)
+	o.str("error", msg)
+	o.raw("reqId", reqID)
+	return o.close()
+}
+
+// onMessage answers one message, as the reference's ws handler does:
+// Subscribe and Unsubscribe choose events; anything else is a protocol
+// command.
+func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
+	mp, err := jsonToMsgpack(msg)
+	if err != nil || (len(mp) == 1 && mp[0] == 0xc0) {
+		c.SendReply([]byte(`{"ok":false,"error":"Invalid JSON"}`))
+		return
+	}
+	m, err := ParseMap(mp, nil)
+	if err != nil {
+		c.SendReply([]byte(`{"ok":false,"error":"Invalid command"}`))
+		return
+	}
+	reqID := m.Get("reqId")
+	cmdRaw := m.Get("cmd")
+	cmd, serr := cmdRaw.Str()
+	switch {
+	case cmdRaw == nil || cmdRaw.IsNil() || (serr == nil && cmd == ""):
+		c.SendReply([]byte(`{"ok":false,"error":"Invalid command"}`))
+		return
+	case serr != nil:
+		c.SendReply(wsError("Invalid command", reqID))
+		return
+	case cmd == "Subscribe" || cmd == "Unsubscribe":
+		c.SendReply(l.subscription(sel, cmd == "Subscribe", m, reqID))
+		return
+	case cmd == "SubscribeEvents" || cmd == "UnsubscribeEvents":
+		// A TCP connection's own events; here Subscribe does that.
+		c.SendReply(wsError("Unknown command: "+cmd, reqID))
+		return
+	}
+	h := l.srv.cmds[cmd]
+	if h == nil {
+		c.SendReply(wsError("Unknown command: "+cmd, reqID))
+		return
+	}
+	var e Enc
+	vc.run(h, m, &e)
+	if len(e.B) > 0 {
+		c.SendReply(frameToJSON(e.B))
+	}
+}
+
+// subscription answers Subscribe and Unsubscribe with the patterns now
+// subscribed.
+func (l *live) subscription(sel *wsSelection, add bool, m Map, reqID Raw) []byte {
+	items, err := m.Get("events").Array()
+	var events []string
+	if err == nil {
+		for _, it := range items {
+			s, err := it.Str()
+			if err != nil {
+				s = string(appendJSONOrNull(it))
+			}
+			events = append(events, s)
+		}
+	}
+	var now []string
+	if add {
+		if err != nil || len(events) == 0 {
+			return wsError("events must be a non-empty array", reqID)
+		}
+		var invalid []string
+		for _, e := range events {
+			if !wsValidPatterns[e] {
+				invalid = append(invalid, e)
+			}
+		}
+		if len(invalid) > 0 {
+			msg := "Invalid: "
+			for i, s := range invalid {
+				if i > 0 {
+					msg += ", "
+				}
+				msg += s
+			}
+			return wsError(msg, reqID)
+		}
+		now = sel.subscribe(events)
+	} else {
+		now = sel.unsubscribe(events)
+	}
+	o := jsonObj{}
+	o.open()
+	o.boolean("ok", true)
+	list, _ := jsonMarshal(now)
+	o.json("subscribed", list)
+	o.raw("reqId", reqID)
+	return o.close()
+}
+
+func appendJSONOrNull(r Raw) []byte {
+	out, err := appendJSON(nil, r)
+	if err != nil {
+		return []byte("null")
+	}
+	return out
+}
