@@ -208,41 +208,54 @@ func encodePriorityCounts(e *Enc, keys []int64, per map[int64]int) {
 // ---------------------------------------------------------------------------
 // GetJobs
 
+// jobsQuery are GetJobs' fields. The state filter: absent or [] means
+// every state; a single name labels every job it returns with that name,
+// as the reference does.
+type jobsQuery struct {
+	want          []string
+	single        string
+	offset, limit int64
+	asc           bool
+}
+
+func readJobsQuery(m Map) (jobsQuery, error) {
+	a := jobsQuery{limit: 100, asc: true}
+	if raw := m.Get("state"); raw != nil {
+		if s, err := raw.Str(); err == nil {
+			a.want, a.single = []string{s}, s
+		} else if arr, ok, err := m.Strs("state"); err == nil && ok {
+			a.want = arr
+		} else {
+			return a, errors.New("state must be a string or an array of strings")
+		}
+	}
+	var err error
+	if a.offset, _, err = m.Int("offset"); err != nil {
+		return a, err
+	}
+	if v, ok, err := m.Int("limit"); err != nil {
+		return a, err
+	} else if ok {
+		a.limit = v
+	}
+	if v, ok, err := m.Bool("asc"); err != nil {
+		return a, err
+	} else if ok {
+		a.asc = v
+	}
+	return a, nil
+}
+
 func cmdGetJobs(r *Req) error {
 	queue, err := queueArg(r.m)
 	if err != nil {
 		return err
 	}
-	// The state filter: absent or [] means every state; a single name
-	// labels every job it returns with that name, as the reference does.
-	var want []string
-	single := ""
-	if raw := r.m.Get("state"); raw != nil {
-		if s, err := raw.Str(); err == nil {
-			want, single = []string{s}, s
-		} else if arr, ok, err := r.m.Strs("state"); err == nil && ok {
-			want = arr
-		} else {
-			return errors.New("state must be a string or an array of strings")
-		}
-	}
-	offset, _, err := r.m.Int("offset")
+	a, err := readJobsQuery(r.m)
 	if err != nil {
 		return err
 	}
-	limit, hasLimit, err := r.m.Int("limit")
-	if err != nil {
-		return err
-	}
-	if !hasLimit {
-		limit = 100
-	}
-	asc := true
-	if v, ok, err := r.m.Bool("asc"); err != nil {
-		return err
-	} else if ok {
-		asc = v
-	}
+	want, single, offset, limit, asc := a.want, a.single, a.offset, a.limit, a.asc
 
 	wants := func(st string) bool { return len(want) == 0 || slices.Contains(want, st) }
 	s := r.b.shardOf(queue)

@@ -203,46 +203,53 @@ func cmdGetQueueLimits(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		var rate *bucket
+		var conc *int64
+		if q != nil {
+			rate, conc = q.rateLimit(now), q.concLimit
+		}
+		writeQueueLimits(r, rate, conc, conc != nil && q.concActive >= *conc, maxJobs, hasMax, now)
+	})
+	return nil
+}
+
+// writeQueueLimits answers GetQueueLimits. maxJobs (when given) asks
+// whether the bucket has room for that many: its ttl is then 0.
+func writeQueueLimits(r *Req, rate *bucket, conc *int64, maxed bool, maxJobs float64, hasMax bool, now int64) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("limits")
 	e.MapHead(4)
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
-		var rate *bucket
-		if q != nil {
-			rate = q.rateLimit(now)
+	e.Str("rateLimit")
+	ttl := int64(-2)
+	if rate == nil {
+		e.Nil()
+	} else {
+		e.MapHead(2)
+		e.Str("max")
+		e.Num(rate.max)
+		e.Str("duration")
+		e.Int(rate.duration)
+		switch {
+		case rate.expires != 0:
+			ttl = max(0, rate.expires-now)
+		case hasMax && float64(rate.consumed) < maxJobs:
+			ttl = 0
+		default:
+			ttl = rate.waitMs(now)
 		}
-		e.Str("rateLimit")
-		ttl := int64(-2)
-		if rate == nil {
-			e.Nil()
-		} else {
-			e.MapHead(2)
-			e.Str("max")
-			e.Num(rate.max)
-			e.Str("duration")
-			e.Int(rate.duration)
-			switch {
-			case rate.expires != 0:
-				ttl = max(0, rate.expires-now)
-			case hasMax && float64(rate.consumed) < maxJobs:
-				ttl = 0
-			default:
-				ttl = rate.waitMs(now)
-			}
-		}
-		e.Str("rateLimitTtl")
-		e.Int(ttl)
-		e.Str("concurrencyLimit")
-		if q == nil || q.concLimit == nil {
-			e.Nil()
-		} else {
-			e.Int(*q.concLimit)
-		}
-		e.Str("maxed")
-		e.Bool(q != nil && q.concLimit != nil && q.concActive >= *q.concLimit)
-	})
-	return nil
+	}
+	e.Str("rateLimitTtl")
+	e.Int(ttl)
+	e.Str("concurrencyLimit")
+	if conc == nil {
+		e.Nil()
+	} else {
+		e.Int(*conc)
+	}
+	e.Str("maxed")
+	e.Bool(maxed)
 }
 
 // ---------------------------------------------------------------------------

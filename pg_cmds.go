@@ -1122,34 +1122,11 @@ func pgGetJobs(r *Req) error {
 	if err != nil {
 		return err
 	}
-	var want []string
-	single := ""
-	if raw := r.m.Get("state"); raw != nil {
-		if s, err := raw.Str(); err == nil {
-			want, single = []string{s}, s
-		} else if arr, ok, err := r.m.Strs("state"); err == nil && ok {
-			want = arr
-		} else {
-			return errors.New("state must be a string or an array of strings")
-		}
-	}
-	offset, _, err := r.m.Int("offset")
+	a, err := readJobsQuery(r.m)
 	if err != nil {
 		return err
 	}
-	limit, hasLimit, err := r.m.Int("limit")
-	if err != nil {
-		return err
-	}
-	if !hasLimit {
-		limit = 100
-	}
-	asc := true
-	if v, ok, err := r.m.Bool("asc"); err != nil {
-		return err
-	} else if ok {
-		asc = v
-	}
+	want, single, offset, limit, asc := a.want, a.single, a.offset, a.limit, a.asc
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()

@@ -229,39 +229,6 @@ func pgGetQueueLimits(r *Req) error {
 		}
 	}
 	now := p.b.now()
-	rate := l.bucket(now)
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("limits")
-	e.MapHead(4)
-	e.Str("rateLimit")
-	ttl := int64(-2)
-	if rate == nil {
-		e.Nil()
-	} else {
-		e.MapHead(2)
-		e.Str("max")
-		e.Num(rate.max)
-		e.Str("duration")
-		e.Int(rate.duration)
-		switch {
-		case rate.expires != 0:
-			ttl = max(0, rate.expires-now)
-		case hasMax && float64(rate.consumed) < maxJobs:
-			ttl = 0
-		default:
-			ttl = rate.waitMs(now)
-		}
-	}
-	e.Str("rateLimitTtl")
-	e.Int(ttl)
-	e.Str("concurrencyLimit")
-	if l.conc == nil {
-		e.Nil()
-	} else {
-		e.Int(*l.conc)
-	}
-	e.Str("maxed")
-	e.Bool(l.conc != nil && active >= *l.conc)
+	writeQueueLimits(r, l.bucket(now), l.conc, l.conc != nil && active >= *l.conc, maxJobs, hasMax, now)
 	return nil
 }
