@@ -53,6 +53,7 @@ type evArgs struct {
 	progress    Raw
 	progMsg     string
 	hasProgMsg  bool
+	remote      bool // happened on another broker (PostgreSQL mode)
 }
 
 // Event is one lifecycle event as taps see it (webhooks, live streams,

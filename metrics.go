@@ -56,6 +56,9 @@ func newMetrics(b *Broker) *Metrics {
 func (mx *Metrics) part(queue string) *metricsPart { return &mx.parts[fnv1a(queue)&mx.mask] }
 
 func (mx *Metrics) tap(ev *Event) {
+	if ev.Args.remote {
+		return // another broker counts its own; Prometheus sums the brokers
+	}
 	p := mx.part(ev.Queue)
 	p.mu.Lock()
 	qm := p.m[ev.Queue]

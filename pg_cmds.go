@@ -316,9 +316,14 @@ func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 	return out, madeJobs, nil
 }
 
-// emit tells this broker's subscribers and taps of an event. Events are
-// local: a subscriber hears what happens through its own broker.
+// emit tells this broker's subscribers and taps of an event, and the
+// other brokers' through the event channel (pg_events.go).
 func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
+	p.emitLocal(queue, t, j, now, a)
+	p.forward(queue, t, j, now, a)
+}
+
+func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {
 	s := p.b.shardOf(queue)
 	s.mu.Lock()
 	s.emit(&Queue{name: queue}, t, j, now, a)

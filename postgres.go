@@ -97,7 +97,8 @@ type PG struct {
 	pool   *pgxpool.Pool
 	url    string
 	schema string // quoted schema name
-	chName string // LISTEN/NOTIFY channel
+	chName string // LISTEN/NOTIFY channel for wake-ups
+	evName string // LISTEN/NOTIFY channel for events (pg_events.go)
 	broker string // this broker's session id, written on its leases
 	log    *slog.Logger
 	b      *Broker // for what stays per broker: workers, subscribers, taps
@@ -107,6 +108,8 @@ type PG struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	ev pgEvents
 
 	downMu sync.Mutex
 	down   error // the database is unreachable (for /health)
@@ -146,13 +149,14 @@ func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{})}
+		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{})}
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	p.wg.Add(3)
+	p.wg.Add(4)
 	go p.listen()
+	go p.forwarder()
 	go p.reaper()
 	go p.cronLoop()
 	return p, nil
@@ -285,8 +289,10 @@ func (p *PG) listenOnce(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{p.chName}.Sanitize()); err != nil {
-		return err
+	for _, ch := range []string{p.chName, p.evName} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	p.setDown(nil)
 	// A notification may have been missed while not listening.
@@ -296,7 +302,11 @@ func (p *PG) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.wake(n.Payload)
+		if n.Channel == p.evName {
+			p.received(n.Payload)
+		} else {
+			p.wake(n.Payload)
+		}
 	}
 }
 

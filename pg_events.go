@@ -1,0 +1,302 @@
+package main
+
+// Events across brokers. In PostgreSQL mode a worker's job may be pushed
+// through one broker, claimed through a second and acknowledged through a
+// third, while the subscriber, the webhook or the dashboard that wants to
+// hear of it is connected to a fourth. Each broker therefore delivers its
+// own events at once, as in the other modes, and forwards them to the
+// others through NOTIFY on the namespace's event channel. Forwarding is
+// batched off the command path: a command never waits for it, and a burst
+// of events costs a few NOTIFYs rather than one round trip each.
+//
+// A NOTIFY payload is text of under 8000 bytes, so a batch is MessagePack
+// in base64, split to fit. An event too large even alone (a big result or
+// job data) is forwarded without its data; the note in README says so.
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	// pgEvRaw bounds the MessagePack of one NOTIFY so that its base64 and
+	// the sender prefix stay under PostgreSQL's 8000-byte limit.
+	pgEvRaw = 5600
+	// pgEvBacklog bounds what waits to be forwarded while the database is
+	// away; beyond it the oldest events are dropped, and counted.
+	pgEvBacklog = 8 << 20
+)
+
+// pgEvents is one broker's outgoing event batch.
+type pgEvents struct {
+	mu      sync.Mutex
+	pending [][]byte // encoded events, oldest first
+	size    int
+	dropped int64
+	kick    chan struct{}
+}
+
+// forward queues an event for the other brokers.
+func (p *PG) forward(queue string, t evType, j *Job, now int64, a evArgs) {
+	var e Enc
+	encodeRemoteEvent(&e, queue, t, j, now, a, false)
+	if len(e.B) > pgEvRaw {
+		e.B = e.B[:0]
+		encodeRemoteEvent(&e, queue, t, j, now, a, true)
+	}
+	ev := &p.ev
+	ev.mu.Lock()
+	ev.pending = append(ev.pending, e.B)
+	ev.size += len(e.B)
+	for ev.size > pgEvBacklog && len(ev.pending) > 1 {
+		ev.size -= len(ev.pending[0])
+		ev.pending[0] = nil
+		ev.pending = ev.pending[1:]
+		ev.dropped++
+	}
+	ev.mu.Unlock()
+	select {
+	case ev.kick <- struct{}{}:
+	default:
+	}
+}
+
+// encodeRemoteEvent writes an event as a map with short keys. Without
+// data (trim) it carries what an event is, not what a job holds.
+func encodeRemoteEvent(e *Enc, queue string, t evType, j *Job, now int64, a evArgs, trim bool) {
+	m := e.OpenMap()
+	n := 3
+	e.Str("t")
+	e.Int(int64(t))
+	e.Str("q")
+	e.Str(queue)
+	e.Str("at")
+	e.Int(now)
+	str := func(k, v string) {
+		e.Str(k)
+		e.Str(v)
+		n++
+	}
+	raw := func(k string, v Raw) {
+		if len(v) > 0 && !trim {
+			e.Str(k)
+			e.Raw(v)
+			n++
+		}
+	}
+	flag := func(k string, v bool) {
+		if v {
+			e.Str(k)
+			e.Bool(true)
+			n++
+		}
+	}
+	if j != nil {
+		str("j", j.ID)
+		if t == evFailed {
+			raw("jd", j.Data)
+		}
+	}
+	raw("d", a.data)
+	flag("u", a.undefData || trim && t == evCompleted)
+	flag("nd", a.noData || trim && t == evFailed)
+	if a.hasErr {
+		str("e", a.err)
+	}
+	if a.hasTerminal {
+		e.Str("te")
+		e.Bool(a.terminal)
+		n++
+	}
+	if a.prev != "" {
+		str("p", a.prev)
+	}
+	if a.hasDelay {
+		e.Str("dl")
+		e.Int(a.delay)
+		n++
+	}
+	if a.stallCount != 0 {
+		e.Str("sc")
+		e.Int(int64(a.stallCount))
+		n++
+	}
+	if a.action != "" {
+		str("ac", a.action)
+	}
+	if trim && t == evProgress {
+		e.Str("pr")
+		e.Nil()
+		n++
+	} else {
+		raw("pr", a.progress)
+	}
+	if a.hasProgMsg {
+		str("pm", a.progMsg)
+	}
+	e.CloseMap(m, n)
+}
+
+// remoteEvent is an event decoded from another broker.
+type remoteEvent struct {
+	queue string
+	t     evType
+	job   *Job
+	at    int64
+	args  evArgs
+}
+
+func decodeRemoteEvent(b Raw) (remoteEvent, error) {
+	var ev remoteEvent
+	m, err := ParseMap(b, nil)
+	if err != nil {
+		return ev, err
+	}
+	t, _, err := m.Int("t")
+	if err != nil || t < 0 || int(t) >= len(evNames) {
+		return ev, fmt.Errorf("event type %d: %v", t, err)
+	}
+	ev.t = evType(t)
+	if ev.queue, _, err = m.Str("q"); err != nil {
+		return ev, err
+	}
+	if ev.at, _, err = m.Int("at"); err != nil {
+		return ev, err
+	}
+	id, hasID, err := m.Str("j")
+	if err != nil {
+		return ev, err
+	}
+	if hasID {
+		ev.job = &Job{ID: id, Data: clone(m.Get("jd"))}
+	}
+	a := &ev.args
+	a.remote = true
+	a.data = clone(m.Get("d"))
+	a.undefData = m.Has("u")
+	a.noData = m.Has("nd")
+	var errs [6]error
+	a.err, a.hasErr, errs[0] = m.Str("e")
+	a.terminal, a.hasTerminal, errs[1] = m.Bool("te")
+	a.prev, _, errs[2] = m.Str("p")
+	a.delay, a.hasDelay, errs[3] = m.Int("dl")
+	var sc int64
+	sc, _, errs[4] = m.Int("sc")
+	a.stallCount = int32(sc)
+	a.action, _, errs[5] = m.Str("ac")
+	if err := errors.Join(errs[:]...); err != nil {
+		return ev, err
+	}
+	if pr := m.Get("pr"); pr != nil {
+		a.progress = clone(pr)
+	} else if ev.t == evProgress {
+		a.progress = Raw{0xc0}
+	}
+	if a.progMsg, a.hasProgMsg, err = m.Str("pm"); err != nil {
+		return ev, err
+	}
+	return ev, nil
+}
+
+// forwarder sends the pending events until the broker stops.
+func (p *PG) forwarder() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.stop:
+			p.flushEvents() // what was emitted before the stop still goes out
+			return
+		case <-p.ev.kick:
+		}
+		if err := p.flushEvents(); err != nil {
+			// The events stay pending; the next kick or the retry sends them.
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			select {
+			case p.ev.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// flushEvents sends what is pending, oldest first, a payload at a time.
+func (p *PG) flushEvents() error {
+	ev := &p.ev
+	for {
+		ev.mu.Lock()
+		if d := ev.dropped; d > 0 {
+			ev.dropped = 0
+			p.log.Warn("events not forwarded to other brokers: backlog full", "dropped", d)
+		}
+		var batch [][]byte
+		size := 0
+		for _, b := range ev.pending {
+			if len(batch) > 0 && size+len(b) > pgEvRaw {
+				break
+			}
+			batch = append(batch, b)
+			size += len(b)
+		}
+		ev.mu.Unlock()
+		if len(batch) == 0 {
+			return nil
+		}
+		var e Enc
+		e.B = make([]byte, 0, size+8)
+		e.ArrayHead(len(batch))
+		for _, b := range batch {
+			e.B = append(e.B, b...)
+		}
+		payload := p.broker + " " + base64.StdEncoding.EncodeToString(e.B)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, payload)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("forward events: %w", err)
+		}
+		ev.mu.Lock()
+		// Only this goroutine removes from the front, so the batch is still there.
+		for i := range batch {
+			ev.pending[i] = nil
+		}
+		ev.pending = ev.pending[len(batch):]
+		ev.size -= size
+		ev.mu.Unlock()
+	}
+}
+
+// received delivers another broker's events to this broker's subscribers
+// and taps.
+func (p *PG) received(payload string) {
+	from, body, ok := strings.Cut(payload, " ")
+	if !ok || from == p.broker {
+		return
+	}
+	b, err := base64.StdEncoding.DecodeString(body)
+	if err != nil {
+		p.log.Warn("event notification is not base64", "err", err)
+		return
+	}
+	items, err := Raw(b).Array()
+	if err != nil {
+		p.log.Warn("event notification is not an array", "err", err)
+		return
+	}
+	for _, it := range items {
+		ev, err := decodeRemoteEvent(it)
+		if err != nil {
+			p.log.Warn("event notification unreadable", "err", err)
+			continue
+		}
+		p.emitLocal(ev.queue, ev.t, ev.job, ev.at, ev.args)
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPGEventsAcrossBrokers: a subscriber hears what happens to a queue
+// through any broker, each event once, in the order one broker made them.
+func TestPGEventsAcrossBrokers(t *testing.T) {
+	ns := pgTestNamespace(t)
+	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
+	ca, cb := dial(t, a.addr()), dial(t, b.addr())
+	subA, subB := dial(t, a.addr()), dial(t, b.addr())
+	subA.ok(M{"cmd": "SubscribeEvents", "queue": "ev"})
+	subB.ok(M{"cmd": "SubscribeEvents", "queue": "ev"})
+
+	// Pushed through A, claimed and acknowledged through B, with progress.
+	id := push(t, ca, "ev", nil)
+	_, tok := pullOwned(t, cb, "ev", nil)
+	cb.ok(M{"cmd": "Progress", "id": id, "progress": 50, "message": "half"})
+	cb.ok(M{"cmd": "ACK", "id": id, "token": tok, "result": M{"r": 1}})
+	// A result too large for one notification: the event still arrives.
+	big := push(t, ca, "ev", nil)
+	_, tok = pullOwned(t, ca, "ev", nil)
+	ca.ok(M{"cmd": "ACK", "id": big, "token": tok, "result": M{"blob": strings.Repeat("x", 9000)}})
+
+	want := []struct{ typ, id string }{
+		{"pushed", id}, {"pulled", id}, {"progress", id}, {"completed", id},
+		{"pushed", big}, {"pulled", big}, {"completed", big},
+	}
+	for name, s := range map[string]*tclient{"A": subA, "B": subB} {
+		for _, w := range want {
+			ev := s.event(10 * time.Second)
+			if ev["eventType"] != w.typ || ev["jobId"] != w.id || ev["queue"] != "ev" {
+				t.Fatalf("subscriber on %s: event %v, want %s of %s", name, ev, w.typ, w.id)
+			}
+			switch {
+			case w.typ == "progress" && toFloat(ev["progress"]) != 50:
+				t.Errorf("subscriber on %s: progress event %v", name, ev)
+			case w.typ == "completed" && w.id == id && !reflect.DeepEqual(ev["data"], M{"r": int64(1)}):
+				t.Errorf("subscriber on %s: completed data %#v", name, ev["data"])
+			}
+		}
+		// Each event once: nothing else arrives.
+		time.Sleep(300 * time.Millisecond)
+		select {
+		case ev := <-s.events:
+			t.Errorf("subscriber on %s: extra event %v", name, ev)
+		default:
+		}
+	}
+
+	// Broker B's counters count what B did, not what it heard.
+	// B claimed and completed the first job; A pushed both, and did the
+	// second itself.
+	m := sub(t, cb.ok(M{"cmd": "Metrics"}), "metrics")
+	if num(t, m["totalPushed"]) != 0 || num(t, m["totalPulled"]) != 1 || num(t, m["totalCompleted"]) != 1 {
+		t.Errorf("metrics on B count events heard from A: %v", m)
+	}
+}
+
+// TestRemoteEventRoundTrip: every field of an event survives the trip
+// through a notification, and an oversized one loses only its data.
+func TestRemoteEventRoundTrip(t *testing.T) {
+	j := &Job{ID: "j1", Data: Raw{0x81, 0xa1, 'k', 0x01}}
+	all := evArgs{data: Raw{0x2a}, err: "boom", hasErr: true, terminal: true, hasTerminal: true,
+		prev: "failed", delay: 1500, hasDelay: true, stallCount: 2, action: "retry",
+		progress: Raw{0x32}, progMsg: "m", hasProgMsg: true}
+	for _, tc := range []struct {
+		t    evType
+		j    *Job
+		a    evArgs
+		trim bool
+	}{
+		{evFailed, j, all, false},
+		{evCompleted, j, evArgs{undefData: true}, false},
+		{evPaused, nil, evArgs{}, false},
+		{evProgress, j, evArgs{progress: Raw{0x32}}, true},
+		{evCompleted, j, evArgs{data: Raw{0x2a}}, true},
+	} {
+		var e Enc
+		encodeRemoteEvent(&e, "q", tc.t, tc.j, 77, tc.a, tc.trim)
+		ev, err := decodeRemoteEvent(e.B)
+		if err != nil {
+			t.Fatalf("%s: decode: %v", evNames[tc.t], err)
+		}
+		if ev.queue != "q" || ev.t != tc.t || ev.at != 77 || (ev.job == nil) != (tc.j == nil) {
+			t.Fatalf("%s: decoded %+v", evNames[tc.t], ev)
+		}
+		want := tc.a
+		want.remote = true
+		switch {
+		case tc.trim && tc.t == evCompleted:
+			want.data, want.undefData = nil, true
+		case tc.trim && tc.t == evProgress:
+			want.progress = Raw{0xc0}
+		}
+		if !reflect.DeepEqual(ev.args, want) {
+			t.Errorf("%s: args %+v, want %+v", evNames[tc.t], ev.args, want)
+		}
+		if tc.t == evFailed && !bytes.Equal(ev.job.Data, j.Data) {
+			t.Errorf("failed event job data %x", ev.job.Data)
+		}
+	}
+	if _, err := decodeRemoteEvent(Raw{0x81, 0xa1, 't', 0x7f}); err == nil {
+		t.Error("an unknown event type was accepted")
+	}
+}
