@@ -606,60 +606,6 @@ func (b *Broker) heartbeat(id, token string, duration int64) bool {
 	return true
 }
 
-func cmdJobHeartbeat(r *Req) error {
-	id, err := idArg(r.m, "id")
-	if err != nil {
-		return err
-	}
-	tok, _, err := r.m.Str("token")
-	if err != nil {
-		return err
-	}
-	d, _, err := r.m.Num("duration")
-	if err != nil {
-		return err
-	}
-	if !r.b.heartbeat(id, tok, int64(d)) {
-		return errHeartbeat
-	}
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("ok")
-	e.Bool(true)
-	return nil
-}
-
-func cmdJobHeartbeatBatch(r *Req) error {
-	ids, ok, err := r.m.Strs("ids")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("ids must be an array")
-	}
-	tokens, hasTok, err := r.m.Strs("tokens")
-	if err != nil {
-		return err
-	}
-	n := 0
-	for i, id := range ids {
-		tok := ""
-		if hasTok && i < len(tokens) {
-			tok = tokens[i]
-		}
-		if r.b.heartbeat(id, tok, 0) {
-			n++
-		}
-	}
-	e := r.field("data")
-	e.MapHead(2)
-	e.Str("ok")
-	e.Bool(true)
-	e.Str("count")
-	e.Int(int64(n))
-	return nil
-}
-
 // extendLock renews a lock; without a token, whatever lock the job has.
 func (b *Broker) extendLock(id, token string, duration int64) bool {
 	j, s := b.lockJob(id)
@@ -676,55 +622,154 @@ func (b *Broker) extendLock(id, token string, duration int64) bool {
 	return s.renew(j, token, duration, b.now())
 }
 
-func cmdExtendLock(r *Req) error {
-	id, err := idArg(r.m, "id")
-	if err != nil {
-		return err
-	}
-	tok, _, err := r.m.Str("token")
-	if err != nil {
-		return err
-	}
-	d, _, err := r.m.Num("duration")
-	if err != nil {
-		return err
-	}
-	if !r.b.extendLock(id, tok, int64(d)) {
-		return errLock
-	}
-	return r.okID()
+// Lock renewals: JobHeartbeat, JobHeartbeatB, ExtendLock and ExtendLocks
+// are parsed and answered once; renewFn is what an engine does.
+
+// renewals are the locks one request names, index by index.
+type renewals struct {
+	ids, tokens []string
+	durations   []int64
 }
 
-func cmdExtendLocks(r *Req) error {
-	ids, ok, err := r.m.Strs("ids")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("ids must be an array")
-	}
-	tokens, _, err := r.m.Array("tokens")
-	if err != nil {
-		return err
-	}
-	durs, _, err := r.m.Array("durations")
-	if err != nil {
-		return err
-	}
+// renewFn renews what rn names and reports how many it renewed.
+// lockOnly is ExtendLock's rule (the job must hold a lock); otherwise a
+// heartbeat without a token marks an active job alive.
+type renewFn func(r *Req, rn renewals, lockOnly bool) (int, error)
+
+func memRenew(r *Req, rn renewals, lockOnly bool) (int, error) {
 	n := 0
-	for i, id := range ids {
-		tok := ""
-		if i < len(tokens) {
-			tok, _ = tokens[i].Str()
+	for i, id := range rn.ids {
+		var ok bool
+		if lockOnly {
+			ok = r.b.extendLock(id, rn.tokens[i], rn.durations[i])
+		} else {
+			ok = r.b.heartbeat(id, rn.tokens[i], rn.durations[i])
 		}
-		var d float64
-		if i < len(durs) {
-			d, _ = durs[i].Float()
-		}
-		if r.b.extendLock(id, tok, int64(d)) {
+		if ok {
 			n++
 		}
 	}
-	r.field("count").Int(int64(n))
-	return nil
+	return n, nil
+}
+
+// readRenewal reads one id, token and duration.
+func readRenewal(r *Req) (renewals, error) {
+	id, err := idArg(r.m, "id")
+	if err != nil {
+		return renewals{}, err
+	}
+	tok, _, err := r.m.Str("token")
+	if err != nil {
+		return renewals{}, err
+	}
+	d, _, err := r.m.Num("duration")
+	if err != nil {
+		return renewals{}, err
+	}
+	return renewals{ids: []string{id}, tokens: []string{tok}, durations: []int64{int64(d)}}, nil
+}
+
+// readRenewals reads ids with the tokens (and durations) at the same
+// index; a missing or unreadable one counts as absent, as the reference
+// treats it.
+func readRenewals(r *Req, withDurations bool) (renewals, error) {
+	ids, ok, err := r.m.Strs("ids")
+	if err != nil {
+		return renewals{}, err
+	}
+	if !ok {
+		return renewals{}, errors.New("ids must be an array")
+	}
+	rn := renewals{ids: ids, tokens: make([]string, len(ids)), durations: make([]int64, len(ids))}
+	tokens, _, err := r.m.Array("tokens")
+	if err != nil {
+		return renewals{}, err
+	}
+	for i := range min(len(ids), len(tokens)) {
+		rn.tokens[i], _ = tokens[i].Str()
+	}
+	if withDurations {
+		durs, _, err := r.m.Array("durations")
+		if err != nil {
+			return renewals{}, err
+		}
+		for i := range min(len(ids), len(durs)) {
+			d, _ := durs[i].Float()
+			rn.durations[i] = int64(d)
+		}
+	}
+	return rn, nil
+}
+
+func jobHeartbeatCmd(renew renewFn) Handler {
+	return func(r *Req) error {
+		rn, err := readRenewal(r)
+		if err != nil {
+			return err
+		}
+		n, err := renew(r, rn, false)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errHeartbeat
+		}
+		e := r.field("data")
+		e.MapHead(1)
+		e.Str("ok")
+		e.Bool(true)
+		return nil
+	}
+}
+
+func jobHeartbeatBatchCmd(renew renewFn) Handler {
+	return func(r *Req) error {
+		rn, err := readRenewals(r, false)
+		if err != nil {
+			return err
+		}
+		n, err := renew(r, rn, false)
+		if err != nil {
+			return err
+		}
+		e := r.field("data")
+		e.MapHead(2)
+		e.Str("ok")
+		e.Bool(true)
+		e.Str("count")
+		e.Int(int64(n))
+		return nil
+	}
+}
+
+func extendLockCmd(renew renewFn) Handler {
+	return func(r *Req) error {
+		rn, err := readRenewal(r)
+		if err != nil {
+			return err
+		}
+		n, err := renew(r, rn, true)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errLock
+		}
+		return r.okID()
+	}
+}
+
+func extendLocksCmd(renew renewFn) Handler {
+	return func(r *Req) error {
+		rn, err := readRenewals(r, true)
+		if err != nil {
+			return err
+		}
+		n, err := renew(r, rn, true)
+		if err != nil {
+			return err
+		}
+		r.field("count").Int(int64(n))
+		return nil
+	}
 }

@@ -388,10 +388,20 @@ func notActive(j *Job, now int64) error {
 	return errors.New("Job is not active (current state: " + j.stateAt(now).String() + ")")
 }
 
-func cmdProgress(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
+// progressSet is what a Progress request sets, read once for both engines.
+type progressSet struct {
+	id     string
+	prog   Raw
+	msg    string
+	msgSet bool // a string: set it (null clears it)
+	msgKey bool // undefined keeps the message
+}
+
+func readProgress(r *Req) (progressSet, error) {
+	var u progressSet
+	var err error
+	if u.id, _, err = r.m.Str("id"); err != nil {
+		return u, err
 	}
 	prog := r.m.Get("progress")
 	if f, err := prog.Float(); err == nil {
@@ -403,48 +413,59 @@ func cmdProgress(r *Req) error {
 	} else {
 		prog = clone(prog)
 	}
-	msgRaw, hasMsgKey := r.m.Get("message"), false
+	u.prog = prog
 	for _, f := range r.m.Fields {
 		if string(f.Key) == "message" && !isUndefined(f.Val) {
-			hasMsgKey = true
+			u.msgKey = true
 		}
 	}
-	var msg string
-	if msgRaw != nil && msgRaw[0] != 0xc0 {
-		if msg, err = msgRaw.Str(); err != nil {
-			return &FieldError{Field: "message", Msg: "must be a string"}
+	if msgRaw := r.m.Get("message"); msgRaw != nil && msgRaw[0] != 0xc0 {
+		if u.msg, err = msgRaw.Str(); err != nil {
+			return u, &FieldError{Field: "message", Msg: "must be a string"}
 		}
+		u.msgSet = true
 	}
-	j, s := r.b.lockJob(id)
+	return u, nil
+}
+
+// apply sets the progress of an active job and returns its event.
+func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
+	if j.state != StateActive {
+		return evArgs{}, notActive(j, now)
+	}
+	j.Progress = u.prog
+	if u.msgKey {
+		j.ProgMsg, j.HasProgM = u.msg, u.msgSet
+	}
+	j.Heartbeat = now
+	return evArgs{progress: u.prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM}, nil
+}
+
+func cmdProgress(r *Req) error {
+	u, err := readProgress(r)
+	if err != nil {
+		return err
+	}
+	j, s := r.b.lockJob(u.id)
 	if j == nil {
 		return errJobNotFound
 	}
 	defer s.mu.Unlock()
 	now := r.b.now()
-	if j.state != StateActive {
-		return notActive(j, now)
+	ev, err := u.apply(j, now)
+	if err != nil {
+		return err
 	}
-	j.Progress = prog
-	if hasMsgKey {
-		// undefined keeps the message, null clears it, a string sets it.
-		j.ProgMsg, j.HasProgM = msg, msgRaw != nil && msgRaw[0] != 0xc0
-	}
-	j.Heartbeat = now
-	s.emit(s.queues[j.Queue], evProgress, j, now, evArgs{progress: prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM})
+	s.emit(s.queues[j.Queue], evProgress, j, now, ev)
 	s.b.persist(j)
 	return r.okID()
 }
 
-func cmdGetProgress(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	j, s := r.b.lockJob(id)
+// writeProgress answers GetProgress for a job (nil: not found).
+func writeProgress(r *Req, j *Job) error {
 	if j == nil {
 		return errJobNotFound
 	}
-	defer s.mu.Unlock()
 	if j.state != StateActive {
 		return notActive(j, r.b.now())
 	}
@@ -457,17 +478,30 @@ func cmdGetProgress(r *Req) error {
 	return nil
 }
 
-// ---------------------------------------------------------------------------
-// Logs
-
-func cmdAddLog(r *Req) error {
+func cmdGetProgress(r *Req) error {
 	id, _, err := r.m.Str("id")
 	if err != nil {
 		return err
 	}
+	j, s := r.b.lockJob(id)
+	if j != nil {
+		defer s.mu.Unlock()
+	}
+	return writeProgress(r, j)
+}
+
+// ---------------------------------------------------------------------------
+// Logs
+
+// readLogEntry reads AddLog's job id and entry, for both engines.
+func readLogEntry(r *Req) (string, LogEntry, error) {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return "", LogEntry{}, err
+	}
 	level := "info"
 	if l, ok, err := r.m.Str("level"); err != nil {
-		return err
+		return "", LogEntry{}, err
 	} else if ok {
 		level = l
 	}
@@ -475,10 +509,25 @@ func cmdAddLog(r *Req) error {
 	if msg == nil {
 		msg = rawUndefined
 	}
+	return id, LogEntry{At: r.b.now(), Level: level, Message: clone(msg)}, nil
+}
+
+func writeLogAdded(r *Req) error {
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("added")
+	e.Bool(true)
+	return nil
+}
+
+func cmdAddLog(r *Req) error {
+	id, entry, err := readLogEntry(r)
+	if err != nil {
+		return err
+	}
 	if r.b.idxGet(id) == nil {
 		return errJobNotFound
 	}
-	entry := LogEntry{At: r.b.now(), Level: level, Message: clone(msg)}
 	r.b.lmu.Lock()
 	logs, _ := r.b.logs.Get(id)
 	logs = append(logs, entry)
@@ -488,11 +537,7 @@ func cmdAddLog(r *Req) error {
 	r.b.logs.Put(id, logs)
 	r.b.logsChanged(id, logs)
 	r.b.lmu.Unlock()
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("added")
-	e.Bool(true)
-	return nil
+	return writeLogAdded(r)
 }
 
 func cmdGetLogs(r *Req) error {

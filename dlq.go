@@ -216,40 +216,70 @@ func (f *dlqFilter) applyList(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 	return out[lo:hi]
 }
 
+// dlqSelect is which DLQ entries a Dlq or RetryDlq request names, read
+// once for both engines.
+type dlqSelect struct {
+	queue    string
+	filter   *dlqFilter
+	jobID    string // RetryDlq only
+	count    int64
+	hasCount bool
+}
+
+func readDlqSelect(r *Req, withJobID bool) (dlqSelect, error) {
+	var d dlqSelect
+	var err error
+	if d.queue, err = queueArg(r.m); err != nil {
+		return d, err
+	}
+	if d.filter, err = readDlqFilter(r.m); err != nil {
+		return d, err
+	}
+	if withJobID {
+		if d.jobID, _, err = r.m.Str("jobId"); err != nil {
+			return d, err
+		}
+	}
+	d.count, d.hasCount, err = r.m.Int("count")
+	return d, err
+}
+
+// limit applies count to entries in DLQ order.
+func (d dlqSelect) limit(sel []*Job) []*Job {
+	if d.hasCount {
+		return sel[:min(max(d.count, 0), int64(len(sel)))]
+	}
+	return sel
+}
+
+// writeDlq answers Dlq.
+func writeDlq(r *Req, sel []*Job) {
+	e := r.field("jobs")
+	e.ArrayHead(len(sel))
+	for _, j := range sel {
+		encodeJob(e, j, jobPlain, "", nil)
+	}
+	e = r.field("entries")
+	e.ArrayHead(len(sel))
+	for _, j := range sel {
+		encodeDLQEntry(e, j)
+	}
+}
+
 func cmdDlq(r *Req) error {
-	name, err := queueArg(r.m)
+	d, err := readDlqSelect(r, false)
 	if err != nil {
 		return err
 	}
-	filter, err := readDlqFilter(r.m)
-	if err != nil {
-		return err
-	}
-	count, hasCount, err := r.m.Int("count")
-	if err != nil {
-		return err
-	}
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	r.b.withQueue(d.queue, false, func(s *Shard, q *Queue, now int64) {
 		var sel []*Job
 		if q != nil {
 			sel = q.dlq
-			if filter != nil {
-				sel = filter.apply(q, now)
+			if d.filter != nil {
+				sel = d.filter.apply(q, now)
 			}
 		}
-		if hasCount {
-			sel = sel[:min(max(count, 0), int64(len(sel)))]
-		}
-		e := r.field("jobs")
-		e.ArrayHead(len(sel))
-		for _, j := range sel {
-			encodeJob(e, j, jobPlain, "", nil)
-		}
-		e = r.field("entries")
-		e.ArrayHead(len(sel))
-		for _, j := range sel {
-			encodeDLQEntry(e, j)
-		}
+		writeDlq(r, d.limit(sel))
 	})
 	return nil
 }
@@ -314,51 +344,43 @@ func (s *Shard) retryDLQ(q *Queue, j *Job, now int64, auto bool) bool {
 	} else {
 		j.dlq = nil
 	}
-	j.Attempts, j.Stalls, j.StartedAt = 0, 0, 0
-	j.Heartbeat, j.RunAt = now, now
-	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+	j.resetForRetry(now)
 	s.holdUnique(q, j)
 	s.enqueue(q, j, now)
 	s.b.persist(j)
 	return true
 }
 
+// resetForRetry starts a job from the DLQ (or a retry of a finished job)
+// afresh: attempts and stalls count again from zero, and it runs now.
+func (j *Job) resetForRetry(now int64) {
+	j.Attempts, j.Stalls, j.StartedAt, j.DoneAt = 0, 0, 0, 0
+	j.Heartbeat, j.RunAt = now, now
+	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+}
+
 func cmdRetryDlq(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	filter, err := readDlqFilter(r.m)
-	if err != nil {
-		return err
-	}
-	jobID, _, err := r.m.Str("jobId")
-	if err != nil {
-		return err
-	}
-	count, hasCount, err := r.m.Int("count")
+	d, err := readDlqSelect(r, true)
 	if err != nil {
 		return err
 	}
 	n := 0
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	r.b.withQueue(d.queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
 		var sel []*Job
 		switch {
-		case filter != nil:
-			sel = filter.apply(q, now)
-		case jobID != "":
+		case d.filter != nil:
+			sel = d.filter.apply(q, now)
+		case d.jobID != "":
 			for _, j := range q.dlq {
-				if j.ID == jobID {
+				if j.ID == d.jobID {
 					sel = []*Job{j}
 				}
 			}
-		case hasCount:
-			sel = slices.Clone(q.dlq[:min(max(count, 0), int64(len(q.dlq)))])
 		default:
-			sel = slices.Clone(q.dlq)
+			sel = slices.Clone(d.limit(q.dlq))
 		}
 		for _, j := range sel {
 			if s.retryDLQ(q, j, now, false) {

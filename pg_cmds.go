@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -28,10 +27,10 @@ var pgHandlers = map[string]Handler{
 	"ACK":           pgAck,
 	"ACKB":          pgAckBatch,
 	"FAIL":          pgFail,
-	"JobHeartbeat":  pgJobHeartbeat,
-	"JobHeartbeatB": pgJobHeartbeatBatch,
-	"ExtendLock":    pgExtendLock,
-	"ExtendLocks":   pgExtendLocks,
+	"JobHeartbeat":  jobHeartbeatCmd(pgRenew),
+	"JobHeartbeatB": jobHeartbeatBatchCmd(pgRenew),
+	"ExtendLock":    extendLockCmd(pgRenew),
+	"ExtendLocks":   extendLocksCmd(pgRenew),
 
 	"GetJob":       pgGetJob,
 	"GetState":     pgGetState,
@@ -46,8 +45,8 @@ var pgHandlers = map[string]Handler{
 	"ClearLogs":    pgClearLogs,
 	"WaitJob":      pgWaitJob,
 
-	"Pause":      pgPause,
-	"Resume":     pgResume,
+	"Pause":      pgPauseCmd(true),
+	"Resume":     pgPauseCmd(false),
 	"IsPaused":   pgIsPaused,
 	"Drain":      pgDrain,
 	"Obliterate": pgObliterate,
@@ -856,124 +855,10 @@ func (p *PG) heartbeat(ctx context.Context, ids, tokens []string, durations []in
 	return int(tag.RowsAffected()), nil
 }
 
-func pgJobHeartbeat(r *Req) error {
-	id, err := idArg(r.m, "id")
-	if err != nil {
-		return err
-	}
-	tok, _, err := r.m.Str("token")
-	if err != nil {
-		return err
-	}
-	d, _, err := r.m.Num("duration")
-	if err != nil {
-		return err
-	}
+func pgRenew(r *Req, rn renewals, lockOnly bool) (int, error) {
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	n, err := r.c.srv.pg.heartbeat(ctx, []string{id}, []string{tok}, []int64{int64(d)}, false)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errHeartbeat
-	}
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("ok")
-	e.Bool(true)
-	return nil
-}
-
-func pgJobHeartbeatBatch(r *Req) error {
-	ids, ok, err := r.m.Strs("ids")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("ids must be an array")
-	}
-	tokens, _, err := r.m.Strs("tokens")
-	if err != nil {
-		return err
-	}
-	toks := make([]string, len(ids))
-	copy(toks, tokens)
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	n, err := r.c.srv.pg.heartbeat(ctx, ids, toks, make([]int64, len(ids)), false)
-	if err != nil {
-		return err
-	}
-	e := r.field("data")
-	e.MapHead(2)
-	e.Str("ok")
-	e.Bool(true)
-	e.Str("count")
-	e.Int(int64(n))
-	return nil
-}
-
-func pgExtendLock(r *Req) error {
-	id, err := idArg(r.m, "id")
-	if err != nil {
-		return err
-	}
-	tok, _, err := r.m.Str("token")
-	if err != nil {
-		return err
-	}
-	d, _, err := r.m.Num("duration")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	n, err := r.c.srv.pg.heartbeat(ctx, []string{id}, []string{tok}, []int64{int64(d)}, true)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errLock
-	}
-	return r.okID()
-}
-
-func pgExtendLocks(r *Req) error {
-	ids, ok, err := r.m.Strs("ids")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("ids must be an array")
-	}
-	tokens, _, err := r.m.Array("tokens")
-	if err != nil {
-		return err
-	}
-	durs, _, err := r.m.Array("durations")
-	if err != nil {
-		return err
-	}
-	toks := make([]string, len(ids))
-	ds := make([]int64, len(ids))
-	for i := range ids {
-		if i < len(tokens) {
-			toks[i], _ = tokens[i].Str()
-		}
-		if i < len(durs) {
-			d, _ := durs[i].Float()
-			ds[i] = int64(d)
-		}
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	n, err := r.c.srv.pg.heartbeat(ctx, ids, toks, ds, true)
-	if err != nil {
-		return err
-	}
-	r.field("count").Int(int64(n))
-	return nil
+	return r.c.srv.pg.heartbeat(ctx, rn.ids, rn.tokens, rn.durations, lockOnly)
 }
 
 // ---------------------------------------------------------------------------
@@ -1229,33 +1114,10 @@ func pgGetJobs(r *Req) error {
 // Progress and logs
 
 func pgProgress(r *Req) error {
-	id, _, err := r.m.Str("id")
+	u, err := readProgress(r)
 	if err != nil {
 		return err
 	}
-	prog := r.m.Get("progress")
-	if f, err := prog.Float(); err == nil {
-		var e Enc
-		e.Num(math.Max(0, math.Min(100, f)))
-		prog = e.B
-	} else if prog.IsNil() {
-		prog = Raw{0}
-	} else {
-		prog = clone(prog)
-	}
-	msgRaw, hasMsgKey := r.m.Get("message"), false
-	for _, f := range r.m.Fields {
-		if string(f.Key) == "message" && !isUndefined(f.Val) {
-			hasMsgKey = true
-		}
-	}
-	var msg string
-	if msgRaw != nil && msgRaw[0] != 0xc0 {
-		if msg, err = msgRaw.Str(); err != nil {
-			return &FieldError{Field: "message", Msg: "must be a string"}
-		}
-	}
-	msgSet := msgRaw != nil && msgRaw[0] != 0xc0
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
@@ -1264,33 +1126,29 @@ func pgProgress(r *Req) error {
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	locked, err := p.lockRows(ctx, tx, []string{id})
+	locked, err := p.lockRows(ctx, tx, []string{u.id})
 	if err != nil {
 		return pgErr(err)
 	}
-	l := locked[id]
+	l := locked[u.id]
 	if l == nil {
 		return errJobNotFound
 	}
 	j := l.j
 	now := p.b.now()
-	if j.state != StateActive {
-		return notActive(j, now)
+	ev, err := u.apply(j, now)
+	if err != nil {
+		return err
 	}
-	j.Progress = prog
-	if hasMsgKey {
-		j.ProgMsg, j.HasProgM = msg, msgSet
-	}
-	j.Heartbeat = now
 	var e Enc
 	encodeRecord(&e, j)
-	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), id, e.B); err != nil {
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), u.id, e.B); err != nil {
 		return pgErr(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return pgErr(err)
 	}
-	p.emit(j.Queue, evProgress, j, now, evArgs{progress: prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM})
+	p.emit(j.Queue, evProgress, j, now, ev)
 	return r.okID()
 }
 
@@ -1305,35 +1163,13 @@ func pgGetProgress(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if j == nil {
-		return errJobNotFound
-	}
-	if j.state != StateActive {
-		return notActive(j, r.b.now())
-	}
-	if j.Progress == nil {
-		r.field("progress").Int(0)
-	} else {
-		r.field("progress").Raw(j.Progress)
-	}
-	optStr(r.field("message"), j.ProgMsg, j.HasProgM)
-	return nil
+	return writeProgress(r, j)
 }
 
 func pgAddLog(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, entry, err := readLogEntry(r)
 	if err != nil {
 		return err
-	}
-	level := "info"
-	if l, ok, err := r.m.Str("level"); err != nil {
-		return err
-	} else if ok {
-		level = l
-	}
-	msg := r.m.Get("message")
-	if msg == nil {
-		msg = rawUndefined
 	}
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
@@ -1354,7 +1190,7 @@ func pgAddLog(r *Req) error {
 	if err != nil {
 		return err
 	}
-	logs = append(logs, LogEntry{At: p.b.now(), Level: level, Message: clone(msg)})
+	logs = append(logs, entry)
 	if len(logs) > maxLogsPerJob {
 		logs = logs[len(logs)-maxLogsPerJob:]
 	}
@@ -1364,11 +1200,7 @@ func pgAddLog(r *Req) error {
 	if err := tx.Commit(ctx); err != nil {
 		return pgErr(err)
 	}
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("added")
-	e.Bool(true)
-	return nil
+	return writeLogAdded(r)
 }
 
 func (p *PG) readLogs(ctx context.Context, q interface {
@@ -1562,34 +1394,26 @@ func (p *PG) setPaused(ctx context.Context, queue string, paused bool) error {
 	return pgErr(tx.Commit(ctx))
 }
 
-func pgPause(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
+// pgPauseCmd is Pause (paused) and Resume.
+func pgPauseCmd(paused bool) Handler {
+	ev := evResumed
+	if paused {
+		ev = evPaused
 	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	if err := p.setPaused(ctx, name, true); err != nil {
-		return err
+	return func(r *Req) error {
+		name, err := queueArg(r.m)
+		if err != nil {
+			return err
+		}
+		p := r.c.srv.pg
+		ctx, cancel := pgCtx(r)
+		defer cancel()
+		if err := p.setPaused(ctx, name, paused); err != nil {
+			return err
+		}
+		p.emit(name, ev, nil, p.b.now(), evArgs{})
+		return r.okID()
 	}
-	p.emit(name, evPaused, nil, p.b.now(), evArgs{})
-	return r.okID()
-}
-
-func pgResume(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	if err := p.setPaused(ctx, name, false); err != nil {
-		return err
-	}
-	p.emit(name, evResumed, nil, p.b.now(), evArgs{})
-	return r.okID()
 }
 
 func pgIsPaused(r *Req) error {
@@ -1743,15 +1567,7 @@ func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, 
 }
 
 func pgDlq(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	filter, err := readDlqFilter(r.m)
-	if err != nil {
-		return err
-	}
-	count, hasCount, err := r.m.Int("count")
+	d, err := readDlqSelect(r, false)
 	if err != nil {
 		return err
 	}
@@ -1763,40 +1579,16 @@ func pgDlq(r *Req) error {
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	sel, err := p.dlqJobs(ctx, tx, name, filter, 0, false, "", false)
+	sel, err := p.dlqJobs(ctx, tx, d.queue, d.filter, 0, false, "", false)
 	if err != nil {
 		return err
 	}
-	if hasCount {
-		sel = sel[:min(max(count, 0), int64(len(sel)))]
-	}
-	e := r.field("jobs")
-	e.ArrayHead(len(sel))
-	for _, j := range sel {
-		encodeJob(e, j, jobPlain, "", nil)
-	}
-	e = r.field("entries")
-	e.ArrayHead(len(sel))
-	for _, j := range sel {
-		encodeDLQEntry(e, j)
-	}
+	writeDlq(r, d.limit(sel))
 	return nil
 }
 
 func pgRetryDlq(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	filter, err := readDlqFilter(r.m)
-	if err != nil {
-		return err
-	}
-	jobID, _, err := r.m.Str("jobId")
-	if err != nil {
-		return err
-	}
-	count, hasCount, err := r.m.Int("count")
+	d, err := readDlqSelect(r, true)
 	if err != nil {
 		return err
 	}
@@ -1808,7 +1600,7 @@ func pgRetryDlq(r *Req) error {
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	sel, err := p.dlqJobs(ctx, tx, name, filter, count, hasCount, jobID, true)
+	sel, err := p.dlqJobs(ctx, tx, d.queue, d.filter, d.count, d.hasCount, d.jobID, true)
 	if err != nil {
 		return err
 	}
@@ -1817,16 +1609,14 @@ func pgRetryDlq(r *Req) error {
 		j.dlq = nil
 		j.state = StateWaiting
 		j.state = j.readyState()
-		j.Attempts, j.Stalls, j.StartedAt, j.DoneAt = 0, 0, 0, 0
-		j.Heartbeat, j.RunAt = now, now
-		j.addTimeline(TimelineEntry{State: "waiting", At: now})
+		j.resetForRetry(now)
 	}
 	if len(sel) > 0 {
 		if err := p.saveJobs(ctx, tx, sel, nil); err != nil {
 			// A live job took the unique key meanwhile.
 			return pgErr(err)
 		}
-		if err := p.notify(ctx, tx, name); err != nil {
+		if err := p.notify(ctx, tx, d.queue); err != nil {
 			return pgErr(err)
 		}
 	}
