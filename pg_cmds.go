@@ -153,14 +153,7 @@ func pgPush(r *Req) error {
 	if err := pgRefuse(j); err != nil {
 		return err
 	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	ids, err := p.insert(ctx, queue, []*Job{j})
-	if err != nil {
-		return pgErr(err)
-	}
-	r.field("id").Str(ids[0])
-	return nil
+	return p.pushAsync(r, queue, []*Job{j}, func(r *Req, ids []string) { r.field("id").Str(ids[0]) })
 }
 
 func pgPushBatch(r *Req) error {
@@ -187,21 +180,14 @@ func pgPushBatch(r *Req) error {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	ids, err := p.insert(ctx, queue, jobs)
-	if err != nil {
-		return pgErr(err)
-	}
-	strArray(r.field("ids"), ids)
-	return nil
+	return p.pushAsync(r, queue, jobs, func(r *Req, ids []string) { strArray(r.field("ids"), ids) })
 }
 
 // insert adds jobs to a queue in one transaction and answers their ids. A
 // job whose custom id or unique key a live job holds is not created: its
 // id is the holder's. A finished job that holds a custom id gives it up.
 func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -443,7 +429,7 @@ func (p *PG) closing() bool {
 // comes due (0: none).
 func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job, []string, int64, error) {
 	now := p.b.now()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -660,7 +646,7 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 	}
 	outs := make([]Outcome, len(items))
 	errs := make([]error, len(items))
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -784,7 +770,7 @@ func pgFail(r *Req) error {
 // fail records a failed attempt: a retry after the backoff, the DLQ, or
 // removal.
 func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return Applied, pgErr(err)
 	}
@@ -1121,7 +1107,7 @@ func pgProgress(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -1174,7 +1160,7 @@ func pgAddLog(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -1275,7 +1261,7 @@ func pgClearLogs(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -1377,7 +1363,7 @@ func pgWaitJob(r *Req) error {
 // Queues
 
 func (p *PG) setPaused(ctx context.Context, queue string, paused bool) error {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -1574,7 +1560,7 @@ func pgDlq(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -1595,7 +1581,7 @@ func pgRetryDlq(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}

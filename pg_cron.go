@@ -37,7 +37,7 @@ func (p *PG) cronLoop() {
 
 func (p *PG) cronOnce(ctx context.Context) error {
 	now := p.b.now()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func pgCron(r *Req) error {
 	}
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}

@@ -37,6 +37,7 @@ type pgEvents struct {
 	mu      sync.Mutex
 	pending [][]byte // encoded events, oldest first
 	size    int
+	wakes   map[string]bool // queues to wake on the other brokers
 	dropped int64
 	kick    chan struct{}
 }
@@ -58,6 +59,27 @@ func (p *PG) forward(queue string, t evType, j *Job, now int64, a evArgs) {
 		ev.pending[0] = nil
 		ev.pending = ev.pending[1:]
 		ev.dropped++
+	}
+	ev.mu.Unlock()
+	select {
+	case ev.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wakeEverywhere wakes this broker's pulls on queues at once and the other
+// brokers' with the next batch.
+func (p *PG) wakeEverywhere(queues []string) {
+	for _, q := range queues {
+		p.wake(q)
+	}
+	ev := &p.ev
+	ev.mu.Lock()
+	if ev.wakes == nil {
+		ev.wakes = make(map[string]bool)
+	}
+	for _, q := range queues {
+		ev.wakes[q] = true
 	}
 	ev.mu.Unlock()
 	select {
@@ -228,9 +250,26 @@ func (p *PG) forwarder() {
 	}
 }
 
-// flushEvents sends what is pending, oldest first, a payload at a time.
+// flushEvents sends the pending wake-ups, then the pending events, oldest
+// first, a payload at a time.
 func (p *PG) flushEvents() error {
 	ev := &p.ev
+	ev.mu.Lock()
+	var wakes []string
+	for q := range ev.wakes {
+		wakes = append(wakes, q)
+	}
+	clear(ev.wakes)
+	ev.mu.Unlock()
+	if len(wakes) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, p.chName, wakes)
+		cancel()
+		if err != nil {
+			// Pulls elsewhere find the jobs on their next look (within a second).
+			p.log.Debug("wake-ups not sent to other brokers", "err", err)
+		}
+	}
 	for {
 		ev.mu.Lock()
 		if d := ev.dropped; d > 0 {

@@ -110,7 +110,7 @@ func (p *PG) spend(ctx context.Context, tx pgx.Tx, queue string, b *bucket, k in
 }
 
 func (p *PG) setLimits(ctx context.Context, queue, set string, args ...any) error {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}
@@ -213,7 +213,7 @@ func pgGetQueueLimits(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return pgErr(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,8 @@ type PG struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	ev pgEvents
+	ev   pgEvents                // pg_events.go
+	push [pgPushLanes]pgPushLane // pg_pushbuf.go
 
 	downMu sync.Mutex
 	down   error // the database is unreachable (for /health)
@@ -310,9 +312,46 @@ func (p *PG) listenOnce(ctx context.Context) error {
 	}
 }
 
+// notify wakes the pulls waiting on queue, on every broker, once tx has
+// committed. In a transaction from p.begin the wake is sent after the
+// commit, batched with others (pg_events.go): PostgreSQL serializes the
+// commits of transactions that NOTIFY, fsync and all, so a NOTIFY inside
+// every push would cap pushes at one commit at a time.
 func (p *PG) notify(ctx context.Context, q pgx.Tx, queue string) error {
+	if t, ok := q.(*pgTx); ok {
+		if !slices.Contains(t.wakes, queue) {
+			t.wakes = append(t.wakes, queue)
+		}
+		return nil
+	}
 	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, p.chName, queue)
 	return err
+}
+
+// pgTx is a transaction whose wake-ups go out after it commits.
+type pgTx struct {
+	pgx.Tx
+	p     *PG
+	wakes []string
+}
+
+// begin starts a transaction whose notify calls wait for its commit.
+func (p *PG) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgTx{Tx: tx, p: p}, nil
+}
+
+func (t *pgTx) Commit(ctx context.Context) error {
+	if err := t.Tx.Commit(ctx); err != nil {
+		return err
+	}
+	if len(t.wakes) > 0 {
+		t.p.wakeEverywhere(t.wakes)
+	}
+	return nil
 }
 
 func (p *PG) addWaiter(queue string) *waiter {
@@ -459,7 +498,7 @@ func (p *PG) reapOnce(ctx context.Context) error {
 // txJobs runs query (which locks job rows and returns their records) in a
 // transaction and hands the decoded jobs to fn, then commits.
 func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pgx.Tx, jobs []*Job) error) error {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.begin(ctx)
 	if err != nil {
 		return err
 	}

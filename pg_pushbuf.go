@@ -1,0 +1,155 @@
+package main
+
+// Group commit for pushes in PostgreSQL mode. Written one by one, each
+// push is a transaction of its own: a few round trips and a WAL flush for
+// one row, while the connection that sent it waits. Instead a push is
+// queued in arrival order and answered once written; a writer per lane
+// (queues are spread over the lanes by name) takes everything queued and
+// writes it as one multi-row INSERT per queue in one transaction. Under
+// load a commit carries many jobs; an idle broker writes a lone push at
+// once. One writer per lane keeps the jobs of a queue in the order they
+// arrived, so pipelined pushes stay FIFO.
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+const (
+	// pgPushLanes is how many transactions of pushes may be in flight at
+	// once (each holds a pool connection).
+	pgPushLanes = 4
+	// pgPushMaxJobs bounds the jobs of one transaction (a request's jobs
+	// are never split).
+	pgPushMaxJobs = 2000
+)
+
+type pgPushReq struct {
+	queue string
+	jobs  []*Job
+	ids   []string
+	err   error
+	done  chan struct{}
+}
+
+type pgPushLane struct {
+	mu      sync.Mutex
+	pending []*pgPushReq
+	writing bool
+}
+
+// pgPlain reports a job that can share a transaction with other requests:
+// nothing about it can fail one request without the others.
+func pgPlain(j *Job) bool {
+	return len(j.DependsOn) == 0 && j.ParentID == "" && j.Repeat == nil && j.GroupID == "" &&
+		j.DedupTTL == none && !j.DedupExtend && !j.DedupReplace && j.DebounceID == ""
+}
+
+// pushAsync queues jobs to be written and answers the request once they
+// are: their ids, or those of the live jobs holding their custom ids or
+// unique keys. Jobs that cannot share a transaction are written at once.
+func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, answer func(r *Req, ids []string)) error {
+	for _, j := range jobs {
+		if !pgPlain(j) {
+			ctx, cancel := pgCtx(r)
+			defer cancel()
+			ids, err := p.insert(ctx, queue, jobs)
+			if err != nil {
+				return pgErr(err)
+			}
+			answer(r, ids)
+			return nil
+		}
+	}
+	req := &pgPushReq{queue: queue, jobs: jobs, done: make(chan struct{})}
+	lane := &p.push[fnv1a(queue)%pgPushLanes]
+	lane.mu.Lock()
+	lane.pending = append(lane.pending, req)
+	start := !lane.writing
+	lane.writing = true
+	lane.mu.Unlock()
+	if start {
+		go p.pushWriter(lane)
+	}
+	return r.goAsync(func(ar *Req) error {
+		<-req.done
+		if req.err != nil {
+			return pgErr(req.err)
+		}
+		answer(ar, req.ids)
+		return nil
+	})
+}
+
+// pushWriter writes the lane's batches until none is pending.
+func (p *PG) pushWriter(lane *pgPushLane) {
+	for {
+		lane.mu.Lock()
+		n, jobs := 0, 0
+		for n < len(lane.pending) && (n == 0 || jobs+len(lane.pending[n].jobs) <= pgPushMaxJobs) {
+			jobs += len(lane.pending[n].jobs)
+			n++
+		}
+		if n == 0 {
+			lane.writing = false
+			lane.pending = nil
+			lane.mu.Unlock()
+			return
+		}
+		batch := lane.pending[:n:n]
+		lane.pending = lane.pending[n:]
+		lane.mu.Unlock()
+		p.insertBatch(batch)
+	}
+}
+
+// insertBatch writes the jobs of several requests in one transaction, one
+// INSERT per queue, in the order they came.
+func (p *PG) insertBatch(batch []*pgPushReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var order []string
+	byQueue := make(map[string][]*pgPushReq)
+	for _, r := range batch {
+		if _, ok := byQueue[r.queue]; !ok {
+			order = append(order, r.queue)
+		}
+		byQueue[r.queue] = append(byQueue[r.queue], r)
+	}
+	made := make(map[string][]*Job, len(order))
+	err := func() error {
+		tx, err := p.begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background())
+		for _, q := range order {
+			reqs := byQueue[q]
+			var jobs []*Job
+			for _, r := range reqs {
+				jobs = append(jobs, r.jobs...)
+			}
+			ids, m, err := p.insertTx(ctx, tx, q, jobs)
+			if err != nil {
+				return err
+			}
+			for _, r := range reqs {
+				r.ids, ids = ids[:len(r.jobs):len(r.jobs)], ids[len(r.jobs):]
+			}
+			made[q] = m
+		}
+		return tx.Commit(ctx)
+	}()
+	if err == nil {
+		for _, q := range order {
+			p.pushed(q, made[q])
+		}
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.ids, r.err = nil, err
+		}
+		close(r.done)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPGPipelinedPushesKeepOrder: pushes sent back to back on one
+// connection, answered as their group commits land, are claimed in the
+// order they were sent, single pushes and batches alike, and every
+// answer names its own job.
+func TestPGPipelinedPushesKeepOrder(t *testing.T) {
+	ns := pgTestNamespace(t)
+	b := startPGBroker(t, ns)
+	c := dial(t, b.addr())
+	other := dial(t, b.addr()) // a second connection pushing to another queue meanwhile
+	const n = 600
+	type sent struct {
+		id string
+		ch chan map[string]any
+	}
+	var reqs []sent
+	var noise []sent
+	for i := 0; i < n; i++ {
+		if i%100 == 50 {
+			id, ch := c.send(M{"cmd": "PUSHB", "queue": "fifo", "jobs": []any{
+				M{"name": "b", "data": M{"i": i}}, M{"name": "b", "data": M{"i": i + 1}}}})
+			reqs = append(reqs, sent{id, ch})
+			i++
+			continue
+		}
+		id, ch := c.send(M{"cmd": "PUSH", "queue": "fifo", "name": "s", "data": M{"i": i}})
+		reqs = append(reqs, sent{id, ch})
+		id, ch = other.send(M{"cmd": "PUSH", "queue": "noise", "data": M{"i": i}})
+		noise = append(noise, sent{id, ch})
+	}
+	ids := map[string]bool{}
+	for _, r := range reqs {
+		a := c.await(r.id, r.ch, 30*time.Second)
+		if a["ok"] != true {
+			t.Fatalf("push answered %v", a)
+		}
+		if id, ok := a["id"].(string); ok {
+			ids[id] = true
+		} else {
+			for _, id := range a["ids"].([]any) {
+				ids[id.(string)] = true
+			}
+		}
+	}
+	for _, r := range noise {
+		if a := other.await(r.id, r.ch, 30*time.Second); a["ok"] != true {
+			t.Fatalf("push to another queue answered %v", a)
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct ids answered for %d jobs", len(ids), n)
+	}
+	for want := 0; want < n; want++ {
+		a := c.ok(M{"cmd": "PULL", "queue": "fifo"})
+		j, ok := a["job"].(map[string]any)
+		if !ok {
+			t.Fatalf("job %d: pulled %v", want, a)
+		}
+		if got := toFloat(j["data"].(map[string]any)["i"]); got != float64(want) {
+			t.Fatalf("pull %d got job %v: pushes were reordered", want, got)
+		}
+		if !ids[j["id"].(string)] {
+			t.Fatalf("pulled job %v was not answered to any push", j["id"])
+		}
+	}
+	if got := num(t, c.ok(M{"cmd": "Count", "queue": "noise"})["count"]); got != float64(len(noise)) {
+		t.Fatalf("noise queue holds %v jobs, want %d", got, len(noise))
+	}
+}
