@@ -357,6 +357,7 @@ func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
 		if err != nil {
 			return pgErr(err)
 		}
+		p.holdFor(a.opts, jobs, tokens)
 		return r.writeJobs(jobs, tokens, withToken, batch, 0)
 	}
 	ctx := r.c.ctx
@@ -365,6 +366,7 @@ func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
 		if err != nil {
 			return pgErr(err)
 		}
+		p.holdFor(a.opts, jobs, tokens)
 		return ar.writeJobs(jobs, tokens, withToken, batch, 0)
 	})
 }
@@ -730,6 +732,9 @@ func pgAck(r *Req) error {
 	if errs[0] != nil {
 		return errs[0]
 	}
+	if outs[0] == Applied {
+		r.c.srv.pg.unhold(it.ID)
+	}
 	return r.outcome(outs[0])
 }
 
@@ -745,11 +750,15 @@ func pgAckBatch(r *Req) error {
 		return pgErr(err)
 	}
 	var ignored []int
+	done := make([]string, 0, len(items))
 	for i := range items {
 		if errs[i] != nil || outs[i] != Applied {
 			ignored = append(ignored, i)
+		} else {
+			done = append(done, items[i].ID)
 		}
 	}
+	r.c.srv.pg.unhold(done...)
 	return r.ackIgnored(items, ignored)
 }
 
@@ -763,6 +772,9 @@ func pgFail(r *Req) error {
 	out, err := r.c.srv.pg.fail(ctx, id, tok, f)
 	if err != nil {
 		return err
+	}
+	if out == Applied {
+		r.c.srv.pg.unhold(id)
 	}
 	return r.outcome(out)
 }

@@ -110,8 +110,9 @@ type PG struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	ev   pgEvents                // pg_events.go
-	push [pgPushLanes]pgPushLane // pg_pushbuf.go
+	ev    pgEvents                // pg_events.go
+	push  [pgPushLanes]pgPushLane // pg_pushbuf.go
+	holds pgHolds                 // pg_release.go
 
 	downMu sync.Mutex
 	down   error // the database is unreachable (for /health)

@@ -290,6 +290,9 @@ func (c *conn) finishVirtual() {
 	b := c.srv.b
 	b.workers.dropConn(c)
 	b.release(c)
+	if pg := c.srv.pg; pg != nil {
+		pg.release(c)
+	}
 }
 
 // shutdown asks the connection to stop: the reader stops after the frame it
@@ -310,6 +313,9 @@ func (c *conn) finish() {
 	b.unsubscribe(c)
 	b.workers.dropConn(c)
 	b.release(c)
+	if pg := c.srv.pg; pg != nil {
+		pg.release(c)
+	}
 	c.emu.Lock()
 	c.hasSub = false
 	if c.ekick != nil {

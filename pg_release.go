@@ -1,0 +1,150 @@
+package main
+
+// Release on disconnect in PostgreSQL mode, as in the other modes: the
+// jobs a connection pulled and still holds when it drops go back to their
+// queue at once, without costing an attempt, unless their lock was renewed
+// (a worker that renewed is trusted to be alive on another connection
+// until its lock runs out, and the lease reaper takes over from there).
+// Which connection holds what is this broker's own knowledge: another
+// broker's connections never hold a job this broker handed out.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// pgHold is one claim: its token (empty when the pull named no owner) and
+// its start, which tells two owner-less claims of a job apart.
+type pgHold struct {
+	c       *conn
+	token   string
+	started int64
+}
+
+type pgHolds struct {
+	mu sync.Mutex
+	m  map[string]pgHold // job id -> the connection that pulled it
+}
+
+// hold records jobs pulled through c (tokens[i] is jobs[i]'s, when owned).
+func (p *PG) hold(c *conn, jobs []*Job, tokens []string) {
+	if c == nil || len(jobs) == 0 {
+		return
+	}
+	h := &p.holds
+	h.mu.Lock()
+	if h.m == nil {
+		h.m = make(map[string]pgHold)
+	}
+	for i, j := range jobs {
+		tok := ""
+		if i < len(tokens) {
+			tok = tokens[i]
+		}
+		h.m[j.ID] = pgHold{c: c, token: tok, started: j.StartedAt}
+	}
+	h.mu.Unlock()
+}
+
+// holdFor records a pull's jobs against the connection that pulled them,
+// unless the pull asked to be detached from it.
+func (p *PG) holdFor(o PullOpts, jobs []*Job, tokens []string) {
+	if o.Conn != nil && !o.Detach {
+		p.hold(o.Conn, jobs, tokens)
+	}
+}
+
+// unhold forgets jobs that were finished through this broker.
+func (p *PG) unhold(ids ...string) {
+	h := &p.holds
+	h.mu.Lock()
+	for _, id := range ids {
+		delete(h.m, id)
+	}
+	h.mu.Unlock()
+}
+
+// release puts back what c held, once c has closed.
+func (p *PG) release(c *conn) {
+	h := &p.holds
+	h.mu.Lock()
+	var ids []string
+	claims := map[string]pgHold{}
+	for id, hd := range h.m {
+		if hd.c == c {
+			ids = append(ids, id)
+			claims[id] = hd
+			delete(h.m, id)
+		}
+	}
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.releaseJobs(ctx, ids, claims); err != nil {
+		// The leases run out and the reaper takes the jobs back.
+		p.log.Warn("jobs of a closed connection left to their lease expiry", "jobs", len(ids), "err", err)
+	}
+}
+
+func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pgHold) error {
+	now := p.b.now()
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	locked, err := p.lockRows(ctx, tx, ids)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	var back []*Job
+	queues := map[string]bool{}
+	for _, id := range ids {
+		l, hd := locked[id], claims[id]
+		if l == nil || l.j.state != StateActive || l.j.StartedAt != hd.started || hd.token != "" && l.token != hd.token {
+			continue // finished, or claimed again, meanwhile
+		}
+		j := l.j
+		if l.owned && renewed(j) {
+			continue
+		}
+		j.lease = nil
+		j.StartedAt = 0
+		j.Heartbeat = now
+		j.state = j.readyState()
+		back = append(back, j)
+		queues[j.Queue] = true
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	if err := p.saveJobs(ctx, tx, back, nil); err != nil {
+		return err
+	}
+	for q := range queues {
+		if err := p.notify(ctx, tx, q); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// renewed reports a lease extended since its claim: the claim set it to
+// run out one TTL after the start (or at the job's timeout, if sooner),
+// and every renewal moves it.
+func renewed(j *Job) bool {
+	l := j.lease
+	first := j.StartedAt + l.TTL
+	if j.Timeout != none && j.Timeout > 0 {
+		first = min(first, j.StartedAt+j.Timeout)
+	}
+	return l.ExpiresAt != first
+}
