@@ -132,6 +132,20 @@ func pgNamespace(ns string) (string, error) {
 // OpenPG connects, creates or migrates the namespace's schema, and starts
 // the listener and the lease reaper.
 func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
+	p, err := connectPG(ctx, url, namespace, b, log)
+	if err != nil {
+		return nil, err
+	}
+	p.wg.Add(3)
+	go p.listen()
+	go p.reaper()
+	go p.cronLoop()
+	return p, nil
+}
+
+// connectPG connects and brings the namespace's schema up to date, without
+// starting a broker's loops (queued migrate writes through it).
+func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
 	schema, err := pgNamespace(namespace)
 	if err != nil {
 		return nil, err
@@ -151,10 +165,6 @@ func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 		pool.Close()
 		return nil, err
 	}
-	p.wg.Add(3)
-	go p.listen()
-	go p.reaper()
-	go p.cronLoop()
 	return p, nil
 }
 
