@@ -33,6 +33,8 @@ Usage:
   queued backups list      list the backups in an S3 bucket (S3 flags below)
   queued restore --from s3://bucket/key --data-path FILE
                            download a backup into a new database file
+  queued migrate --from FILE --postgres-url URL [--postgres-namespace NS]
+                           move a stopped SQLite deployment into PostgreSQL
   queued version           print the version
   queued help              this text
   queued COMMAND ...       talk to a running server (queued help lists the commands)
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdS3(args[0], args[1:], stdout, stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
+	case "migrate":
+		return cmdMigrate(args[1:], stdout, stderr)
 	case "help":
 		if len(args) > 1 {
 			return printHelp(args[1], stdout, stderr)
@@ -259,6 +263,13 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		if sq, err = OpenSQLite(c.dataPath, c.syncMode, log); err != nil {
 			return err
 		}
+		unlock, err := lockDataFile(c.dataPath)
+		if err != nil {
+			sq.Close()
+			return err
+		}
+		// After the database is closed: see datalock.go.
+		defer unlock()
 		store, storage = sq, "sqlite:"+c.dataPath
 	}
 	var src backupSource
