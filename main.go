@@ -316,6 +316,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return err
 		}
 		srv.pg, srv.cmds = pg, pgCommands()
+		b.pgStatus = pg.storageState
 		prev := closeStore
 		closeStore = func() { pg.Close(); prev() }
 	}

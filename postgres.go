@@ -108,8 +108,9 @@ type PG struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	downMu sync.Mutex
-	down   error // the database is unreachable (for /health)
+	downMu    sync.Mutex
+	down      error // the database is unreachable (for /health)
+	downSince time.Time
 }
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
@@ -236,13 +237,19 @@ func (p *PG) Close() {
 	p.pool.Close()
 }
 
+// setDown records whether the background work (the listener, the reaper,
+// cron) reaches the database; nil: it does again.
 func (p *PG) setDown(err error) {
 	p.downMu.Lock()
 	defer p.downMu.Unlock()
 	if err != nil && p.down == nil {
 		p.log.Error("postgres unreachable", "err", redactPG(err, p.url))
+		p.downSince = time.Now()
 	} else if err == nil && p.down != nil {
-		p.log.Info("postgres reachable again")
+		p.log.Info("postgres reachable again", "after", time.Since(p.downSince).Round(time.Millisecond).String())
+	}
+	if err != nil {
+		err = redactPG(err, p.url)
 	}
 	p.down = err
 }
@@ -254,6 +261,18 @@ func (p *PG) Down() error {
 	return p.down
 }
 
+// storageState is what StorageStatus and /health report in PostgreSQL
+// mode: degraded while the database cannot be reached.
+func (p *PG) storageState() StorageState {
+	p.downMu.Lock()
+	defer p.downMu.Unlock()
+	st := StorageState{Driver: "postgres", Location: strings.Trim(p.schema, `"`)}
+	if p.down != nil {
+		st.Err, st.Since = pgErr(p.down), p.downSince
+	}
+	return st
+}
+
 // ---------------------------------------------------------------------------
 // Wake-ups
 
@@ -263,7 +282,7 @@ func (p *PG) Down() error {
 func (p *PG) listen() {
 	defer p.wg.Done()
 	backoff := 100 * time.Millisecond
-	for {
+	for lost := false; ; lost = true {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
@@ -272,7 +291,7 @@ func (p *PG) listen() {
 			}
 			cancel()
 		}()
-		err := p.listenOnce(ctx)
+		err := p.listenOnce(ctx, lost)
 		cancel()
 		select {
 		case <-p.stop:
@@ -289,7 +308,7 @@ func (p *PG) listen() {
 	}
 }
 
-func (p *PG) listenOnce(ctx context.Context) error {
+func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	conn, err := pgx.Connect(ctx, p.url)
 	if err != nil {
 		return err
@@ -297,6 +316,9 @@ func (p *PG) listenOnce(ctx context.Context) error {
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{p.chName}.Sanitize()); err != nil {
 		return err
+	}
+	if again {
+		p.log.Info("postgres wake-ups listening again")
 	}
 	p.setDown(nil)
 	// A notification may have been missed while not listening.
@@ -376,7 +398,9 @@ func (p *PG) reaper() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.reapOnce(ctx); err != nil && ctx.Err() == nil {
+		if err := p.reapOnce(ctx); err == nil {
+			p.setDown(nil)
+		} else if ctx.Err() == nil {
 			p.setDown(err)
 		}
 		cancel()

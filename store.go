@@ -116,6 +116,9 @@ type StorageState struct {
 }
 
 func (b *Broker) storageState() StorageState {
+	if b.pgStatus != nil {
+		return b.pgStatus()
+	}
 	if b.store == nil {
 		return StorageState{Driver: "memory"}
 	}
