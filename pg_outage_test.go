@@ -160,8 +160,14 @@ func TestPGDatabaseOutage(t *testing.T) {
 		t.Fatalf("/health before the outage: %d %v", code, doc)
 	}
 
+	// A long poll waiting when the database goes answers the error too.
+	pollID, pollCh := c.send(map[string]any{"cmd": "PULL", "queue": "empty", "owner": "x", "timeout": 30000})
+	time.Sleep(200 * time.Millisecond)
 	px.cut()
 	start := time.Now()
+	if a := c.await(pollID, pollCh, callTimeout); a["ok"] != false || !strings.Contains(fmt.Sprint(a["error"]), "storage error (postgres)") {
+		t.Fatalf("a long poll waiting at the outage: %v", a)
+	}
 	heldJob := list(t, held, "jobs")[0].(map[string]any)
 	for _, m := range []map[string]any{
 		{"cmd": "PUSH", "queue": q, "data": "lost"},
@@ -185,8 +191,14 @@ func TestPGDatabaseOutage(t *testing.T) {
 		return code == http.StatusServiceUnavailable && doc["status"] == "degraded", fmt.Sprint(code, doc)
 	})
 	_, doc := health(t, b.httpPort)
-	if st := doc["storage"].(map[string]any); st["driver"] != "postgres" || st["ok"] != false || st["error"] == "" {
+	if st := doc["storage"].(map[string]any); st["driver"] != "postgres" || st["ok"] != false ||
+		!strings.Contains(fmt.Sprint(st["error"]), "storage error (postgres)") {
 		t.Fatalf("/health storage during the outage: %v", st)
+	}
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", b.httpPort)); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/ready during the outage: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// Long enough for the short leases to run out meanwhile.
 	time.Sleep(time.Until(start.Add(2 * time.Second)))
