@@ -306,6 +306,28 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 	if l := list(t, c.ok(map[string]any{"cmd": "CronList"}), "crons"); len(l) != 1 {
 		t.Fatalf("CronList: %v", l)
 	}
+	// A namespace that stores something other than what was written (a
+	// trigger here) fails the read-back check, and nothing is committed.
+	skewed := pgTestNamespace(t)
+	ctx := context.Background()
+	p, err := connectPG(ctx, testPGURL(), skewed, nil, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.pool.Exec(ctx, p.sql(`CREATE FUNCTION {s}.skew() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN NEW.state := 5; RETURN NEW; END $$;
+		CREATE TRIGGER skew BEFORE INSERT ON {s}.jobs FOR EACH ROW WHEN (NEW.queue = 'b') EXECUTE FUNCTION {s}.skew()`))
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code = runMigrate(t, nil, "--from", two, "--postgres-url", testPGURL(), "--postgres-namespace", skewed)
+	if code != 1 || !strings.Contains(out, "read back differs") || !strings.Contains(out, "queue b") {
+		t.Fatalf("a namespace that changes what it is given: exit %d\n%s", code, out)
+	}
+	if n := pgJobCount(t, skewed); n != 0 {
+		t.Fatalf("a migration whose counts differed left %d jobs", n)
+	}
 	if out, code := runMigrate(t, nil, "--from", one); code != 2 || !strings.Contains(out, "--postgres-url") {
 		t.Fatalf("without a URL: exit %d\n%s", code, out)
 	}
