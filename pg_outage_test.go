@@ -271,3 +271,106 @@ func idsOf(jobs []any) []any {
 	}
 	return out
 }
+
+// outageWorker pulls and acknowledges through one broker until stop,
+// going on through storage errors. An ACKB answered with an error may
+// still have committed (the connection can drop after the commit): its
+// jobs are marked unknown.
+func outageWorker(c *tclient, queue, owner string, led *ackLedger, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		a, err := c.do(map[string]any{"cmd": "PULLB", "queue": queue, "count": 20, "owner": owner,
+			"lockTtl": 2000, "timeout": 200}, callTimeout)
+		if err != nil {
+			return
+		}
+		jobs, _ := a["jobs"].([]any)
+		if a["ok"] != true || len(jobs) == 0 {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		ids := idsOf(jobs)
+		r, err := c.do(map[string]any{"cmd": "ACKB", "ids": ids, "tokens": a["tokens"]}, callTimeout)
+		if err != nil {
+			return
+		}
+		ignored := map[int]bool{}
+		if d, ok := r["data"].(map[string]any); ok {
+			list, _ := d["ignoredIndices"].([]any)
+			for _, x := range list {
+				ignored[int(toFloat(x))] = true
+			}
+		}
+		led.mu.Lock()
+		for i, id := range ids {
+			switch {
+			case r["ok"] != true:
+				led.unknown[id.(string)] = true
+			case !ignored[i]:
+				led.accepted[id.(string)]++
+				led.total.Add(1)
+			}
+		}
+		led.mu.Unlock()
+	}
+}
+
+// TestPGOutageUnderLoad cuts a broker's database while workers pull and
+// acknowledge through it and through a second broker, then restores it:
+// every job is completed, none twice.
+func TestPGOutageUnderLoad(t *testing.T) {
+	ns := pgTestNamespace(t)
+	pgURL, err := url.Parse(testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, pgURL.Host)
+	b := startBinary(t, "--postgres-url", px.url(t), "--postgres-namespace", ns)
+	other := startPGBroker(t, ns)
+	admin := dial(t, other.addr())
+	const q, total = "load", 3000
+	ids := pushMany(t, []*tclient{admin}, q, total, 500)
+	led := &ackLedger{accepted: map[string]int{}, unknown: map[string]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, addr := range []string{b.addr(), b.addr(), other.addr()} {
+		c := dial(t, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outageWorker(c, q, fmt.Sprint("w", i), led, stop)
+		}()
+	}
+	eventually(t, 60*time.Second, "a fifth of the jobs acknowledged", func() (bool, string) {
+		n := led.total.Load()
+		return n >= total/5, fmt.Sprint(n)
+	})
+	px.cut()
+	cutAt := led.total.Load()
+	time.Sleep(2 * time.Second)
+	px.restore()
+	t.Logf("cut after %d ACKs, restored after %d", cutAt, led.total.Load())
+	eventually(t, 120*time.Second, "every job completed", func() (bool, string) {
+		c := countsOf(t, admin, q)
+		return num(t, c["completed"]) == total, fmt.Sprint(c)
+	})
+	close(stop)
+	wg.Wait()
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	for _, id := range ids {
+		if n := led.accepted[id]; n > 1 || n == 0 && !led.unknown[id] {
+			t.Fatalf("job %s: %d ACKs accepted (answer lost in the cut: %v)", id, n, led.unknown[id])
+		}
+	}
+	select {
+	case <-b.done:
+		t.Fatalf("the broker exited:\n%s", b.output())
+	default:
+	}
+	t.Logf("%d ACKs accepted, %d answered with the storage error", led.total.Load(), len(led.unknown))
+}
