@@ -34,6 +34,9 @@ type Broker struct {
 
 	workers *Workers
 	store   Store
+	// pgStatus reports the database in PostgreSQL mode, where there is
+	// no store.
+	pgStatus func() StorageState
 
 	tapMu sync.Mutex
 	taps  atomic.Pointer[[]Tap]

@@ -64,6 +64,8 @@ Monitoring:
 Tools:
   bench [workloads] [options]       load generator (see queued help bench)
   backup --out FILE                 copy a running server's database over HTTP
+  migrate --from FILE --postgres-url URL
+                                    move a stopped SQLite deployment into PostgreSQL
 
 Global options (anywhere on the line):
   -H, --host HOST      server host (default localhost) [HOST, BUNQUEUE_HOST, BQ_HOST]
@@ -214,6 +216,8 @@ func printHelp(cmd string, stdout, stderr io.Writer) int {
 		return cmdBackupCLI([]string{"--help"}, stdout, stdout)
 	case "bench":
 		return cmdBench([]string{"--help"}, stdout, stdout)
+	case "migrate":
+		return cmdMigrate([]string{"--help"}, stdout, stdout)
 	case "help", "":
 		fmt.Fprint(stdout, mainHelp())
 		return 0

@@ -1035,30 +1035,22 @@ func (c *CronScheduler) Restore(list []CronSchedule) error {
 	for i := range list {
 		s := list[i]
 		s.index = -1
-		if err := s.compile(); err != nil {
+		missed := s.NextRun
+		ended, skipped, err := s.recover(nowMs)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("not restored: %w", err))
 			continue
 		}
-		if s.MaxLimit > 0 && s.Executions >= s.MaxLimit {
+		if ended {
 			c.log.Info("cron schedule ended", "name", s.Name, "reason", "maxLimit reached", "executions", s.Executions)
 			if c.cfg.Removed != nil {
 				c.cfg.Removed(s.Name)
 			}
 			continue
 		}
-		if s.NextRun < nowMs && (s.SkipMissedOnRestart || s.SkipIfNoWorker) {
-			next := nowMs + s.RepeatEvery
-			if s.expr != nil {
-				t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
-				if !ok {
-					errs = append(errs, fmt.Errorf("not restored: cron %q: no run left", s.Name))
-					continue
-				}
-				next = t.UnixMilli()
-			}
+		if skipped {
 			c.log.Info("cron schedule skipped runs missed while stopped", "name", s.Name,
-				"missed", time.UnixMilli(s.NextRun).UTC(), "next", time.UnixMilli(next).UTC())
-			s.NextRun = next
+				"missed", time.UnixMilli(missed).UTC(), "next", time.UnixMilli(s.NextRun).UTC())
 			if c.cfg.Changed != nil {
 				cp := s
 				c.cfg.Changed(&cp)
@@ -1067,6 +1059,31 @@ func (c *CronScheduler) Restore(list []CronSchedule) error {
 		c.insert(&s)
 	}
 	return errors.Join(errs...)
+}
+
+// recover readies a schedule read back from storage after a stop (a
+// restart, or queued migrate): ended when it had used up its runs; skipped
+// when its next run was missed and is moved past now.
+func (s *CronSchedule) recover(nowMs int64) (ended, skipped bool, err error) {
+	if err := s.compile(); err != nil {
+		return false, false, err
+	}
+	if s.MaxLimit > 0 && s.Executions >= s.MaxLimit {
+		return true, false, nil
+	}
+	if s.NextRun < nowMs && (s.SkipMissedOnRestart || s.SkipIfNoWorker) {
+		next := nowMs + s.RepeatEvery
+		if s.expr != nil {
+			t, ok := s.expr.Next(time.UnixMilli(nowMs), s.loc)
+			if !ok {
+				return false, false, fmt.Errorf("cron %q: no run left", s.Name)
+			}
+			next = t.UnixMilli()
+		}
+		s.NextRun = next
+		return false, true, nil
+	}
+	return false, false, nil
 }
 
 // Get returns a copy of the named schedule.

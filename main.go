@@ -33,6 +33,8 @@ Usage:
   queued backups list      list the backups in an S3 bucket (S3 flags below)
   queued restore --from s3://bucket/key --data-path FILE
                            download a backup into a new database file
+  queued migrate --from FILE --postgres-url URL [--postgres-namespace NS]
+                           move a stopped SQLite deployment into PostgreSQL
   queued version           print the version
   queued help              this text
   queued COMMAND ...       talk to a running server (queued help lists the commands)
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdS3(args[0], args[1:], stdout, stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
+	case "migrate":
+		return cmdMigrate(args[1:], stdout, stderr)
 	case "help":
 		if len(args) > 1 {
 			return printHelp(args[1], stdout, stderr)
@@ -120,6 +124,25 @@ func envBool(key string) bool {
 	return false
 }
 
+// The environment variables naming the storage, read by the server and by
+// queued migrate alike.
+var (
+	dataPathEnv    = []string{"DATA_PATH", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "SQLITE_PATH"}
+	pgNamespaceEnv = []string{"BUNQUEUE_POSTGRES_NAMESPACE"}
+)
+
+const defaultDataPath = "./data/queued.db"
+
+// pgURLFromEnv is the PostgreSQL URL the environment gives: its own
+// variable, or DATABASE_URL when the storage driver is postgres.
+func pgURLFromEnv() string {
+	u := envOr([]string{"BUNQUEUE_POSTGRES_URL", "QUEUED_POSTGRES_URL"}, "")
+	if u == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
+		u = envOr([]string{"DATABASE_URL"}, "")
+	}
+	return u
+}
+
 func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c := &config{}
 	fs := flag.NewFlagSet("queued", flag.ContinueOnError)
@@ -130,19 +153,15 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
-	fs.StringVar(&c.dataPath, "data-path", envOr([]string{"DATA_PATH", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "SQLITE_PATH"}, "./data/queued.db"),
+	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
 		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
 	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
-	pgDefault := envOr([]string{"BUNQUEUE_POSTGRES_URL", "QUEUED_POSTGRES_URL"}, "")
-	if pgDefault == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
-		pgDefault = envOr([]string{"DATABASE_URL"}, "")
-	}
-	fs.StringVar(&c.pgURL, "postgres-url", pgDefault,
+	fs.StringVar(&c.pgURL, "postgres-url", pgURLFromEnv(),
 		"PostgreSQL mode: several brokers share this database [BUNQUEUE_POSTGRES_URL]")
-	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr([]string{"BUNQUEUE_POSTGRES_NAMESPACE"}, "default"),
+	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
@@ -180,7 +199,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs.Visit(func(f *flag.Flag) { c.explicitDB = c.explicitDB || f.Name == "data-path" })
-	c.explicitDB = c.explicitDB || envOr([]string{"DATA_PATH", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "SQLITE_PATH"}, "") != ""
+	c.explicitDB = c.explicitDB || envOr(dataPathEnv, "") != ""
 	if c.pgURL == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
 		fmt.Fprintln(stderr, "queued: BUNQUEUE_STORAGE_DRIVER=postgres needs a URL: --postgres-url or BUNQUEUE_POSTGRES_URL")
 		return 2
@@ -244,6 +263,13 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		if sq, err = OpenSQLite(c.dataPath, c.syncMode, log); err != nil {
 			return err
 		}
+		unlock, err := lockDataFile(c.dataPath)
+		if err != nil {
+			sq.Close()
+			return err
+		}
+		// After the database is closed: see datalock.go.
+		defer unlock()
 		store, storage = sq, "sqlite:"+c.dataPath
 	}
 	var src backupSource
@@ -290,6 +316,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return err
 		}
 		srv.pg, srv.cmds = pg, pgCommands()
+		b.pgStatus = pg.storageState
 		prev := closeStore
 		closeStore = func() { pg.Close(); prev() }
 	}

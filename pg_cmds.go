@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -937,22 +938,31 @@ func pgGetResult(r *Req) error {
 	return nil
 }
 
+// pgCountCols counts job rows by wire state, in the order of pgDest; now
+// is the placeholder of the current time (it tells delayed from waiting).
+func pgCountCols(now string) string {
+	return strings.ReplaceAll(`count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority <= 0),
+			count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority > 0),
+			count(*) FILTER (WHERE state = 1 AND run_at > $now),
+			count(*) FILTER (WHERE state = 4),
+			count(*) FILTER (WHERE state = 5),
+			count(*) FILTER (WHERE state = 6),
+			count(*) FILTER (WHERE state = 7)`, "$now", now)
+}
+
+// pgDest are the scan targets of pgCountCols.
+func (c *JobCounts) pgDest() []any {
+	return []any{&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active, &c.Completed, &c.Failed, &c.WaitingChildren}
+}
+
 // counts are a queue's jobs by state.
 func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
 	now := p.b.now()
 	var c JobCounts
 	var paused bool
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT
-			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority <= 0),
-			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority > 0),
-			count(*) FILTER (WHERE state = 1 AND run_at > $2),
-			count(*) FILTER (WHERE state = 4),
-			count(*) FILTER (WHERE state = 5),
-			count(*) FILTER (WHERE state = 6),
-			count(*) FILTER (WHERE state = 7),
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT `+pgCountCols("$2")+`,
 			COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
-		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active,
-		&c.Completed, &c.Failed, &c.WaitingChildren, &paused)
+		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(append(c.pgDest(), &paused)...)
 	if err != nil {
 		return c, pgErr(fmt.Errorf("count jobs: %w", err))
 	}

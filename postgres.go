@@ -114,8 +114,9 @@ type PG struct {
 	push  [pgPushLanes]pgPushLane // pg_pushbuf.go
 	holds pgHolds                 // pg_release.go
 
-	downMu sync.Mutex
-	down   error // the database is unreachable (for /health)
+	downMu    sync.Mutex
+	down      error // the database is unreachable (for /health)
+	downSince time.Time
 }
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
@@ -138,6 +139,21 @@ func pgNamespace(ns string) (string, error) {
 // OpenPG connects, creates or migrates the namespace's schema, and starts
 // the listener and the lease reaper.
 func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
+	p, err := connectPG(ctx, url, namespace, b, log)
+	if err != nil {
+		return nil, err
+	}
+	p.wg.Add(4)
+	go p.listen()
+	go p.forwarder()
+	go p.reaper()
+	go p.cronLoop()
+	return p, nil
+}
+
+// connectPG connects and brings the namespace's schema up to date, without
+// starting a broker's loops (queued migrate writes through it).
+func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
 	schema, err := pgNamespace(namespace)
 	if err != nil {
 		return nil, err
@@ -157,11 +173,6 @@ func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 		pool.Close()
 		return nil, err
 	}
-	p.wg.Add(4)
-	go p.listen()
-	go p.forwarder()
-	go p.reaper()
-	go p.cronLoop()
 	return p, nil
 }
 
@@ -233,13 +244,19 @@ func (p *PG) Close() {
 	p.pool.Close()
 }
 
+// setDown records whether the background work (the listener, the reaper,
+// cron) reaches the database; nil: it does again.
 func (p *PG) setDown(err error) {
 	p.downMu.Lock()
 	defer p.downMu.Unlock()
 	if err != nil && p.down == nil {
 		p.log.Error("postgres unreachable", "err", redactPG(err, p.url))
+		p.downSince = time.Now()
 	} else if err == nil && p.down != nil {
-		p.log.Info("postgres reachable again")
+		p.log.Info("postgres reachable again", "after", time.Since(p.downSince).Round(time.Millisecond).String())
+	}
+	if err != nil {
+		err = redactPG(err, p.url)
 	}
 	p.down = err
 }
@@ -251,6 +268,18 @@ func (p *PG) Down() error {
 	return p.down
 }
 
+// storageState is what StorageStatus and /health report in PostgreSQL
+// mode: degraded while the database cannot be reached.
+func (p *PG) storageState() StorageState {
+	p.downMu.Lock()
+	defer p.downMu.Unlock()
+	st := StorageState{Driver: "postgres", Location: strings.Trim(p.schema, `"`)}
+	if p.down != nil {
+		st.Err, st.Since = pgErr(p.down), p.downSince
+	}
+	return st
+}
+
 // ---------------------------------------------------------------------------
 // Wake-ups
 
@@ -260,7 +289,7 @@ func (p *PG) Down() error {
 func (p *PG) listen() {
 	defer p.wg.Done()
 	backoff := 100 * time.Millisecond
-	for {
+	for lost := false; ; lost = true {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
@@ -269,7 +298,7 @@ func (p *PG) listen() {
 			}
 			cancel()
 		}()
-		err := p.listenOnce(ctx)
+		err := p.listenOnce(ctx, lost)
 		cancel()
 		select {
 		case <-p.stop:
@@ -286,7 +315,7 @@ func (p *PG) listen() {
 	}
 }
 
-func (p *PG) listenOnce(ctx context.Context) error {
+func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	conn, err := pgx.Connect(ctx, p.url)
 	if err != nil {
 		return err
@@ -296,6 +325,9 @@ func (p *PG) listenOnce(ctx context.Context) error {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}
+	}
+	if again {
+		p.log.Info("postgres wake-ups listening again")
 	}
 	p.setDown(nil)
 	// A notification may have been missed while not listening.
@@ -416,7 +448,9 @@ func (p *PG) reaper() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.reapOnce(ctx); err != nil && ctx.Err() == nil {
+		if err := p.reapOnce(ctx); err == nil {
+			p.setDown(nil)
+		} else if ctx.Err() == nil {
 			p.setDown(err)
 		}
 		cancel()

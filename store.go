@@ -116,6 +116,9 @@ type StorageState struct {
 }
 
 func (b *Broker) storageState() StorageState {
+	if b.pgStatus != nil {
+		return b.pgStatus()
+	}
 	if b.store == nil {
 		return StorageState{Driver: "memory"}
 	}
@@ -372,11 +375,17 @@ func (b *Broker) restoreDead(j *Job) {
 		return
 	}
 	b.noteSeq(j)
+	j.ensureDLQEntry()
+	q.dlq = append(q.dlq, j)
+	s.watchDLQ(q, j, b.now())
+}
+
+// ensureDLQEntry gives a dead-lettered job read back from storage the
+// entry its record lacks (one written before entries were kept).
+func (j *Job) ensureDLQEntry() {
 	if j.dlq == nil {
 		j.dlq = &DLQEntry{EnteredAt: j.DoneAt, Reason: "unknown"}
 	}
-	q.dlq = append(q.dlq, j)
-	s.watchDLQ(q, j, b.now())
 }
 
 func (b *Broker) restoreLogs(id string, logs []LogEntry) {
