@@ -167,38 +167,39 @@ func heldSQL(n string) string {
 	return `state IN (1, 4, 7) AND (unique_expires IS NULL OR unique_expires > ` + n + `)`
 }
 
-func pgGetDeduplicationJobID(r *Req) error {
+// pgDedupKeyCmd runs fn on the queue and key a dedup key command names.
+func pgDedupKeyCmd(r *Req, fn func(ctx context.Context, p *PG, queue, key string) error) error {
 	name, key, err := readDedupKey(r)
 	if err != nil {
 		return err
 	}
-	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	var id string
-	err = p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
-		name, key, p.b.now()).Scan(&id)
-	if err != nil {
-		return pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
-	}
-	writeDedupJobID(r, id)
-	return nil
+	return fn(ctx, r.c.srv.pg, name, key)
+}
+
+func pgGetDeduplicationJobID(r *Req) error {
+	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
+		var id string
+		err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
+			queue, key, p.b.now()).Scan(&id)
+		if err != nil {
+			return pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
+		}
+		writeDedupJobID(r, id)
+		return nil
+	})
 }
 
 func pgRemoveDeduplicationKey(r *Req) error {
-	name, key, err := readDedupKey(r)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
-		WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), name, key, p.b.now())
-	if err != nil {
-		return pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
-	}
-	return r.dataInt("count", tag.RowsAffected())
+	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
+		tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
+			WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.b.now())
+		if err != nil {
+			return pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
+		}
+		return r.dataInt("count", tag.RowsAffected())
+	})
 }
 
 func pgRemoveJobDeduplicationKey(r *Req) error {

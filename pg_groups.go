@@ -429,16 +429,26 @@ func pgGetGroupRateLimit(r *Req) error {
 }
 
 func pgRemoveGroupRateLimit(r *Req) error {
+	return pgGroupChange(r, false, "removed", `rate_max = NULL, rate_duration = NULL, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
+		`rate_max IS NOT NULL`)
+}
+
+// pgGroupChange sets a group's columns where cond holds and answers, as
+// key, how many rows changed (a count for "removed", a boolean for
+// "changed").
+func pgGroupChange(r *Req, create bool, key, set, cond string) error {
 	a, err := readGroupArgs(r)
 	if err != nil {
 		return err
 	}
-	n, err := pgGroupUpdate(r, a, false, `rate_max = NULL, rate_duration = NULL, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
-		`rate_max IS NOT NULL`)
+	n, err := pgGroupUpdate(r, a, create, set, cond)
 	if err != nil {
 		return err
 	}
-	return r.dataInt("removed", n)
+	if key == "changed" {
+		return r.dataBool(key, n > 0)
+	}
+	return r.dataInt(key, n)
 }
 
 func pgGetGroupRateLimitTTL(r *Req) error {
@@ -482,39 +492,15 @@ func pgGetGroupConcurrency(r *Req) error {
 }
 
 func pgRemoveGroupConcurrency(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n, err := pgGroupUpdate(r, a, false, `conc_limit = NULL`, `conc_limit IS NOT NULL`)
-	if err != nil {
-		return err
-	}
-	return r.dataInt("removed", n)
+	return pgGroupChange(r, false, "removed", `conc_limit = NULL`, `conc_limit IS NOT NULL`)
 }
 
 func pgPauseGroup(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n, err := pgGroupUpdate(r, a, true, `paused = true`, `NOT paused`)
-	if err != nil {
-		return err
-	}
-	return r.dataBool("changed", n > 0)
+	return pgGroupChange(r, true, "changed", `paused = true`, `NOT paused`)
 }
 
 func pgResumeGroup(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n, err := pgGroupUpdate(r, a, false, `paused = false`, `paused`)
-	if err != nil {
-		return err
-	}
-	return r.dataBool("changed", n > 0)
+	return pgGroupChange(r, false, "changed", `paused = false`, `paused`)
 }
 
 func pgIsGroupPaused(r *Req) error {
