@@ -98,6 +98,22 @@ func (p *PG) groupsTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 	return nil
 }
 
+// pgReadyGroups selects the groups of queue $1 that are not paused and
+// have jobs ready at $2 ($3: that group only, or any), least recently
+// served first. The groups with queued jobs are found by skipping along
+// the group index of the job rows, so the cost follows the groups that
+// have work, not every group the queue ever had.
+const pgReadyGroups = `WITH RECURSIVE queued AS (
+		(SELECT group_id FROM {s}.jobs WHERE queue = $1 AND state = 1 AND group_id IS NOT NULL ORDER BY group_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.group_id FROM {s}.jobs AS j WHERE j.queue = $1 AND j.state = 1 AND j.group_id > q.group_id
+			ORDER BY j.group_id LIMIT 1)
+		FROM queued AS q WHERE q.group_id IS NOT NULL)
+	SELECT ` + pgGroupCols + ` FROM {s}.groups AS g
+	WHERE g.queue = $1 AND g.group_id IN (SELECT group_id FROM queued) AND NOT g.paused AND ($3 = '' OR g.group_id = $3)
+		AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2)
+	ORDER BY g.served, g.created`
+
 // pgRefused is a push refused for what it asks, not for the database: its
 // message reaches the client as it is.
 type pgRefused struct{ error }
@@ -129,10 +145,7 @@ func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o
 	left := n - len(jobs)
 	// Locked with SKIP LOCKED: a group another claim is taking from is
 	// passed over, never waited for.
-	rows, err := tx.Query(ctx, p.sql(`SELECT `+pgGroupCols+` FROM {s}.groups AS g
-		WHERE queue = $1 AND NOT paused AND ($3 = '' OR group_id = $3)
-			AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2)
-		ORDER BY served, created LIMIT $4 FOR UPDATE SKIP LOCKED`), queue, now, only, 4*left+16)
+	rows, err := tx.Query(ctx, p.sql(pgReadyGroups+` LIMIT $4 FOR UPDATE OF g SKIP LOCKED`), queue, now, only, 4*left+16)
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim groups: %w", err)
 	}
@@ -156,11 +169,7 @@ func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o
 		// Ready groups all being claimed through other brokers: look
 		// again soon rather than wait for a push.
 		var busy bool
-		err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.groups AS g WHERE queue = $1 AND NOT paused
-			AND ($3 = '' OR group_id = $3)
-			AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2))`),
-			queue, now, only).Scan(&busy)
-		if err != nil || !busy {
+		if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (`+pgReadyGroups+` LIMIT 1)`), queue, now, only).Scan(&busy); err != nil || !busy {
 			return nil, 0, err
 		}
 		return nil, now + pgGroupWait, nil
