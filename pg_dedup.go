@@ -35,18 +35,37 @@ type dedupPlan struct {
 }
 
 // dedupTx applies the jobs' dedup policies against the keys' holders, in
-// the batch's order, within tx.
+// the batch's order, within tx. A job whose custom id a live job holds is
+// that job's duplicate before anything else, as in memory mode: its key
+// is left alone.
 func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, now int64) (dedupPlan, error) {
 	plan := dedupPlan{dup: map[int]string{}, dropped: map[int]bool{}, expires: map[int]*int64{}, upto: len(jobs)}
-	var keys []string
+	var keys, custom []string
 	for i, j := range jobs {
 		if j.UniqueKey != "" {
 			keys = append(keys, j.UniqueKey)
 			plan.expires[i] = dedupExpiry(j, now)
+			if j.CustomID != "" {
+				custom = append(custom, j.CustomID)
+			}
 		}
 	}
 	if len(keys) == 0 {
 		return plan, nil
+	}
+	live := map[string]bool{}
+	if len(custom) > 0 {
+		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), custom)
+		if err != nil {
+			return plan, fmt.Errorf("find live custom ids: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return plan, fmt.Errorf("find live custom ids: %w", err)
+		}
+		for _, id := range ids {
+			live[id] = true
+		}
 	}
 	// One push of a key at a time across the brokers; locks are taken in
 	// hash order so that two batches never wait on each other.
@@ -85,7 +104,7 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 	var remove, release []string
 	extend := map[string]int64{}
 	for i, j := range jobs {
-		if j.UniqueKey == "" {
+		if j.UniqueKey == "" || live[j.CustomID] {
 			continue
 		}
 		h := held[j.UniqueKey]

@@ -598,3 +598,51 @@ func TestPGDebounce(t *testing.T) {
 		t.Fatalf("debounced pushes: %v", counts)
 	}
 }
+
+// TestPGGroupTurnsAcrossBrokers: groups take turns whichever broker
+// claims (one job a group a round, as in memory mode), ungrouped jobs go
+// first, and a pull's affinity keeps it to one group or to ungrouped jobs.
+func TestPGGroupTurnsAcrossBrokers(t *testing.T) {
+	c := threePGBrokers(t)
+	const queue = "gturns"
+	for i, g := range []string{"A", "B", "C"} {
+		jobs := make([]any, 3)
+		for k := range jobs {
+			jobs[k] = map[string]any{"name": fmt.Sprint(g, k+1), "data": k, "groupId": g}
+		}
+		c[i].ok(map[string]any{"cmd": "PUSHB", "queue": queue, "jobs": jobs})
+	}
+	c[2].ok(map[string]any{"cmd": "PUSH", "queue": queue, "name": "plain", "data": 0})
+	var order []string
+	for k := range 10 {
+		j := sub(t, c[k%3].ok(map[string]any{"cmd": "PULL", "queue": queue}), "job")
+		order = append(order, j["name"].(string))
+	}
+	want := []string{"plain", "A1", "B1", "C1", "A2", "B2", "C2", "A3", "B3", "C3"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("claims through three brokers in turn: %v, want %v", order, want)
+	}
+	// A batch pull hands out one job a group a round too.
+	for _, g := range []string{"A", "B"} {
+		c[0].ok(map[string]any{"cmd": "PUSHB", "queue": queue, "jobs": []any{
+			map[string]any{"name": g + "x", "data": 0, "groupId": g}, map[string]any{"name": g + "y", "data": 0, "groupId": g}}})
+	}
+	c[0].ok(map[string]any{"cmd": "PUSH", "queue": queue, "name": "plain2", "data": 0})
+	c[0].ok(map[string]any{"cmd": "PUSH", "queue": queue, "name": "Cz", "data": 0, "groupId": "C"})
+	pick := func(cl *tclient, group map[string]any) []string {
+		var names []string
+		for _, j := range list(t, cl.ok(map[string]any{"cmd": "PULLB", "queue": queue, "count": 10, "group": group}), "jobs") {
+			names = append(names, j.(map[string]any)["name"].(string))
+		}
+		return names
+	}
+	if got := pick(c[1], map[string]any{"affinity": "B"}); !slices.Equal(got, []string{"Bx", "By"}) {
+		t.Fatalf("pull with affinity B: %v", got)
+	}
+	if got := pick(c[2], map[string]any{"affinity": nil}); !slices.Equal(got, []string{"plain2"}) {
+		t.Fatalf("pull with affinity null (ungrouped only): %v", got)
+	}
+	if got := pick(c[0], nil); !slices.Equal(got, []string{"Ax", "Cz", "Ay"}) {
+		t.Fatalf("batch pull: %v", got)
+	}
+}
