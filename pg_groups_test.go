@@ -646,3 +646,61 @@ func TestPGGroupTurnsAcrossBrokers(t *testing.T) {
 		t.Fatalf("batch pull: %v", got)
 	}
 }
+
+// TestPGGroupAndDedupAnswersMatchMemory: the group and dedup commands,
+// good and bad, answer in PostgreSQL mode exactly as in memory mode.
+func TestPGGroupAndDedupAnswersMatchMemory(t *testing.T) {
+	pg := dial(t, startPGBroker(t, pgTestNamespace(t)).addr())
+	mem := dial(t, startBinary(t, "--memory").addr())
+	const q = "same"
+	g := func(cmd string, kv ...any) map[string]any {
+		m := map[string]any{"cmd": cmd, "queue": q, "groupId": "G"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == nil {
+				delete(m, kv[i].(string))
+			} else {
+				m[kv[i].(string)] = kv[i+1]
+			}
+		}
+		return m
+	}
+	reqs := []map[string]any{
+		g("IsGroupPaused"), g("GetGroupConcurrency"), g("GetGroupRateLimit"), g("GetGroupRateLimitTtl"),
+		g("GetGroupActiveCount"), g("GetGroupJobsCount"), g("GetGroupsJobsCount"),
+		g("RemoveGroupConcurrency"), g("RemoveGroupRateLimit"), g("ResumeGroup"),
+		g("PauseGroup"), g("PauseGroup"), g("IsGroupPaused"), g("ResumeGroup"), g("ResumeGroup"),
+		g("SetGroupConcurrency", "concurrency", 3), g("GetGroupConcurrency"), g("RemoveGroupConcurrency"), g("RemoveGroupConcurrency"),
+		g("SetGroupRateLimit", "max", 5, "duration", 1000), g("GetGroupRateLimit"), g("GetGroupRateLimitTtl", "maxJobs", 1),
+		g("RemoveGroupRateLimit"), g("GetGroupRateLimit"),
+		g("PUSH", "name", "j", "data", 1, "groupMaxSize", 1), g("GetGroupJobsCount"), g("GetGroupsJobsCount"),
+		// Bad input.
+		g("PauseGroup", "groupId", nil), g("PauseGroup", "groupId", ""), g("PauseGroup", "groupId", 7),
+		g("PauseGroup", "groupId", strings.Repeat("x", 257)), g("PauseGroup", "groupId", "a\x00b"), g("PauseGroup", "queue", nil),
+		g("SetGroupConcurrency", "concurrency", 0), g("SetGroupConcurrency", "concurrency", 1.5), g("SetGroupConcurrency"),
+		g("SetGroupRateLimit", "max", 5), g("SetGroupRateLimit", "max", -1, "duration", 10), g("RateLimitGroup", "duration", "x"),
+		g("GetGroupRateLimitTtl", "maxJobs", "x"), g("PUSH", "name", "j", "data", 1, "groupMaxSize", 0),
+		g("PUSH", "name", "j", "data", 1, "groupMaxSize", 1),
+		g("PULL", "group", "x"), g("PULL", "group", map[string]any{"concurrency": 0}),
+		g("PULL", "group", map[string]any{"limit": map[string]any{"max": 1}}),
+		{"cmd": "GetDeduplicationJobId", "queue": q, "deduplicationId": "nope"},
+		{"cmd": "GetDeduplicationJobId", "queue": q, "deduplicationId": 5},
+		{"cmd": "RemoveDeduplicationKey", "queue": q, "deduplicationId": "nope"},
+		{"cmd": "RemoveDeduplicationKey", "deduplicationId": "nope"},
+		{"cmd": "RemoveJobDeduplicationKey", "id": "nope"},
+		{"cmd": "RemoveJobDeduplicationKey", "id": 5},
+		{"cmd": "PUSH", "queue": q, "name": "j", "data": 1, "uniqueKey": "k", "dedup": "x"},
+		{"cmd": "PUSH", "queue": q, "name": "j", "data": 1, "uniqueKey": "k", "dedup": map[string]any{"ttl": "x"}},
+	}
+	for _, m := range reqs {
+		a, b := pg.call(m), mem.call(m)
+		for _, x := range []map[string]any{a, b} {
+			delete(x, "reqId")
+			if id, ok := x["id"].(string); ok && len(id) == 36 {
+				x["id"] = "(a job id)"
+			}
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%v:\n  postgres %v\n  memory   %v", m, a, b)
+		}
+	}
+}
