@@ -16,6 +16,27 @@ import (
 // peer is the address of the server a client talks to.
 func (c *tclient) peer() string { return c.nc.RemoteAddr().String() }
 
+// atOnce runs fn on per new connections to each broker, all let go at
+// the same moment, and waits for them.
+func atOnce(t *testing.T, c []*tclient, per int, fn func(pc *tclient, broker, conn int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range c {
+		for w := range per {
+			pc := dial(t, c[i].peer())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				fn(pc, i, w)
+			}()
+		}
+	}
+	close(gate)
+	wg.Wait()
+}
+
 func threePGBrokers(t *testing.T) []*tclient {
 	t.Helper()
 	ns := pgTestNamespace(t)
@@ -329,35 +350,23 @@ func TestPGGroupPauseAcrossBrokers(t *testing.T) {
 
 	// maxSize: 3 brokers × 4 connections push single jobs at once into a
 	// group of at most 5.
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted, refused := 0, 0
-	gate := make(chan struct{})
-	for i := range 3 {
-		for range 4 {
-			pc := dial(t, c[i].peer())
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				for range 3 {
-					a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "m", "data": 0, "groupId": "M", "groupMaxSize": 5}, 10*time.Second)
-					mu.Lock()
-					switch {
-					case err == nil && a["ok"] == true:
-						accepted++
-					case err == nil && strings.Contains(fmt.Sprint(a["error"]), "maximum size of 5"):
-						refused++
-					default:
-						t.Errorf("push into a capped group: %v %v", err, a)
-					}
-					mu.Unlock()
-				}
-			}()
+	atOnce(t, c, 4, func(pc *tclient, _, _ int) {
+		for range 3 {
+			a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "m", "data": 0, "groupId": "M", "groupMaxSize": 5}, 10*time.Second)
+			mu.Lock()
+			switch {
+			case err == nil && a["ok"] == true:
+				accepted++
+			case err == nil && strings.Contains(fmt.Sprint(a["error"]), "maximum size of 5"):
+				refused++
+			default:
+				t.Errorf("push into a capped group: %v %v", err, a)
+			}
+			mu.Unlock()
 		}
-	}
-	close(gate)
-	wg.Wait()
+	})
 	n := num(t, sub(t, c[0].ok(map[string]any{"cmd": "GetGroupJobsCount", "queue": queue, "groupId": "M"}), "data")["count"])
 	t.Logf("capped group: %d pushes accepted, %d refused, %v queued", accepted, refused, n)
 	if accepted != 5 || refused != 31 || n != 5 {
@@ -380,35 +389,23 @@ func TestPGDedupTTLRace(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var answers []ans
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i := range 3 {
-		for w := range 4 {
-			pc := dial(t, c[i].peer())
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				for k := range keys {
-					d := map[string]any{"ttl": ttl}
-					if k%2 == 1 {
-						d = map[string]any{} // plain: held until the job finishes
-					}
-					a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": fmt.Sprint(i, w),
-						"uniqueKey": fmt.Sprint("k", k), "dedup": d}, 10*time.Second)
-					if err != nil || a["ok"] != true {
-						t.Errorf("push: %v %v", err, a)
-						return
-					}
-					mu.Lock()
-					answers = append(answers, ans{k, a["id"].(string)})
-					mu.Unlock()
-				}
-			}()
+	atOnce(t, c, 4, func(pc *tclient, i, w int) {
+		for k := range keys {
+			d := map[string]any{"ttl": ttl}
+			if k%2 == 1 {
+				d = map[string]any{} // plain: held until the job finishes
+			}
+			a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": fmt.Sprint(i, w),
+				"uniqueKey": fmt.Sprint("k", k), "dedup": d}, 10*time.Second)
+			if err != nil || a["ok"] != true {
+				t.Errorf("push: %v %v", err, a)
+				return
+			}
+			mu.Lock()
+			answers = append(answers, ans{k, a["id"].(string)})
+			mu.Unlock()
 		}
-	}
-	close(gate)
-	wg.Wait()
+	})
 	// Every holder was made by now, so its ttl ends by then.
 	lapsed := time.Now().Add(ttl * time.Millisecond)
 	ids := map[int]string{}
@@ -525,23 +522,11 @@ func TestPGDedupReplaceExtend(t *testing.T) {
 	// Replace racing from three brokers: one job is left with the key.
 	for round := range 5 {
 		key := fmt.Sprint("race", round)
-		var wg sync.WaitGroup
-		gate := make(chan struct{})
-		for i := range 3 {
-			for range 3 {
-				pc := dial(t, c[i].peer())
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-gate
-					if a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": i, "uniqueKey": key, "dedup": replace}, 10*time.Second); err != nil || a["ok"] != true {
-						t.Errorf("replace push: %v %v", err, a)
-					}
-				}()
+		atOnce(t, c, 3, func(pc *tclient, i, _ int) {
+			if a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": i, "uniqueKey": key, "dedup": replace}, 10*time.Second); err != nil || a["ok"] != true {
+				t.Errorf("replace push: %v %v", err, a)
 			}
-		}
-		close(gate)
-		wg.Wait()
+		})
 	}
 	counts := sub(t, c[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": queue}), "counts")
 	if num(t, counts["waiting"]) != 5 {
