@@ -205,7 +205,8 @@ func TestCompat(t *testing.T) {
 // the others need commands it does not have yet (see issue 8).
 var pgCompatScripts = map[string]bool{
 	"basic": true, "bulk": true, "priority": true, "delay": true, "retry": true, "unrecoverable": true,
-	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true, "auth": true, "http": true, "crash": true,
+	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
+	"auth": true, "http": true, "crash": true, "groups": true, "dedup": true,
 }
 
 // storageFlags selects an engine for a test server.

@@ -52,6 +52,32 @@ func (s *Shard) releaseUnique(q *Queue, j *Job) {
 
 var errDupExtended = errors.New("Duplicate unique_key (extended TTL)")
 
+// dedupAct is what a push does about a key another job holds.
+type dedupAct int
+
+const (
+	dedupDuplicate dedupAct = iota // answer the holder's id, told as "duplicated"
+	dedupReplace                   // the new job takes the key
+	dedupExtend                    // the key's ttl restarts; the holder's id is answered
+)
+
+// dedupPolicy decides, from the new job's options and the holder's state,
+// what a push does with a held key. removeHolder: a replaced holder that
+// has not started goes (one already running goes on). err: the push is
+// refused.
+func dedupPolicy(j *Job, holder State) (act dedupAct, removeHolder bool, err error) {
+	switch {
+	case j.DedupReplace:
+		return dedupReplace, isQueued(holder) && holder != StateWaitingChildren, nil
+	case j.DedupExtend && j.DedupTTL != none && j.DedupTTL > 0:
+		if isQueued(holder) {
+			return dedupExtend, false, nil
+		}
+		return dedupExtend, false, errDupExtended
+	}
+	return dedupDuplicate, false, nil
+}
+
 // dedupCheck applies the job's dedup policy against the key's holder. It
 // returns the holder's id when the push is a duplicate, and whether the new
 // job should be admitted.
@@ -64,11 +90,10 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 		return "", true, nil
 	}
 	owner := e.job
-	switch {
-	case j.DedupReplace:
-		// The new job takes the key; a holder that has not started is
-		// replaced, one already running goes on.
-		if isQueued(owner.state) && owner.state != StateWaitingChildren {
+	act, removeHolder, err := dedupPolicy(j, owner.state)
+	switch act {
+	case dedupReplace:
+		if removeHolder {
 			if s.hasLiveDependents(owner) {
 				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID + " because live jobs depend on it")
 			}
@@ -77,12 +102,12 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 			s.forget(owner)
 		}
 		return "", true, nil
-	case j.DedupExtend && j.DedupTTL != none && j.DedupTTL > 0:
+	case dedupExtend:
 		e.expires = now + j.DedupTTL
-		if isQueued(owner.state) {
-			return owner.ID, false, nil
+		if err != nil {
+			return "", false, err
 		}
-		return "", false, errDupExtended
+		return owner.ID, false, nil
 	}
 	s.emit(q, evDuplicated, owner, now, evArgs{})
 	return owner.ID, false, nil
@@ -99,12 +124,17 @@ func (s *Shard) hasLiveDependents(j *Job) bool {
 	return len(s.b.deps[j.ID]) > 0
 }
 
-func cmdGetDeduplicationJobID(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
+// readDedupKey reads the queue and key of the commands on a dedup key.
+func readDedupKey(r *Req) (queue, key string, err error) {
+	if queue, err = queueArg(r.m); err != nil {
+		return "", "", err
 	}
-	key, _, err := r.m.Str("deduplicationId")
+	key, _, err = r.m.Str("deduplicationId")
+	return queue, key, err
+}
+
+func cmdGetDeduplicationJobID(r *Req) error {
+	name, key, err := readDedupKey(r)
 	if err != nil {
 		return err
 	}
@@ -116,19 +146,20 @@ func cmdGetDeduplicationJobID(r *Req) error {
 			}
 		}
 	})
+	writeDedupJobID(r, id)
+	return nil
+}
+
+// writeDedupJobID answers GetDeduplicationJobId ("": no holder).
+func writeDedupJobID(r *Req, id string) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("jobId")
 	optStr(e, id, id != "")
-	return nil
 }
 
 func cmdRemoveDeduplicationKey(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	key, _, err := r.m.Str("deduplicationId")
+	name, key, err := readDedupKey(r)
 	if err != nil {
 		return err
 	}
@@ -139,11 +170,7 @@ func cmdRemoveDeduplicationKey(r *Req) error {
 			n = 1
 		}
 	})
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("count")
-	e.Int(int64(n))
-	return nil
+	return r.dataInt("count", int64(n))
 }
 
 func cmdRemoveJobDeduplicationKey(r *Req) error {
@@ -161,9 +188,5 @@ func cmdRemoveJobDeduplicationKey(r *Req) error {
 		}
 		s.mu.Unlock()
 	}
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("removed")
-	e.Bool(removed)
-	return nil
+	return r.dataBool("removed", removed)
 }

@@ -99,15 +99,22 @@ func (q *Queue) ringRemove(g *Group) {
 // with a maxSize needs the group's queued jobs, with those of the batch
 // before it, under that size.
 func (q *Queue) groupRoom(jobs []*Job) error {
+	return groupRoom(jobs, func(id string) int {
+		if g := q.groups[id]; g != nil {
+			return g.queued
+		}
+		return 0
+	})
+}
+
+// groupRoom is the check itself; queued tells a group's queued jobs.
+func groupRoom(jobs []*Job, queued func(group string) int) error {
 	var added map[string]int
 	for _, j := range jobs {
 		if j.GroupID == "" || len(j.DependsOn) > 0 {
 			continue
 		}
-		have := added[j.GroupID]
-		if g := q.groups[j.GroupID]; g != nil {
-			have += g.queued
-		}
+		have := added[j.GroupID] + queued(j.GroupID)
 		if j.groupMax > 0 && int64(have) >= j.groupMax {
 			return errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))
 		}
@@ -333,21 +340,70 @@ func validGroupID(m Map) (string, error) {
 	return g, nil
 }
 
-// groupCmd runs fn on a queue's group; create makes both when missing.
-func (r *Req) groupCmd(create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
+// groupArgs name a queue's group, as every group command does.
+type groupArgs struct{ queue, group string }
+
+func readGroupArgs(r *Req) (groupArgs, error) {
 	name, err := queueArg(r.m)
 	if err != nil {
-		return err
+		return groupArgs{}, err
 	}
 	gid, err := validGroupID(r.m)
 	if err != nil {
-		return err
+		return groupArgs{}, err
 	}
-	r.b.withQueue(name, create, func(s *Shard, q *Queue, now int64) {
+	return groupArgs{name, gid}, nil
+}
+
+// readGroupRateLimit reads SetGroupRateLimit (its limit is checked first,
+// as the reference does).
+func readGroupRateLimit(r *Req) (groupArgs, groupLimit, error) {
+	mx, err := positiveSafeInt(r.m, "max")
+	if err != nil {
+		return groupArgs{}, groupLimit{}, err
+	}
+	d, err := positiveSafeInt(r.m, "duration")
+	if err != nil {
+		return groupArgs{}, groupLimit{}, err
+	}
+	a, err := readGroupArgs(r)
+	return a, groupLimit{max: mx, duration: d}, err
+}
+
+// readGroupNumber reads a group command with one positive safe integer
+// (SetGroupConcurrency's concurrency, RateLimitGroup's duration).
+func readGroupNumber(r *Req, key string) (groupArgs, int64, error) {
+	v, err := positiveSafeInt(r.m, key)
+	if err != nil {
+		return groupArgs{}, 0, err
+	}
+	a, err := readGroupArgs(r)
+	return a, v, err
+}
+
+// groupTTLArgs are GetGroupRateLimitTtl's.
+type groupTTLArgs struct {
+	groupArgs
+	maxJobs float64
+	hasMax  bool
+}
+
+func readGroupTTL(r *Req) (groupTTLArgs, error) {
+	maxJobs, hasMax, err := r.m.Num("maxJobs")
+	if err != nil {
+		return groupTTLArgs{}, err
+	}
+	a, err := readGroupArgs(r)
+	return groupTTLArgs{a, maxJobs, hasMax}, err
+}
+
+// groupCmd runs fn on a queue's group; create makes both when missing.
+func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) {
+	r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
 		var g *Group
 		if q != nil {
-			if g = q.groups[gid]; g == nil && create {
-				g = q.group(gid)
+			if g = q.groups[a.group]; g == nil && create {
+				g = q.group(a.group)
 			}
 		}
 		fn(s, q, g, now)
@@ -355,7 +411,6 @@ func (r *Req) groupCmd(create bool, fn func(s *Shard, q *Queue, g *Group, now in
 			r.b.queueChanged(q)
 		}
 	})
-	return nil
 }
 
 func (r *Req) dataInt(key string, v int64) error {
@@ -375,14 +430,16 @@ func (r *Req) dataBool(key string, v bool) error {
 }
 
 func cmdGetGroupJobsCount(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	n := 0
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil {
 			n = g.queued
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataInt("count", int64(n))
 }
 
@@ -405,45 +462,49 @@ func cmdGetGroupsJobsCount(r *Req) error {
 }
 
 func cmdGetGroupActiveCount(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	n := 0
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil {
 			n = g.active
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataInt("count", int64(n))
 }
 
 func cmdSetGroupRateLimit(r *Req) error {
-	mx, err := positiveSafeInt(r.m, "max")
+	a, l, err := readGroupRateLimit(r)
 	if err != nil {
 		return err
 	}
-	d, err := positiveSafeInt(r.m, "duration")
-	if err != nil {
-		return err
-	}
-	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
-		g.rateOverride = &groupLimit{max: mx, duration: d}
+	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+		g.rateOverride = &l
 		g.window = groupWindow{}
 		q.wakeAll()
-	}); err != nil {
-		return err
-	}
+	})
 	return r.okID()
 }
 
 func cmdGetGroupRateLimit(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	var l *groupLimit
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil {
 			l = g.rateOverride
 		}
-	}); err != nil {
-		return err
-	}
+	})
+	writeGroupRateLimit(r, l)
+	return nil
+}
+
+// writeGroupRateLimit answers GetGroupRateLimit (nil: none set).
+func writeGroupRateLimit(r *Req, l *groupLimit) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("limit")
@@ -456,73 +517,83 @@ func cmdGetGroupRateLimit(r *Req) error {
 		e.Str("duration")
 		e.Int(l.duration)
 	}
-	return nil
 }
 
 func cmdRemoveGroupRateLimit(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	n := 0
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.rateOverride != nil {
 			g.rateOverride, g.window, n = nil, groupWindow{}, 1
 			q.wakeAll()
 			r.b.queueChanged(q)
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataInt("removed", int64(n))
 }
 
+// rateTTL is what GetGroupRateLimitTtl answers for a group: how long it
+// is held back (by RateLimitGroup or a full window), 0 when a pull of
+// maxJobs would still fit, -2 when nothing holds it.
+func (g *Group) rateTTL(now int64, maxJobs float64, hasMax bool) int64 {
+	w := g.window
+	switch {
+	case now < g.manualUntil:
+		return g.manualUntil - now
+	case w.max == 0 || now >= w.start+w.duration:
+		return -2
+	case hasMax && float64(w.count) < maxJobs:
+		return 0
+	}
+	return w.start + w.duration - now
+}
+
 func cmdGetGroupRateLimitTTL(r *Req) error {
-	maxJobs, hasMax, err := r.m.Num("maxJobs")
+	a, err := readGroupTTL(r)
 	if err != nil {
 		return err
 	}
 	ttl := int64(-2)
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
-		if g == nil {
-			return
+	r.groupCmd(a.groupArgs, false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil {
+			ttl = g.rateTTL(now, a.maxJobs, a.hasMax)
 		}
-		w := g.window
-		switch {
-		case now < g.manualUntil:
-			ttl = g.manualUntil - now
-		case w.max == 0 || now >= w.start+w.duration:
-			ttl = -2
-		case hasMax && float64(w.count) < maxJobs:
-			ttl = 0
-		default:
-			ttl = w.start + w.duration - now
-		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataInt("ttl", ttl)
 }
 
 func cmdSetGroupConcurrency(r *Req) error {
-	c, err := positiveSafeInt(r.m, "concurrency")
+	a, c, err := readGroupNumber(r, "concurrency")
 	if err != nil {
 		return err
 	}
-	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.concOverride = c
 		q.wakeAll()
-	}); err != nil {
-		return err
-	}
+	})
 	return r.okID()
 }
 
 func cmdGetGroupConcurrency(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	c := int64(0)
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil {
 			c = g.concOverride
 		}
-	}); err != nil {
-		return err
-	}
+	})
+	writeGroupConcurrency(r, c)
+	return nil
+}
+
+// writeGroupConcurrency answers GetGroupConcurrency (0: none set).
+func writeGroupConcurrency(r *Req, c int64) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("concurrency")
@@ -531,72 +602,77 @@ func cmdGetGroupConcurrency(r *Req) error {
 	} else {
 		e.Int(c)
 	}
-	return nil
 }
 
 func cmdRemoveGroupConcurrency(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	n := 0
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.concOverride != 0 {
 			g.concOverride, n = 0, 1
 			q.wakeAll()
 			r.b.queueChanged(q)
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataInt("removed", int64(n))
 }
 
 func cmdPauseGroup(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	changed := false
-	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		if !g.paused {
 			g.paused, changed = true, true
 			q.ringRemove(g)
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataBool("changed", changed)
 }
 
 func cmdResumeGroup(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
 	changed := false
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.paused {
 			g.paused, changed = false, true
 			q.ringAdd(g)
 			q.wakeAll()
 			r.b.queueChanged(q)
 		}
-	}); err != nil {
-		return err
-	}
+	})
 	return r.dataBool("changed", changed)
 }
 
 func cmdIsGroupPaused(r *Req) error {
-	paused := false
-	if err := r.groupCmd(false, func(s *Shard, q *Queue, g *Group, now int64) {
-		paused = g != nil && g.paused
-	}); err != nil {
+	a, err := readGroupArgs(r)
+	if err != nil {
 		return err
 	}
+	paused := false
+	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+		paused = g != nil && g.paused
+	})
 	return r.dataBool("paused", paused)
 }
 
 // RateLimitGroup holds a group back for a while (not persisted, as in the
 // reference).
 func cmdRateLimitGroup(r *Req) error {
-	d, err := positiveSafeInt(r.m, "duration")
+	a, d, err := readGroupNumber(r, "duration")
 	if err != nil {
 		return err
 	}
-	if err := r.groupCmd(true, func(s *Shard, q *Queue, g *Group, now int64) {
+	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.manualUntil = now + d
-	}); err != nil {
-		return err
-	}
+	})
 	return r.okID()
 }

@@ -68,6 +68,25 @@ var pgHandlers = map[string]Handler{
 	"Dlq":      pgDlq,
 	"RetryDlq": pgRetryDlq,
 	"PurgeDlq": pgPurgeDlq,
+
+	// Groups (pg_groups.go) and deduplication (pg_dedup.go)
+	"PauseGroup":                pgPauseGroup,
+	"ResumeGroup":               pgResumeGroup,
+	"IsGroupPaused":             pgIsGroupPaused,
+	"SetGroupConcurrency":       pgSetGroupConcurrency,
+	"GetGroupConcurrency":       pgGetGroupConcurrency,
+	"RemoveGroupConcurrency":    pgRemoveGroupConcurrency,
+	"SetGroupRateLimit":         pgSetGroupRateLimit,
+	"GetGroupRateLimit":         pgGetGroupRateLimit,
+	"RemoveGroupRateLimit":      pgRemoveGroupRateLimit,
+	"RateLimitGroup":            pgRateLimitGroup,
+	"GetGroupRateLimitTtl":      pgGetGroupRateLimitTTL,
+	"GetGroupActiveCount":       pgGetGroupActiveCount,
+	"GetGroupJobsCount":         pgGetGroupJobsCount,
+	"GetGroupsJobsCount":        pgGetGroupsJobsCount,
+	"GetDeduplicationJobId":     pgGetDeduplicationJobID,
+	"RemoveDeduplicationKey":    pgRemoveDeduplicationKey,
+	"RemoveJobDeduplicationKey": pgRemoveJobDeduplicationKey,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -126,12 +145,6 @@ func pgRefuse(j *Job) error {
 		what = "parent"
 	case j.Repeat != nil:
 		what = "repeat"
-	case j.GroupID != "":
-		what = "groupId"
-	case j.DedupTTL != none || j.DedupExtend || j.DedupReplace:
-		what = "deduplication with ttl, extend or replace"
-	case j.DebounceID != "":
-		what = "debounce"
 	default:
 		return nil
 	}
@@ -184,24 +197,48 @@ func pgPushBatch(r *Req) error {
 	return p.pushAsync(r, queue, jobs, func(r *Req, ids []string) { strArray(r.field("ids"), ids) })
 }
 
+// pgPushErr answers a failed push: a refusal as it is, anything else as
+// the database's.
+func pgPushErr(err error) error {
+	var rf pgRefused
+	if errors.As(err, &rf) {
+		return rf.error
+	}
+	return pgErr(err)
+}
+
 // insert adds jobs to a queue in one transaction and answers their ids. A
 // job whose custom id or unique key a live job holds is not created: its
-// id is the holder's. A finished job that holds a custom id gives it up.
+// id is the holder's (or as its dedup policy says). A finished job that
+// holds a custom id gives it up. When a job is refused, those before it
+// stay, as in memory mode, and the refusal (a pgRefused) is answered.
 func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
 	tx, err := p.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback(context.Background())
-	ids, made, err := p.insertTx(ctx, tx, queue, jobs)
+	res, err := p.insertJobs(ctx, tx, queue, jobs)
 	if err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
-	p.pushed(queue, made)
-	return ids, nil
+	p.inserted(queue, res)
+	if res.refused != nil {
+		return nil, pgRefused{res.refused}
+	}
+	return res.ids, nil
+}
+
+// inserted tells of what a committed insertJobs did.
+func (p *PG) inserted(queue string, res pgInserted) {
+	p.pushed(queue, res.made)
+	now := p.b.now()
+	for _, id := range res.dups {
+		p.emit(queue, evDuplicated, &Job{ID: id, Queue: queue}, now, evArgs{})
+	}
 }
 
 // pushed counts and tells of jobs inserted by a committed transaction.
@@ -214,92 +251,150 @@ func (p *PG) pushed(queue string, made []*Job) {
 }
 
 // insertTx is insert within the caller's transaction; it answers the ids
-// and the jobs it made (to be told of once the transaction commits).
+// and the jobs it made (to be told of once the transaction commits). A
+// refused job is an error here (a pgRefused): the caller rolls back.
 func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) ([]string, []*Job, error) {
+	res, err := p.insertJobs(ctx, tx, queue, jobs)
+	if err == nil && res.refused != nil {
+		err = pgRefused{res.refused}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.ids, res.made, nil
+}
+
+// pgInserted is what insertJobs did.
+type pgInserted struct {
+	ids     []string // by job: its id, or the one answered for it
+	made    []*Job   // created, to be told of once committed
+	dups    []string // holders of unique keys to tell of as duplicated
+	refused error    // the job after the last of ids was refused
+}
+
+// insertJobs is insertTx with the refusal and the duplicates told apart.
+func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) (pgInserted, error) {
+	var res pgInserted
 	now := p.b.now()
-	n := len(jobs)
-	ids := make([]string, n)
-	prios := make([]int64, n)
-	keys := make([]int64, n)
-	runAts := make([]int64, n)
-	created := make([]int64, n)
-	uks := make([]*string, n)
-	recs := make([][]byte, n)
-	var custom []string
-	ready := false
-	for i, j := range jobs {
+	grouped := false
+	for _, j := range jobs {
 		if j.RunAt > now {
 			j.state = StateDelayed
 		} else {
 			j.state = j.readyState()
-			ready = true
 		}
 		j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
-		ids[i], prios[i], keys[i], runAts[i], created[i] = j.ID, j.Priority, sortKey(j), j.RunAt, j.CreatedAt
-		if j.UniqueKey != "" {
-			uks[i] = ptr(j.UniqueKey)
+		grouped = grouped || j.GroupID != ""
+	}
+	// A queue's first grouped job turns its claims to the grouped path.
+	register := `INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`
+	if grouped {
+		register = `INSERT INTO {s}.queues AS q (name, grouped) VALUES ($1, true)
+			ON CONFLICT (name) DO UPDATE SET grouped = true WHERE NOT q.grouped`
+	}
+	if _, err := tx.Exec(ctx, p.sql(register), queue); err != nil {
+		return res, fmt.Errorf("register queue: %w", err)
+	}
+	if err := p.groupsTx(ctx, tx, queue, jobs); err != nil {
+		var rf pgRefused
+		if errors.As(err, &rf) {
+			res.refused = rf.error
+			return res, nil
 		}
+		return res, err
+	}
+	var custom []string
+	for _, j := range jobs {
 		if j.CustomID != "" {
 			custom = append(custom, j.CustomID)
 		}
-		var e Enc
-		encodeRecord(&e, j)
-		recs[i] = e.B
-	}
-	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
-		return nil, nil, fmt.Errorf("register queue: %w", err)
 	}
 	if len(custom) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
-			return nil, nil, fmt.Errorf("free custom ids: %w", err)
+			return res, fmt.Errorf("free custom ids: %w", err)
 		}
 	}
-	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, record)
-		SELECT u.id, $1, 1, u.prio, u.key, u.run_at, u.created, u.uk, u.rec
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, ord)
-		ORDER BY u.ord
-		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs)
+	plan, err := p.dedupTx(ctx, tx, queue, jobs, now)
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert jobs: %w", err)
+		return res, err
 	}
-	made := make(map[string]bool, n)
+	jobs = jobs[:plan.upto]
+	res.dups, res.refused = plan.events, plan.refused
+	var ids, groups []string
+	var prios, keys, runAts, created []int64
+	var uks []*string
+	var uexps []*int64
+	var recs [][]byte
+	ready := false
+	for i, j := range jobs {
+		if _, dup := plan.dup[i]; dup || plan.dropped[i] {
+			continue
+		}
+		ready = ready || j.RunAt <= now
+		ids, prios, keys, runAts, created = append(ids, j.ID), append(prios, j.Priority), append(keys, sortKey(j)),
+			append(runAts, j.RunAt), append(created, j.CreatedAt)
+		var uk *string
+		if j.UniqueKey != "" {
+			uk = ptr(j.UniqueKey)
+		}
+		var g *string
+		if j.GroupID != "" {
+			g = ptr(j.GroupID)
+		}
+		uks, uexps, groups = append(uks, uk), append(uexps, plan.expires[i]), append(groups, deref(g))
+		var e Enc
+		encodeRecord(&e, j)
+		recs = append(recs, e.B)
+	}
+	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
+		SELECT u.id, $1, 1, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, ord)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs, uexps, groups)
+	if err != nil {
+		return res, fmt.Errorf("insert jobs: %w", err)
+	}
+	made := make(map[string]bool, len(ids))
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, nil, err
+			return res, err
 		}
 		made[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("insert jobs: %w", err)
+		return res, fmt.Errorf("insert jobs: %w", err)
 	}
-	out := make([]string, n)
-	var madeJobs []*Job
+	res.ids = make([]string, len(jobs))
 	for i, j := range jobs {
-		out[i] = j.ID
-		if made[j.ID] {
-			madeJobs = append(madeJobs, j)
+		res.ids[i] = j.ID
+		if id, dup := plan.dup[i]; dup {
+			res.ids[i] = id
+			continue
+		}
+		if made[j.ID] && !plan.dropped[i] {
+			res.made = append(res.made, j)
 			made[j.ID] = false // a second job of the batch with this id is a duplicate
 			continue
 		}
-		if j.UniqueKey != "" && j.CustomID == "" {
+		if j.UniqueKey != "" && j.CustomID == "" && !plan.dropped[i] {
 			// Held by a live job with the key: answer its id.
 			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
-				queue, j.UniqueKey).Scan(&out[i])
+				queue, j.UniqueKey).Scan(&res.ids[i])
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, nil, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+				return res, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
 			}
 		}
 	}
-	if ready && len(madeJobs) > 0 {
+	if ready && len(res.made) > 0 {
 		if err := p.notify(ctx, tx, queue); err != nil {
-			return nil, nil, err
+			return res, err
 		}
 	}
-	return out, madeJobs, nil
+	return res, nil
 }
 
 // emit tells this broker's subscribers and taps of an event, and the
@@ -324,9 +419,6 @@ func pgPull(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if a.opts.Group != nil {
-		return errors.New("group pulls are not available in PostgreSQL mode yet")
-	}
 	return pgPullN(r, a, 1, false)
 }
 
@@ -334,9 +426,6 @@ func pgPullBatch(r *Req) error {
 	a, err := readPull(r)
 	if err != nil {
 		return err
-	}
-	if a.opts.Group != nil {
-		return errors.New("group pulls are not available in PostgreSQL mode yet")
 	}
 	n, ok, err := numField(r.m, "count", "count", numRule{min: 1, max: maxPullBatch})
 	if err != nil {
@@ -461,13 +550,13 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 			return nil, nil, wait, tx.Commit(ctx)
 		}
 	}
-	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs
-		WHERE queue = $1 AND state = 1 AND run_at <= $2
-		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`), queue, now, n)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	var jobs []*Job
+	var wait int64
+	if lim.grouped {
+		jobs, wait, err = p.claimGrouped(ctx, tx, queue, n, o.Group, now)
+	} else {
+		jobs, err = p.claimUngrouped(ctx, tx, queue, n, now)
 	}
-	jobs, err := scanJobs(rows)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("claim: %w", err)
 	}
@@ -478,10 +567,10 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("claim: %w", err)
 		}
-		if next != nil {
-			return nil, nil, *next, tx.Commit(ctx)
+		if next != nil && (wait == 0 || *next < wait) {
+			wait = *next
 		}
-		return nil, nil, 0, tx.Commit(ctx)
+		return nil, nil, wait, tx.Commit(ctx)
 	}
 	var claimed []*Job
 	var expired []string
@@ -527,6 +616,19 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		p.emit(queue, evPulled, j, now, evArgs{})
 	}
 	return claimed, tokens, 0, nil
+}
+
+// claimUngrouped locks up to n ready jobs of no group, in claim order.
+// (A queue that has just had its first grouped job pushed may still be
+// claimed this way: its grouped jobs wait for the next claim.)
+func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int, now int64) ([]*Job, error) {
+	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs
+		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
+		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`), queue, now, n)
+	if err != nil {
+		return nil, err
+	}
+	return scanJobs(rows)
 }
 
 // scanJobs decodes rows of one column, the job record.
@@ -1480,6 +1582,9 @@ func pgObliterate(r *Req) error {
 		return err
 	}
 	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.queues WHERE name = $1`), name); err != nil {
+		return pgErr(err)
+	}
+	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.groups WHERE queue = $1`), name); err != nil {
 		return pgErr(err)
 	}
 	r.c.srv.mx.dropQueue(name)

@@ -93,10 +93,18 @@ func (p *PG) cronOnce(ctx context.Context) error {
 				p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
 			} else {
 				_, made, err := p.insertTx(ctx, tx, s.Queue, []*Job{j})
-				if err != nil {
+				var refused pgRefused
+				switch {
+				case errors.As(err, &refused):
+					// Refused for what it asks (a group full, a key held
+					// by a running job): the run is spent, as in memory
+					// mode, and the other schedules go on.
+					p.log.Warn("cron run refused", "name", s.Name, "err", refused.error)
+				case err != nil:
 					return fmt.Errorf("cron %s: %w", s.Name, err)
+				default:
+					out = append(out, fired{s.Queue, made})
 				}
-				out = append(out, fired{s.Queue, made})
 				s.Executions++
 			}
 		}

@@ -22,19 +22,20 @@ type pgLimits struct {
 	rateTokens             *float64
 	rateExpires, rateCount *int64
 	conc                   *int64
+	grouped                bool // has had grouped jobs: claims take the grouped path
 }
 
 func (l *pgLimits) limited() bool { return l.rateMax != nil || l.conc != nil }
 
 func (p *PG) readLimits(ctx context.Context, tx pgx.Tx, queue string, lock bool) (pgLimits, error) {
-	sql := `SELECT paused, rate_max, rate_duration, rate_tokens, rate_at, rate_expires, rate_consumed, conc_limit
+	sql := `SELECT paused, rate_max, rate_duration, rate_tokens, rate_at, rate_expires, rate_consumed, conc_limit, grouped
 		FROM {s}.queues WHERE name = $1`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
 	var l pgLimits
 	err := tx.QueryRow(ctx, p.sql(sql), queue).Scan(&l.paused, &l.rateMax, &l.rateDur, &l.rateTokens, &l.rateAt,
-		&l.rateExpires, &l.rateCount, &l.conc)
+		&l.rateExpires, &l.rateCount, &l.conc, &l.grouped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return pgLimits{}, nil
 	}

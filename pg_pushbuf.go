@@ -56,7 +56,7 @@ func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, answer func(r *Req, id
 			defer cancel()
 			ids, err := p.insert(ctx, queue, jobs)
 			if err != nil {
-				return pgErr(err)
+				return pgPushErr(err)
 			}
 			answer(r, ids)
 			return nil
@@ -117,7 +117,7 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		}
 		byQueue[r.queue] = append(byQueue[r.queue], r)
 	}
-	made := make(map[string][]*Job, len(order))
+	done := make(map[string]pgInserted, len(order))
 	err := func() error {
 		tx, err := p.begin(ctx)
 		if err != nil {
@@ -130,20 +130,22 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 			for _, r := range reqs {
 				jobs = append(jobs, r.jobs...)
 			}
-			ids, m, err := p.insertTx(ctx, tx, q, jobs)
+			// Plain jobs are never refused: an error is the database's.
+			res, err := p.insertJobs(ctx, tx, q, jobs)
 			if err != nil {
 				return err
 			}
+			ids := res.ids
 			for _, r := range reqs {
 				r.ids, ids = ids[:len(r.jobs):len(r.jobs)], ids[len(r.jobs):]
 			}
-			made[q] = m
+			done[q] = res
 		}
 		return tx.Commit(ctx)
 	}()
 	if err == nil {
 		for _, q := range order {
-			p.pushed(q, made[q])
+			p.inserted(q, done[q])
 		}
 	}
 	for _, r := range batch {

@@ -91,6 +91,33 @@ var pgMigrations = []string{
 		ADD COLUMN rate_expires  BIGINT,
 		ADD COLUMN rate_consumed BIGINT,
 		ADD COLUMN conc_limit    BIGINT;`,
+	`-- MIGRATION groups
+	-- Job groups: a job's group, each group's state (pause, limits, its
+	-- rate window, its turn), and a queue flag that keeps claims on
+	-- queues without groups on their plain path. A dedup key's expiry.
+	ALTER TABLE {s}.jobs
+		ADD COLUMN group_id       TEXT,
+		ADD COLUMN unique_expires BIGINT;
+	CREATE INDEX jobs_group_claim ON {s}.jobs (queue, group_id, priority, seq) WHERE state = 1 AND group_id IS NOT NULL;
+	CREATE INDEX jobs_group_active ON {s}.jobs (queue, group_id) WHERE state = 4 AND group_id IS NOT NULL;
+	ALTER TABLE {s}.queues ADD COLUMN grouped BOOLEAN NOT NULL DEFAULT false;
+	CREATE SEQUENCE {s}.group_turns;
+	CREATE TABLE {s}.groups (
+		queue         TEXT NOT NULL,
+		group_id      TEXT NOT NULL,
+		created       BIGSERIAL,
+		served        BIGINT NOT NULL,
+		paused        BOOLEAN NOT NULL DEFAULT false,
+		manual_until  BIGINT NOT NULL DEFAULT 0,
+		conc_limit    BIGINT,
+		rate_max      BIGINT,
+		rate_duration BIGINT,
+		win_start     BIGINT NOT NULL DEFAULT 0,
+		win_count     BIGINT NOT NULL DEFAULT 0,
+		win_max       BIGINT NOT NULL DEFAULT 0,
+		win_duration  BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (queue, group_id)
+	);`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -605,6 +632,7 @@ var lifoSeq atomic.Int64
 // carries it is known for what it is.
 func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
 	n := len(jobs)
+	now := p.b.now()
 	ids := make([]string, n)
 	states := make([]int16, n)
 	prios := make([]int64, n)
@@ -612,6 +640,7 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 	runAts := make([]int64, n)
 	doneAts := make([]*int64, n)
 	uks := make([]*string, n)
+	uexps := make([]*int64, n)
 	toks := make([]*string, n)
 	owners := make([]*string, n)
 	exps := make([]*int64, n)
@@ -626,6 +655,7 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 		}
 		if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
 			uks[i] = ptr(j.UniqueKey)
+			uexps[i] = dedupExpiry(j, now)
 		}
 		if j.state == StateActive {
 			exp := j.Heartbeat + defaultStall.StallInterval
@@ -646,15 +676,21 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 			res[i] = r
 		}
 	}
+	// A job keeps its unique key until it finishes, and takes it again
+	// when it comes back from finished; one whose key was released (or
+	// taken by a replacing job) while it lived does not get it back.
 	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
-		done_at=u.done_at, unique_key=u.uk, lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
+		done_at=u.done_at,
+		unique_key = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uk ELSE j.unique_key END,
+		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uexp ELSE j.unique_expires END,
+		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
 		lease_broker=CASE WHEN u.state = 4 THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
 		record=u.rec, result=u.res
 		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
-			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[])
-			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res)
+			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[], $16::bigint[])
+			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp)
 		WHERE j.id = u.id`),
-		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker)
+		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker, uexps)
 	if err != nil {
 		return fmt.Errorf("postgres: save jobs: %w", err)
 	}

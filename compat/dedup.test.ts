@@ -44,7 +44,7 @@ await main('dedup', async () => {
   const again = await q.add('d', { v: 9 }, { deduplication: { id: 'k1' } });
   check(again.id !== a.id, 'a removed key admits a new job');
   const w = new Worker(name, async (j) => j.data, { connection: conn });
-  await waitFor(async () => (await q.getJobCountsAsync()).completed >= 5, 10000, 'jobs done');
+  await waitFor(async () => (await q.getJobCountsAsync()).completed >= 6, 10000, 'all six jobs done');
   await w.close();
   const after = await q.add('d', { v: 10 }, { deduplication: { id: 'k1' } });
   check(after.id !== again.id, 'completion releases the key');

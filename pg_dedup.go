@@ -1,0 +1,238 @@
+package main
+
+// Deduplication in PostgreSQL mode. A job row holds its unique key (the
+// unique_key column, under a unique index over live jobs) until the job
+// finishes, the key is removed, a replacing job takes it, or its dedup
+// ttl (unique_expires) runs out. Pushes of a key take a transaction-scoped
+// advisory lock on it first, so the brokers apply the policies (ttl,
+// extend, replace) to one key one push after another; the unique index
+// stays the last word.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// dedupExpiry is when a job's hold on its key lapses (nil: when it
+// finishes).
+func dedupExpiry(j *Job, now int64) *int64 {
+	if j.DedupTTL != none && j.DedupTTL > 0 {
+		return ptr(now + j.DedupTTL)
+	}
+	return nil
+}
+
+// dedupPlan is what the dedup policies make of a batch.
+type dedupPlan struct {
+	dup     map[int]string // by index: not created, the holder's id answered
+	dropped map[int]bool   // by index: replaced by a later job of the batch
+	expires map[int]*int64 // by index: the key's expiry for a created job
+	events  []string       // holders told of as duplicated
+	upto    int            // jobs from here on are not taken (refused below)
+	refused error
+}
+
+// dedupTx applies the jobs' dedup policies against the keys' holders, in
+// the batch's order, within tx. A job whose custom id a live job holds is
+// that job's duplicate before anything else, as in memory mode: its key
+// is left alone.
+func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, now int64) (dedupPlan, error) {
+	plan := dedupPlan{dup: map[int]string{}, dropped: map[int]bool{}, expires: map[int]*int64{}, upto: len(jobs)}
+	var keys, custom []string
+	for i, j := range jobs {
+		if j.UniqueKey != "" {
+			keys = append(keys, j.UniqueKey)
+			plan.expires[i] = dedupExpiry(j, now)
+			if j.CustomID != "" {
+				custom = append(custom, j.CustomID)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return plan, nil
+	}
+	live := map[string]bool{}
+	if len(custom) > 0 {
+		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), custom)
+		if err != nil {
+			return plan, fmt.Errorf("find live custom ids: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return plan, fmt.Errorf("find live custom ids: %w", err)
+		}
+		for _, id := range ids {
+			live[id] = true
+		}
+	}
+	// One push of a key at a time across the brokers; locks are taken in
+	// hash order so that two batches never wait on each other.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtextextended($1 || chr(1) || $2 || chr(1) || k, 0) AS h
+		FROM unnest($3::text[]) AS k ORDER BY 1) AS s`, p.schema, queue, keys); err != nil {
+		return plan, fmt.Errorf("lock unique keys: %w", err)
+	}
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
+		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) AND unique_expires <= $3`), queue, keys, now); err != nil {
+		return plan, fmt.Errorf("release lapsed unique keys: %w", err)
+	}
+	rows, err := tx.Query(ctx, p.sql(`SELECT unique_key, id, state FROM {s}.jobs
+		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) FOR UPDATE`), queue, keys)
+	if err != nil {
+		return plan, fmt.Errorf("find unique key holders: %w", err)
+	}
+	type holder struct {
+		id    string
+		state State
+		idx   int // in the batch, or -1: a row
+	}
+	held := map[string]*holder{}
+	for rows.Next() {
+		var k, id string
+		var st int16
+		if err := rows.Scan(&k, &id, &st); err != nil {
+			rows.Close()
+			return plan, err
+		}
+		held[k] = &holder{id: id, state: pgRowState(st), idx: -1}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return plan, fmt.Errorf("find unique key holders: %w", err)
+	}
+	var remove, release []string
+	extend := map[string]int64{}
+	for i, j := range jobs {
+		if j.UniqueKey == "" || live[j.CustomID] {
+			continue
+		}
+		h := held[j.UniqueKey]
+		if h == nil {
+			held[j.UniqueKey] = &holder{id: j.ID, state: StateWaiting, idx: i}
+			continue
+		}
+		act, removeHolder, refused := dedupPolicy(j, h.state)
+		switch act {
+		case dedupReplace:
+			switch {
+			case h.idx >= 0:
+				plan.dropped[h.idx] = true
+			case removeHolder:
+				remove = append(remove, h.id)
+			default:
+				release = append(release, h.id)
+			}
+			held[j.UniqueKey] = &holder{id: j.ID, state: StateWaiting, idx: i}
+			continue
+		case dedupExtend:
+			exp := now + j.DedupTTL
+			if h.idx >= 0 {
+				plan.expires[h.idx] = &exp
+			} else {
+				extend[h.id] = exp
+			}
+			if refused != nil {
+				plan.upto, plan.refused = i, refused
+			}
+		default:
+			plan.events = append(plan.events, h.id)
+		}
+		if plan.refused != nil {
+			break
+		}
+		plan.dup[i] = h.id
+	}
+	if len(remove) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = ANY($1) RETURNING id)
+			DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone)`), remove); err != nil {
+			return plan, fmt.Errorf("remove replaced jobs: %w", err)
+		}
+	}
+	if len(release) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL WHERE id = ANY($1)`), release); err != nil {
+			return plan, fmt.Errorf("hand over unique keys: %w", err)
+		}
+	}
+	if len(extend) > 0 {
+		ids := make([]string, 0, len(extend))
+		exps := make([]int64, 0, len(extend))
+		for id, e := range extend {
+			ids, exps = append(ids, id), append(exps, e)
+		}
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET unique_expires = u.exp
+			FROM unnest($1::text[], $2::bigint[]) AS u(id, exp) WHERE j.id = u.id`), ids, exps); err != nil {
+			return plan, fmt.Errorf("extend unique keys: %w", err)
+		}
+	}
+	return plan, nil
+}
+
+// pgRowState is the state a live row's state column stands for, as far as
+// the dedup policies tell them apart.
+func pgRowState(st int16) State {
+	switch st {
+	case pgActive:
+		return StateActive
+	case pgChildren:
+		return StateWaitingChildren
+	}
+	return StateWaiting
+}
+
+// heldSQL is the condition of a row that holds its key, with now as
+// parameter n.
+func heldSQL(n string) string {
+	return `state IN (1, 4, 7) AND (unique_expires IS NULL OR unique_expires > ` + n + `)`
+}
+
+// pgDedupKeyCmd runs fn on the queue and key a dedup key command names.
+func pgDedupKeyCmd(r *Req, fn func(ctx context.Context, p *PG, queue, key string) error) error {
+	name, key, err := readDedupKey(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	return fn(ctx, r.c.srv.pg, name, key)
+}
+
+func pgGetDeduplicationJobID(r *Req) error {
+	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
+		var id string
+		err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
+			queue, key, p.b.now()).Scan(&id)
+		if err != nil {
+			return pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
+		}
+		writeDedupJobID(r, id)
+		return nil
+	})
+}
+
+func pgRemoveDeduplicationKey(r *Req) error {
+	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
+		tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
+			WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.b.now())
+		if err != nil {
+			return pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
+		}
+		return r.dataInt("count", tag.RowsAffected())
+	})
+}
+
+func pgRemoveJobDeduplicationKey(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
+		WHERE id = $1 AND unique_key IS NOT NULL AND `+heldSQL("$2")), id, p.b.now())
+	if err != nil {
+		return pgErr(fmt.Errorf("remove the unique key of %s: %w", id, err))
+	}
+	return r.dataBool("removed", tag.RowsAffected() > 0)
+}

@@ -1,0 +1,537 @@
+package main
+
+// Job groups in PostgreSQL mode. Each group of a queue has a row: paused,
+// held back by RateLimitGroup, its concurrency and rate overrides, the
+// rate window of pulls that ask for a limit, and its turn (served: groups
+// least recently served go first, which makes the round-robin of memory
+// mode). A claim on a queue with groups locks the rows of the groups it
+// may take from, so each group's limits are counted by one claim at a
+// time whichever broker makes it; its active jobs are counted from the
+// job rows. Queues that never had a grouped job keep the plain claim: the
+// queue row, already read for its limits, says so.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const pgGroupCols = `group_id, paused, manual_until, conc_limit, rate_max, rate_duration, win_start, win_count, win_max, win_duration`
+
+// scanGroup rebuilds a group from its row, so that the memory engine's
+// rules (eligible, took, rateTTL) decide for it.
+func scanGroup(row pgx.Row) (*Group, error) {
+	g := &Group{}
+	var conc, rmax, rdur *int64
+	err := row.Scan(&g.id, &g.paused, &g.manualUntil, &conc, &rmax, &rdur,
+		&g.window.start, &g.window.count, &g.window.max, &g.window.duration)
+	if err != nil {
+		return nil, err
+	}
+	g.concOverride = deref(conc)
+	if rmax != nil && rdur != nil {
+		g.rateOverride = &groupLimit{max: *rmax, duration: *rdur}
+	}
+	return g, nil
+}
+
+// groupsTx makes the rows of the batch's groups (a new group takes its
+// turn after those already there) and checks the groups' maxSize with
+// their rows locked, so that pushes through several brokers cannot
+// overfill a group between them. The batch is refused whole, as in
+// memory mode.
+func (p *PG) groupsTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) error {
+	var groups, capped []string
+	for _, j := range jobs {
+		if j.GroupID == "" {
+			continue
+		}
+		groups = append(groups, j.GroupID)
+		if j.groupMax > 0 {
+			capped = append(capped, j.GroupID)
+		}
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served)
+		SELECT $1, g, nextval('{s}.group_turns') FROM unnest($2::text[]) AS g ORDER BY g ON CONFLICT DO NOTHING`), queue, groups); err != nil {
+		return fmt.Errorf("register groups: %w", err)
+	}
+	if len(capped) == 0 {
+		return nil
+	}
+	slices.Sort(capped)
+	capped = slices.Compact(capped)
+	if _, err := tx.Exec(ctx, p.sql(`SELECT 1 FROM {s}.groups WHERE queue = $1 AND group_id = ANY($2) ORDER BY group_id FOR UPDATE`),
+		queue, capped); err != nil {
+		return fmt.Errorf("lock groups: %w", err)
+	}
+	rows, err := tx.Query(ctx, p.sql(`SELECT group_id, count(*) FROM {s}.jobs WHERE queue = $1 AND state = 1 AND group_id = ANY($2)
+		GROUP BY group_id`), queue, capped)
+	if err != nil {
+		return fmt.Errorf("count group jobs: %w", err)
+	}
+	queued := map[string]int{}
+	for rows.Next() {
+		var g string
+		var n int
+		if err := rows.Scan(&g, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		queued[g] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count group jobs: %w", err)
+	}
+	if err := groupRoom(jobs, func(g string) int { return queued[g] }); err != nil {
+		return pgRefused{err}
+	}
+	return nil
+}
+
+// pgReadyGroups selects the groups of queue $1 that are not paused and
+// have jobs ready at $2 ($3: that group only, or any), least recently
+// served first. The groups with queued jobs are found by skipping along
+// the group index of the job rows, so the cost follows the groups that
+// have work, not every group the queue ever had.
+const pgReadyGroups = `WITH RECURSIVE queued AS (
+		(SELECT group_id FROM {s}.jobs WHERE queue = $1 AND state = 1 AND group_id IS NOT NULL ORDER BY group_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.group_id FROM {s}.jobs AS j WHERE j.queue = $1 AND j.state = 1 AND j.group_id > q.group_id
+			ORDER BY j.group_id LIMIT 1)
+		FROM queued AS q WHERE q.group_id IS NOT NULL)
+	SELECT ` + pgGroupCols + ` FROM {s}.groups AS g
+	WHERE g.queue = $1 AND g.group_id IN (SELECT group_id FROM queued) AND NOT g.paused AND ($3 = '' OR g.group_id = $3)
+		AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2)
+	ORDER BY g.served, g.created`
+
+// pgRefused is a push refused for what it asks, not for the database: its
+// message reaches the client as it is.
+type pgRefused struct{ error }
+
+// pgGroupWait bounds how long a pull held back by group limits sleeps
+// before it looks again (a slot frees with an ACK through any broker).
+const pgGroupWait = 50
+
+// claimGrouped takes up to n ready jobs of a queue that has groups:
+// ungrouped jobs first, then the groups in turn (least recently served
+// first), one job a group a round, within each group's limits. Jobs come
+// back locked, in the order they are handed out. With none, wait says
+// when to look again (0: when woken).
+func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o *groupPull, now int64) ([]*Job, int64, error) {
+	only := ""
+	var jobs []*Job
+	switch {
+	case o != nil && o.affinitySet && o.affinity == nil:
+		jobs, err := p.claimUngrouped(ctx, tx, queue, n, now)
+		return jobs, 0, err
+	case o != nil && o.affinitySet:
+		only = *o.affinity
+	default:
+		var err error
+		if jobs, err = p.claimUngrouped(ctx, tx, queue, n, now); err != nil || len(jobs) == n {
+			return jobs, 0, err
+		}
+	}
+	left := n - len(jobs)
+	// Locked with SKIP LOCKED: a group another claim is taking from is
+	// passed over, never waited for.
+	rows, err := tx.Query(ctx, p.sql(pgReadyGroups+` LIMIT $4 FOR UPDATE OF g SKIP LOCKED`), queue, now, only, 4*left+16)
+	if err != nil {
+		return nil, 0, fmt.Errorf("claim groups: %w", err)
+	}
+	var groups []*Group
+	for rows.Next() {
+		g, err := scanGroup(rows)
+		if err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("claim groups: %w", err)
+		}
+		groups = append(groups, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("claim groups: %w", err)
+	}
+	if len(groups) == 0 {
+		if len(jobs) > 0 {
+			return jobs, 0, nil
+		}
+		// Ready groups all being claimed through other brokers: look
+		// again soon rather than wait for a push.
+		var busy bool
+		if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (`+pgReadyGroups+` LIMIT 1)`), queue, now, only).Scan(&busy); err != nil || !busy {
+			return nil, 0, err
+		}
+		return nil, now + pgGroupWait, nil
+	}
+	// Counted after the rows are locked: no claim on these groups can
+	// commit meanwhile.
+	ids := make([]string, len(groups))
+	for i, g := range groups {
+		ids[i] = g.id
+	}
+	ready := make([]int, len(groups))
+	rows, err = tx.Query(ctx, p.sql(`SELECT
+			(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 4),
+			(SELECT count(*) FROM (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $2 LIMIT $3) AS r)
+		FROM unnest($4::text[]) WITH ORDINALITY AS u(g, ord) ORDER BY u.ord`), queue, now, left, ids)
+	if err != nil {
+		return nil, 0, fmt.Errorf("count group jobs: %w", err)
+	}
+	for i := 0; rows.Next(); i++ {
+		var active int
+		if err := rows.Scan(&active, &ready[i]); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		groups[i].active = active
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("count group jobs: %w", err)
+	}
+	// Rounds: one job a group a round, as memory mode's ring gives them.
+	take := make([]int, len(groups))
+	var turns []int // group index of each job handed out, in order
+	for len(turns) < left {
+		progressed := false
+		for i, g := range groups {
+			if len(turns) == left {
+				break
+			}
+			if ready[i] == 0 || !g.eligible(o, now) {
+				continue
+			}
+			g.took(o, now)
+			ready[i]--
+			take[i]++
+			turns = append(turns, i)
+			progressed = true
+		}
+		if !progressed {
+			break
+		}
+	}
+	if len(turns) == 0 {
+		if len(jobs) > 0 {
+			return jobs, 0, nil
+		}
+		wait := int64(pgGroupWait)
+		for _, g := range groups {
+			wait = min(wait, g.windowWait(now))
+		}
+		return nil, now + wait, nil
+	}
+	rows, err = tx.Query(ctx, p.sql(`SELECT x.record, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
+		CROSS JOIN LATERAL (SELECT record FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $4
+			ORDER BY priority, seq LIMIT u.k FOR UPDATE SKIP LOCKED) AS x`), queue, ids, take, now)
+	if err != nil {
+		return nil, 0, fmt.Errorf("claim group jobs: %w", err)
+	}
+	byGroup := make([][]*Job, len(groups))
+	for rows.Next() {
+		var rec []byte
+		var ord int
+		if err := rows.Scan(&rec, &ord); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		j, err := decodeRecord(rec)
+		if err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("job record: %w", err)
+		}
+		byGroup[ord-1] = append(byGroup[ord-1], j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("claim group jobs: %w", err)
+	}
+	// Handed out in round order; a group's turn is the place of its last
+	// job, so the group served last goes to the back.
+	last := make([]int, len(groups))
+	for i := range last {
+		last[i] = -1
+	}
+	for t, i := range turns {
+		if len(byGroup[i]) == 0 {
+			continue // taken meanwhile by something other than a claim
+		}
+		jobs = append(jobs, byGroup[i][0])
+		byGroup[i] = byGroup[i][1:]
+		last[i] = t
+	}
+	return jobs, 0, p.saveGroupTurns(ctx, tx, queue, groups, last)
+}
+
+// saveGroupTurns writes back the groups a claim took from: their rate
+// windows, and turns in the order of their last job (last: its place, -1
+// for a group nothing was taken from).
+func (p *PG) saveGroupTurns(ctx context.Context, tx pgx.Tx, queue string, groups []*Group, last []int) error {
+	var order []int
+	for i := range groups {
+		if last[i] >= 0 {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	slices.SortFunc(order, func(a, b int) int { return last[a] - last[b] })
+	n := len(order)
+	ids := make([]string, n)
+	ws, wc, wm, wd := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for k, i := range order {
+		g := groups[i]
+		ids[k] = g.id
+		ws[k], wc[k], wm[k], wd[k] = g.window.start, g.window.count, g.window.max, g.window.duration
+	}
+	_, err := tx.Exec(ctx, p.sql(`WITH t AS (SELECT nextval('{s}.group_turns') AS turn, o FROM generate_series(1, $7) AS o)
+		UPDATE {s}.groups AS g SET served = t.turn, win_start = u.ws, win_count = u.wc, win_max = u.wm, win_duration = u.wd
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS u(id, ws, wc, wm, wd, o)
+		JOIN t ON t.o = u.o
+		WHERE g.queue = $1 AND g.group_id = u.id`), queue, ids, ws, wc, wm, wd, n)
+	if err != nil {
+		return fmt.Errorf("save group turns: %w", err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Group commands
+
+// readGroup reads a group's row; nil when it has none.
+func (p *PG) readGroup(ctx context.Context, a groupArgs) (*Group, error) {
+	g, err := scanGroup(p.pool.QueryRow(ctx, p.sql(`SELECT `+pgGroupCols+` FROM {s}.groups WHERE queue = $1 AND group_id = $2`),
+		a.queue, a.group))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("read group %s of %s: %w", a.group, a.queue, err))
+	}
+	return g, nil
+}
+
+// updateGroup sets a group's columns where cond holds ($1 queue, $2
+// group, then args), making its row first when create is set, and wakes
+// the queue's pulls on every broker. It answers how many rows changed.
+func (p *PG) updateGroup(ctx context.Context, a groupArgs, create bool, set, cond string, args ...any) (int64, error) {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return 0, pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	if create {
+		if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served) VALUES ($1, $2, nextval('{s}.group_turns'))
+			ON CONFLICT DO NOTHING`), a.queue, a.group); err != nil {
+			return 0, pgErr(fmt.Errorf("register group %s: %w", a.group, err))
+		}
+	}
+	tag, err := tx.Exec(ctx, p.sql(`UPDATE {s}.groups SET `+set+` WHERE queue = $1 AND group_id = $2 AND (`+cond+`)`),
+		append([]any{a.queue, a.group}, args...)...)
+	if err != nil {
+		return 0, pgErr(fmt.Errorf("update group %s of %s: %w", a.group, a.queue, err))
+	}
+	if tag.RowsAffected() > 0 {
+		if err := p.notify(ctx, tx, a.queue); err != nil {
+			return 0, pgErr(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, pgErr(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// groupCount counts a queue's jobs in a state: of one group, or of all
+// groups when group is "".
+func (p *PG) groupCount(r *Req, queue, group string, state int16) error {
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	var n int64
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = $2
+		AND group_id IS NOT NULL AND ($3 = '' OR group_id = $3)`), queue, state, group).Scan(&n)
+	if err != nil {
+		return pgErr(fmt.Errorf("count group jobs: %w", err))
+	}
+	return r.dataInt("count", n)
+}
+
+func pgGetGroupJobsCount(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	return r.c.srv.pg.groupCount(r, a.queue, a.group, pgQueued)
+}
+
+func pgGetGroupsJobsCount(r *Req) error {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return err
+	}
+	return r.c.srv.pg.groupCount(r, name, "", pgQueued)
+}
+
+func pgGetGroupActiveCount(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	return r.c.srv.pg.groupCount(r, a.queue, a.group, pgActive)
+}
+
+// pgGroupRead runs fn on a group read from its row (nil: it has none).
+func pgGroupRead(r *Req, a groupArgs, fn func(g *Group, now int64) error) error {
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	g, err := p.readGroup(ctx, a)
+	if err != nil {
+		return err
+	}
+	return fn(g, p.b.now())
+}
+
+func pgGroupUpdate(r *Req, a groupArgs, create bool, set, cond string, args ...any) (int64, error) {
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	return r.c.srv.pg.updateGroup(ctx, a, create, set, cond, args...)
+}
+
+func pgSetGroupRateLimit(r *Req) error {
+	a, l, err := readGroupRateLimit(r)
+	if err != nil {
+		return err
+	}
+	if _, err := pgGroupUpdate(r, a, true, `rate_max = $3, rate_duration = $4, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
+		`true`, l.max, l.duration); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgGetGroupRateLimit(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	return pgGroupRead(r, a, func(g *Group, now int64) error {
+		var l *groupLimit
+		if g != nil {
+			l = g.rateOverride
+		}
+		writeGroupRateLimit(r, l)
+		return nil
+	})
+}
+
+func pgRemoveGroupRateLimit(r *Req) error {
+	return pgGroupChange(r, false, "removed", `rate_max = NULL, rate_duration = NULL, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
+		`rate_max IS NOT NULL`)
+}
+
+// pgGroupChange sets a group's columns where cond holds and answers, as
+// key, how many rows changed (a count for "removed", a boolean for
+// "changed").
+func pgGroupChange(r *Req, create bool, key, set, cond string) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	n, err := pgGroupUpdate(r, a, create, set, cond)
+	if err != nil {
+		return err
+	}
+	if key == "changed" {
+		return r.dataBool(key, n > 0)
+	}
+	return r.dataInt(key, n)
+}
+
+func pgGetGroupRateLimitTTL(r *Req) error {
+	a, err := readGroupTTL(r)
+	if err != nil {
+		return err
+	}
+	return pgGroupRead(r, a.groupArgs, func(g *Group, now int64) error {
+		ttl := int64(-2)
+		if g != nil {
+			ttl = g.rateTTL(now, a.maxJobs, a.hasMax)
+		}
+		return r.dataInt("ttl", ttl)
+	})
+}
+
+func pgSetGroupConcurrency(r *Req) error {
+	a, c, err := readGroupNumber(r, "concurrency")
+	if err != nil {
+		return err
+	}
+	if _, err := pgGroupUpdate(r, a, true, `conc_limit = $3`, `true`, c); err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgGetGroupConcurrency(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	return pgGroupRead(r, a, func(g *Group, now int64) error {
+		var c int64
+		if g != nil {
+			c = g.concOverride
+		}
+		writeGroupConcurrency(r, c)
+		return nil
+	})
+}
+
+func pgRemoveGroupConcurrency(r *Req) error {
+	return pgGroupChange(r, false, "removed", `conc_limit = NULL`, `conc_limit IS NOT NULL`)
+}
+
+func pgPauseGroup(r *Req) error {
+	return pgGroupChange(r, true, "changed", `paused = true`, `NOT paused`)
+}
+
+func pgResumeGroup(r *Req) error {
+	return pgGroupChange(r, false, "changed", `paused = false`, `paused`)
+}
+
+func pgIsGroupPaused(r *Req) error {
+	a, err := readGroupArgs(r)
+	if err != nil {
+		return err
+	}
+	return pgGroupRead(r, a, func(g *Group, now int64) error {
+		return r.dataBool("paused", g != nil && g.paused)
+	})
+}
+
+// RateLimitGroup holds a group back for a while; unlike the reference's,
+// the hold is on the group's row, so every broker keeps to it.
+func pgRateLimitGroup(r *Req) error {
+	a, d, err := readGroupNumber(r, "duration")
+	if err != nil {
+		return err
+	}
+	now := r.c.srv.pg.b.now()
+	if _, err := pgGroupUpdate(r, a, true, `manual_until = $3`, `true`, min(now+d, math.MaxInt64/2)); err != nil {
+		return err
+	}
+	return r.okID()
+}
