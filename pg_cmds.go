@@ -68,6 +68,16 @@ var pgHandlers = map[string]Handler{
 	"Dlq":      pgDlq,
 	"RetryDlq": pgRetryDlq,
 	"PurgeDlq": pgPurgeDlq,
+
+	// Flows and dependencies (pg_flows.go)
+	"PUSHF":                      pgPushFlow,
+	"GetChildrenValues":          pgGetChildrenValues,
+	"GetFailedChildrenValues":    pgGetFailedChildrenValues,
+	"GetIgnoredChildrenFailures": pgGetIgnoredChildrenFailures,
+	"MoveToWaitingChildren":      pgMoveToWaitingChildren,
+	"RemoveChildDependency":      pgRemoveChildDependency,
+	"RemoveUnprocessedChildren":  pgRemoveUnprocessedChildren,
+	"UpdateParent":               pgUpdateParent,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -120,12 +130,6 @@ func pgErr(err error) error {
 func pgRefuse(j *Job) error {
 	var what string
 	switch {
-	case len(j.DependsOn) > 0:
-		what = "dependsOn"
-	case j.ParentID != "":
-		what = "parent"
-	case j.Repeat != nil:
-		what = "repeat"
 	case j.GroupID != "":
 		what = "groupId"
 	case j.DedupTTL != none || j.DedupExtend || j.DedupReplace:
@@ -156,9 +160,13 @@ func pgPush(r *Req) error {
 	}
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	ids, err := p.insert(ctx, queue, []*Job{j})
+	ids, err := p.pushJobs(ctx, queue, []*Job{j}, nil)
 	if err != nil {
-		return pgErr(err)
+		var je *jobErr
+		if errors.As(err, &je) {
+			return je.err
+		}
+		return err
 	}
 	r.field("id").Str(ids[0])
 	return nil
@@ -188,34 +196,28 @@ func pgPushBatch(r *Req) error {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 	}
+	// Jobs may depend on others of the same batch, named by custom id.
+	var batch map[string]*Job
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			if batch == nil {
+				batch = map[string]*Job{}
+			}
+			batch[j.CustomID] = j
+		}
+	}
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	ids, err := p.insert(ctx, queue, jobs)
+	ids, err := p.pushJobs(ctx, queue, jobs, batch)
 	if err != nil {
-		return pgErr(err)
+		var je *jobErr
+		if errors.As(err, &je) {
+			return errors.New("jobs[" + strconv.Itoa(je.i) + "]: " + je.err.Error())
+		}
+		return err
 	}
 	strArray(r.field("ids"), ids)
 	return nil
-}
-
-// insert adds jobs to a queue in one transaction and answers their ids. A
-// job whose custom id or unique key a live job holds is not created: its
-// id is the holder's. A finished job that holds a custom id gives it up.
-func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.Background())
-	ids, made, err := p.insertTx(ctx, tx, queue, jobs)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	p.pushed(queue, made)
-	return ids, nil
 }
 
 // pushed counts and tells of jobs inserted by a committed transaction.
@@ -233,6 +235,7 @@ func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 	now := p.b.now()
 	n := len(jobs)
 	ids := make([]string, n)
+	states := make([]int16, n)
 	prios := make([]int64, n)
 	keys := make([]int64, n)
 	runAts := make([]int64, n)
@@ -242,14 +245,17 @@ func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 	var custom []string
 	ready := false
 	for i, j := range jobs {
-		if j.RunAt > now {
+		if j.pending > 0 {
+			// Waits for dependencies (pg_flows.go).
+			j.state = StateWaitingChildren
+		} else if j.RunAt > now {
 			j.state = StateDelayed
 		} else {
 			j.state = j.readyState()
 			ready = true
 		}
 		j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
-		ids[i], prios[i], keys[i], runAts[i], created[i] = j.ID, j.Priority, sortKey(j), j.RunAt, j.CreatedAt
+		ids[i], states[i], prios[i], keys[i], runAts[i], created[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt
 		if j.UniqueKey != "" {
 			uks[i] = ptr(j.UniqueKey)
 		}
@@ -269,11 +275,11 @@ func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 		}
 	}
 	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, record)
-		SELECT u.id, $1, 1, u.prio, u.key, u.run_at, u.created, u.uk, u.rec
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, ord)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::smallint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, state, ord)
 		ORDER BY u.ord
-		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs)
+		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs, states)
 	if err != nil {
 		return nil, nil, fmt.Errorf("insert jobs: %w", err)
 	}
@@ -559,9 +565,10 @@ func scanJobs(rows pgx.Rows) ([]*Job, error) {
 
 // pgLocked is a job row taken FOR UPDATE, with its lease columns.
 type pgLocked struct {
-	j     *Job
-	token string // the current lease's token, or the last one's
-	owned bool   // the lease has an owner: ACK and FAIL must carry its token
+	j      *Job
+	token  string // the current lease's token, or the last one's
+	owned  bool   // the lease has an owner: ACK and FAIL must carry its token
+	waited bool   // other jobs wait for this one (pg_flows.go)
 }
 
 // lockRows locks the rows of ids (in id order, so that two brokers never
@@ -570,7 +577,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires FROM {s}.jobs
+	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires, waited FROM {s}.jobs
 		WHERE id = ANY($1) ORDER BY id FOR UPDATE`), sorted)
 	if err != nil {
 		return nil, err
@@ -581,14 +588,15 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 		var rec []byte
 		var tok, owner *string
 		var ttl, exp *int64
-		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp); err != nil {
+		var waited bool
+		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp, &waited); err != nil {
 			return nil, err
 		}
 		j, err := decodeRecord(rec)
 		if err != nil {
 			return nil, fmt.Errorf("job record: %w", err)
 		}
-		l := &pgLocked{j: j}
+		l := &pgLocked{j: j, waited: waited}
 		if tok != nil {
 			l.token = *tok
 		}
@@ -675,6 +683,7 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 	var done []doneEv
 	results := map[int]Raw{}
 	var remove []string
+	var flows []pgDoneJob
 	finished := map[string]bool{}
 	for i, it := range items {
 		if finished[it.ID] {
@@ -693,6 +702,13 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 		j.DoneAt = now
 		j.hasFail = false
 		done = append(done, doneEv{j, it.Result, !it.HasResult})
+		if l.waited || j.ParentID != "" || j.Repeat != nil {
+			d := pgDoneJob{j: j, waited: l.waited}
+			if it.HasResult {
+				d.result = it.Result
+			}
+			flows = append(flows, d)
+		}
 		if j.RemoveOnC || it.Remove {
 			remove = append(remove, j.ID)
 			continue
@@ -702,6 +718,16 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 			results[len(save)] = it.Result
 		}
 		save = append(save, j)
+	}
+	var fl *pgFlowTx
+	if len(flows) > 0 {
+		saving := make(map[string]bool, len(save))
+		for _, j := range save {
+			saving[j.ID] = true
+		}
+		if fl, err = p.completed(ctx, tx, flows, locked, saving, now); err != nil {
+			return nil, nil, fmt.Errorf("ack: %w", err)
+		}
 	}
 	if len(save) > 0 {
 		if err := p.saveJobs(ctx, tx, save, results); err != nil {
@@ -723,6 +749,7 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 	for _, d := range done {
 		p.emit(d.j.Queue, evCompleted, d.j, now, evArgs{data: d.data, undefData: d.undef})
 	}
+	fl.after(p, now)
 	return outs, errs, nil
 }
 
@@ -813,6 +840,10 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	if err == nil && j.state == StateDelayed {
 		err = p.notify(ctx, tx, j.Queue)
 	}
+	fl := &pgFlowTx{}
+	if err == nil && j.state != StateDelayed && j.ParentID != "" {
+		err = p.childFailed(ctx, tx, fl, j, f.err, now)
+	}
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
@@ -825,6 +856,7 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	if !terminal {
 		p.emit(j.Queue, evRetried, j, now, evArgs{prev: "failed"})
 	}
+	fl.after(p, now)
 	return Applied, nil
 }
 

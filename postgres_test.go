@@ -383,7 +383,7 @@ func TestPGSharedState(t *testing.T) {
 	if len(queues) != 1 || queues[0] != q {
 		t.Fatalf("ListQueues: %v", queues)
 	}
-	if msg := ca.fail(map[string]any{"cmd": "PUSH", "queue": q, "data": 1, "dependsOn": []any{u1}}); !strings.Contains(msg, "not available in PostgreSQL mode") {
+	if msg := ca.fail(map[string]any{"cmd": "PUSH", "queue": q, "data": 1, "groupId": "g"}); !strings.Contains(msg, "not available in PostgreSQL mode") {
 		t.Fatalf("an option PostgreSQL mode does not carry out yet: %q", msg)
 	}
 	if n := num(t, cb.ok(map[string]any{"cmd": "Drain", "queue": q})["count"]); n != 2 {
