@@ -175,7 +175,7 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 			linked = append(linked, j)
 		}
 	}
-	if err := p.addDeps(ctx, tx, waiters, deps); err != nil {
+	if err := p.addDeps(ctx, tx, waiters, deps, true); err != nil {
 		return err
 	}
 	now := p.b.now()
@@ -199,15 +199,18 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 }
 
 // addDeps records that each waiters[i] waits for deps[i], and marks the
-// dependencies.
-func (p *PG) addDeps(ctx context.Context, tx pgx.Tx, waiters, deps []string) error {
+// dependencies. fresh says the waiters are new jobs: an earlier job with
+// the same (custom) id may have left rows, which go.
+func (p *PG) addDeps(ctx context.Context, tx pgx.Tx, waiters, deps []string, fresh bool) error {
 	if len(waiters) == 0 {
 		return nil
 	}
-	// A job id may be reused (custom ids): nothing is left of an earlier
-	// job's waits.
-	_, err := tx.Exec(ctx, p.sql(`WITH stale AS (DELETE FROM {s}.deps WHERE job_id = ANY($1) AND NOT (job_id, dep_id) IN
-			(SELECT * FROM unnest($1::text[], $2::text[])))
+	stale := `SELECT 1`
+	if fresh {
+		stale = `DELETE FROM {s}.deps WHERE job_id = ANY($1) AND NOT (job_id, dep_id) IN
+			(SELECT * FROM unnest($1::text[], $2::text[]))`
+	}
+	_, err := tx.Exec(ctx, p.sql(`WITH stale AS (`+stale+`)
 		INSERT INTO {s}.deps (job_id, dep_id) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`),
 		waiters, deps)
 	if err != nil {
@@ -226,7 +229,7 @@ func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) e
 	if c.state == StateCompleted {
 		return nil
 	}
-	if err := p.addDeps(ctx, tx, []string{par.ID}, []string{c.ID}); err != nil {
+	if err := p.addDeps(ctx, tx, []string{par.ID}, []string{c.ID}, false); err != nil {
 		return err
 	}
 	par.state = StateWaitingChildren
@@ -550,7 +553,7 @@ func pgPushFlow(r *Req) error {
 			}
 		}
 	}
-	if err := p.addDeps(ctx, tx, waiters, deps); err != nil {
+	if err := p.addDeps(ctx, tx, waiters, deps, true); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
