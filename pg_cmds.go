@@ -196,19 +196,9 @@ func pgPushBatch(r *Req) error {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 	}
-	// Jobs may depend on others of the same batch, named by custom id.
-	var batch map[string]*Job
-	for _, j := range jobs {
-		if j.CustomID != "" {
-			if batch == nil {
-				batch = map[string]*Job{}
-			}
-			batch[j.CustomID] = j
-		}
-	}
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	ids, err := p.pushJobs(ctx, queue, jobs, batch)
+	ids, err := p.pushJobs(ctx, queue, jobs, customIDBatch(jobs))
 	if err != nil {
 		var je *jobErr
 		if errors.As(err, &je) {

@@ -490,77 +490,77 @@ func (p *PG) releaseWaiting(ctx context.Context, tx pgx.Tx, f *pgFlowTx, par *Jo
 
 func pgPushFlow(r *Req) error {
 	p := r.c.srv.pg
-	now := p.b.now()
-	jobs, err := flowJobs(r.m, now)
+	jobs, err := flowJobs(r.m, p.b.now())
 	if err != nil {
 		return err
 	}
-	batch := make(map[string]*Job, len(jobs))
 	ids := make([]string, len(jobs))
 	var queues []string
 	byQueue := map[string][]*Job{}
+	var waiters, deps []string
 	for i, f := range jobs {
 		if err := pgRefuse(f.job); err != nil {
 			return err
 		}
-		batch[f.job.ID] = f.job
 		ids[i] = f.job.ID
 		if byQueue[f.queue] == nil {
 			queues = append(queues, f.queue)
 		}
 		byQueue[f.queue] = append(byQueue[f.queue], f.job)
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
-	if err != nil {
-		return pgErr(err)
-	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return pgErr(err)
-	}
-	for _, id := range ids {
-		if slices.Contains(have, id) {
-			return errors.New("Flow job " + id + " already exists")
-		}
-	}
-	var waiters, deps []string
-	for _, f := range jobs {
+		// Every dependency is in the flow, admitted with it.
 		f.job.pending = int32(len(f.job.DependsOn))
 		for _, d := range f.job.DependsOn {
 			waiters, deps = append(waiters, f.job.ID), append(deps, d)
 		}
 	}
-	var made []*Job
-	for _, q := range queues {
-		_, m, err := p.insertTx(ctx, tx, q, byQueue[q])
-		if err != nil {
-			return pgErr(err)
-		}
-		made = append(made, m...)
-	}
-	if len(made) != len(jobs) {
-		// Another push took one of the ids meanwhile.
-		for _, f := range jobs {
-			if !slices.Contains(made, f.job) {
-				return errors.New("Flow job " + f.job.ID + " already exists")
+	exists := func(taken map[string]bool) error {
+		for _, id := range ids {
+			if taken[id] {
+				return errors.New("Flow job " + id + " already exists")
 			}
 		}
+		return nil
 	}
-	if err := p.addDeps(ctx, tx, waiters, deps, true); err != nil {
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
+		if err != nil {
+			return fault(err)
+		}
+		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fault(err)
+		}
+		taken := make(map[string]bool, len(have))
+		for _, id := range have {
+			taken[id] = true
+		}
+		if err := exists(taken); err != nil {
+			return err
+		}
+		f.pushed = map[string][]*Job{}
+		for _, q := range queues {
+			_, made, err := p.insertTx(ctx, tx, q, byQueue[q])
+			if err != nil {
+				return fault(err)
+			}
+			if len(made) != len(byQueue[q]) {
+				// Another push took one of the ids meanwhile.
+				in := make(map[*Job]bool, len(made))
+				for _, j := range made {
+					in[j] = true
+				}
+				for _, j := range byQueue[q] {
+					if !in[j] {
+						return errors.New("Flow job " + j.ID + " already exists")
+					}
+				}
+			}
+			f.pushed[q] = made
+		}
+		return p.addDeps(ctx, tx, waiters, deps, true)
+	})
+	if err != nil {
 		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return pgErr(err)
-	}
-	for _, q := range queues {
-		p.pushed(q, byQueue[q])
 	}
 	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) { encodeJob(e, f.job, jobPlain, "", nil) })
 	return nil
@@ -592,20 +592,15 @@ func pgGetChildrenValues(r *Req) error {
 }
 
 func pgGetFailedChildrenValues(r *Req) error {
-	vals, err := pgChildValues(r, func(j *Job) []childKV {
-		return childRecordsOf(j, func(j *Job) []childKV { return j.failedKids })
-	})
-	if err != nil {
-		return err
-	}
-	encodeKVs(r.field("values"), vals)
-	return nil
+	return pgChildRecords(r, func(j *Job) []childKV { return j.failedKids })
 }
 
 func pgGetIgnoredChildrenFailures(r *Req) error {
-	vals, err := pgChildValues(r, func(j *Job) []childKV {
-		return childRecordsOf(j, func(j *Job) []childKV { return j.ignoredKids })
-	})
+	return pgChildRecords(r, func(j *Job) []childKV { return j.ignoredKids })
+}
+
+func pgChildRecords(r *Req, pick func(j *Job) []childKV) error {
+	vals, err := pgChildValues(r, func(j *Job) []childKV { return childRecordsOf(j, pick) })
 	if err != nil {
 		return err
 	}
@@ -652,8 +647,9 @@ func fault(err error) error {
 	return &pgFault{err}
 }
 
-// lockOne locks one job row; nil when there is none.
-func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string) (*Job, error) {
+// lockOne locks one job row. When there is none it answers missing (nil
+// when the caller handles it).
+func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string, missing error) (*Job, error) {
 	locked, err := p.lockRows(ctx, tx, []string{id})
 	if err != nil {
 		return nil, fault(fmt.Errorf("lock job %s: %w", id, err))
@@ -661,7 +657,7 @@ func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string) (*Job, error) {
 	if l := locked[id]; l != nil {
 		return l.j, nil
 	}
-	return nil, nil
+	return nil, missing
 }
 
 func pgMoveToWaitingChildren(r *Req) error {
@@ -676,11 +672,11 @@ func pgMoveToWaitingChildren(r *Req) error {
 	p := r.c.srv.pg
 	errNotActive := errors.New("Job is not active")
 	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		j, err := p.lockOne(ctx, tx, id)
+		j, err := p.lockOne(ctx, tx, id, errNotActive)
 		if err != nil {
 			return err
 		}
-		if j == nil || j.state != StateActive {
+		if j.state != StateActive {
 			return errNotActive
 		}
 		if err := checkLease(j, tok); err != nil {
@@ -710,22 +706,16 @@ func pgUpdateParent(r *Req) error {
 	p := r.c.srv.pg
 	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		// The child first, then the parent: the order an ACK takes them in.
-		c, err := p.lockOne(ctx, tx, cid)
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Child job not found: "+cid))
 		if err != nil {
 			return err
-		}
-		if c == nil {
-			return errors.New("Child job not found: " + cid)
 		}
 		if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
 			return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
 		}
-		par, err := p.lockOne(ctx, tx, pid)
+		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
 		if err != nil {
 			return err
-		}
-		if par == nil {
-			return errors.New("Parent job not found: " + pid)
 		}
 		declared := slices.Contains(par.Children, cid)
 		if !declared && !isQueued(par.state) {
@@ -765,12 +755,9 @@ func pgRemoveChildDependency(r *Req) error {
 	p := r.c.srv.pg
 	removed := false
 	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		c, err := p.lockOne(ctx, tx, cid)
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
 		if err != nil {
 			return err
-		}
-		if c == nil {
-			return errors.New("Job not found: " + cid)
 		}
 		pid := c.ParentID
 		if pid == "" {
@@ -779,7 +766,7 @@ func pgRemoveChildDependency(r *Req) error {
 		if !isQueued(c.state) && c.state != StateActive {
 			return nil
 		}
-		par, err := p.lockOne(ctx, tx, pid)
+		par, err := p.lockOne(ctx, tx, pid, nil)
 		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.DependsOn, cid) {
 			return err
 		}

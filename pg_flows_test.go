@@ -61,6 +61,28 @@ func sameAsMemory(t *testing.T, scenario func(t *testing.T, cs []*tclient) map[s
 	return pg
 }
 
+// workLoop sends req through a new connection to addr until stop closes
+// or a request fails, and hands each answer to handle.
+func workLoop(t *testing.T, addr string, req map[string]any, stop <-chan struct{}, wg *sync.WaitGroup, handle func(c *tclient, a map[string]any)) {
+	c := dial(t, addr)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a, err := c.do(req, 20*time.Second)
+			if err != nil || a["ok"] != true {
+				return
+			}
+			handle(c, a)
+		}
+	}()
+}
+
 func stateOf(t *testing.T, c *tclient, id string) string {
 	t.Helper()
 	return str(t, c.ok(map[string]any{"cmd": "GetState", "id": id}), "state")
@@ -95,24 +117,13 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for b := range cs {
+		addr := cs[b].nc.RemoteAddr().String()
 		for w := 0; w < 2; w++ {
-			c := dial(t, cs[b].nc.RemoteAddr().String())
-			wg.Add(2)
-			go func() { // children
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					a, err := c.do(map[string]any{"cmd": "PULLB", "queue": "kids", "count": 7, "owner": "w", "timeout": 200}, 20*time.Second)
-					if err != nil || a["ok"] != true {
-						return
-					}
+			workLoop(t, addr, map[string]any{"cmd": "PULLB", "queue": "kids", "count": 7, "owner": "w", "timeout": 200}, stop, &wg,
+				func(c *tclient, a map[string]any) {
 					jobs, _ := a["jobs"].([]any)
 					if len(jobs) == 0 {
-						continue
+						return
 					}
 					ids, res := make([]any, len(jobs)), make([]any, len(jobs))
 					for i, j := range jobs {
@@ -121,6 +132,7 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 					}
 					r, err := c.do(map[string]any{"cmd": "ACKB", "ids": ids, "tokens": a["tokens"], "results": res}, 20*time.Second)
 					if err != nil || r["ok"] != true {
+						t.Errorf("ACKB through broker %d: %v %v", b+1, r, err)
 						return
 					}
 					mu.Lock()
@@ -129,24 +141,12 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 					}
 					perBroker[b] += len(ids)
 					mu.Unlock()
-				}
-			}()
-			pc := dial(t, cs[b].nc.RemoteAddr().String())
-			go func() { // the parent
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					a, err := pc.do(map[string]any{"cmd": "PULL", "queue": "parents", "timeout": 300}, 20*time.Second)
-					if err != nil || a["ok"] != true {
-						return
-					}
+				})
+			workLoop(t, addr, map[string]any{"cmd": "PULL", "queue": "parents", "timeout": 300}, stop, &wg,
+				func(c *tclient, a map[string]any) {
 					j, ok := a["job"].(map[string]any)
 					if !ok {
-						continue
+						return
 					}
 					mu.Lock()
 					parentRuns++
@@ -155,9 +155,8 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 					if left != 0 {
 						t.Errorf("the parent ran with %d children not acknowledged", left)
 					}
-					pc.do(map[string]any{"cmd": "ACK", "id": j["id"], "result": "done"}, 20*time.Second)
-				}
-			}()
+					c.do(map[string]any{"cmd": "ACK", "id": j["id"], "result": "done"}, 20*time.Second)
+				})
 		}
 	}
 	eventually(t, 60*time.Second, "the parent completed", func() (bool, string) {
@@ -464,23 +463,11 @@ func TestPGRepeatAcrossBrokers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for b := range cs {
-		c := dial(t, cs[b].nc.RemoteAddr().String())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := c.do(map[string]any{"cmd": "PULL", "queue": "rep", "owner": "w", "timeout": 200}, 20*time.Second)
-				if err != nil || a["ok"] != true {
-					return
-				}
+		workLoop(t, cs[b].nc.RemoteAddr().String(), map[string]any{"cmd": "PULL", "queue": "rep", "owner": "w", "timeout": 200}, stop, &wg,
+			func(c *tclient, a map[string]any) {
 				j, ok := a["job"].(map[string]any)
 				if !ok {
-					continue
+					return
 				}
 				c.do(map[string]any{"cmd": "ACK", "id": j["id"], "token": a["token"]}, 20*time.Second)
 				rep, _ := j["repeat"].(map[string]any)
@@ -488,8 +475,7 @@ func TestPGRepeatAcrossBrokers(t *testing.T) {
 				counts[toFloat(rep["count"])]++
 				perBroker[b]++
 				mu.Unlock()
-			}
-		}()
+			})
 	}
 	eventually(t, 30*time.Second, "six runs", func() (bool, string) {
 		c := sub(t, cs[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": "rep"}), "counts")
@@ -564,7 +550,16 @@ func TestPGFlowCommands(t *testing.T) {
 		obs["M after k"] = stateOf(t, cs[1], "M")
 
 		// Removing the children not yet started.
-		cs[0].ok(flowFrame("R", "ru", "rk", []string{"r1", "r2", "r3"}))
+		fa := cs[0].ok(flowFrame("R", "ru", "rk", []string{"r1", "r2", "r3"}))
+		for _, j := range list(t, sub(t, fa, "data"), "jobs") {
+			jm := j.(map[string]any)
+			var steps []any
+			for _, e := range jm["timeline"].([]any) {
+				steps = append(steps, e.(map[string]any)["state"])
+			}
+			obs["PUSHF answer "+jm["id"].(string)] = fmt.Sprint(jm["queue"], jm["parentId"], jm["dependsOn"], jm["childrenIds"], jm["data"], steps)
+		}
+		obs["PUSHF again"] = cs[1].fail(flowFrame("R", "ru", "rk", []string{"r1", "r2", "r3"}))
 		cs[1].ok(map[string]any{"cmd": "PULL", "queue": "rk"}) // r1 is active
 		cs[2].ok(map[string]any{"cmd": "RemoveUnprocessedChildren", "id": "R"})
 		for _, id := range []string{"r1", "r2", "r3", "R"} {

@@ -443,24 +443,11 @@ func TestPGRateLimitAcrossBrokers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, p := range ps {
-		c := dial(t, p.addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := c.do(map[string]any{"cmd": "PULLB", "queue": q, "count": 10, "timeout": 200}, 10*time.Second)
-				if err != nil || a["ok"] != true {
-					return
-				}
+		workLoop(t, p.addr(), map[string]any{"cmd": "PULLB", "queue": q, "count": 10, "timeout": 200}, stop, &wg,
+			func(c *tclient, a map[string]any) {
 				jobs, _ := a["jobs"].([]any)
 				pulled.Add(int64(len(jobs)))
-			}
-		}()
+			})
 	}
 	time.Sleep(3 * time.Second)
 	close(stop)
