@@ -569,3 +569,24 @@ func TestPGFlowCommands(t *testing.T) {
 		return obs
 	})
 }
+
+// TestPGDependentWakesLongPoll: a long poll on a dependent's queue through
+// one broker is answered with the dependent when its dependency is
+// acknowledged through another.
+func TestPGDependentWakesLongPoll(t *testing.T) {
+	cs := threePG(t)
+	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "first", "jobId": "a", "data": 1})
+	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "then", "jobId": "b", "data": 2, "dependsOn": []any{"a"}})
+	if a := cs[1].ok(map[string]any{"cmd": "PULL", "queue": "then"}); a["job"] != nil {
+		t.Fatalf("a job waiting for its dependency was handed out: %v", a)
+	}
+	id, ch := cs[1].send(map[string]any{"cmd": "PULL", "queue": "then", "timeout": 20000})
+	a := cs[2].ok(map[string]any{"cmd": "PULL", "queue": "first", "owner": "w"})
+	start := time.Now()
+	cs[2].ok(map[string]any{"cmd": "ACK", "id": "a", "token": a["token"]})
+	r := cs[1].await(id, ch, 25*time.Second)
+	if j, ok := r["job"].(map[string]any); !ok || j["id"] != "b" {
+		t.Fatalf("long poll after the dependency completed: %v", r)
+	}
+	t.Logf("the ACK through broker 3 woke a poll on broker 2 in %v", time.Since(start))
+}
