@@ -742,13 +742,24 @@ func parentLink(j *Job) (pid, pqueue string, ok bool) {
 // checkLinkable validates a parent before a child is pushed to it.
 func (b *Broker) checkLinkable(pid, pqueue, childID string) error {
 	if pid == childID {
-		return errors.New("A job cannot be its own parent")
+		return linkable(nil, pid, pqueue, childID)
 	}
 	p, s := b.lockJob(pid)
+	if p != nil {
+		defer s.mu.Unlock()
+	}
+	return linkable(p, pid, pqueue, childID)
+}
+
+// linkable says whether a child may link to parent p (nil: not found),
+// which it names pid in queue pqueue.
+func linkable(p *Job, pid, pqueue, childID string) error {
+	if pid == childID {
+		return errors.New("A job cannot be its own parent")
+	}
 	if p == nil {
 		return errors.New("Parent job not found: " + pid)
 	}
-	defer s.mu.Unlock()
 	if !isQueued(p.state) {
 		return errors.New("Parent job " + pid + " is not linkable")
 	}

@@ -120,7 +120,11 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 		}
 		pid, pq, linked := parentLink(j)
 		if linked {
-			if err := checkLinkable(rows[pid], pid, pq, j.ID); err != nil {
+			var par *Job
+			if l := rows[pid]; l != nil {
+				par = l.j
+			}
+			if err := linkable(par, pid, pq, j.ID); err != nil {
 				return nil, &jobErr{i, err}
 			}
 		}
@@ -139,24 +143,6 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 		}
 	}
 	return plan, nil
-}
-
-// checkLinkable is the memory engine's check of a parent a pushed job
-// links to, on its locked row.
-func checkLinkable(l *pgLocked, pid, pqueue, childID string) error {
-	if pid == childID {
-		return errors.New("A job cannot be its own parent")
-	}
-	if l == nil {
-		return errors.New("Parent job not found: " + pid)
-	}
-	if !isQueued(l.j.state) {
-		return errors.New("Parent job " + pid + " is not linkable")
-	}
-	if pqueue != "" && l.j.Queue != pqueue {
-		return errors.New("Parent job " + pid + " belongs to queue " + l.j.Queue + ", not " + pqueue)
-	}
-	return nil
 }
 
 // admitted records, for the jobs a push made, the dependencies they wait
