@@ -732,6 +732,11 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 			return nil, nil, fmt.Errorf("ack: remove logs: %w", err)
 		}
 	}
+	if fl != nil {
+		if err := p.repeated(ctx, tx, fl, flows, now); err != nil {
+			return nil, nil, fmt.Errorf("ack: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, fmt.Errorf("ack: %w", err)
 	}

@@ -276,22 +276,6 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 		if d.j.ParentID != "" && d.result != nil {
 			want = append(want, d.j.ParentID)
 		}
-		if d.j.Repeat != nil {
-			if n := repeatSuccessor(d.j, now); n != nil {
-				_, made, err := p.insertTx(ctx, tx, d.j.Queue, []*Job{n})
-				if err != nil {
-					return nil, fmt.Errorf("push the next run of %s: %w", d.j.ID, err)
-				}
-				// Waiting pulls learn when it comes due.
-				if err := p.notify(ctx, tx, d.j.Queue); err != nil {
-					return nil, err
-				}
-				if f.pushed == nil {
-					f.pushed = map[string][]*Job{}
-				}
-				f.pushed[d.j.Queue] = append(f.pushed[d.j.Queue], made...)
-			}
-		}
 	}
 	var waiting []string
 	if len(waitedOn) > 0 {
@@ -345,6 +329,33 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 		}
 	}
 	return f, p.saveChanged(ctx, tx, changed, saving)
+}
+
+// repeated pushes the next runs of repeatable jobs an ACK completed, once
+// their rows are saved (a successor may take over their unique key).
+func (p *PG) repeated(ctx context.Context, tx pgx.Tx, f *pgFlowTx, done []pgDoneJob, now int64) error {
+	for _, d := range done {
+		if d.j.Repeat == nil {
+			continue
+		}
+		n := repeatSuccessor(d.j, now)
+		if n == nil {
+			continue
+		}
+		_, made, err := p.insertTx(ctx, tx, d.j.Queue, []*Job{n})
+		if err != nil {
+			return fmt.Errorf("push the next run of %s: %w", d.j.ID, err)
+		}
+		// Waiting pulls learn when it comes due.
+		if err := p.notify(ctx, tx, d.j.Queue); err != nil {
+			return err
+		}
+		if f.pushed == nil {
+			f.pushed = map[string][]*Job{}
+		}
+		f.pushed[d.j.Queue] = append(f.pushed[d.j.Queue], made...)
+	}
+	return nil
 }
 
 // pgRelease moves a job out of waiting-children to run, as the memory

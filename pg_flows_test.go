@@ -495,6 +495,13 @@ func TestPGRepeatAcrossBrokers(t *testing.T) {
 		}
 	}
 	t.Logf("six runs through the brokers: %v", perBroker)
+	// A repeatable job with a unique key hands the key to its next run.
+	cs[1].ok(map[string]any{"cmd": "PUSH", "queue": "repu", "name": "u", "data": 1, "uniqueKey": "one",
+		"repeat": map[string]any{"every": 30, "limit": 3}})
+	drainQueue(t, cs, "repu", 3)
+	if c := sub(t, cs[0].ok(map[string]any{"cmd": "GetJobCounts", "queue": "repu"}), "counts"); num(t, c["completed"]) != 3 {
+		t.Fatalf("repeat with a unique key: %v", c)
+	}
 	// Refusals, as in the memory engine.
 	if msg := cs[0].fail(map[string]any{"cmd": "PUSH", "queue": "rep", "data": 1, "jobId": "r", "repeat": map[string]any{"every": 10}}); msg != "repeat jobs cannot use JobOptions.jobId; use repeat.jobId instead" {
 		t.Fatalf("repeat with a jobId: %q", msg)
