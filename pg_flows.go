@@ -5,11 +5,12 @@ package main
 // A dependency not yet met is a row of the deps table (the job waits for
 // the dependency), and the dependency's own row is marked waited. A job
 // with such rows sits in state 7 (waiting-children), which no claim
-// looks at. The transaction that completes a waited job deletes its deps
-// rows, locks the jobs that waited on it, and releases those with no rows
-// left: two children of one parent completing at once through two brokers
-// both lock the parent, and the second to get it sees the first's rows
-// gone, so the parent is released once. Completing a job that is neither
+// looks at. A job's deps rows change only under its row lock. The
+// transaction that completes a waited job locks the jobs that wait on it,
+// deletes its deps rows, and releases those with no rows left: two
+// children of one parent completing at once through two brokers both lock
+// the parent, and the second to get it sees the first's row gone, so the
+// parent is released once. Completing a job that is neither
 // waited on, nor a child, nor repeatable costs nothing more than before:
 // the ACK decides from the row it has already locked.
 //
@@ -279,21 +280,33 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 	}
 	var waiting []string
 	if len(waitedOn) > 0 {
-		rows, err := tx.Query(ctx, p.sql(`DELETE FROM {s}.deps WHERE dep_id = ANY($1) RETURNING job_id`), waitedOn)
+		// No one adds a dependency on these jobs meanwhile: that takes
+		// their rows, which this ACK holds.
+		rows, err := tx.Query(ctx, p.sql(`SELECT job_id FROM {s}.deps WHERE dep_id = ANY($1)`), waitedOn)
 		if err != nil {
-			return nil, fmt.Errorf("resolve dependencies: %w", err)
+			return nil, fmt.Errorf("find dependent jobs: %w", err)
 		}
 		if waiting, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return nil, fmt.Errorf("resolve dependencies: %w", err)
+			return nil, fmt.Errorf("find dependent jobs: %w", err)
 		}
 		want = append(want, waiting...)
 	}
 	if len(want) == 0 {
 		return f, nil
 	}
+	// The dependents' rows are taken before their deps rows are touched,
+	// as everything else that changes a job's deps rows does: a child
+	// failing with a policy deletes its parent's rows under the parent's
+	// lock, and would otherwise wait for this ACK while it waits for the
+	// parent.
 	jobs, err := p.lockMore(ctx, tx, want, inHand)
 	if err != nil {
 		return nil, err
+	}
+	if len(waitedOn) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE dep_id = ANY($1)`), waitedOn); err != nil {
+			return nil, fmt.Errorf("resolve dependencies: %w", err)
+		}
 	}
 	changed := map[*Job]bool{}
 	for _, d := range done {
@@ -305,9 +318,8 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 		changed[par] = true
 	}
 	if len(waiting) > 0 {
-		// Rows other transactions hold are not seen deleted until they
-		// commit; the parent's lock orders them, so the last to take it
-		// releases.
+		// Every change to a job's deps rows is made under its lock: what
+		// is left is what it still waits for.
 		rows, err := tx.Query(ctx, p.sql(`SELECT DISTINCT job_id FROM {s}.deps WHERE job_id = ANY($1)`), waiting)
 		if err != nil {
 			return nil, fmt.Errorf("count dependencies: %w", err)

@@ -597,3 +597,78 @@ func TestPGDependentWakesLongPoll(t *testing.T) {
 	}
 	t.Logf("the ACK through broker 3 woke a poll on broker 2 in %v", time.Since(start))
 }
+
+// TestPGFlowAckAndPolicyAtOnce: for each of 30 parents, one child is
+// acknowledged while the other fails with a policy that releases the
+// parent, at the same moment, through two brokers. Neither waits for the
+// other forever (no deadlock), and each parent is released once.
+func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
+	cs := threePG(t)
+	const parents = 30
+	var jobs []any
+	for i := 0; i < parents; i++ {
+		p := fmt.Sprint("p", i)
+		pol := "continueParentOnFailure"
+		if i%2 == 1 {
+			pol = "ignoreDependencyOnFailure"
+		}
+		kids := []any{fmt.Sprint("a", i), fmt.Sprint("b", i)}
+		link := map[string]any{"__parentId": p, "__parentQueue": "mixp"}
+		jobs = append(jobs,
+			map[string]any{"id": kids[0], "queue": "mix", "input": map[string]any{"parentId": p, "data": link}},
+			map[string]any{"id": kids[1], "queue": "mix", "input": map[string]any{"parentId": p, "data": link, "maxAttempts": 1, pol: true}},
+			map[string]any{"id": p, "queue": "mixp", "input": map[string]any{"dependsOn": kids, "childrenIds": kids, "data": map[string]any{}}})
+	}
+	cs[0].ok(map[string]any{"cmd": "PUSHF", "jobs": jobs})
+	a := cs[0].ok(map[string]any{"cmd": "PULLB", "queue": "mix", "count": 2 * parents, "owner": "w"})
+	token := map[string]any{}
+	for i, j := range list(t, a, "jobs") {
+		token[j.(map[string]any)["id"].(string)] = list(t, a, "tokens")[i]
+	}
+	if len(token) != 2*parents {
+		t.Fatalf("pulled %d children", len(token))
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*parents)
+	for i := 0; i < parents; i++ {
+		for k, req := range []map[string]any{
+			{"cmd": "ACK", "id": fmt.Sprint("a", i), "result": i},
+			{"cmd": "FAIL", "id": fmt.Sprint("b", i), "error": "broke"},
+		} {
+			req["token"] = token[req["id"].(string)]
+			c := dial(t, cs[(i+k)%3].nc.RemoteAddr().String())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := c.do(req, 30*time.Second)
+				if err != nil || r["ok"] != true {
+					errs <- fmt.Sprint(req["cmd"], " ", req["id"], ": ", r, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("refused: %s", e)
+	}
+	counts := sub(t, cs[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": "mixp"}), "counts")
+	if num(t, counts["waiting"]) != parents {
+		t.Fatalf("parents after their children: %v", counts)
+	}
+	for i := 0; i < parents; i++ {
+		j := sub(t, cs[i%3].ok(map[string]any{"cmd": "GetJob", "id": fmt.Sprint("p", i)}), "job")
+		released := 0
+		for _, e := range j["timeline"].([]any) {
+			if e.(map[string]any)["state"] == "waiting" {
+				released++
+			}
+		}
+		if released != 1 {
+			t.Fatalf("parent p%d released %d times: %v", i, released, j["timeline"])
+		}
+	}
+}
