@@ -647,7 +647,15 @@ func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
 
 // ack completes jobs; it answers, by item, the outcome or the reason it
 // did not apply.
-func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+func (p *PG) ack(ctx context.Context, items []AckItem) (outs []Outcome, errs []error, err error) {
+	err = pgRetry(func() error {
+		outs, errs, err = p.ackOnce(ctx, items)
+		return err
+	})
+	return outs, errs, err
+}
+
+func (p *PG) ackOnce(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
@@ -801,7 +809,15 @@ func pgFail(r *Req) error {
 
 // fail records a failed attempt: a retry after the backoff, the DLQ, or
 // removal.
-func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
+func (p *PG) fail(ctx context.Context, id, token string, f failure) (out Outcome, err error) {
+	err = pgRetry(func() error {
+		out, err = p.failOnce(ctx, id, token, f)
+		return err
+	})
+	return out, err
+}
+
+func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		return Applied, pgErr(err)

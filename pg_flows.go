@@ -25,6 +25,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // jobErr is a refusal of one job of a push, by its index in the push.
@@ -227,7 +228,23 @@ func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) e
 // pushJobs adds jobs to a queue in one transaction with their flow
 // options, and answers their ids. batch holds jobs of the push others of
 // it may depend on, by id.
-func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) ([]string, error) {
+func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) (ids []string, err error) {
+	tl := make([]int, len(jobs))
+	for i, j := range jobs {
+		tl[i] = len(j.Timeline)
+	}
+	err = pgRetry(func() error {
+		// A run that was rolled back left its entries on the timelines.
+		for i, j := range jobs {
+			j.Timeline, j.pending = j.Timeline[:tl[i]], 0
+		}
+		ids, err = p.pushOnce(ctx, queue, jobs, batch)
+		return err
+	})
+	return ids, err
+}
+
+func (p *PG) pushOnce(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) ([]string, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		return nil, pgErr(err)
@@ -530,7 +547,15 @@ func pgPushFlow(r *Req) error {
 		}
 		return nil
 	}
+	tl := make([]int, len(jobs))
+	for i, f := range jobs {
+		tl[i] = len(f.job.Timeline)
+	}
 	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		// A run that was rolled back left its entries on the timelines.
+		for i, fj := range jobs {
+			fj.job.Timeline = fj.job.Timeline[:tl[i]]
+		}
 		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
 		if err != nil {
 			return fault(err)
@@ -623,22 +648,26 @@ func pgFlowCmd(r *Req, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now 
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.Begin(ctx)
+	var f *pgFlowTx
+	var now int64
+	err := pgRetry(func() error {
+		tx, err := p.pool.Begin(ctx)
+		if err != nil {
+			return fault(err)
+		}
+		defer tx.Rollback(context.Background())
+		f, now = &pgFlowTx{}, p.b.now()
+		if err := fn(ctx, tx, f, now); err != nil {
+			return err
+		}
+		return fault(tx.Commit(ctx))
+	})
 	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	f := &pgFlowTx{}
-	now := p.b.now()
-	if err := fn(ctx, tx, f, now); err != nil {
 		var pe *pgFault
 		if errors.As(err, &pe) {
 			return pgErr(pe.err)
 		}
 		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return pgErr(err)
 	}
 	f.after(p, now)
 	return nil
@@ -648,6 +677,23 @@ func pgFlowCmd(r *Req, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now 
 type pgFault struct{ err error }
 
 func (e *pgFault) Error() string { return e.err.Error() }
+func (e *pgFault) Unwrap() error { return e.err }
+
+// pgRetry runs a transaction again, a few times, when PostgreSQL aborted
+// it to break a deadlock (or a serialization failure): jobs locked in
+// another order by a rare pair of flow commands, say a push depending on
+// a job and on its dependent while the first completes. The transaction
+// rolled back whole, so running it again is safe.
+func pgRetry(fn func() error) error {
+	for i := 0; ; i++ {
+		err := fn()
+		var pe *pgconn.PgError
+		if i < 4 && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+			continue
+		}
+		return err
+	}
+}
 
 func fault(err error) error {
 	if err == nil {
@@ -764,6 +810,7 @@ func pgRemoveChildDependency(r *Req) error {
 	p := r.c.srv.pg
 	removed := false
 	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		removed = false
 		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
 		if err != nil {
 			return err

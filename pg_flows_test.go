@@ -672,3 +672,65 @@ func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPGPushAndAckAtOnce: pushes that depend on a job and on its
+// dependent race the job's ACK through another broker (the two lock the
+// same rows in opposite orders; PostgreSQL aborts one to break the
+// deadlock, and it runs again). Nothing is refused, and every pushed job
+// ends up waiting for exactly what is not done.
+func TestPGPushAndAckAtOnce(t *testing.T) {
+	cs := threePG(t)
+	const n = 40
+	for i := 0; i < n; i++ {
+		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "base", "jobId": fmt.Sprint("zb", i), "data": i})
+		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "mid", "jobId": fmt.Sprint("c", i), "data": i, "dependsOn": []any{fmt.Sprint("zb", i)}})
+	}
+	a := cs[1].ok(map[string]any{"cmd": "PULLB", "queue": "base", "count": n, "owner": "w"})
+	token := map[string]any{}
+	for i, j := range list(t, a, "jobs") {
+		token[j.(map[string]any)["id"].(string)] = list(t, a, "tokens")[i]
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*n)
+	for i := 0; i < n; i++ {
+		b := fmt.Sprint("zb", i)
+		for k, req := range []map[string]any{
+			{"cmd": "ACK", "id": b, "token": token[b]},
+			{"cmd": "PUSH", "queue": "top", "jobId": fmt.Sprint("d", i), "data": i, "dependsOn": []any{fmt.Sprint("c", i), b}},
+		} {
+			c := dial(t, cs[k+1].nc.RemoteAddr().String())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := c.do(req, 30*time.Second)
+				if err != nil || r["ok"] != true {
+					errs <- fmt.Sprint(req["cmd"], " ", req["id"], req["jobId"], ": ", r, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("refused: %s", e)
+	}
+	if t.Failed() {
+		return
+	}
+	for i := 0; i < n; i++ {
+		if st := stateOf(t, cs[0], fmt.Sprint("c", i)); st != "waiting" {
+			t.Fatalf("c%d after its dependency completed: %s", i, st)
+		}
+		if st := stateOf(t, cs[0], fmt.Sprint("d", i)); st != "waiting-children" {
+			t.Fatalf("d%d, whose dependency c%d is not done: %s", i, i, st)
+		}
+	}
+	drainQueue(t, cs, "mid", n)
+	c := sub(t, cs[2].ok(map[string]any{"cmd": "GetJobCounts", "queue": "top"}), "counts")
+	if num(t, c["waiting"]) != n || num(t, c["waiting-children"]) != 0 {
+		t.Fatalf("pushed jobs after all their dependencies completed: %v", c)
+	}
+}
