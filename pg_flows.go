@@ -434,7 +434,35 @@ func (p *PG) saveChanged(ctx context.Context, tx pgx.Tx, changed map[*Job]bool, 
 		return nil
 	}
 	slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
-	return p.saveJobs(ctx, tx, save, nil)
+	return p.saveFlow(ctx, tx, save)
+}
+
+// saveFlow saves jobs whose flow records changed. An active job's lease
+// lives in its row's columns, which heartbeats move on and its record does
+// not follow: only its record is written, so that the lease stays as it is.
+func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
+	var rest []*Job
+	var ids []string
+	var recs [][]byte
+	for _, j := range jobs {
+		if j.state != StateActive {
+			rest = append(rest, j)
+			continue
+		}
+		var e Enc
+		encodeRecord(&e, j)
+		ids, recs = append(ids, j.ID), append(recs, e.B)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET record = u.rec
+			FROM unnest($1::text[], $2::bytea[]) AS u(id, rec) WHERE j.id = u.id`), ids, recs); err != nil {
+			return fmt.Errorf("save active jobs' records: %w", err)
+		}
+	}
+	if len(rest) > 0 {
+		return p.saveJobs(ctx, tx, rest, nil)
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------------
@@ -788,7 +816,7 @@ func pgUpdateParent(r *Req) error {
 			}
 			save = append(save, par)
 		}
-		if err := p.saveJobs(ctx, tx, save, nil); err != nil {
+		if err := p.saveFlow(ctx, tx, save); err != nil {
 			return fault(err)
 		}
 		if c.state == StateFailed {
@@ -841,7 +869,7 @@ func pgRemoveChildDependency(r *Req) error {
 		removed = true
 		save := []*Job{c, par}
 		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
-		return fault(p.saveJobs(ctx, tx, save, nil))
+		return fault(p.saveFlow(ctx, tx, save))
 	})
 	if err != nil {
 		return err

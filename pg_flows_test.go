@@ -543,6 +543,18 @@ func TestPGFlowCommands(t *testing.T) {
 		settle(t, cs[0], "P")
 		obs["P after rcd c1"] = fmt.Sprint(job("P")["state"], job("P")["childrenIds"], job("P")["data"])
 
+		// A running job linked as a child: its lease holds, and its result
+		// goes to the parent.
+		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "fq", "jobId": "Q", "data": map[string]any{}})
+		cs[1].ok(map[string]any{"cmd": "PUSH", "queue": "fa", "jobId": "ca", "data": map[string]any{}})
+		run := cs[2].ok(map[string]any{"cmd": "PULL", "queue": "fa", "owner": "w", "lockTtl": 60000})
+		cs[0].ok(map[string]any{"cmd": "UpdateParent", "childId": "ca", "parentId": "Q"})
+		obs["Q linked to a running child"] = stateOf(t, cs[1], "Q")
+		obs["ca heartbeat"] = cs[1].call(map[string]any{"cmd": "JobHeartbeat", "id": "ca", "token": run["token"]})["ok"]
+		cs[1].ok(map[string]any{"cmd": "ACK", "id": "ca", "token": run["token"], "result": "ran"})
+		obs["Q values"] = settle(t, cs[2], "Q")
+		obs["Q after ca"] = stateOf(t, cs[2], "Q")
+
 		// Parking an active job, then a child linked to it.
 		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "mw", "jobId": "M", "data": map[string]any{}})
 		a := cs[1].ok(map[string]any{"cmd": "PULL", "queue": "mw", "owner": "w"})
