@@ -83,6 +83,71 @@ func workLoop(t *testing.T, addr string, req map[string]any, stop <-chan struct{
 	}()
 }
 
+// tokensOf maps the ids of the jobs a PULLB answered to their lease tokens.
+func tokensOf(t *testing.T, a map[string]any) map[string]any {
+	t.Helper()
+	token := map[string]any{}
+	toks := list(t, a, "tokens")
+	for i, j := range list(t, a, "jobs") {
+		token[j.(map[string]any)["id"].(string)] = toks[i]
+	}
+	return token
+}
+
+// shot is a request to send through a broker at the same moment as
+// others.
+type shot struct {
+	via *tclient // a client of the broker
+	req map[string]any
+}
+
+// atOnce sends every shot at the same moment, each on a connection of its
+// own to its broker, and stops the test if any is refused.
+func atOnce(t *testing.T, shots []shot) {
+	t.Helper()
+	conns := make([]*tclient, len(shots))
+	for i, s := range shots {
+		conns[i] = dial(t, s.via.nc.RemoteAddr().String())
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, len(shots))
+	for i, s := range shots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := conns[i].do(s.req, 30*time.Second)
+			if err != nil || r["ok"] != true {
+				errs <- fmt.Sprint(s.req, ": ", r, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("refused: %s", e)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// releasedOnce requires one step to waiting on a parent's timeline.
+func releasedOnce(t *testing.T, j map[string]any) {
+	t.Helper()
+	released := 0
+	for _, e := range j["timeline"].([]any) {
+		if e.(map[string]any)["state"] == "waiting" {
+			released++
+		}
+	}
+	if released != 1 {
+		t.Fatalf("parent %v released %d times: %v", j["id"], released, j["timeline"])
+	}
+}
+
 func stateOf(t *testing.T, c *tclient, id string) string {
 	t.Helper()
 	return str(t, c.ok(map[string]any{"cmd": "GetState", "id": id}), "state")
@@ -219,48 +284,19 @@ func TestPGFlowSimultaneousAcks(t *testing.T) {
 			"dependsOn": kids, "childrenIds": kids, "data": map[string]any{}}})
 	}
 	cs[0].ok(map[string]any{"cmd": "PUSHF", "jobs": jobs})
-	a := cs[0].ok(map[string]any{"cmd": "PULLB", "queue": "pair", "count": 2 * parents, "owner": "w"})
-	pulled := list(t, a, "jobs")
-	toks := list(t, a, "tokens")
-	if len(pulled) != 2*parents {
-		t.Fatalf("pulled %d children", len(pulled))
-	}
-	token := map[string]any{}
-	for i, j := range pulled {
-		token[j.(map[string]any)["id"].(string)] = toks[i]
-	}
-	// A connection per child, so that the ACKs go out together.
-	type shot struct {
-		c  *tclient
-		id string
+	token := tokensOf(t, cs[0].ok(map[string]any{"cmd": "PULLB", "queue": "pair", "count": 2 * parents, "owner": "w"}))
+	if len(token) != 2*parents {
+		t.Fatalf("pulled %d children", len(token))
 	}
 	var shots []shot
 	for i := 0; i < parents; i++ {
 		for k, pre := range []string{"a", "b"} {
-			b := (i + k) % 3 // the two children of a parent through two brokers
-			shots = append(shots, shot{dial(t, cs[b].nc.RemoteAddr().String()), fmt.Sprint(pre, i)})
+			id := fmt.Sprint(pre, i)
+			// The two children of a parent through two brokers.
+			shots = append(shots, shot{cs[(i+k)%3], map[string]any{"cmd": "ACK", "id": id, "token": token[id], "result": id}})
 		}
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, len(shots))
-	for _, s := range shots {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			r, err := s.c.do(map[string]any{"cmd": "ACK", "id": s.id, "token": token[s.id], "result": s.id}, 30*time.Second)
-			if err != nil || r["ok"] != true {
-				errs <- fmt.Sprint(s.id, ": ", r, err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Fatalf("ACK refused: %s", e)
-	}
+	atOnce(t, shots)
 	counts := sub(t, cs[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": "pp"}), "counts")
 	if num(t, counts["waiting"]) != parents || num(t, counts["waiting-children"]) != 0 {
 		t.Fatalf("parents after their children: %v", counts)
@@ -274,15 +310,7 @@ func TestPGFlowSimultaneousAcks(t *testing.T) {
 			t.Fatalf("parent %s handed out twice", id)
 		}
 		seen[id] = true
-		released := 0
-		for _, e := range jm["timeline"].([]any) {
-			if e.(map[string]any)["state"] == "waiting" {
-				released++
-			}
-		}
-		if released != 1 {
-			t.Fatalf("parent %s released %d times: %v", id, released, jm["timeline"])
-		}
+		releasedOnce(t, jm)
 	}
 	if len(seen) != parents {
 		t.Fatalf("%d parents ready, want %d", len(seen), parents)
@@ -632,56 +660,27 @@ func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
 			map[string]any{"id": p, "queue": "mixp", "input": map[string]any{"dependsOn": kids, "childrenIds": kids, "data": map[string]any{}}})
 	}
 	cs[0].ok(map[string]any{"cmd": "PUSHF", "jobs": jobs})
-	a := cs[0].ok(map[string]any{"cmd": "PULLB", "queue": "mix", "count": 2 * parents, "owner": "w"})
-	token := map[string]any{}
-	for i, j := range list(t, a, "jobs") {
-		token[j.(map[string]any)["id"].(string)] = list(t, a, "tokens")[i]
-	}
+	token := tokensOf(t, cs[0].ok(map[string]any{"cmd": "PULLB", "queue": "mix", "count": 2 * parents, "owner": "w"}))
 	if len(token) != 2*parents {
 		t.Fatalf("pulled %d children", len(token))
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, 2*parents)
+	var shots []shot
 	for i := 0; i < parents; i++ {
 		for k, req := range []map[string]any{
 			{"cmd": "ACK", "id": fmt.Sprint("a", i), "result": i},
 			{"cmd": "FAIL", "id": fmt.Sprint("b", i), "error": "broke"},
 		} {
 			req["token"] = token[req["id"].(string)]
-			c := dial(t, cs[(i+k)%3].nc.RemoteAddr().String())
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				r, err := c.do(req, 30*time.Second)
-				if err != nil || r["ok"] != true {
-					errs <- fmt.Sprint(req["cmd"], " ", req["id"], ": ", r, err)
-				}
-			}()
+			shots = append(shots, shot{cs[(i+k)%3], req})
 		}
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Errorf("refused: %s", e)
-	}
+	atOnce(t, shots)
 	counts := sub(t, cs[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": "mixp"}), "counts")
 	if num(t, counts["waiting"]) != parents {
 		t.Fatalf("parents after their children: %v", counts)
 	}
 	for i := 0; i < parents; i++ {
-		j := sub(t, cs[i%3].ok(map[string]any{"cmd": "GetJob", "id": fmt.Sprint("p", i)}), "job")
-		released := 0
-		for _, e := range j["timeline"].([]any) {
-			if e.(map[string]any)["state"] == "waiting" {
-				released++
-			}
-		}
-		if released != 1 {
-			t.Fatalf("parent p%d released %d times: %v", i, released, j["timeline"])
-		}
+		releasedOnce(t, sub(t, cs[i%3].ok(map[string]any{"cmd": "GetJob", "id": fmt.Sprint("p", i)}), "job"))
 	}
 }
 
@@ -697,41 +696,15 @@ func TestPGPushAndAckAtOnce(t *testing.T) {
 		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "base", "jobId": fmt.Sprint("zb", i), "data": i})
 		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "mid", "jobId": fmt.Sprint("c", i), "data": i, "dependsOn": []any{fmt.Sprint("zb", i)}})
 	}
-	a := cs[1].ok(map[string]any{"cmd": "PULLB", "queue": "base", "count": n, "owner": "w"})
-	token := map[string]any{}
-	for i, j := range list(t, a, "jobs") {
-		token[j.(map[string]any)["id"].(string)] = list(t, a, "tokens")[i]
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, 2*n)
+	token := tokensOf(t, cs[1].ok(map[string]any{"cmd": "PULLB", "queue": "base", "count": n, "owner": "w"}))
+	var shots []shot
 	for i := 0; i < n; i++ {
 		b := fmt.Sprint("zb", i)
-		for k, req := range []map[string]any{
-			{"cmd": "ACK", "id": b, "token": token[b]},
-			{"cmd": "PUSH", "queue": "top", "jobId": fmt.Sprint("d", i), "data": i, "dependsOn": []any{fmt.Sprint("c", i), b}},
-		} {
-			c := dial(t, cs[k+1].nc.RemoteAddr().String())
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				r, err := c.do(req, 30*time.Second)
-				if err != nil || r["ok"] != true {
-					errs <- fmt.Sprint(req["cmd"], " ", req["id"], req["jobId"], ": ", r, err)
-				}
-			}()
-		}
+		shots = append(shots,
+			shot{cs[1], map[string]any{"cmd": "ACK", "id": b, "token": token[b]}},
+			shot{cs[2], map[string]any{"cmd": "PUSH", "queue": "top", "jobId": fmt.Sprint("d", i), "data": i, "dependsOn": []any{fmt.Sprint("c", i), b}}})
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Errorf("refused: %s", e)
-	}
-	if t.Failed() {
-		return
-	}
+	atOnce(t, shots)
 	for i := 0; i < n; i++ {
 		if st := stateOf(t, cs[0], fmt.Sprint("c", i)); st != "waiting" {
 			t.Fatalf("c%d after its dependency completed: %s", i, st)
