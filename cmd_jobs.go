@@ -71,16 +71,7 @@ func cmdPushBatch(r *Req) error {
 		}
 		durable = durable || jobs[i].Durable
 	}
-	// Jobs may depend on others of the same batch, named by custom id.
-	var batch map[string]*Job
-	for _, j := range jobs {
-		if j.CustomID != "" {
-			if batch == nil {
-				batch = map[string]*Job{}
-			}
-			batch[j.CustomID] = j
-		}
-	}
+	batch := customIDBatch(jobs)
 	links := make([][2]string, len(jobs))
 	for i, j := range jobs {
 		if err := r.b.depsExist(j, batch); err != nil {
@@ -119,6 +110,21 @@ func cmdPushBatch(r *Req) error {
 		e.Str(p.ID)
 	}
 	return nil
+}
+
+// customIDBatch names the jobs of a batch with custom ids, which others of
+// the batch may depend on.
+func customIDBatch(jobs []*Job) map[string]*Job {
+	var batch map[string]*Job
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			if batch == nil {
+				batch = map[string]*Job{}
+			}
+			batch[j.CustomID] = j
+		}
+	}
+	return batch
 }
 
 // pullArgs are the fields PULL and PULLB share.

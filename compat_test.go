@@ -207,6 +207,7 @@ var pgCompatScripts = map[string]bool{
 	"basic": true, "bulk": true, "priority": true, "delay": true, "retry": true, "unrecoverable": true,
 	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
 	"auth": true, "http": true, "crash": true, "groups": true, "dedup": true,
+	"flows": true, "depends": true,
 }
 
 // storageFlags selects an engine for a test server.

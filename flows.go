@@ -296,8 +296,16 @@ func (b *Broker) unregisterDep(dep string, w *Job) {
 // childFailed runs when a job fails for good: a child with a policy acts on
 // its parent, through the flow goroutine.
 func (s *Shard) childFailed(j *Job, err string) {
+	if it, ok := childPolicy(j, err); ok {
+		s.b.flowPost(it)
+	}
+}
+
+// childPolicy is what a child that failed for good asks of its parent;
+// false when it has no parent or no policy.
+func childPolicy(j *Job, err string) (flowItem, bool) {
 	if j.ParentID == "" {
-		return
+		return flowItem{}, false
 	}
 	mode := uint8(0)
 	switch {
@@ -310,12 +318,33 @@ func (s *Shard) childFailed(j *Job, err string) {
 	case j.RemoveDepOnFail:
 		mode = policyRemove
 	default:
-		return
+		return flowItem{}, false
 	}
 	if err == "" {
 		err = "unknown error"
 	}
-	s.b.flowPost(flowItem{kind: flowPolicy, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err})
+	return flowItem{kind: flowPolicy, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err}, true
+}
+
+// policyRecord applies a child's policy to its parent's record (what both
+// engines keep of it) and answers the error a failed parent gets: the
+// engines move the parent themselves.
+func policyRecord(p *Job, it *flowItem, now int64) string {
+	switch it.mode {
+	case policyFail:
+		msg := "Child job " + it.childID + " failed: " + it.err
+		p.history = append(p.history, AttemptRec{Attempt: p.Attempts, StartedAt: p.StartedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
+		return msg
+	case policyContinue:
+		p.failedKids = setKV(p.failedKids, it.key, strRaw(it.err))
+		p.DependsOn = []string{}
+	case policyIgnore, policyRemove:
+		if it.mode == policyIgnore {
+			p.ignoredKids = setKV(p.ignoredKids, it.key, strRaw(it.err))
+		}
+		p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(d string) bool { return d == it.childID })
+	}
+	return ""
 }
 
 func (b *Broker) applyPolicy(it *flowItem) {
@@ -331,8 +360,6 @@ func (b *Broker) applyPolicy(it *flowItem) {
 	now := b.now()
 	switch it.mode {
 	case policyFail:
-		msg := "Child job " + it.childID + " failed: " + it.err
-		startedAt := p.StartedAt
 		b.unwaitAll(p)
 		if p.state == StateWaitingChildren {
 			q.delWC(p)
@@ -340,26 +367,22 @@ func (b *Broker) applyPolicy(it *flowItem) {
 			s.unqueue(q, p)
 		}
 		s.releaseUnique(q, p)
-		p.history = append(p.history, AttemptRec{Attempt: p.Attempts, StartedAt: startedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
+		msg := policyRecord(p, it, now)
 		s.toDLQ(q, p, "unknown", msg, true, now)
 		p.failErr, p.hasFail = "", false // GetJob's failedReason comes from the timeline
 		s.emit(q, evFailed, p, now, evArgs{err: msg, hasErr: true})
 		s.b.stats.failed.Add(1)
 	case policyContinue:
-		p.failedKids = setKV(p.failedKids, it.key, strRaw(it.err))
 		b.unwaitAll(p)
-		p.DependsOn = []string{}
+		policyRecord(p, it, now)
 		if p.state == StateWaitingChildren {
 			p.RunAt = now
 			s.releaseWaiting(q, p, now, true)
 		}
 		b.persist(p)
 	case policyIgnore, policyRemove:
-		if it.mode == policyIgnore {
-			p.ignoredKids = setKV(p.ignoredKids, it.key, strRaw(it.err))
-		}
 		b.unregisterDep(it.childID, p)
-		p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(d string) bool { return d == it.childID })
+		policyRecord(p, it, now)
 		if p.state == StateWaitingChildren {
 			if p.pending > 0 {
 				p.pending--
@@ -669,22 +692,29 @@ func cmdPushFlow(r *Req) error {
 			return errors.New("durable write failed: " + err.Error())
 		}
 	}
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("jobs")
-	e.ArrayHead(len(jobs))
-	for _, f := range jobs {
+	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) {
 		j, s := r.b.lockJob(f.job.ID)
 		if j == nil {
 			// Already gone (completed with removeOnComplete, say): the
 			// snapshot is the admitted job as it was.
 			encodeJob(e, f.job, jobPlain, "", nil)
-			continue
+			return
 		}
 		encodeJob(e, j, jobPlain, "", nil)
 		s.mu.Unlock()
-	}
+	})
 	return nil
+}
+
+// writeFlowJobs answers PUSHF with the admitted jobs, each written by enc.
+func writeFlowJobs(r *Req, jobs []flowJob, enc func(e *Enc, f flowJob)) {
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("jobs")
+	e.ArrayHead(len(jobs))
+	for _, f := range jobs {
+		enc(e, f)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -712,13 +742,24 @@ func parentLink(j *Job) (pid, pqueue string, ok bool) {
 // checkLinkable validates a parent before a child is pushed to it.
 func (b *Broker) checkLinkable(pid, pqueue, childID string) error {
 	if pid == childID {
-		return errors.New("A job cannot be its own parent")
+		return linkable(nil, pid, pqueue, childID)
 	}
 	p, s := b.lockJob(pid)
+	if p != nil {
+		defer s.mu.Unlock()
+	}
+	return linkable(p, pid, pqueue, childID)
+}
+
+// linkable says whether a child may link to parent p (nil: not found),
+// which it names pid in queue pqueue.
+func linkable(p *Job, pid, pqueue, childID string) error {
+	if pid == childID {
+		return errors.New("A job cannot be its own parent")
+	}
 	if p == nil {
 		return errors.New("Parent job not found: " + pid)
 	}
-	defer s.mu.Unlock()
 	if !isQueued(p.state) {
 		return errors.New("Parent job " + pid + " is not linkable")
 	}
@@ -740,9 +781,7 @@ func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
 	}
 	q := s.queues[p.Queue]
 	now := b.now()
-	p.Children = append(slices.Clone(p.Children), child.ID)
-	p.DependsOn = append(slices.Clone(p.DependsOn), child.ID)
-	p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+	addChild(p, child.ID)
 	if n := b.registerOne(p, child.ID); n > 0 {
 		if p.state != StateWaitingChildren {
 			s.unqueue(q, p)
@@ -751,11 +790,46 @@ func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
 			p.pending = 0
 		}
 		p.pending++
-		if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != "waiting-children" {
-			p.addTimeline(TimelineEntry{State: "waiting-children", At: now})
-		}
+		markWaitingChildren(p, now)
 	}
 	b.persist(p)
+}
+
+// addChild records a new child of p (and its dependency on it).
+func addChild(p *Job, cid string) {
+	p.Children = append(slices.Clone(p.Children), cid)
+	p.DependsOn = append(slices.Clone(p.DependsOn), cid)
+	p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+}
+
+// dropChild forgets a child of p (and its dependency on it).
+func dropChild(p *Job, cid string) {
+	p.Children = slices.DeleteFunc(slices.Clone(p.Children), func(x string) bool { return x == cid })
+	p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(x string) bool { return x == cid })
+	if len(p.Children) == 0 {
+		p.Data = setDataKey(p.Data, "__childrenIds", nil)
+	} else {
+		p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+	}
+}
+
+// setParent tells a child its parent, in its record and its data, as the
+// official client reads it.
+func setParent(c *Job, pid, pqueue string) {
+	c.ParentID = pid
+	if pid == "" {
+		c.Data = setDataKey(setDataKey(c.Data, "__parentId", nil), "__parentQueue", nil)
+		return
+	}
+	c.Data = setDataKey(setDataKey(c.Data, "__parentId", strRaw(pid)), "__parentQueue", strRaw(pqueue))
+}
+
+// markWaitingChildren notes on the timeline that p waits for children,
+// once.
+func markWaitingChildren(p *Job, now int64) {
+	if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != "waiting-children" {
+		p.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+	}
 }
 
 func stringsRaw(a []string) Raw {
@@ -795,17 +869,24 @@ func setDataKey(data Raw, key string, val Raw) Raw {
 	return e.B
 }
 
-func cmdUpdateParent(r *Req) error {
-	cid, _, err := r.m.Str("childId")
-	if err != nil {
-		return err
+// readUpdateParent reads UpdateParent's child and parent ids.
+func readUpdateParent(r *Req) (cid, pid string, err error) {
+	if cid, _, err = r.m.Str("childId"); err != nil {
+		return "", "", err
 	}
-	pid, _, err := r.m.Str("parentId")
-	if err != nil {
-		return err
+	if pid, _, err = r.m.Str("parentId"); err != nil {
+		return "", "", err
 	}
 	if cid == pid {
-		return errors.New("A flow job cannot be its own parent")
+		return "", "", errors.New("A flow job cannot be its own parent")
+	}
+	return cid, pid, nil
+}
+
+func cmdUpdateParent(r *Req) error {
+	cid, pid, err := readUpdateParent(r)
+	if err != nil {
+		return err
 	}
 	c, cs := r.b.lockJob(cid)
 	if c == nil {
@@ -830,8 +911,7 @@ func cmdUpdateParent(r *Req) error {
 	}
 	// The child learns its parent (a backpatch when already declared).
 	if c, cs := r.b.lockJob(cid); c != nil {
-		c.ParentID = pid
-		c.Data = setDataKey(setDataKey(c.Data, "__parentId", strRaw(pid)), "__parentQueue", strRaw(pqueue))
+		setParent(c, pid, pqueue)
 		r.b.persist(c)
 		cs.mu.Unlock()
 	}
@@ -871,11 +951,16 @@ func cmdGetChildrenValues(r *Req) error {
 		vals = slices.Clone(j.childValues)
 		s.mu.Unlock()
 	}
+	writeChildValues(r, vals)
+	return nil
+}
+
+// writeChildValues answers GetChildrenValues.
+func writeChildValues(r *Req, vals []childKV) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("values")
 	encodeKVs(e, vals)
-	return nil
 }
 
 func encodeKVs(e *Enc, vals []childKV) {
@@ -902,12 +987,19 @@ func (r *Req) childRecords(pick func(j *Job) []childKV) error {
 	r.b.flowSettle()
 	var vals []childKV
 	if j, s := r.b.lockJob(id); j != nil {
-		if isQueued(j.state) || j.state == StateActive {
-			vals = slices.Clone(pick(j))
-		}
+		vals = childRecordsOf(j, pick)
 		s.mu.Unlock()
 	}
 	encodeKVs(r.field("values"), vals)
+	return nil
+}
+
+// childRecordsOf are a parent's failed or ignored children's records,
+// which only a parent still to run (or running) answers.
+func childRecordsOf(j *Job, pick func(j *Job) []childKV) []childKV {
+	if isQueued(j.state) || j.state == StateActive {
+		return slices.Clone(pick(j))
+	}
 	return nil
 }
 
@@ -933,13 +1025,7 @@ func cmdRemoveChildDependency(r *Req) error {
 				q := ps.queues[p.Queue]
 				now := r.b.now()
 				r.b.unregisterDep(cid, p)
-				p.Children = slices.DeleteFunc(slices.Clone(p.Children), func(x string) bool { return x == cid })
-				p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(x string) bool { return x == cid })
-				if len(p.Children) == 0 {
-					p.Data = setDataKey(p.Data, "__childrenIds", nil)
-				} else {
-					p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
-				}
+				dropChild(p, cid)
 				if p.pending > 0 {
 					p.pending--
 				}
@@ -954,8 +1040,7 @@ func cmdRemoveChildDependency(r *Req) error {
 		}
 		if removed {
 			if c, cs := r.b.lockJob(cid); c != nil {
-				c.ParentID = ""
-				c.Data = setDataKey(setDataKey(c.Data, "__parentId", nil), "__parentQueue", nil)
+				setParent(c, "", "")
 				r.b.persist(c)
 				cs.mu.Unlock()
 			}
@@ -1016,9 +1101,13 @@ func cmdMoveToWaitingChildren(r *Req) error {
 	}); err != nil {
 		return err
 	}
+	writeMoved(r)
+	return nil
+}
+
+func writeMoved(r *Req) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("moved")
 	e.Bool(true)
-	return nil
 }

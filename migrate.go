@@ -223,6 +223,26 @@ func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []b
 	return bad, nil
 }
 
+// migrateRefuse names the first option of j that needs state a migration
+// does not write yet (dependency rows, group rows, dedup expiries): such a
+// job stops the migration rather than run differently from what was asked.
+func migrateRefuse(j *Job) error {
+	var what string
+	switch {
+	case len(j.DependsOn) > 0:
+		what = "dependsOn"
+	case j.ParentID != "":
+		what = "parent"
+	case j.GroupID != "":
+		what = "groupId"
+	case j.DedupTTL != none || j.DedupExtend || j.DedupReplace:
+		what = "deduplication with ttl, extend or replace"
+	default:
+		return nil
+	}
+	return errors.New(what + " is not available in PostgreSQL mode yet")
+}
+
 // readSQLite takes stock of the data file and checks that PostgreSQL mode
 // can carry out all of it.
 func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource, error) {
@@ -234,7 +254,7 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 		src.before.add(j.Queue, j.stateAt(now))
 		if j.state != StateCompleted {
 			// A job that may still run must run as it was asked to.
-			if err := pgRefuse(j); err != nil {
+			if err := migrateRefuse(j); err != nil {
 				what := strings.TrimSuffix(err.Error(), " is not available in PostgreSQL mode yet")
 				src.refused[what]++
 				if len(src.refusedE) < 5 {

@@ -87,6 +87,15 @@ var pgHandlers = map[string]Handler{
 	"GetDeduplicationJobId":     pgGetDeduplicationJobID,
 	"RemoveDeduplicationKey":    pgRemoveDeduplicationKey,
 	"RemoveJobDeduplicationKey": pgRemoveJobDeduplicationKey,
+	// Flows and dependencies (pg_flows.go)
+	"PUSHF":                      pgPushFlow,
+	"GetChildrenValues":          pgGetChildrenValues,
+	"GetFailedChildrenValues":    pgGetFailedChildrenValues,
+	"GetIgnoredChildrenFailures": pgGetIgnoredChildrenFailures,
+	"MoveToWaitingChildren":      pgMoveToWaitingChildren,
+	"RemoveChildDependency":      pgRemoveChildDependency,
+	"RemoveUnprocessedChildren":  pgRemoveUnprocessedChildren,
+	"UpdateParent":               pgUpdateParent,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -133,24 +142,6 @@ func pgErr(err error) error {
 	return fmt.Errorf("storage error (postgres): %w", err)
 }
 
-// pgRefuse names the first option of j that PostgreSQL mode does not
-// carry out yet, so that no job is accepted and then run differently from
-// what was asked.
-func pgRefuse(j *Job) error {
-	var what string
-	switch {
-	case len(j.DependsOn) > 0:
-		what = "dependsOn"
-	case j.ParentID != "":
-		what = "parent"
-	case j.Repeat != nil:
-		what = "repeat"
-	default:
-		return nil
-	}
-	return errors.New(what + " is not available in PostgreSQL mode yet")
-}
-
 // ---------------------------------------------------------------------------
 // Push
 
@@ -164,10 +155,7 @@ func pgPush(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if err := pgRefuse(j); err != nil {
-		return err
-	}
-	return p.pushAsync(r, queue, []*Job{j}, func(r *Req, ids []string) { r.field("id").Str(ids[0]) })
+	return p.pushAsync(r, queue, []*Job{j}, false, func(r *Req, ids []string) { r.field("id").Str(ids[0]) })
 }
 
 func pgPushBatch(r *Req) error {
@@ -190,46 +178,26 @@ func pgPushBatch(r *Req) error {
 		if jobs[i], err = parseJob(m, queue, "customId", now); err != nil {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
-		if err := pgRefuse(jobs[i]); err != nil {
-			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
-		}
 	}
-	return p.pushAsync(r, queue, jobs, func(r *Req, ids []string) { strArray(r.field("ids"), ids) })
+	return p.pushAsync(r, queue, jobs, true, func(r *Req, ids []string) { strArray(r.field("ids"), ids) })
 }
 
-// pgPushErr answers a failed push: a refusal as it is, anything else as
-// the database's.
-func pgPushErr(err error) error {
+// pgPushErr answers a failed push: a refusal as it is, a job's own fault
+// naming the job in a batch, anything else as it comes (the database's,
+// named so).
+func pgPushErr(err error, batch bool) error {
+	var je *jobErr
+	if errors.As(err, &je) {
+		if batch {
+			return errors.New("jobs[" + strconv.Itoa(je.i) + "]: " + je.err.Error())
+		}
+		return je.err
+	}
 	var rf pgRefused
 	if errors.As(err, &rf) {
 		return rf.error
 	}
-	return pgErr(err)
-}
-
-// insert adds jobs to a queue in one transaction and answers their ids. A
-// job whose custom id or unique key a live job holds is not created: its
-// id is the holder's (or as its dedup policy says). A finished job that
-// holds a custom id gives it up. When a job is refused, those before it
-// stay, as in memory mode, and the refusal (a pgRefused) is answered.
-func (p *PG) insert(ctx context.Context, queue string, jobs []*Job) ([]string, error) {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.Background())
-	res, err := p.insertJobs(ctx, tx, queue, jobs)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	p.inserted(queue, res)
-	if res.refused != nil {
-		return nil, pgRefused{res.refused}
-	}
-	return res.ids, nil
+	return err // already named as the database's
 }
 
 // inserted tells of what a committed insertJobs did.
@@ -278,9 +246,12 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 	now := p.b.now()
 	grouped := false
 	for _, j := range jobs {
-		if j.RunAt > now {
+		switch {
+		case j.pending > 0:
+			j.state = StateWaitingChildren // waits for dependencies (pg_flows.go)
+		case j.RunAt > now:
 			j.state = StateDelayed
-		} else {
+		default:
 			j.state = j.readyState()
 		}
 		j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
@@ -322,6 +293,7 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 	res.dups, res.refused = plan.events, plan.refused
 	var ids, groups []string
 	var prios, keys, runAts, created []int64
+	var states []int16
 	var uks []*string
 	var uexps []*int64
 	var recs [][]byte
@@ -330,9 +302,10 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		if _, dup := plan.dup[i]; dup || plan.dropped[i] {
 			continue
 		}
-		ready = ready || j.RunAt <= now
+		ready = ready || j.state == StateWaiting || j.state == StatePrioritized
 		ids, prios, keys, runAts, created = append(ids, j.ID), append(prios, j.Priority), append(keys, sortKey(j)),
 			append(runAts, j.RunAt), append(created, j.CreatedAt)
+		states = append(states, pgState(j.state))
 		var uk *string
 		if j.UniqueKey != "" {
 			uk = ptr(j.UniqueKey)
@@ -347,11 +320,11 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		recs = append(recs, e.B)
 	}
 	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
-		SELECT u.id, $1, 1, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, ord)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
 		ORDER BY u.ord
-		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs, uexps, groups)
+		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs, uexps, groups, states)
 	if err != nil {
 		return res, fmt.Errorf("insert jobs: %w", err)
 	}
@@ -654,9 +627,10 @@ func scanJobs(rows pgx.Rows) ([]*Job, error) {
 
 // pgLocked is a job row taken FOR UPDATE, with its lease columns.
 type pgLocked struct {
-	j     *Job
-	token string // the current lease's token, or the last one's
-	owned bool   // the lease has an owner: ACK and FAIL must carry its token
+	j      *Job
+	token  string // the current lease's token, or the last one's
+	owned  bool   // the lease has an owner: ACK and FAIL must carry its token
+	waited bool   // other jobs wait for this one (pg_flows.go)
 }
 
 // lockRows locks the rows of ids (in id order, so that two brokers never
@@ -665,7 +639,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires FROM {s}.jobs
+	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires, waited FROM {s}.jobs
 		WHERE id = ANY($1) ORDER BY id FOR UPDATE`), sorted)
 	if err != nil {
 		return nil, err
@@ -676,14 +650,15 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 		var rec []byte
 		var tok, owner *string
 		var ttl, exp *int64
-		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp); err != nil {
+		var waited bool
+		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp, &waited); err != nil {
 			return nil, err
 		}
 		j, err := decodeRecord(rec)
 		if err != nil {
 			return nil, fmt.Errorf("job record: %w", err)
 		}
-		l := &pgLocked{j: j}
+		l := &pgLocked{j: j, waited: waited}
 		if tok != nil {
 			l.token = *tok
 		}
@@ -744,7 +719,15 @@ func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
 
 // ack completes jobs; it answers, by item, the outcome or the reason it
 // did not apply.
-func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+func (p *PG) ack(ctx context.Context, items []AckItem) (outs []Outcome, errs []error, err error) {
+	err = pgRetry(func() error {
+		outs, errs, err = p.ackOnce(ctx, items)
+		return err
+	})
+	return outs, errs, err
+}
+
+func (p *PG) ackOnce(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
@@ -770,6 +753,7 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 	var done []doneEv
 	results := map[int]Raw{}
 	var remove []string
+	var flows []pgDoneJob
 	finished := map[string]bool{}
 	for i, it := range items {
 		if finished[it.ID] {
@@ -788,6 +772,13 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 		j.DoneAt = now
 		j.hasFail = false
 		done = append(done, doneEv{j, it.Result, !it.HasResult})
+		if l.waited || j.ParentID != "" || j.Repeat != nil {
+			d := pgDoneJob{j: j, waited: l.waited}
+			if it.HasResult {
+				d.result = it.Result
+			}
+			flows = append(flows, d)
+		}
 		if j.RemoveOnC || it.Remove {
 			remove = append(remove, j.ID)
 			continue
@@ -797,6 +788,16 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 			results[len(save)] = it.Result
 		}
 		save = append(save, j)
+	}
+	var fl *pgFlowTx
+	if len(flows) > 0 {
+		saving := make(map[string]bool, len(save))
+		for _, j := range save {
+			saving[j.ID] = true
+		}
+		if fl, err = p.completed(ctx, tx, flows, locked, saving, now); err != nil {
+			return nil, nil, fmt.Errorf("ack: %w", err)
+		}
 	}
 	if len(save) > 0 {
 		if err := p.saveJobs(ctx, tx, save, results); err != nil {
@@ -811,6 +812,11 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 			return nil, nil, fmt.Errorf("ack: remove logs: %w", err)
 		}
 	}
+	if fl != nil {
+		if err := p.repeated(ctx, tx, fl, flows, now); err != nil {
+			return nil, nil, fmt.Errorf("ack: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, fmt.Errorf("ack: %w", err)
 	}
@@ -818,6 +824,7 @@ func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, erro
 	for _, d := range done {
 		p.emit(d.j.Queue, evCompleted, d.j, now, evArgs{data: d.data, undefData: d.undef})
 	}
+	fl.after(p, now)
 	return outs, errs, nil
 }
 
@@ -884,7 +891,15 @@ func pgFail(r *Req) error {
 
 // fail records a failed attempt: a retry after the backoff, the DLQ, or
 // removal.
-func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
+func (p *PG) fail(ctx context.Context, id, token string, f failure) (out Outcome, err error) {
+	err = pgRetry(func() error {
+		out, err = p.failOnce(ctx, id, token, f)
+		return err
+	})
+	return out, err
+}
+
+func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome, error) {
 	tx, err := p.begin(ctx)
 	if err != nil {
 		return Applied, pgErr(err)
@@ -918,6 +933,10 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	if err == nil && j.state == StateDelayed {
 		err = p.notify(ctx, tx, j.Queue)
 	}
+	fl := &pgFlowTx{}
+	if err == nil && j.state != StateDelayed && j.ParentID != "" {
+		err = p.childFailed(ctx, tx, fl, j, f.err, now)
+	}
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
@@ -930,6 +949,7 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	if !terminal {
 		p.emit(j.Queue, evRetried, j, now, evArgs{prev: "failed"})
 	}
+	fl.after(p, now)
 	return Applied, nil
 }
 

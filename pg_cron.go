@@ -86,9 +86,6 @@ func (p *PG) cronOnce(ctx context.Context) error {
 		}
 		if !s.SkipIfNoWorker || p.b.workers.serves(s.Queue) {
 			j, err := cronJob(s, now)
-			if err == nil {
-				err = pgRefuse(j)
-			}
 			if err != nil {
 				p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
 			} else {

@@ -16,9 +16,9 @@ import (
 // peer is the address of the server a client talks to.
 func (c *tclient) peer() string { return c.nc.RemoteAddr().String() }
 
-// atOnce runs fn on per new connections to each broker, all let go at
+// together runs fn on per new connections to each broker, all let go at
 // the same moment, and waits for them.
-func atOnce(t *testing.T, c []*tclient, per int, fn func(pc *tclient, broker, conn int)) {
+func together(t *testing.T, c []*tclient, per int, fn func(pc *tclient, broker, conn int)) {
 	t.Helper()
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -35,16 +35,6 @@ func atOnce(t *testing.T, c []*tclient, per int, fn func(pc *tclient, broker, co
 	}
 	close(gate)
 	wg.Wait()
-}
-
-func threePGBrokers(t *testing.T) []*tclient {
-	t.Helper()
-	ns := pgTestNamespace(t)
-	var c []*tclient
-	for range 3 {
-		c = append(c, dial(t, startPGBroker(t, ns).addr()))
-	}
-	return c
 }
 
 // groupWorker pulls with a group option through one broker and
@@ -163,7 +153,7 @@ func runGroupWorkers(t *testing.T, c []*tclient, queue string, group map[string]
 // once, one whose concurrency was set to 1 through another broker never
 // more than 1, and every job is done once.
 func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue = "gconc"
 	groups := []string{"A", "B", "C", "solo"}
 	const per = 24
@@ -241,7 +231,7 @@ func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
 // the engine counts them (a window opens at the first job after the last
 // one closed).
 func TestPGGroupRateLimitAcrossBrokers(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue, max, dur, total = "grate", 2, 300, 12
 	jobs := make([]any, total)
 	for k := range jobs {
@@ -298,7 +288,7 @@ func TestPGGroupRateLimitAcrossBrokers(t *testing.T) {
 // all of them; a group's maxSize holds against pushes from three brokers
 // at once.
 func TestPGGroupPauseAcrossBrokers(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue = "gpause"
 	if a := c[0].ok(map[string]any{"cmd": "PauseGroup", "queue": queue, "groupId": "B"}); sub(t, a, "data")["changed"] != true {
 		t.Fatalf("PauseGroup: %v", a)
@@ -352,7 +342,7 @@ func TestPGGroupPauseAcrossBrokers(t *testing.T) {
 	// group of at most 5.
 	var mu sync.Mutex
 	accepted, refused := 0, 0
-	atOnce(t, c, 4, func(pc *tclient, _, _ int) {
+	together(t, c, 4, func(pc *tclient, _, _ int) {
 		for range 3 {
 			a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "m", "data": 0, "groupId": "M", "groupMaxSize": 5}, 10*time.Second)
 			mu.Lock()
@@ -379,7 +369,7 @@ func TestPGGroupPauseAcrossBrokers(t *testing.T) {
 // id and the holder is told of as duplicated; once the ttl runs out the
 // key makes a new job.
 func TestPGDedupTTLRace(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue, keys, ttl = "dedup-race", 20, 5000
 	sub0 := dial(t, c[0].peer())
 	sub0.ok(map[string]any{"cmd": "SubscribeEvents", "queue": queue})
@@ -389,7 +379,7 @@ func TestPGDedupTTLRace(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var answers []ans
-	atOnce(t, c, 4, func(pc *tclient, i, w int) {
+	together(t, c, 4, func(pc *tclient, i, w int) {
 		for k := range keys {
 			d := map[string]any{"ttl": ttl}
 			if k%2 == 1 {
@@ -460,7 +450,7 @@ func TestPGDedupTTLRace(t *testing.T) {
 // with the holder waiting and running; replace racing from three brokers
 // leaves one job; the keys are removed through another broker.
 func TestPGDedupReplaceExtend(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue = "dedup-policies"
 	push := func(cl *tclient, key string, data any, d map[string]any) map[string]any {
 		return cl.call(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": data, "uniqueKey": key, "dedup": d})
@@ -522,7 +512,7 @@ func TestPGDedupReplaceExtend(t *testing.T) {
 	// Replace racing from three brokers: one job is left with the key.
 	for round := range 5 {
 		key := fmt.Sprint("race", round)
-		atOnce(t, c, 3, func(pc *tclient, i, _ int) {
+		together(t, c, 3, func(pc *tclient, i, _ int) {
 			if a, err := pc.do(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": i, "uniqueKey": key, "dedup": replace}, 10*time.Second); err != nil || a["ok"] != true {
 				t.Errorf("replace push: %v %v", err, a)
 			}
@@ -560,7 +550,7 @@ func TestPGDedupReplaceExtend(t *testing.T) {
 // reference, the server does not merge the pushes (the option is the
 // client's), which the test checks against a memory-mode server.
 func TestPGDebounce(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	mem := dial(t, startBinary(t, "--memory").addr())
 	run := func(push, get *tclient) (ids []string, job map[string]any) {
 		for i := range 2 {
@@ -588,7 +578,7 @@ func TestPGDebounce(t *testing.T) {
 // claims (one job a group a round, as in memory mode), ungrouped jobs go
 // first, and a pull's affinity keeps it to one group or to ungrouped jobs.
 func TestPGGroupTurnsAcrossBrokers(t *testing.T) {
-	c := threePGBrokers(t)
+	c := threePG(t)
 	const queue = "gturns"
 	for i, g := range []string{"A", "B", "C"} {
 		jobs := make([]any, 3)

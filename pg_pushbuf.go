@@ -48,15 +48,21 @@ func pgPlain(j *Job) bool {
 
 // pushAsync queues jobs to be written and answers the request once they
 // are: their ids, or those of the live jobs holding their custom ids or
-// unique keys. Jobs that cannot share a transaction are written at once.
-func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, answer func(r *Req, ids []string)) error {
+// unique keys. Jobs that cannot share a transaction (flows, groups, dedup
+// policies) are written at once, in one of their own. isBatch tells PUSHB
+// (whose errors name the job) from PUSH.
+func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer func(r *Req, ids []string)) error {
 	for _, j := range jobs {
 		if !pgPlain(j) {
 			ctx, cancel := pgCtx(r)
 			defer cancel()
-			ids, err := p.insert(ctx, queue, jobs)
+			var batch map[string]*Job
+			if isBatch {
+				batch = customIDBatch(jobs)
+			}
+			ids, err := p.pushJobs(ctx, queue, jobs, batch)
 			if err != nil {
-				return pgPushErr(err)
+				return pgPushErr(err, isBatch)
 			}
 			answer(r, ids)
 			return nil
@@ -75,7 +81,7 @@ func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, answer func(r *Req, id
 	return r.goAsync(func(ar *Req) error {
 		<-req.done
 		if req.err != nil {
-			return pgErr(req.err)
+			return pgPushErr(req.err, isBatch)
 		}
 		answer(ar, req.ids)
 		return nil
@@ -118,7 +124,22 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		byQueue[r.queue] = append(byQueue[r.queue], r)
 	}
 	done := make(map[string]pgInserted, len(order))
-	err := func() error {
+	var tl []int
+	for _, r := range batch {
+		for _, j := range r.jobs {
+			tl = append(tl, len(j.Timeline))
+		}
+	}
+	// Two brokers inserting the same unique keys in another order may
+	// deadlock; PostgreSQL aborts one, which runs again.
+	err := pgRetry(func() error {
+		i := 0
+		for _, r := range batch {
+			for _, j := range r.jobs {
+				j.Timeline = j.Timeline[:tl[i]]
+				i++
+			}
+		}
 		tx, err := p.begin(ctx)
 		if err != nil {
 			return err
@@ -142,7 +163,7 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 			done[q] = res
 		}
 		return tx.Commit(ctx)
-	}()
+	})
 	if err == nil {
 		for _, q := range order {
 			p.inserted(q, done[q])
@@ -150,7 +171,7 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 	}
 	for _, r := range batch {
 		if err != nil {
-			r.ids, r.err = nil, err
+			r.ids, r.err = nil, pgErr(err)
 		}
 		close(r.done)
 	}

@@ -118,6 +118,17 @@ var pgMigrations = []string{
 		win_duration  BIGINT NOT NULL DEFAULT 0,
 		PRIMARY KEY (queue, group_id)
 	);`,
+	`-- MIGRATION flows
+	-- Dependencies not yet met: job_id waits for dep_id. A job that others
+	-- wait for is marked (waited), so that completing any other job costs
+	-- nothing more than it did.
+	ALTER TABLE {s}.jobs ADD COLUMN waited BOOLEAN NOT NULL DEFAULT false;
+	CREATE TABLE {s}.deps (
+		dep_id TEXT NOT NULL,
+		job_id TEXT NOT NULL,
+		PRIMARY KEY (dep_id, job_id)
+	);
+	CREATE INDEX deps_job ON {s}.deps (job_id);`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -496,6 +507,7 @@ func (p *PG) reapOnce(ctx context.Context) error {
 		a evArgs
 	}
 	var evs []ev
+	fl := &pgFlowTx{}
 	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
 		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
 		queues := map[string]bool{}
@@ -541,6 +553,14 @@ func (p *PG) reapOnce(ctx context.Context) error {
 				return err
 			}
 		}
+		// Children given up on act on their parents (pg_flows.go).
+		for _, e := range evs {
+			if e.t == evFailed && e.j.state != StateDelayed && e.j.ParentID != "" {
+				if err := p.childFailed(ctx, tx, fl, e.j, e.a.err, now); err != nil {
+					return err
+				}
+			}
+		}
 		for q := range queues {
 			if err := p.notify(ctx, tx, q); err != nil {
 				return err
@@ -554,6 +574,7 @@ func (p *PG) reapOnce(ctx context.Context) error {
 	for _, e := range evs {
 		p.emit(e.j.Queue, e.t, e.j, now, e.a)
 	}
+	fl.after(p, now)
 	return nil
 }
 

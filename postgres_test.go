@@ -383,9 +383,6 @@ func TestPGSharedState(t *testing.T) {
 	if len(queues) != 1 || queues[0] != q {
 		t.Fatalf("ListQueues: %v", queues)
 	}
-	if msg := ca.fail(map[string]any{"cmd": "PUSH", "queue": q, "data": 1, "dependsOn": []any{u1}}); !strings.Contains(msg, "not available in PostgreSQL mode") {
-		t.Fatalf("an option PostgreSQL mode does not carry out yet: %q", msg)
-	}
 	if n := num(t, cb.ok(map[string]any{"cmd": "Drain", "queue": q})["count"]); n != 2 {
 		t.Fatalf("Drain removed %v jobs, want 2", n)
 	}
@@ -443,24 +440,11 @@ func TestPGRateLimitAcrossBrokers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, p := range ps {
-		c := dial(t, p.addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := c.do(map[string]any{"cmd": "PULLB", "queue": q, "count": 10, "timeout": 200}, 10*time.Second)
-				if err != nil || a["ok"] != true {
-					return
-				}
+		workLoop(t, p.addr(), map[string]any{"cmd": "PULLB", "queue": q, "count": 10, "timeout": 200}, stop, &wg,
+			func(c *tclient, a map[string]any) {
 				jobs, _ := a["jobs"].([]any)
 				pulled.Add(int64(len(jobs)))
-			}
-		}()
+			})
 	}
 	time.Sleep(3 * time.Second)
 	close(stop)

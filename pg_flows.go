@@ -1,0 +1,916 @@
+package main
+
+// Flows, dependencies and repeatable jobs in PostgreSQL mode.
+//
+// A dependency not yet met is a row of the deps table (the job waits for
+// the dependency), and the dependency's own row is marked waited. A job
+// with such rows sits in state 7 (waiting-children), which no claim
+// looks at. A job's deps rows change only under its row lock. The
+// transaction that completes a waited job locks the jobs that wait on it,
+// deletes its deps rows, and releases those with no rows left: two
+// children of one parent completing at once through two brokers both lock
+// the parent, and the second to get it sees the first's row gone, so the
+// parent is released once. Completing a job that is neither
+// waited on, nor a child, nor repeatable costs nothing more than before:
+// the ACK decides from the row it has already locked.
+//
+// A push that names dependencies locks their rows first, so that a
+// dependency completing meanwhile lands on one side of the push: either
+// the push sees it completed, or its completion sees the mark.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// jobErr is a refusal of one job of a push, by its index in the push.
+type jobErr struct {
+	i   int
+	err error
+}
+
+func (e *jobErr) Error() string { return e.err.Error() }
+
+// pgFlowEvent is an event to tell once the transaction commits.
+type pgFlowEvent struct {
+	j *Job
+	t evType
+	a evArgs
+}
+
+// pgFlowTx gathers what flow work in one transaction leaves to do after
+// the commit.
+type pgFlowTx struct {
+	events []pgFlowEvent
+	pushed map[string][]*Job // repeat successors, by queue
+	failed int               // parents failed by a child's policy
+}
+
+func (f *pgFlowTx) after(p *PG, now int64) {
+	if f == nil {
+		return
+	}
+	p.b.stats.failed.Add(int64(f.failed))
+	for q, made := range f.pushed {
+		p.pushed(q, made)
+	}
+	for _, e := range f.events {
+		p.emit(e.j.Queue, e.t, e.j, now, e.a)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Push
+
+// pgPushPlan is what a push's checks found: the dependencies each job
+// still waits for, and the parents children link to.
+type pgPushPlan struct {
+	waits   map[*Job][]string
+	parents map[string]*pgLocked
+	links   map[*Job]string // child -> parent id
+}
+
+// pushChecks validates the flow options of jobs about to be pushed, in the
+// memory engine's order (dependencies, repeat, parent), locking the rows
+// of dependencies and parents. batch holds jobs of the same push others
+// may depend on, by id. It answers nil when no job has flow options.
+func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[string]*Job) (*pgPushPlan, error) {
+	var lock []string
+	for _, j := range jobs {
+		for _, d := range j.DependsOn {
+			if batch[d] == nil && d != j.ID {
+				lock = append(lock, d)
+			}
+		}
+		if pid, _, ok := parentLink(j); ok && pid != j.ID {
+			lock = append(lock, pid)
+		}
+	}
+	var rows map[string]*pgLocked
+	if len(lock) > 0 {
+		var err error
+		if rows, err = p.lockRows(ctx, tx, lock); err != nil {
+			return nil, pgErr(fmt.Errorf("lock dependencies: %w", err))
+		}
+	}
+	var plan *pgPushPlan
+	for i, j := range jobs {
+		var waits []string
+		for _, d := range j.DependsOn {
+			if d == j.ID {
+				return nil, &jobErr{i, errors.New("Job cannot depend on itself: " + d)}
+			}
+			if batch[d] != nil {
+				waits = append(waits, d)
+				continue
+			}
+			l := rows[d]
+			if l == nil {
+				return nil, &jobErr{i, errors.New("Dependency job not found: " + d)}
+			}
+			if l.j.state != StateCompleted {
+				waits = append(waits, d)
+			}
+		}
+		if err := validateRepeat(j); err != nil {
+			return nil, &jobErr{i, err}
+		}
+		pid, pq, linked := parentLink(j)
+		if linked {
+			var par *Job
+			if l := rows[pid]; l != nil {
+				par = l.j
+			}
+			if err := linkable(par, pid, pq, j.ID); err != nil {
+				return nil, &jobErr{i, err}
+			}
+		}
+		if len(waits) == 0 && !linked {
+			continue
+		}
+		if plan == nil {
+			plan = &pgPushPlan{waits: map[*Job][]string{}, parents: rows, links: map[*Job]string{}}
+		}
+		j.pending = int32(len(waits))
+		if len(waits) > 0 {
+			plan.waits[j] = waits
+		}
+		if linked {
+			plan.links[j] = pid
+		}
+	}
+	return plan, nil
+}
+
+// admitted records, for the jobs a push made, the dependencies they wait
+// for and their links to parents.
+func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*Job) error {
+	if plan == nil || len(made) == 0 {
+		return nil
+	}
+	var waiters, deps []string
+	var linked []*Job
+	for _, j := range made {
+		for _, d := range plan.waits[j] {
+			waiters, deps = append(waiters, j.ID), append(deps, d)
+		}
+		if plan.links[j] != "" {
+			linked = append(linked, j)
+		}
+	}
+	if err := p.addDeps(ctx, tx, waiters, deps, true); err != nil {
+		return err
+	}
+	now := p.b.now()
+	var parents []*Job
+	for _, c := range linked {
+		par := plan.parents[plan.links[c]].j
+		if !isQueued(par.state) || slices.Contains(par.Children, c.ID) {
+			continue
+		}
+		if err := p.linkChild(ctx, tx, par, c, now); err != nil {
+			return err
+		}
+		if !slices.Contains(parents, par) {
+			parents = append(parents, par)
+		}
+	}
+	if len(parents) > 0 {
+		return p.saveJobs(ctx, tx, parents, nil)
+	}
+	return nil
+}
+
+// addDeps records that each waiters[i] waits for deps[i], and marks the
+// dependencies. fresh says the waiters are new jobs: an earlier job with
+// the same (custom) id may have left rows, which go.
+func (p *PG) addDeps(ctx context.Context, tx pgx.Tx, waiters, deps []string, fresh bool) error {
+	if len(waiters) == 0 {
+		return nil
+	}
+	stale := `SELECT 1`
+	if fresh {
+		stale = `DELETE FROM {s}.deps WHERE job_id = ANY($1) AND NOT (job_id, dep_id) IN
+			(SELECT * FROM unnest($1::text[], $2::text[]))`
+	}
+	_, err := tx.Exec(ctx, p.sql(`WITH stale AS (`+stale+`)
+		INSERT INTO {s}.deps (job_id, dep_id) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`),
+		waiters, deps)
+	if err != nil {
+		return pgErr(fmt.Errorf("record dependencies: %w", err))
+	}
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET waited = true WHERE id = ANY($1) AND NOT waited`), deps); err != nil {
+		return pgErr(fmt.Errorf("mark dependencies: %w", err))
+	}
+	return nil
+}
+
+// linkChild makes the locked parent par wait for child c, as the memory
+// engine's linkChild does; the caller saves par.
+func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) error {
+	addChild(par, c.ID)
+	if c.state == StateCompleted {
+		return nil
+	}
+	if err := p.addDeps(ctx, tx, []string{par.ID}, []string{c.ID}, false); err != nil {
+		return err
+	}
+	par.state = StateWaitingChildren
+	markWaitingChildren(par, now)
+	return nil
+}
+
+// pushJobs adds jobs to a queue in one transaction with their flow
+// options, and answers their ids. batch holds jobs of the push others of
+// it may depend on, by id.
+func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) (ids []string, err error) {
+	tl := make([]int, len(jobs))
+	for i, j := range jobs {
+		tl[i] = len(j.Timeline)
+	}
+	err = pgRetry(func() error {
+		// A run that was rolled back left its entries on the timelines.
+		for i, j := range jobs {
+			j.Timeline, j.pending = j.Timeline[:tl[i]], 0
+		}
+		ids, err = p.pushOnce(ctx, queue, jobs, batch)
+		return err
+	})
+	return ids, err
+}
+
+func (p *PG) pushOnce(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) ([]string, error) {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	plan, err := p.pushChecks(ctx, tx, jobs, batch)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.insertJobs(ctx, tx, queue, jobs)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	if err := p.admitted(ctx, tx, plan, res.made); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, pgErr(err)
+	}
+	p.inserted(queue, res)
+	if res.refused != nil {
+		// Those before the refused job stay, as in memory mode.
+		return nil, pgRefused{res.refused}
+	}
+	return res.ids, nil
+}
+
+// ---------------------------------------------------------------------------
+// Completion
+
+// pgDoneJob is a job an ACK completed that flows care about.
+type pgDoneJob struct {
+	j      *Job
+	result Raw // nil: none
+	waited bool
+}
+
+// completed does, inside an ACK's transaction, what completing jobs means
+// for flows: waiting jobs whose last dependency this was are released, a
+// child's result goes to its parent, a repeatable job's successor is
+// pushed. inHand are the jobs the ACK has locked (they are used rather
+// than read again); those in saving the ACK saves itself.
+func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand map[string]*pgLocked, saving map[string]bool, now int64) (*pgFlowTx, error) {
+	f := &pgFlowTx{}
+	var waitedOn []string
+	var want []string
+	for _, d := range done {
+		if d.waited {
+			waitedOn = append(waitedOn, d.j.ID)
+		}
+		if d.j.ParentID != "" && d.result != nil {
+			want = append(want, d.j.ParentID)
+		}
+	}
+	var waiting []string
+	if len(waitedOn) > 0 {
+		// No one adds a dependency on these jobs meanwhile: that takes
+		// their rows, which this ACK holds.
+		rows, err := tx.Query(ctx, p.sql(`SELECT job_id FROM {s}.deps WHERE dep_id = ANY($1)`), waitedOn)
+		if err != nil {
+			return nil, fmt.Errorf("find dependent jobs: %w", err)
+		}
+		if waiting, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return nil, fmt.Errorf("find dependent jobs: %w", err)
+		}
+		want = append(want, waiting...)
+	}
+	if len(want) == 0 {
+		return f, nil
+	}
+	// The dependents' rows are taken before their deps rows are touched,
+	// as everything else that changes a job's deps rows does: a child
+	// failing with a policy deletes its parent's rows under the parent's
+	// lock, and would otherwise wait for this ACK while it waits for the
+	// parent.
+	jobs, err := p.lockMore(ctx, tx, want, inHand)
+	if err != nil {
+		return nil, err
+	}
+	if len(waitedOn) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE dep_id = ANY($1)`), waitedOn); err != nil {
+			return nil, fmt.Errorf("resolve dependencies: %w", err)
+		}
+	}
+	changed := map[*Job]bool{}
+	for _, d := range done {
+		par := jobs[d.j.ParentID]
+		if d.j.ParentID == "" || d.result == nil || par == nil || !slices.Contains(par.Children, d.j.ID) {
+			continue
+		}
+		par.childValues = setKV(par.childValues, d.j.Queue+":"+d.j.ID, d.result)
+		changed[par] = true
+	}
+	if len(waiting) > 0 {
+		// Every change to a job's deps rows is made under its lock: what
+		// is left is what it still waits for.
+		rows, err := tx.Query(ctx, p.sql(`SELECT DISTINCT job_id FROM {s}.deps WHERE job_id = ANY($1)`), waiting)
+		if err != nil {
+			return nil, fmt.Errorf("count dependencies: %w", err)
+		}
+		still, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("count dependencies: %w", err)
+		}
+		for _, id := range waiting {
+			w := jobs[id]
+			if w == nil || w.state != StateWaitingChildren || slices.Contains(still, id) {
+				continue
+			}
+			pgRelease(w, now)
+			changed[w] = true
+			if err := p.notify(ctx, tx, w.Queue); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, p.saveChanged(ctx, tx, changed, saving)
+}
+
+// repeated pushes the next runs of repeatable jobs an ACK completed, once
+// their rows are saved (a successor may take over their unique key).
+func (p *PG) repeated(ctx context.Context, tx pgx.Tx, f *pgFlowTx, done []pgDoneJob, now int64) error {
+	for _, d := range done {
+		if d.j.Repeat == nil {
+			continue
+		}
+		n := repeatSuccessor(d.j, now)
+		if n == nil {
+			continue
+		}
+		_, made, err := p.insertTx(ctx, tx, d.j.Queue, []*Job{n})
+		if err != nil {
+			return fmt.Errorf("push the next run of %s: %w", d.j.ID, err)
+		}
+		// Waiting pulls learn when it comes due.
+		if err := p.notify(ctx, tx, d.j.Queue); err != nil {
+			return err
+		}
+		if f.pushed == nil {
+			f.pushed = map[string][]*Job{}
+		}
+		f.pushed[d.j.Queue] = append(f.pushed[d.j.Queue], made...)
+	}
+	return nil
+}
+
+// pgRelease moves a job out of waiting-children to run, as the memory
+// engine's releaseWaiting does.
+func pgRelease(j *Job, now int64) {
+	j.pending = 0
+	if j.RunAt > now {
+		j.state = StateDelayed
+	} else {
+		j.state = j.readyState()
+	}
+	j.addTimeline(TimelineEntry{State: j.state.String(), At: now})
+}
+
+// lockMore locks the rows of ids not already in hand and answers every
+// one of them by id.
+func (p *PG) lockMore(ctx context.Context, tx pgx.Tx, ids []string, inHand map[string]*pgLocked) (map[string]*Job, error) {
+	out := map[string]*Job{}
+	var more []string
+	for _, id := range ids {
+		if l := inHand[id]; l != nil {
+			out[id] = l.j
+		} else {
+			more = append(more, id)
+		}
+	}
+	if len(more) > 0 {
+		locked, err := p.lockRows(ctx, tx, more)
+		if err != nil {
+			return nil, fmt.Errorf("lock dependent jobs: %w", err)
+		}
+		for id, l := range locked {
+			out[id] = l.j
+		}
+	}
+	return out, nil
+}
+
+func (p *PG) saveChanged(ctx context.Context, tx pgx.Tx, changed map[*Job]bool, saving map[string]bool) error {
+	var save []*Job
+	for j := range changed {
+		if !saving[j.ID] {
+			save = append(save, j)
+		}
+	}
+	if len(save) == 0 {
+		return nil
+	}
+	slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
+	return p.saveFlow(ctx, tx, save)
+}
+
+// saveFlow saves jobs whose flow records changed. An active job's lease
+// lives in its row's columns, which heartbeats move on and its record does
+// not follow: only its record is written, so that the lease stays as it is.
+func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
+	var rest []*Job
+	var ids []string
+	var recs [][]byte
+	for _, j := range jobs {
+		if j.state != StateActive {
+			rest = append(rest, j)
+			continue
+		}
+		var e Enc
+		encodeRecord(&e, j)
+		ids, recs = append(ids, j.ID), append(recs, e.B)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET record = u.rec
+			FROM unnest($1::text[], $2::bytea[]) AS u(id, rec) WHERE j.id = u.id`), ids, recs); err != nil {
+			return fmt.Errorf("save active jobs' records: %w", err)
+		}
+	}
+	if len(rest) > 0 {
+		return p.saveJobs(ctx, tx, rest, nil)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Child failure policies
+
+// childFailed applies, inside the transaction that failed j for good, the
+// policy j has towards its parent. A parent failed by it may pass its own
+// failure up in turn.
+func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, err string, now int64) error {
+	for depth := 0; depth < 1000; depth++ {
+		it, ok := childPolicy(j, err)
+		if !ok {
+			return nil
+		}
+		locked, lerr := p.lockRows(ctx, tx, []string{it.parentID})
+		if lerr != nil {
+			return fmt.Errorf("lock the parent of %s: %w", j.ID, lerr)
+		}
+		l := locked[it.parentID]
+		if l == nil || !isQueued(l.j.state) {
+			return nil // a running or finished parent is left alone
+		}
+		par := l.j
+		switch it.mode {
+		case policyFail:
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID); err != nil {
+				return fmt.Errorf("fail parent %s: %w", par.ID, err)
+			}
+			msg := policyRecord(par, &it, now)
+			pgDeadLetter(par, "unknown", msg, true, now)
+			par.failErr, par.hasFail = "", false // GetJob's failedReason comes from the timeline
+			f.events = append(f.events, pgFlowEvent{par, evFailed, evArgs{err: msg, hasErr: true}})
+			f.failed++
+			if err := p.saveJobs(ctx, tx, []*Job{par}, nil); err != nil {
+				return err
+			}
+			// The parent is dead-lettered: its own policy acts on its parent.
+			j, err = par, msg
+			continue
+		case policyContinue:
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID); err != nil {
+				return fmt.Errorf("continue parent %s: %w", par.ID, err)
+			}
+			policyRecord(par, &it, now)
+		case policyIgnore, policyRemove:
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2`), par.ID, it.childID); err != nil {
+				return fmt.Errorf("drop a dependency of %s: %w", par.ID, err)
+			}
+			policyRecord(par, &it, now)
+		}
+		if par.state == StateWaitingChildren {
+			var left bool
+			if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1)`), par.ID).Scan(&left); err != nil {
+				return fmt.Errorf("count dependencies of %s: %w", par.ID, err)
+			}
+			if !left {
+				if err := p.releaseWaiting(ctx, tx, f, par, now); err != nil {
+					return err
+				}
+			}
+		}
+		return p.saveJobs(ctx, tx, []*Job{par}, nil)
+	}
+	return nil
+}
+
+// releaseWaiting releases a parent by hand or by policy: it runs now, and
+// a waiting event says so (none is sent when its children complete, as
+// with the reference).
+func (p *PG) releaseWaiting(ctx context.Context, tx pgx.Tx, f *pgFlowTx, par *Job, now int64) error {
+	par.RunAt = now
+	pgRelease(par, now)
+	f.events = append(f.events, pgFlowEvent{par, evWaiting, evArgs{prev: "waiting-children"}})
+	return p.notify(ctx, tx, par.Queue)
+}
+
+// ---------------------------------------------------------------------------
+// Commands
+
+func pgPushFlow(r *Req) error {
+	p := r.c.srv.pg
+	jobs, err := flowJobs(r.m, p.b.now())
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(jobs))
+	var queues []string
+	byQueue := map[string][]*Job{}
+	var waiters, deps []string
+	for i, f := range jobs {
+		ids[i] = f.job.ID
+		if byQueue[f.queue] == nil {
+			queues = append(queues, f.queue)
+		}
+		byQueue[f.queue] = append(byQueue[f.queue], f.job)
+		// Every dependency is in the flow, admitted with it.
+		f.job.pending = int32(len(f.job.DependsOn))
+		for _, d := range f.job.DependsOn {
+			waiters, deps = append(waiters, f.job.ID), append(deps, d)
+		}
+	}
+	exists := func(taken map[string]bool) error {
+		for _, id := range ids {
+			if taken[id] {
+				return errors.New("Flow job " + id + " already exists")
+			}
+		}
+		return nil
+	}
+	tl := make([]int, len(jobs))
+	for i, f := range jobs {
+		tl[i] = len(f.job.Timeline)
+	}
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		// A run that was rolled back left its entries on the timelines.
+		for i, fj := range jobs {
+			fj.job.Timeline = fj.job.Timeline[:tl[i]]
+		}
+		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
+		if err != nil {
+			return fault(err)
+		}
+		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fault(err)
+		}
+		taken := make(map[string]bool, len(have))
+		for _, id := range have {
+			taken[id] = true
+		}
+		if err := exists(taken); err != nil {
+			return err
+		}
+		f.pushed = map[string][]*Job{}
+		for _, q := range queues {
+			_, made, err := p.insertTx(ctx, tx, q, byQueue[q])
+			if err != nil {
+				return fault(err)
+			}
+			if len(made) != len(byQueue[q]) {
+				// Another push took one of the ids meanwhile.
+				in := make(map[*Job]bool, len(made))
+				for _, j := range made {
+					in[j] = true
+				}
+				for _, j := range byQueue[q] {
+					if !in[j] {
+						return errors.New("Flow job " + j.ID + " already exists")
+					}
+				}
+			}
+			f.pushed[q] = made
+		}
+		return p.addDeps(ctx, tx, waiters, deps, true)
+	})
+	if err != nil {
+		return err
+	}
+	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) { encodeJob(e, f.job, jobPlain, "", nil) })
+	return nil
+}
+
+// pgChildValues reads the records pick chooses of the job the request
+// names; none when there is no such job.
+func pgChildValues(r *Req, pick func(j *Job) []childKV) ([]childKV, error) {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	j, _, err := r.c.srv.pg.getJob(ctx, id)
+	if err != nil || j == nil {
+		return nil, err
+	}
+	return pick(j), nil
+}
+
+func pgGetChildrenValues(r *Req) error {
+	vals, err := pgChildValues(r, func(j *Job) []childKV { return j.childValues })
+	if err != nil {
+		return err
+	}
+	writeChildValues(r, vals)
+	return nil
+}
+
+func pgGetFailedChildrenValues(r *Req) error {
+	return pgChildRecords(r, func(j *Job) []childKV { return j.failedKids })
+}
+
+func pgGetIgnoredChildrenFailures(r *Req) error {
+	return pgChildRecords(r, func(j *Job) []childKV { return j.ignoredKids })
+}
+
+func pgChildRecords(r *Req, pick func(j *Job) []childKV) error {
+	vals, err := pgChildValues(r, func(j *Job) []childKV { return childRecordsOf(j, pick) })
+	if err != nil {
+		return err
+	}
+	encodeKVs(r.field("values"), vals)
+	return nil
+}
+
+// pgFlowCmd runs fn in a transaction and tells its events once it
+// commits.
+func pgFlowCmd(r *Req, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error) error {
+	p := r.c.srv.pg
+	ctx, cancel := pgCtx(r)
+	defer cancel()
+	var f *pgFlowTx
+	var now int64
+	err := pgRetry(func() error {
+		tx, err := p.begin(ctx)
+		if err != nil {
+			return fault(err)
+		}
+		defer tx.Rollback(context.Background())
+		f, now = &pgFlowTx{}, p.b.now()
+		if err := fn(ctx, tx, f, now); err != nil {
+			return err
+		}
+		return fault(tx.Commit(ctx))
+	})
+	if err != nil {
+		var pe *pgFault
+		if errors.As(err, &pe) {
+			return pgErr(pe.err)
+		}
+		return err
+	}
+	f.after(p, now)
+	return nil
+}
+
+// pgFault is a database error inside pgFlowCmd, told apart from a refusal.
+type pgFault struct{ err error }
+
+func (e *pgFault) Error() string { return e.err.Error() }
+func (e *pgFault) Unwrap() error { return e.err }
+
+// pgRetry runs a transaction again, a few times, when PostgreSQL aborted
+// it to break a deadlock (or a serialization failure): jobs locked in
+// another order by a rare pair of flow commands, say a push depending on
+// a job and on its dependent while the first completes. The transaction
+// rolled back whole, so running it again is safe.
+func pgRetry(fn func() error) error {
+	for i := 0; ; i++ {
+		err := fn()
+		var pe *pgconn.PgError
+		if i < 4 && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+			continue
+		}
+		return err
+	}
+}
+
+func fault(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &pgFault{err}
+}
+
+// lockOne locks one job row. When there is none it answers missing (nil
+// when the caller handles it).
+func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string, missing error) (*Job, error) {
+	locked, err := p.lockRows(ctx, tx, []string{id})
+	if err != nil {
+		return nil, fault(fmt.Errorf("lock job %s: %w", id, err))
+	}
+	if l := locked[id]; l != nil {
+		return l.j, nil
+	}
+	return nil, missing
+}
+
+func pgMoveToWaitingChildren(r *Req) error {
+	tok, err := tokenArg(r.m)
+	if err != nil {
+		return err
+	}
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	errNotActive := errors.New("Job is not active")
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		j, err := p.lockOne(ctx, tx, id, errNotActive)
+		if err != nil {
+			return err
+		}
+		if j.state != StateActive {
+			return errNotActive
+		}
+		if err := checkLease(j, tok); err != nil {
+			return err
+		}
+		// Parked until a child is linked to it; it does not check for
+		// children of its own, as in the reference.
+		j.lease = nil
+		j.StartedAt = 0
+		j.state = StateWaitingChildren
+		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+		f.events = append(f.events, pgFlowEvent{j, evWaitingChildren, evArgs{prev: "active"}})
+		return fault(p.saveJobs(ctx, tx, []*Job{j}, nil))
+	})
+	if err != nil {
+		return err
+	}
+	writeMoved(r)
+	return nil
+}
+
+func pgUpdateParent(r *Req) error {
+	cid, pid, err := readUpdateParent(r)
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		// The child first, then the parent: the order an ACK takes them in.
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Child job not found: "+cid))
+		if err != nil {
+			return err
+		}
+		if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
+			return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
+		}
+		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
+		if err != nil {
+			return err
+		}
+		declared := slices.Contains(par.Children, cid)
+		if !declared && !isQueued(par.state) {
+			return errors.New("Parent job " + pid + " is not linkable")
+		}
+		setParent(c, pid, par.Queue)
+		save := []*Job{c}
+		if !declared {
+			if c.state == StateCompleted {
+				// Recorded, but the parent does not wait for a done child.
+				par.Children = append(slices.Clone(par.Children), cid)
+				par.DependsOn = append(slices.Clone(par.DependsOn), cid)
+			} else if err := p.linkChild(ctx, tx, par, c, now); err != nil {
+				return fault(err)
+			}
+			save = append(save, par)
+		}
+		if err := p.saveFlow(ctx, tx, save); err != nil {
+			return fault(err)
+		}
+		if c.state == StateFailed {
+			return fault(p.childFailed(ctx, tx, f, c, c.failErr, now))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return r.okID()
+}
+
+func pgRemoveChildDependency(r *Req) error {
+	cid, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	removed := false
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		removed = false
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
+		if err != nil {
+			return err
+		}
+		pid := c.ParentID
+		if pid == "" {
+			return errors.New("Job " + cid + " has no parent")
+		}
+		if !isQueued(c.state) && c.state != StateActive {
+			return nil
+		}
+		par, err := p.lockOne(ctx, tx, pid, nil)
+		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.DependsOn, cid) {
+			return err
+		}
+		var left bool
+		if err := tx.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2)
+			SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1 AND dep_id <> $2)`), pid, cid).Scan(&left); err != nil {
+			return fault(fmt.Errorf("drop the dependency of %s on %s: %w", pid, cid, err))
+		}
+		dropChild(par, cid)
+		if !left {
+			if err := p.releaseWaiting(ctx, tx, f, par, now); err != nil {
+				return fault(err)
+			}
+		}
+		setParent(c, "", "")
+		removed = true
+		save := []*Job{c, par}
+		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
+		return fault(p.saveFlow(ctx, tx, save))
+	})
+	if err != nil {
+		return err
+	}
+	r.field("removed").Bool(removed)
+	return nil
+}
+
+func pgRemoveUnprocessedChildren(r *Req) error {
+	id, _, err := r.m.Str("id")
+	if err != nil {
+		return err
+	}
+	p := r.c.srv.pg
+	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		par, _, err := p.getJob(ctx, id)
+		if err != nil || par == nil || len(par.Children) == 0 {
+			return err
+		}
+		locked, err := p.lockRows(ctx, tx, par.Children)
+		if err != nil {
+			return fault(fmt.Errorf("lock the children of %s: %w", id, err))
+		}
+		var gone []string
+		for _, c := range par.Children {
+			if l := locked[c]; l != nil && isQueued(l.j.state) {
+				gone = append(gone, c)
+				f.events = append(f.events, pgFlowEvent{l.j, evRemoved, evArgs{prev: "waiting"}})
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, p.sql(`WITH j AS (DELETE FROM {s}.jobs WHERE id = ANY($1)),
+			l AS (DELETE FROM {s}.job_logs WHERE job_id = ANY($1))
+			DELETE FROM {s}.deps WHERE job_id = ANY($1)`), gone)
+		return fault(err)
+	})
+	if err != nil {
+		return err
+	}
+	return r.okID()
+}
