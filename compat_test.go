@@ -206,6 +206,7 @@ func TestCompat(t *testing.T) {
 var pgCompatScripts = map[string]bool{
 	"basic": true, "bulk": true, "priority": true, "delay": true, "retry": true, "unrecoverable": true,
 	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
+	"control": true, "timing": true,
 }
 
 // storageFlags selects an engine for a test server.

@@ -68,6 +68,28 @@ var pgHandlers = map[string]Handler{
 	"Dlq":      pgDlq,
 	"RetryDlq": pgRetryDlq,
 	"PurgeDlq": pgPurgeDlq,
+
+	// Moves by hand, queue maintenance, stall and DLQ policy (pg_moves.go,
+	// pg_dlq.go)
+	"Cancel":               pgCancel,
+	"Discard":              pgDiscard,
+	"Promote":              pgPromote,
+	"PromoteJobs":          pgPromoteJobs,
+	"MoveToWait":           pgMoveToWait,
+	"MoveToDelayed":        pgMoveToDelayed,
+	"ChangeDelay":          pgChangeDelay,
+	"ChangePriority":       pgChangePriority,
+	"Update":               pgUpdate,
+	"Clean":                pgClean,
+	"RetryCompleted":       pgRetryCompleted,
+	"GetCountsPerPriority": pgGetCountsPerPriority,
+	"GetJobByCustomId":     pgGetJobByCustomID,
+	"GetStallConfig":       pgGetStallConfig,
+	"SetStallConfig":       pgSetStallConfig,
+	"GetDlqConfig":         pgGetDlqConfig,
+	"SetDlqConfig":         pgSetDlqConfig,
+	"GetDlqStats":          pgGetDlqStats,
+	"RemoveDlqJob":         pgRemoveDlqJob,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -804,9 +826,17 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
 	}
-	keep := pgFailJob(j, f, defaultStall, now)
+	set, err := p.settings(ctx, tx, []string{j.Queue})
+	if err != nil {
+		return Applied, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	dlq := set[j.Queue].dlqConfig()
+	keep := pgFailJob(j, f, dlq, now)
 	if keep {
 		err = p.saveJobs(ctx, tx, []*Job{j}, nil)
+		if err == nil && j.state == StateFailed {
+			err = p.trimDLQ(ctx, tx, j.Queue, dlq)
+		}
 	} else {
 		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = $1`), id)
 	}
@@ -836,15 +866,19 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 // job pulled without an owner is marked alive for another stall interval.
 func (p *PG) heartbeat(ctx context.Context, ids, tokens []string, durations []int64, lockOnly bool) (int, error) {
 	now := p.b.now()
+	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
+	// watched) and the deadline never comes before the grace period's end.
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
-			WHEN j.lease_owner IS NULL THEN LEAST($4::bigint + $5::bigint, COALESCE(j.timeout_at, $4::bigint + $5::bigint))
-			WHEN u.tok = '' AND NOT $6::boolean THEN j.lease_expires
+			WHEN j.lease_owner IS NULL THEN CASE WHEN j.lease_ttl IS NULL THEN j.lease_expires
+				ELSE LEAST(GREATEST($4::bigint + j.lease_ttl, j.lease_expires), COALESCE(j.timeout_at, $4::bigint + j.lease_ttl)) END
+			WHEN u.tok = '' AND NOT $5::boolean THEN j.lease_expires
 			ELSE LEAST($4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END,
-				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END
+				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END,
+			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 ELSE 0 END
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
 		WHERE j.id = u.id AND j.state = 4 AND (u.tok = '' OR j.lease_token = u.tok)
-			AND (NOT $6::boolean OR j.lease_owner IS NOT NULL)`),
-		ids, tokens, durations, now, defaultStall.StallInterval, lockOnly)
+			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
+		ids, tokens, durations, now, lockOnly)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
 	}
@@ -1705,7 +1739,7 @@ func pgStats(r *Req) error {
 // dlqJobs reads a queue's dead-lettered jobs in the order they entered,
 // filtered as the DLQ commands' filter object says.
 func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, count int64, hasCount bool, jobID string, lock bool) ([]*Job, error) {
-	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY done_at, seq`
+	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
@@ -1721,7 +1755,11 @@ func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, 
 	var sel []*Job
 	switch {
 	case f != nil:
-		sel = f.applyList(all, defaultDLQ, now)
+		set, err := p.settings(ctx, q, []string{queue})
+		if err != nil {
+			return nil, pgErr(err)
+		}
+		sel = f.applyList(all, set[queue].dlqConfig(), now)
 	case jobID != "":
 		for _, j := range all {
 			if j.ID == jobID {
