@@ -106,6 +106,39 @@ func (p *PG) readSettings(ctx context.Context, q pgQuerier, queues []string, loc
 	return out, rows.Err()
 }
 
+// settingsOf reads the policy of the jobs' queues.
+func (p *PG) settingsOf(ctx context.Context, q pgQuerier, jobs []*Job) (map[string]*pgSettings, error) {
+	names := make([]string, len(jobs))
+	for i, j := range jobs {
+		names[i] = j.Queue
+	}
+	return p.settings(ctx, q, names)
+}
+
+// leaseRenewals answers, by id, the renewals of the jobs that hold a lock
+// (rows the caller has locked).
+func (p *PG) leaseRenewals(ctx context.Context, q pgQuerier, jobs []*Job) (map[string]int32, error) {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	rows, err := q.Query(ctx, p.sql(`SELECT id, lease_renewals FROM {s}.jobs WHERE id = ANY($1) AND lease_owner IS NOT NULL`), ids)
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int32{}
+	for rows.Next() {
+		var id string
+		var n int32
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("read leases: %w", err)
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
 // updateSettings applies fn to a queue's policy under its row lock, the
 // row made if missing.
 func (p *PG) updateSettings(ctx context.Context, queue string, fn func(tx pgx.Tx, s *pgSettings) error) error {
@@ -186,11 +219,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 	now := p.b.now()
 	return p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
 		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
-		names := make([]string, len(jobs))
-		for i, j := range jobs {
-			names[i] = j.Queue
-		}
-		set, err := p.settings(ctx, tx, names)
+		set, err := p.settingsOf(ctx, tx, jobs)
 		if err != nil {
 			return err
 		}
@@ -308,19 +337,28 @@ func pgSetStallConfig(r *Req) error {
 	return r.okID()
 }
 
-func pgGetStallConfig(r *Req) error {
+// queueSettings reads the policy of the queue a request names.
+func queueSettings(r *Req) (*pgSettings, error) {
 	name, err := queueArg(r.m)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
 	set, err := p.settings(ctx, p.pool, []string{name})
 	if err != nil {
-		return pgErr(err)
+		return nil, pgErr(err)
 	}
-	writeStallConfig(r, set[name].stallConfig())
+	return set[name], nil
+}
+
+func pgGetStallConfig(r *Req) error {
+	s, err := queueSettings(r)
+	if err != nil {
+		return err
+	}
+	writeStallConfig(r, s.stallConfig())
 	return nil
 }
 
@@ -347,18 +385,11 @@ func pgSetDlqConfig(r *Req) error {
 }
 
 func pgGetDlqConfig(r *Req) error {
-	name, err := queueArg(r.m)
+	s, err := queueSettings(r)
 	if err != nil {
 		return err
 	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	set, err := p.settings(ctx, p.pool, []string{name})
-	if err != nil {
-		return pgErr(err)
-	}
-	encodeDLQConfig(r.field("config"), set[name].dlqConfig())
+	encodeDLQConfig(r.field("config"), s.dlqConfig())
 	return nil
 }
 

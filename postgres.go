@@ -419,140 +419,101 @@ func (p *PG) reapLeases(ctx context.Context) error {
 		a evArgs
 	}
 	var evs []ev
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.Background())
-	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_owner IS NOT NULL, lease_renewals FROM {s}.jobs
-		WHERE state = 4 AND lease_expires < $1 ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), now)
-	if err != nil {
-		return err
-	}
-	var jobs []*Job
-	leased := map[*Job]int32{}
-	for rows.Next() {
-		var rec []byte
-		var owned bool
-		var renewals int32
-		if err := rows.Scan(&rec, &owned, &renewals); err != nil {
-			rows.Close()
-			return err
-		}
-		j, err := decodeRecord(rec)
+	failed := 0
+	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
+		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+		leased, err := p.leaseRenewals(ctx, tx, jobs)
 		if err != nil {
-			rows.Close()
-			return fmt.Errorf("job record: %w", err)
+			return err
 		}
-		if owned {
-			leased[j] = renewals
+		set, err := p.settingsOf(ctx, tx, jobs)
+		if err != nil {
+			return err
 		}
-		jobs = append(jobs, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(jobs) == 0 {
-		return tx.Commit(ctx)
-	}
-	names := make([]string, len(jobs))
-	for i, j := range jobs {
-		names[i] = j.Queue
-	}
-	set, err := p.settings(ctx, tx, names)
+		queues := map[string]bool{}
+		dlqs := map[string]bool{}
+		var keep, unwatched []*Job
+		var remove []string
+		for _, j := range jobs {
+			stall, dlq := set[j.Queue].stallConfig(), set[j.Queue].dlqConfig()
+			renewals, owned := leased[j.ID]
+			timedOut := j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now
+			if !owned && !stall.Enabled && !timedOut {
+				// Stall detection was turned off since the claim.
+				unwatched = append(unwatched, j)
+				continue
+			}
+			queues[j.Queue] = true
+			switch {
+			case timedOut:
+				f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
+				if pgFailJob(j, f, dlq, now) {
+					keep = append(keep, j)
+				} else {
+					remove = append(remove, j.ID)
+				}
+				evs = append(evs, ev{j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true}})
+				if j.state == StateDelayed {
+					evs = append(evs, ev{j, evRetried, evArgs{prev: "failed"}})
+				}
+			case isCronJob(j):
+				// A cron job is not run late: its next run comes anyway.
+				remove = append(remove, j.ID)
+			case owned:
+				if reason, msg, evMsg := lockLapsed(j, stall, renewals, now); reason != "" {
+					pgDeadLetter(j, reason, msg, true, dlq, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}},
+						ev{j, evFailed, evArgs{err: evMsg, hasErr: true, noData: true}})
+				} else {
+					j.state = j.readyState()
+					evs = append(evs, ev{j, evStalled, evArgs{}})
+				}
+				keep = append(keep, j)
+			default:
+				if reason, msg := stallLapsed(j, stall, now); reason != "" {
+					pgDeadLetter(j, reason, msg, true, dlq, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}})
+				} else {
+					pgEnqueue(j, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "retry"}})
+				}
+				keep = append(keep, j)
+			}
+			if timedOut || j.state == StateFailed {
+				failed++
+			}
+			if j.state == StateFailed {
+				dlqs[j.Queue] = true
+			}
+		}
+		// saveJobs gives an unwatched job the deadline its queue's policy
+		// gives now.
+		if save := append(keep, unwatched...); len(save) > 0 {
+			if err := p.saveJobs(ctx, tx, save, nil); err != nil {
+				return err
+			}
+		}
+		if len(remove) > 0 {
+			if err := p.deleteIDs(ctx, tx, remove); err != nil {
+				return err
+			}
+		}
+		for q := range dlqs {
+			if err := p.trimDLQ(ctx, tx, q, set[q].dlqConfig()); err != nil {
+				return err
+			}
+		}
+		for q := range queues {
+			if err := p.notify(ctx, tx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	queues := map[string]bool{}
-	dlqs := map[string]bool{}
-	var keep, unwatched []*Job
-	var remove []string
-	for _, j := range jobs {
-		stall, dlq := set[j.Queue].stallConfig(), set[j.Queue].dlqConfig()
-		renewals, owned := leased[j]
-		timedOut := j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now
-		if !owned && !stall.Enabled && !timedOut {
-			// Stall detection was turned off since the claim.
-			unwatched = append(unwatched, j)
-			continue
-		}
-		queues[j.Queue] = true
-		switch {
-		case timedOut:
-			f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
-			if pgFailJob(j, f, dlq, now) {
-				keep = append(keep, j)
-			} else {
-				remove = append(remove, j.ID)
-			}
-			evs = append(evs, ev{j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true}})
-			if j.state == StateDelayed {
-				evs = append(evs, ev{j, evRetried, evArgs{prev: "failed"}})
-			}
-			p.b.stats.failed.Add(1)
-		case isCronJob(j):
-			// A cron job is not run late: its next run comes anyway.
-			remove = append(remove, j.ID)
-		case owned:
-			reason, msg, evMsg := lockLapsed(j, stall, renewals, now)
-			if reason != "" {
-				pgDeadLetter(j, reason, msg, true, dlq, now)
-				evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}},
-					ev{j, evFailed, evArgs{err: evMsg, hasErr: true, noData: true}})
-				p.b.stats.failed.Add(1)
-			} else {
-				j.state = j.readyState()
-				evs = append(evs, ev{j, evStalled, evArgs{}})
-			}
-			keep = append(keep, j)
-		default:
-			if reason, msg := stallLapsed(j, stall, now); reason != "" {
-				pgDeadLetter(j, reason, msg, true, dlq, now)
-				evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}})
-				p.b.stats.failed.Add(1)
-			} else {
-				j.state = StateDelayed
-				if j.RunAt <= now {
-					j.state = j.readyState()
-				}
-				evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "retry"}})
-			}
-			keep = append(keep, j)
-		}
-		if j.state == StateFailed {
-			dlqs[j.Queue] = true
-		}
-	}
-	if len(keep) > 0 {
-		if err := p.saveJobs(ctx, tx, keep, nil); err != nil {
-			return err
-		}
-	}
-	if len(unwatched) > 0 {
-		// saveJobs sets the deadline the queue's policy gives now.
-		if err := p.saveJobs(ctx, tx, unwatched, nil); err != nil {
-			return err
-		}
-	}
-	if len(remove) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), remove); err != nil {
-			return err
-		}
-	}
-	for q := range dlqs {
-		if err := p.trimDLQ(ctx, tx, q, set[q].dlqConfig()); err != nil {
-			return err
-		}
-	}
-	for q := range queues {
-		if err := p.notify(ctx, tx, q); err != nil {
-			return err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
+	p.b.stats.failed.Add(int64(failed))
 	for _, e := range evs {
 		p.emit(e.j.Queue, e.t, e.j, now, e.a)
 	}
