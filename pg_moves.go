@@ -297,6 +297,18 @@ func pgUpdate(r *Req) error {
 // ---------------------------------------------------------------------------
 // Whole queues
 
+// requeue saves jobs of a queue made ready and wakes the pulls waiting
+// on it.
+func (p *PG) requeue(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	if err := p.saveJobs(ctx, tx, jobs, nil); err != nil {
+		return err
+	}
+	return p.notify(ctx, tx, queue)
+}
+
 func pgPromoteJobs(r *Req) error {
 	a, err := readPromoteJobs(r)
 	if err != nil {
@@ -315,10 +327,7 @@ func pgPromoteJobs(r *Req) error {
 			pgEnqueue(j, now)
 		}
 		n = len(jobs)
-		if err := p.saveJobs(ctx, tx, jobs, nil); err != nil {
-			return err
-		}
-		return p.notify(ctx, tx, a.queue)
+		return p.requeue(ctx, tx, a.queue, jobs)
 	})
 	if err != nil {
 		return pgErr(fmt.Errorf("promote jobs of %s: %w", a.queue, err))
@@ -418,13 +427,7 @@ func pgRetryCompleted(r *Req) error {
 			save = append(save, j)
 		}
 		n = len(save)
-		if n == 0 {
-			return nil
-		}
-		if err := p.saveJobs(ctx, tx, save, nil); err != nil {
-			return err
-		}
-		return p.notify(ctx, tx, a.queue)
+		return p.requeue(ctx, tx, a.queue, save)
 	})
 	if err != nil {
 		return pgErr(fmt.Errorf("retry completed jobs of %s: %w", a.queue, err))
