@@ -767,7 +767,7 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 // collectionsJSON is the overview's collections object.
 func (a *httpAPI) collectionsJSON(t Totals) []byte {
 	var e Enc
-	a.b.encodeCollections(&e, a.srv, t)
+	encodeCollections(&e, a.b.collections(a.srv, t), t)
 	out, _ := appendJSON(nil, e.B)
 	return out
 }
