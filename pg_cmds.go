@@ -90,6 +90,9 @@ var pgHandlers = map[string]Handler{
 	"SetDlqConfig":         pgSetDlqConfig,
 	"GetDlqStats":          pgGetDlqStats,
 	"RemoveDlqJob":         pgRemoveDlqJob,
+	"DashboardOverview":    pgDashboardOverview,
+	"DashboardQueues":      pgDashboardQueues,
+	"DashboardQueue":       pgDashboardQueue,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -1085,10 +1088,15 @@ func pgGetResult(r *Req) error {
 
 // counts are a queue's jobs by state.
 func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
-	now := p.b.now()
+	c, _, err := p.countsTx(ctx, p.pool, queue, p.b.now())
+	return c, err
+}
+
+// countsTx is counts through q, with whether the queue is paused.
+func (p *PG) countsTx(ctx context.Context, q pgQuerier, queue string, now int64) (JobCounts, bool, error) {
 	var c JobCounts
 	var paused bool
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT
+	err := q.QueryRow(ctx, p.sql(`SELECT
 			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority <= 0),
 			count(*) FILTER (WHERE state = 1 AND run_at <= $2 AND priority > 0),
 			count(*) FILTER (WHERE state = 1 AND run_at > $2),
@@ -1100,13 +1108,13 @@ func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
 		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active,
 		&c.Completed, &c.Failed, &c.WaitingChildren, &paused)
 	if err != nil {
-		return c, pgErr(fmt.Errorf("count jobs: %w", err))
+		return c, false, pgErr(fmt.Errorf("count jobs: %w", err))
 	}
 	if paused {
 		c.Paused = c.Waiting + c.Prioritized
 		c.Waiting, c.Prioritized = 0, 0
 	}
-	return c, nil
+	return c, paused, nil
 }
 
 func pgGetJobCounts(r *Req) error {

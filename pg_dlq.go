@@ -71,8 +71,10 @@ func (s *pgSettings) dlqConfig() DLQConfig {
 	return c
 }
 
+// pgQuerier is a transaction or the pool.
 type pgQuerier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
 // settings reads the policy of queues (a queue without a row has the
@@ -314,6 +316,13 @@ func (p *PG) deleteIDs(ctx context.Context, tx pgx.Tx, ids []string) error {
 	return nil
 }
 
+// snapshot begins a read-only transaction whose queries all see one
+// moment, so that the figures of one answer agree with each other.
+func (p *PG) snapshot(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
+	return tx, pgErr(err)
+}
+
 // ---------------------------------------------------------------------------
 // Commands
 
@@ -401,9 +410,9 @@ func pgGetDlqStats(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
+	tx, err := p.snapshot(ctx)
 	if err != nil {
-		return pgErr(err)
+		return err
 	}
 	defer tx.Rollback(context.Background())
 	set, err := p.settings(ctx, tx, []string{name})

@@ -571,3 +571,72 @@ func TestPGMoveBadInput(t *testing.T) {
 		t.Fatalf("queues after refused commands: %v", qs)
 	}
 }
+
+// dashScript puts jobs of one queue in every state through a and b, then
+// reads the dashboard through both; it answers what a and b showed.
+func dashScript(t *testing.T, a, b *tclient) (fromA, fromB []string) {
+	t.Helper()
+	q := "dash"
+	a.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": "done", "jobId": "d1"})
+	p := b.ok(map[string]any{"cmd": "PULL", "queue": q})
+	b.ok(map[string]any{"cmd": "ACK", "id": sub(t, p, "job")["id"]})
+	a.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": "dead", "jobId": "d2", "maxAttempts": 1})
+	p = a.ok(map[string]any{"cmd": "PULL", "queue": q})
+	b.ok(map[string]any{"cmd": "FAIL", "id": sub(t, p, "job")["id"], "error": "x"})
+	a.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": "run", "jobId": "d3"})
+	b.ok(map[string]any{"cmd": "PULL", "queue": q, "owner": "w", "lockTtl": 60000})
+	for i, pr := range []int{0, 0, 5, 2} {
+		b.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": i, "jobId": fmt.Sprint("w", i), "priority": pr})
+	}
+	a.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": "later", "jobId": "l1", "delay": 600000})
+	a.ok(map[string]any{"cmd": "PUSH", "queue": "other", "data": 1, "jobId": "o1"})
+	a.ok(map[string]any{"cmd": "Pause", "queue": "other"})
+	read := func(c *tclient) []string {
+		var out []string
+		for _, req := range []map[string]any{
+			{"cmd": "DashboardQueue", "queue": q, "includeJobs": true, "jobsLimit": 3},
+			{"cmd": "DashboardQueue", "queue": "other", "includeJobs": true},
+			{"cmd": "DashboardQueue", "queue": "none"},
+			{"cmd": "DashboardQueues"},
+		} {
+			ans := c.ok(req)
+			if d, ok := ans["data"].(map[string]any); ok {
+				if cs, ok := d["counts"].(map[string]any); ok {
+					// This broker's event counters, not the queue's.
+					delete(cs, "totalCompleted")
+					delete(cs, "totalFailed")
+				}
+			}
+			delete(ans, "reqId")
+			js, _ := json.Marshal(normAnswer("", ans))
+			out = append(out, fmt.Sprintf("%v %v: %s", req["cmd"], req["queue"], js))
+		}
+		d := sub(t, c.ok(map[string]any{"cmd": "DashboardOverview"}), "data")
+		st, col := sub(t, d, "stats"), sub(t, d, "collections")
+		out = append(out, fmt.Sprintf("stats waiting=%v active=%v delayed=%v completed=%v dlq=%v", st["waiting"], st["active"],
+			st["delayed"], st["completed"], st["dlq"]))
+		out = append(out, fmt.Sprintf("collections jobIndex=%v completedJobs=%v jobLocks=%v processingTotal=%v queuedTotal=%v delayedHeapTotal=%v",
+			col["jobIndex"], col["completedJobs"], col["jobLocks"], col["processingTotal"], col["queuedTotal"], col["delayedHeapTotal"]))
+		return out
+	}
+	return read(a), read(b)
+}
+
+// TestPGDashboardFromTheDatabase: the dashboard commands answer the same
+// figures through every broker, and as memory mode does.
+func TestPGDashboardFromTheDatabase(t *testing.T) {
+	mem := startBinary(t, "--memory")
+	want, _ := dashScript(t, dial(t, mem.addr()), dial(t, mem.addr()))
+	ns := pgTestNamespace(t)
+	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
+	fromA, fromB := dashScript(t, dial(t, pa.addr()), dial(t, pb.addr()))
+	for i := range want {
+		if fromA[i] != fromB[i] {
+			t.Errorf("brokers differ:\n A: %s\n B: %s", fromA[i], fromB[i])
+		}
+		if fromA[i] != want[i] {
+			t.Errorf("differs from memory mode:\n memory:   %s\n postgres: %s", want[i], fromA[i])
+		}
+	}
+	t.Logf("%d dashboard answers compared", len(want))
+}
