@@ -1854,27 +1854,27 @@ func pgRetryDlq(r *Req) error {
 		return err
 	}
 	now := p.b.now()
+	var back []*Job
 	for _, j := range sel {
-		j.dlq = nil
-		j.state = StateWaiting
-		j.state = j.readyState()
-		j.Attempts, j.Stalls, j.StartedAt, j.DoneAt = 0, 0, 0, 0
-		j.Heartbeat, j.RunAt = now, now
-		j.addTimeline(TimelineEntry{State: "waiting", At: now})
+		// A job whose unique key a live job took meanwhile stays, as in
+		// memory mode.
+		held, err := p.uniqueHeld(ctx, tx, j)
+		if err != nil {
+			return pgErr(err)
+		}
+		if !held {
+			resetDLQ(j, false, now)
+			pgEnqueue(j, now)
+			back = append(back, j)
+		}
 	}
-	if len(sel) > 0 {
-		if err := p.saveJobs(ctx, tx, sel, nil); err != nil {
-			// A live job took the unique key meanwhile.
-			return pgErr(err)
-		}
-		if err := p.notify(ctx, tx, name); err != nil {
-			return pgErr(err)
-		}
+	if err := p.requeue(ctx, tx, name, back); err != nil {
+		return pgErr(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return pgErr(err)
 	}
-	r.field("count").Int(int64(len(sel)))
+	r.field("count").Int(int64(len(back)))
 	return nil
 }
 

@@ -100,6 +100,16 @@ func moveScript(t *testing.T, a, b *tclient) []string {
 		{b, map[string]any{"cmd": "Clean", "queue": q, "grace": 0, "state": "completed"}},
 		{b, map[string]any{"cmd": "Clean", "queue": q, "state": "completed"}},
 		{a, map[string]any{"cmd": "GetJobCounts", "queue": q}},
+		// A dead job whose unique key a live job took stays in the DLQ.
+		{a, map[string]any{"cmd": "PUSH", "queue": q, "data": 4, "jobId": "u1", "uniqueKey": "k", "maxAttempts": 1}},
+		{b, map[string]any{"cmd": "PULL", "queue": q}},
+		{a, map[string]any{"cmd": "FAIL", "id": "u1", "error": "no"}},
+		{b, map[string]any{"cmd": "PUSH", "queue": q, "data": 5, "jobId": "u2", "uniqueKey": "k"}},
+		{a, map[string]any{"cmd": "RetryDlq", "queue": q}},
+		{b, map[string]any{"cmd": "MoveToWait", "id": "u1"}},
+		{a, map[string]any{"cmd": "Cancel", "id": "u2"}},
+		{b, map[string]any{"cmd": "RetryDlq", "queue": q}},
+		{a, map[string]any{"cmd": "GetState", "id": "u1"}},
 	}
 	var out []string
 	for i, s := range steps {
