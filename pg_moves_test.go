@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -649,4 +650,25 @@ func TestPGDashboardFromTheDatabase(t *testing.T) {
 		}
 	}
 	t.Logf("%d dashboard answers compared", len(want))
+	// The HTTP dashboard's queue list through the broker that did least.
+	for _, p := range []*serverProc{pa, pb} {
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/dashboard/queues", p.httpPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Queues []map[string]any `json:"queues"`
+			Total  int              `json:"total"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(body.Queues)
+		want := `[{"active":1,"delayed":1,"dlq":1,"name":"dash","paused":false,"waiting":4},{"active":0,"delayed":0,"dlq":0,"name":"other","paused":true,"waiting":1}]`
+		if string(got) != want || body.Total != 2 {
+			t.Fatalf("GET /dashboard/queues on port %d: %s (total %d), want %s", p.httpPort, got, body.Total, want)
+		}
+	}
 }
