@@ -10,7 +10,7 @@ import (
 
 // jobCmd locks the job named by the request's id and runs fn on it.
 func (r *Req) jobCmd(notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
-	id, _, err := r.m.Str("id")
+	id, err := jobIDArg(r)
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,8 @@ type pgMove struct {
 	// FAIL of the attempt the move ended is refused, as the memory engine
 	// refuses it for a job that has no earlier attempt (or that is dead).
 	forget bool
-	dlq    bool   // the job entered the DLQ: trim it
-	emit   func() // tells of the move once committed
+	dlq    *DLQConfig // the job entered the DLQ under this policy: trim it
+	emit   func()     // tells of the move once committed
 }
 
 // move runs fn on job id's locked row and applies what it answers.
@@ -56,11 +56,8 @@ func (p *PG) move(r *Req, id string, notFound error, fn func(ctx context.Context
 		if err = p.saveJobs(ctx, tx, []*Job{j}, nil); err == nil && m.forget {
 			_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET lease_token = NULL WHERE id = $1`), id)
 		}
-		if err == nil && m.dlq {
-			var set map[string]*pgSettings
-			if set, err = p.settings(ctx, tx, []string{j.Queue}); err == nil {
-				err = p.trimDLQ(ctx, tx, j.Queue, set[j.Queue].dlqConfig())
-			}
+		if err == nil && m.dlq != nil {
+			err = p.trimDLQ(ctx, tx, j.Queue, *m.dlq)
 		}
 		if err == nil && (j.state == StateWaiting || j.state == StatePrioritized) {
 			err = p.notify(ctx, tx, j.Queue)
@@ -99,6 +96,7 @@ func pgEnqueue(j *Job, now int64) {
 	}
 }
 
+// jobIDArg reads the id of the job a move names.
 func jobIDArg(r *Req) (string, error) {
 	id, _, err := r.m.Str("id")
 	return id, err
@@ -144,9 +142,10 @@ func pgDiscard(r *Req) error {
 		if err != nil {
 			return pgMove{}, pgErr(err)
 		}
+		cfg := set[j.Queue].dlqConfig()
 		j.recordAttempt(j.StartedAt, now, "unknown", "", false)
-		pgDeadLetter(j, "unknown", "", false, set[j.Queue].dlqConfig(), now)
-		return pgMove{save: true, forget: true, dlq: true}, nil
+		pgDeadLetter(j, "unknown", "", false, cfg, now)
+		return pgMove{save: true, forget: true, dlq: &cfg}, nil
 	})
 }
 
