@@ -197,14 +197,17 @@ func pgDLQDue(e *DLQEntry) *int64 {
 	if e.NextRetryAt > 0 {
 		d = min(d, e.NextRetryAt)
 	}
-	if d == math.MaxInt64 {
-		return nil
-	}
-	return &d
+	return pgTime(d)
 }
 
-// trimDLQ drops a queue's oldest DLQ entries over its bound.
+// trimDLQ drops a queue's oldest DLQ entries over its bound. Trims of one
+// queue take turns (a lock held to the end of the transaction): two
+// deleting the same old rows in different orders would deadlock, and the
+// loser's FAIL with it.
 func (p *PG) trimDLQ(ctx context.Context, tx pgx.Tx, queue string, c DLQConfig) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "queued-dlq:"+p.schema+":"+queue); err != nil {
+		return fmt.Errorf("trim the DLQ of %s: %w", queue, err)
+	}
 	_, err := tx.Exec(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id IN (
 			SELECT id FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at DESC, seq DESC OFFSET $2)
 			RETURNING id)
@@ -284,6 +287,7 @@ func pgTime(t int64) *int64 {
 	return &t
 }
 
+// encodeRec is a job's record column.
 func encodeRec(j *Job) []byte {
 	var e Enc
 	encodeRecord(&e, j)

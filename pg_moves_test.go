@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -671,4 +672,60 @@ func TestPGDashboardFromTheDatabase(t *testing.T) {
 			t.Fatalf("GET /dashboard/queues on port %d: %s (total %d), want %s", p.httpPort, got, body.Total, want)
 		}
 	}
+}
+
+// TestPGDlqBoundUnderLoad: brokers failing jobs into one bounded DLQ at
+// once all succeed, and the DLQ ends at its bound.
+func TestPGDlqBoundUnderLoad(t *testing.T) {
+	ns := pgTestNamespace(t)
+	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
+	var c []*tclient
+	for i := 0; i < 6; i++ {
+		c = append(c, dial(t, ps[i%3].addr()))
+	}
+	q := "busy"
+	c[0].ok(map[string]any{"cmd": "SetDlqConfig", "queue": q, "config": map[string]any{"maxEntries": 5}})
+	const n = 90
+	jobs := make([]any, n)
+	for i := range jobs {
+		jobs[i] = map[string]any{"name": "j", "data": i, "maxAttempts": 1}
+	}
+	c[1].ok(map[string]any{"cmd": "PUSHB", "queue": q, "jobs": jobs})
+	errs := make(chan error, len(c))
+	var failed atomic.Int64
+	for _, cl := range c {
+		go func(cl *tclient) {
+			for {
+				p, err := cl.do(map[string]any{"cmd": "PULL", "queue": q}, 20*time.Second)
+				if err != nil || p["ok"] != true {
+					errs <- fmt.Errorf("pull: %v %v", p, err)
+					return
+				}
+				j, ok := p["job"].(map[string]any)
+				if !ok {
+					errs <- nil
+					return
+				}
+				a, err := cl.do(map[string]any{"cmd": "FAIL", "id": j["id"], "error": "x"}, 20*time.Second)
+				if err != nil || a["ok"] != true {
+					errs <- fmt.Errorf("fail: %v %v", a, err)
+					return
+				}
+				failed.Add(1)
+			}
+		}(cl)
+	}
+	for range c {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if failed.Load() != n {
+		t.Fatalf("%d FAILs accepted, want %d", failed.Load(), n)
+	}
+	counts := sub(t, c[2].ok(map[string]any{"cmd": "GetJobCounts", "queue": q}), "counts")
+	if num(t, counts["failed"]) != 5 {
+		t.Fatalf("DLQ bounded at 5 holds %v", counts["failed"])
+	}
+	t.Logf("%d jobs failed into a DLQ of 5 through 3 brokers at once; %v left", n, counts["failed"])
 }

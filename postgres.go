@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -498,7 +500,8 @@ func (p *PG) reapLeases(ctx context.Context) error {
 				return err
 			}
 		}
-		for q := range dlqs {
+		// In name order, so that two reapers take the trim locks in turn.
+		for _, q := range slices.Sorted(maps.Keys(dlqs)) {
 			if err := p.trimDLQ(ctx, tx, q, set[q].dlqConfig()); err != nil {
 				return err
 			}
