@@ -10,7 +10,7 @@ import (
 
 // jobCmd locks the job named by the request's id and runs fn on it.
 func (r *Req) jobCmd(notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
-	id, _, err := r.m.Str("id")
+	id, err := jobIDArg(r)
 	if err != nil {
 		return err
 	}
@@ -114,15 +114,37 @@ func cmdPromote(r *Req) error {
 	return r.okID()
 }
 
+// promoteArgs are PromoteJobs' fields.
+type promoteArgs struct {
+	queue    string
+	count    float64
+	hasCount bool
+}
+
+func readPromoteJobs(r *Req) (promoteArgs, error) {
+	var a promoteArgs
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
+	}
+	a.count, a.hasCount, err = r.m.Num("count")
+	return a, err
+}
+
+// limit is how many of n delayed jobs to promote.
+func (a promoteArgs) limit(n int) int {
+	if a.hasCount {
+		return int(min(max(math.Floor(a.count), 0), float64(n)))
+	}
+	return n
+}
+
 func cmdPromoteJobs(r *Req) error {
-	name, err := queueArg(r.m)
+	a, err := readPromoteJobs(r)
 	if err != nil {
 		return err
 	}
-	count, hasCount, err := r.m.Num("count")
-	if err != nil {
-		return err
-	}
+	name := a.queue
 	n := 0
 	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -136,10 +158,7 @@ func cmdPromoteJobs(r *Req) error {
 			return true
 		})
 		slices.SortFunc(list, byCreated)
-		limit := len(list)
-		if hasCount {
-			limit = int(min(max(math.Floor(count), 0), float64(limit)))
-		}
+		limit := a.limit(len(list))
 		for _, j := range list[:limit] {
 			s.promoteJob(q, j, now)
 		}
@@ -266,15 +285,36 @@ func cmdMoveToWait(r *Req) error {
 
 var errNotInQueue = errors.New("Job not found or not in queue")
 
-func cmdChangePriority(r *Req) error {
+// priorityArgs are ChangePriority's fields.
+type priorityArgs struct {
+	prio          int64
+	lifo, hasLifo bool
+}
+
+func readChangePriority(r *Req) (priorityArgs, error) {
+	var a priorityArgs
 	prio, hasPrio, err := r.m.Num("priority")
 	if err != nil {
-		return err
+		return a, err
 	}
 	if hasPrio && (math.IsNaN(prio) || math.IsInf(prio, 0)) {
-		return errors.New("priority must be a finite number")
+		return a, errors.New("priority must be a finite number")
 	}
-	lifo, hasLifo, err := r.m.Bool("lifo")
+	a.prio = int64(prio)
+	a.lifo, a.hasLifo, err = r.m.Bool("lifo")
+	return a, err
+}
+
+// apply sets a queued job's priority (and LIFO flag when given).
+func (a priorityArgs) apply(j *Job) {
+	j.Priority = a.prio
+	if a.hasLifo {
+		j.Lifo = a.lifo
+	}
+}
+
+func cmdChangePriority(r *Req) error {
+	a, err := readChangePriority(r)
 	if err != nil {
 		return err
 	}
@@ -283,10 +323,7 @@ func cmdChangePriority(r *Req) error {
 			return errNotInQueue
 		}
 		s.unqueue(q, j)
-		j.Priority = int64(prio)
-		if hasLifo {
-			j.Lifo = lifo
-		}
+		a.apply(j)
 		s.enqueue(q, j, now)
 		s.b.persist(j)
 		return nil
@@ -298,13 +335,21 @@ func cmdChangePriority(r *Req) error {
 
 var errCannotUpdate = errors.New("Job not found or cannot be updated")
 
-func cmdUpdate(r *Req) error {
+func readUpdate(r *Req) (Raw, error) {
 	data := r.m.Get("data")
 	if data == nil {
 		data = rawUndefined
 	}
 	if len(data) > maxDataBytes {
-		return errors.New("Job data too large (max 10MB)")
+		return nil, errors.New("Job data too large (max 10MB)")
+	}
+	return data, nil
+}
+
+func cmdUpdate(r *Req) error {
+	data, err := readUpdate(r)
+	if err != nil {
+		return err
 	}
 	if err := r.jobCmd(errCannotUpdate, func(s *Shard, q *Queue, j *Job, now int64) error {
 		if !isQueued(j.state) && j.state != StateActive {
@@ -363,38 +408,65 @@ func mergeFlowMeta(old, nw Raw) (Raw, error) {
 // ---------------------------------------------------------------------------
 // Clean and RetryCompleted
 
-func cmdClean(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
+// cleanArgs are Clean's fields.
+type cleanArgs struct {
+	queue    string
+	grace    float64
+	hasGrace bool
+	limit    int64
+	state    string
+}
+
+func readClean(r *Req) (cleanArgs, error) {
+	a := cleanArgs{limit: 1000}
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
 	}
-	grace, hasGrace, err := r.m.Num("grace")
-	if err != nil {
-		return err
+	if a.grace, a.hasGrace, err = r.m.Num("grace"); err != nil {
+		return a, err
 	}
-	limit := int64(1000)
 	if l, ok, err := r.m.Num("limit"); err != nil {
-		return err
+		return a, err
 	} else if ok {
 		if math.IsNaN(l) || math.IsInf(l, 0) {
-			limit = 0
+			a.limit = 0
 		} else {
-			limit = int64(max(math.Trunc(l), 0))
+			a.limit = int64(max(math.Trunc(l), 0))
 		}
 	}
-	state, _, err := r.m.Str("state")
+	if a.state, _, err = r.m.Str("state"); err != nil {
+		return a, err
+	}
+	if a.state == "wait" {
+		a.state = "waiting"
+	}
+	return a, nil
+}
+
+// none says Clean removes nothing whatever the queue holds.
+func (a cleanArgs) none() bool { return !a.hasGrace || math.IsNaN(a.grace) || a.limit == 0 }
+
+func (a cleanArgs) cutoff(now int64) int64 { return now - int64(a.grace) }
+
+// writeCleaned answers Clean.
+func writeCleaned(r *Req, ids []string) {
+	r.field("count").Int(int64(len(ids)))
+	strArray(r.field("ids"), nonNil(ids))
+}
+
+func cmdClean(r *Req) error {
+	a, err := readClean(r)
 	if err != nil {
 		return err
 	}
-	if state == "wait" {
-		state = "waiting"
-	}
+	name, limit, state := a.queue, a.limit, a.state
 	var ids []string
 	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
-		if q == nil || !hasGrace || math.IsNaN(grace) || limit == 0 {
+		if q == nil || a.none() {
 			return
 		}
-		cutoff := now - int64(grace)
+		cutoff := a.cutoff(now)
 		var list []*Job
 		switch state {
 		case "", "waiting", "delayed", "prioritized", "paused":
@@ -449,8 +521,7 @@ func cmdClean(r *Req) error {
 			}
 		}
 	})
-	r.field("count").Int(int64(len(ids)))
-	strArray(r.field("ids"), nonNil(ids))
+	writeCleaned(r, ids)
 	return nil
 }
 
@@ -470,33 +541,64 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 	}
 	s.undone(q, j)
 	s.b.dropResult(j.ID)
-	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
-	j.RunAt, j.Heartbeat = now, now
-	j.Progress, j.ProgMsg, j.HasProgM = nil, "", false
-	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+	resetCompleted(j, now)
 	s.holdUnique(q, j)
 	s.enqueue(q, j, now)
 	s.b.persist(j)
 	return true
 }
 
+// retryCompletedArgs are RetryCompleted's fields.
+type retryCompletedArgs struct {
+	queue, id       string
+	count, ts       float64
+	hasCount, hasTS bool
+}
+
+func readRetryCompleted(r *Req) (retryCompletedArgs, error) {
+	var a retryCompletedArgs
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
+	}
+	if a.id, _, err = r.m.Str("id"); err != nil {
+		return a, err
+	}
+	if a.count, a.hasCount, err = r.m.Num("count"); err != nil {
+		return a, err
+	}
+	a.ts, a.hasTS, err = r.m.Num("timestamp")
+	return a, err
+}
+
+// limit is how many completed jobs may be retried.
+func (a retryCompletedArgs) limit() float64 {
+	if !a.hasCount {
+		return math.Inf(1)
+	}
+	if a.count > 0 && !math.IsInf(a.count, 0) {
+		return math.Floor(a.count)
+	}
+	return 0
+}
+
+// takes says whether a job completed at doneAt is one to retry.
+func (a retryCompletedArgs) takes(doneAt int64) bool { return !a.hasTS || float64(doneAt) <= a.ts }
+
+// resetCompleted clears a completed job's run for another one.
+func resetCompleted(j *Job, now int64) {
+	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
+	j.RunAt, j.Heartbeat = now, now
+	j.Progress, j.ProgMsg, j.HasProgM = nil, "", false
+	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+}
+
 func cmdRetryCompleted(r *Req) error {
-	name, err := queueArg(r.m)
+	a, err := readRetryCompleted(r)
 	if err != nil {
 		return err
 	}
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	count, hasCount, err := r.m.Num("count")
-	if err != nil {
-		return err
-	}
-	ts, hasTS, err := r.m.Num("timestamp")
-	if err != nil {
-		return err
-	}
+	name, id := a.queue, a.id
 	n := 0
 	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -508,16 +610,10 @@ func cmdRetryCompleted(r *Req) error {
 			}
 			return
 		}
-		limit := math.Inf(1)
-		if hasCount {
-			limit = 0
-			if count > 0 && !math.IsInf(count, 0) {
-				limit = math.Floor(count)
-			}
-		}
+		limit := a.limit()
 		var list []*Job
 		for i := s.doneHead; i < len(s.done); i++ {
-			if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == name && (!hasTS || float64(d.j.DoneAt) <= ts) {
+			if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == name && a.takes(d.j.DoneAt) {
 				list = append(list, d.j)
 			}
 		}

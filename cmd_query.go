@@ -49,11 +49,16 @@ func cmdGetJobByCustomID(r *Req) error {
 		return errJobNotFound
 	}
 	defer s.mu.Unlock()
-	if j.CustomID == "" || j.state == StateCompleted || j.state == StateFailed {
+	if !liveByCustomID(j) {
 		return errJobNotFound
 	}
 	encodeJob(r.field("job"), j, jobWithRead, "", nil)
 	return nil
+}
+
+// liveByCustomID says whether GetJobByCustomId finds j.
+func liveByCustomID(j *Job) bool {
+	return j.CustomID != "" && j.state != StateCompleted && j.state != StateFailed
 }
 
 // stateOf is a job's state by id, "unknown" when there is no such job.
@@ -179,8 +184,12 @@ func (s *Shard) countsPerPriority(queue string) ([]int64, map[int64]int) {
 			return true
 		})
 	}
-	// JavaScript object order: non-negative integer keys ascending, then
-	// the rest (here: negatives) in the order they were met.
+	return priorityKeys(per), per
+}
+
+// priorityKeys are per's keys in JavaScript object order: non-negative
+// integer keys ascending, then the rest (here: negatives).
+func priorityKeys(per map[int64]int) []int64 {
 	keys := make([]int64, 0, len(per))
 	for k := range per {
 		keys = append(keys, k)
@@ -194,7 +203,7 @@ func (s *Shard) countsPerPriority(queue string) ([]int64, map[int64]int) {
 		}
 		return int(a - b)
 	})
-	return keys, per
+	return keys
 }
 
 func encodePriorityCounts(e *Enc, keys []int64, per map[int64]int) {

@@ -208,6 +208,7 @@ var pgCompatScripts = map[string]bool{
 	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
 	"auth": true, "http": true, "crash": true, "groups": true, "dedup": true,
 	"flows": true, "depends": true,
+	"control": true, "timing": true,
 }
 
 // storageFlags selects an engine for a test server.

@@ -12,8 +12,16 @@ import (
 
 func cmdDashboardOverview(r *Req) error {
 	b, srv := r.b, r.c.srv
-	now := b.now()
 	t := b.totals()
+	writeDashboardOverview(r, t, b.collections(srv, t), b.cron.List())
+	return nil
+}
+
+// writeDashboardOverview answers DashboardOverview from the engine's
+// totals, collection sizes and cron schedules; the rest is this broker's.
+func writeDashboardOverview(r *Req, t Totals, coll collectionSizes, crons []CronSchedule) {
+	b, srv := r.b, r.c.srv
+	now := b.now()
 	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
 	rates := srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
 
@@ -82,7 +90,7 @@ func cmdDashboardOverview(r *Req) error {
 	e.Num(mb(float64(rss)))
 
 	e.Str("collections")
-	b.encodeCollections(e, srv, t)
+	encodeCollections(e, coll, t)
 
 	workers, _, _ := b.workers.list()
 	active := 0
@@ -119,7 +127,6 @@ func cmdDashboardOverview(r *Req) error {
 	}
 
 	e.Str("crons")
-	crons := b.cron.List()
 	e.ArrayHead(len(crons))
 	for i := range crons {
 		c := &crons[i]
@@ -145,13 +152,11 @@ func cmdDashboardOverview(r *Req) error {
 	encodeStorageStatus(e, b.storageState())
 	e.Str("timestamp")
 	e.Int(now)
-	return nil
 }
 
 // encodeCollections writes the sizes of the broker's collections, under
 // the names of the reference's getMemoryStats.
-func (b *Broker) encodeCollections(e *Enc, srv *Server, t Totals) {
-	c := b.collections(srv, t)
+func encodeCollections(e *Enc, c collectionSizes, t Totals) {
 	e.MapHead(15)
 	for _, kv := range []struct {
 		k string
@@ -192,6 +197,12 @@ func (b *Broker) collections(srv *Server, t Totals) collectionSizes {
 		})
 		s.mu.Unlock()
 	}
+	c.clients, c.clientJobs = srv.heldJobs()
+	return c
+}
+
+// heldJobs counts this server's connections that hold jobs, and the jobs.
+func (srv *Server) heldJobs() (clients, jobs int) {
 	srv.mu.Lock()
 	conns := make([]*conn, 0, len(srv.conns))
 	for cn := range srv.conns {
@@ -201,16 +212,20 @@ func (b *Broker) collections(srv *Server, t Totals) collectionSizes {
 	for _, cn := range conns {
 		cn.hmu.Lock()
 		if n := len(cn.held); n > 0 {
-			c.clients++
-			c.clientJobs += n
+			clients++
+			jobs += n
 		}
 		cn.hmu.Unlock()
 	}
-	return c
+	return clients, jobs
 }
 
 func cmdDashboardQueues(r *Req) error {
-	qs := r.b.queueSnaps()
+	writeDashboardQueues(r, r.b.queueSnaps())
+	return nil
+}
+
+func writeDashboardQueues(r *Req, qs []queueSnap) {
 	e := r.field("data")
 	e.MapHead(2)
 	e.Str("queues")
@@ -232,7 +247,6 @@ func cmdDashboardQueues(r *Req) error {
 	}
 	e.Str("timestamp")
 	e.Int(r.b.now())
-	return nil
 }
 
 const (
@@ -241,40 +255,106 @@ const (
 	dashDLQPreview  = 10
 )
 
-func cmdDashboardQueue(r *Req) error {
-	queue, err := queueArg(r.m)
-	if err != nil {
-		return err
+// dashQueueArgs are DashboardQueue's fields.
+type dashQueueArgs struct {
+	queue    string
+	withJobs bool
+	limit    int
+}
+
+func readDashboardQueue(r *Req) (dashQueueArgs, error) {
+	var a dashQueueArgs
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
 	}
-	withJobs := truthy(r.m, "includeJobs")
+	a.withJobs = truthy(r.m, "includeJobs")
 	limit := int64(dashJobsDefault)
 	if v, ok, err := r.m.Int("jobsLimit"); err != nil {
-		return err
+		return a, err
 	} else if ok {
 		limit = v
 	}
-	limit = max(0, min(limit, dashJobsMax))
-	totals := r.c.srv.mx.counters(queue)
+	a.limit = int(max(0, min(limit, dashJobsMax)))
+	return a, nil
+}
 
+// dashQueue is what DashboardQueue shows of a queue. The job lists are
+// there when asked for: ready jobs in claim order, active ones by start,
+// delayed ones by run time.
+type dashQueue struct {
+	counts                 JobCounts
+	paused                 bool
+	prioKeys               []int64
+	perPrio                map[int64]int
+	dlq                    []*Job // the first dashDLQPreview
+	ready, active, delayed []*Job
+}
+
+func cmdDashboardQueue(r *Req) error {
+	a, err := readDashboardQueue(r)
+	if err != nil {
+		return err
+	}
+	queue := a.queue
 	s := r.b.shardOf(queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := r.b.now()
 	s.promote(now)
 	q := s.queues[queue]
-	var c JobCounts
-	paused := false
+	var d dashQueue
 	if q != nil {
-		c = JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
+		c := JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
 			Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq)}
-		if paused = q.paused; paused {
+		if d.paused = q.paused; d.paused {
 			c.Paused = c.Waiting + c.Prioritized
 			c.Waiting, c.Prioritized = 0, 0
 		}
+		d.counts = c
+		d.dlq = q.dlq[:min(len(q.dlq), dashDLQPreview)]
 	}
+	d.prioKeys, d.perPrio = s.countsPerPriority(queue)
+	if a.withJobs && q != nil {
+		k := a.limit
+		d.ready = firstK(k, func(yield func(*Job)) {
+			q.ready.Each(func(h *hent) bool { yield(h.job); return true })
+		}, func(a, b *Job) bool {
+			ap, at, as := readyKeys(a)
+			bp, bt, bs := readyKeys(b)
+			return ap > bp || ap == bp && (at < bt || at == bt && as < bs)
+		})
+		d.active = firstK(k, func(yield func(*Job)) {
+			s.leases.Each(func(h *hent) bool {
+				if h.job.Queue == queue && h.job.state == StateActive {
+					yield(h.job)
+				}
+				return true
+			})
+		}, byStart)
+		d.delayed = firstK(k, func(yield func(*Job)) {
+			s.delayed.Each(func(h *hent) bool {
+				if h.job.Queue == queue {
+					yield(h.job)
+				}
+				return true
+			})
+		}, func(a, b *Job) bool { return a.RunAt < b.RunAt || a.RunAt == b.RunAt && a.seq < b.seq })
+	}
+	writeDashboardQueue(r, a, d, now)
+	return nil
+}
 
+// byStart orders active jobs by when they started.
+func byStart(a, b *Job) bool {
+	return a.StartedAt < b.StartedAt || a.StartedAt == b.StartedAt && a.seq < b.seq
+}
+
+func writeDashboardQueue(r *Req, a dashQueueArgs, d dashQueue, now int64) {
+	queue, c := a.queue, d.counts
+	totals := r.c.srv.mx.counters(queue)
 	n := 6
-	if withJobs {
+	if a.withJobs {
 		n++
 	}
 	e := r.field("data")
@@ -294,17 +374,12 @@ func cmdDashboardQueue(r *Req) error {
 		e.Int(kv.v)
 	}
 	e.Str("paused")
-	e.Bool(paused)
+	e.Bool(d.paused)
 	e.Str("priorityCounts")
-	keys, per := s.countsPerPriority(queue)
-	encodePriorityCounts(e, keys, per)
+	encodePriorityCounts(e, d.prioKeys, d.perPrio)
 	e.Str("dlqPreview")
-	var dlq []*Job
-	if q != nil {
-		dlq = q.dlq[:min(len(q.dlq), dashDLQPreview)]
-	}
-	e.ArrayHead(len(dlq))
-	for _, j := range dlq {
+	e.ArrayHead(len(d.dlq))
+	for _, j := range d.dlq {
 		e.MapHead(4)
 		e.Str("id")
 		e.Str(j.ID)
@@ -317,48 +392,20 @@ func cmdDashboardQueue(r *Req) error {
 	}
 	e.Str("timestamp")
 	e.Int(now)
-	if !withJobs {
-		return nil
-	}
-
-	k := int(limit)
-	var ready, active, delayed []*Job
-	if q != nil {
-		ready = firstK(k, func(yield func(*Job)) {
-			q.ready.Each(func(h *hent) bool { yield(h.job); return true })
-		}, func(a, b *Job) bool {
-			ap, at, as := readyKeys(a)
-			bp, bt, bs := readyKeys(b)
-			return ap > bp || ap == bp && (at < bt || at == bt && as < bs)
-		})
-		active = firstK(k, func(yield func(*Job)) {
-			s.leases.Each(func(h *hent) bool {
-				if h.job.Queue == queue && h.job.state == StateActive {
-					yield(h.job)
-				}
-				return true
-			})
-		}, func(a, b *Job) bool { return a.StartedAt < b.StartedAt || a.StartedAt == b.StartedAt && a.seq < b.seq })
-		delayed = firstK(k, func(yield func(*Job)) {
-			s.delayed.Each(func(h *hent) bool {
-				if h.job.Queue == queue {
-					yield(h.job)
-				}
-				return true
-			})
-		}, func(a, b *Job) bool { return a.RunAt < b.RunAt || a.RunAt == b.RunAt && a.seq < b.seq })
+	if !a.withJobs {
+		return
 	}
 	// A paused queue's ready jobs are listed as paused, not waiting.
-	waitingList, pausedList := ready, []*Job(nil)
-	if paused {
-		waitingList, pausedList = nil, ready
+	waitingList, pausedList := d.ready, []*Job(nil)
+	if d.paused {
+		waitingList, pausedList = nil, d.ready
 	}
 	e.Str("jobs")
 	e.MapHead(4)
 	for _, l := range []struct {
 		k    string
 		jobs []*Job
-	}{{"waiting", waitingList}, {"active", active}, {"delayed", delayed}, {"paused", pausedList}} {
+	}{{"waiting", waitingList}, {"active", d.active}, {"delayed", d.delayed}, {"paused", pausedList}} {
 		e.Str(l.k)
 		e.ArrayHead(len(l.jobs))
 		for _, j := range l.jobs {
@@ -381,7 +428,6 @@ func cmdDashboardQueue(r *Req) error {
 			}
 		}
 	}
-	return nil
 }
 
 // firstK returns the k first jobs in less order among those each yields,

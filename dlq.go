@@ -47,24 +47,30 @@ func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int
 	j.state = StateFailed
 	j.failErr, j.hasFail = err, hasErr
 	j.notifyDone(waitOutcome{err: err})
-	e := j.dlq
-	if e == nil || !e.kept {
-		e = &DLQEntry{EnteredAt: now}
-		if q.dlqCfg.MaxAge != none {
-			e.ExpiresAt = now + q.dlqCfg.MaxAge
-		}
-		if q.dlqCfg.AutoRetry {
-			e.NextRetryAt = now + q.dlqCfg.AutoRetryInterval
-		}
-	}
-	e.kept = false
-	e.Reason, e.Error, e.HasErr = reason, err, hasErr
+	j.dlq = dlqEntry(j.dlq, j.dlq != nil && j.dlq.kept, q.dlqCfg, reason, err, hasErr, now)
 	s.childFailed(j, err)
-	j.dlq = e
 	q.dlq = append(q.dlq, j)
 	s.trimDLQ(q)
 	s.watchDLQ(q, j, now)
 	s.b.persist(j)
+}
+
+// dlqEntry is the DLQ entry of a job entering the DLQ: a fresh one, or
+// prev carried on when the job left the DLQ by an auto-retry (kept).
+func dlqEntry(prev *DLQEntry, kept bool, cfg DLQConfig, reason, err string, hasErr bool, now int64) *DLQEntry {
+	e := prev
+	if !kept {
+		e = &DLQEntry{EnteredAt: now}
+		if cfg.MaxAge != none {
+			e.ExpiresAt = now + cfg.MaxAge
+		}
+		if cfg.AutoRetry {
+			e.NextRetryAt = now + cfg.AutoRetryInterval
+		}
+	}
+	e.kept = false
+	e.Reason, e.Error, e.HasErr = reason, err, hasErr
+	return e
 }
 
 // trimDLQ drops the oldest entries over the queue's bound.
@@ -81,14 +87,7 @@ func (s *Shard) trimDLQ(q *Queue) {
 // auto-retry or its expiry. (The lease heap is free for it: the job is not
 // active.)
 func (s *Shard) watchDLQ(q *Queue, j *Job, now int64) {
-	e := j.dlq
-	d := int64(math.MaxInt64)
-	if e.ExpiresAt > 0 {
-		d = e.ExpiresAt
-	}
-	if q.dlqCfg.AutoRetry && e.NextRetryAt > 0 && e.RetryCount < q.dlqCfg.MaxAutoRetries && e.NextRetryAt < d {
-		d = e.NextRetryAt
-	}
+	d := dlqWatch(j.dlq, q.dlqCfg)
 	if d == math.MaxInt64 {
 		s.leases.Remove(j)
 		return
@@ -97,20 +96,53 @@ func (s *Shard) watchDLQ(q *Queue, j *Job, now int64) {
 	s.armFor(d, now)
 }
 
+// dlqWatch is when a DLQ entry must be looked at next: its expiry or its
+// next auto-retry (MaxInt64: never).
+func dlqWatch(e *DLQEntry, c DLQConfig) int64 {
+	d := int64(math.MaxInt64)
+	if e.ExpiresAt > 0 {
+		d = e.ExpiresAt
+	}
+	if c.AutoRetry && e.NextRetryAt > 0 && e.RetryCount < c.MaxAutoRetries && e.NextRetryAt < d {
+		d = e.NextRetryAt
+	}
+	return d
+}
+
 // dlqDue runs when a dead-lettered job's time came: it expires, or is
 // retried automatically with backoff doubling per retry.
 func (s *Shard) dlqDue(q *Queue, j *Job, now int64) {
-	e := j.dlq
-	if e == nil {
+	if j.dlq == nil {
 		return
 	}
-	if e.ExpiresAt > 0 && now >= e.ExpiresAt {
+	switch dlqStep(j.dlq, q.dlqCfg, now) {
+	case dlqExpire:
 		q.removeDLQ(j)
 		s.b.dropLogs(j.ID)
 		s.forget(j)
 		return
+	case dlqRetry:
+		if s.retryDLQ(q, j, now, true) {
+			return
+		}
 	}
-	c := &q.dlqCfg
+	s.watchDLQ(q, j, now)
+}
+
+type dlqAction int
+
+const (
+	dlqWait dlqAction = iota
+	dlqExpire
+	dlqRetry
+)
+
+// dlqStep decides what a DLQ entry's time brings: expiry, or an
+// auto-retry (counted on the entry, with the next one's time doubling).
+func dlqStep(e *DLQEntry, c DLQConfig, now int64) dlqAction {
+	if e.ExpiresAt > 0 && now >= e.ExpiresAt {
+		return dlqExpire
+	}
 	if c.AutoRetry && e.NextRetryAt > 0 && now >= e.NextRetryAt && e.RetryCount < c.MaxAutoRetries {
 		e.RetryCount++
 		e.LastRetryAt = now
@@ -118,11 +150,9 @@ func (s *Shard) dlqDue(q *Queue, j *Job, now int64) {
 		if e.RetryCount < c.MaxAutoRetries {
 			e.NextRetryAt = now + c.AutoRetryInterval*(int64(1)<<min(e.RetryCount-1, 40))
 		}
-		if s.retryDLQ(q, j, now, true) {
-			return
-		}
+		return dlqRetry
 	}
-	s.watchDLQ(q, j, now)
+	return dlqWait
 }
 
 func (q *Queue) removeDLQ(j *Job) bool {
@@ -339,22 +369,21 @@ func (s *Shard) retryDLQ(q *Queue, j *Job, now int64, auto bool) bool {
 		return false
 	}
 	s.leases.Remove(j)
-	if auto {
-		j.dlq.kept = true
-	} else {
-		j.dlq = nil
-	}
-	j.resetForRetry(now)
+	resetDLQ(j, auto, now)
 	s.holdUnique(q, j)
 	s.enqueue(q, j, now)
 	s.b.persist(j)
 	return true
 }
 
-// resetForRetry starts a job from the DLQ (or a retry of a finished job)
-// afresh: attempts and stalls count again from zero, and it runs now.
-func (j *Job) resetForRetry(now int64) {
-	j.Attempts, j.Stalls, j.StartedAt, j.DoneAt = 0, 0, 0, 0
+// resetDLQ clears a dead-lettered job's run for a retry.
+func resetDLQ(j *Job, auto bool, now int64) {
+	if auto {
+		j.dlq.kept = true
+	} else {
+		j.dlq = nil
+	}
+	j.Attempts, j.Stalls, j.StartedAt = 0, 0, 0
 	j.Heartbeat, j.RunAt = now, now
 	j.addTimeline(TimelineEntry{State: "waiting", At: now})
 }
@@ -431,20 +460,24 @@ func encodeDLQConfig(e *Enc, c DLQConfig) {
 	e.Int(int64(c.MaxEntries))
 }
 
-// cmdSetDlqConfig merges the given settings over the queue's, clamped as
-// the reference clamps them; unknown keys are ignored.
-func cmdSetDlqConfig(r *Req) error {
+// dlqPatch is a SetDlqConfig's settings: those given replace the queue's,
+// clamped as the reference clamps them; unknown keys are ignored.
+type dlqPatch struct {
+	cfg Map
+	ok  bool
+}
+
+func readDlqPatch(r *Req) (string, dlqPatch, error) {
 	name, err := queueArg(r.m)
 	if err != nil {
-		return err
+		return "", dlqPatch{}, err
 	}
 	cfg, ok, err := r.m.Map("config")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return r.okID()
-	}
+	return name, dlqPatch{cfg, ok}, err
+}
+
+func (p dlqPatch) apply(c DLQConfig) DLQConfig {
+	cfg := p.cfg
 	floorArg := func(key string) (int64, bool) {
 		f, ok, err := finiteArg(cfg, key)
 		if err != nil || !ok {
@@ -452,26 +485,36 @@ func cmdSetDlqConfig(r *Req) error {
 		}
 		return int64(math.Floor(f)), true
 	}
+	if v, ok, err := cfg.Bool("autoRetry"); err == nil && ok {
+		c.AutoRetry = v
+	}
+	if v, ok := floorArg("autoRetryInterval"); ok {
+		c.AutoRetryInterval = max(v, 0)
+	}
+	if v, ok := floorArg("maxAutoRetries"); ok {
+		c.MaxAutoRetries = int32(min(max(v, 0), math.MaxInt32))
+	}
+	if raw := cfg.Get("maxAge"); raw != nil && raw[0] == 0xc0 {
+		c.MaxAge = none
+	} else if v, ok := floorArg("maxAge"); ok {
+		c.MaxAge = max(v, 0)
+	}
+	if v, ok := floorArg("maxEntries"); ok {
+		c.MaxEntries = int(max(v, 1))
+	}
+	return c
+}
+
+func cmdSetDlqConfig(r *Req) error {
+	name, patch, err := readDlqPatch(r)
+	if err != nil {
+		return err
+	}
+	if !patch.ok {
+		return r.okID()
+	}
 	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
-		c := q.dlqCfg
-		if v, ok, err := cfg.Bool("autoRetry"); err == nil && ok {
-			c.AutoRetry = v
-		}
-		if v, ok := floorArg("autoRetryInterval"); ok {
-			c.AutoRetryInterval = max(v, 0)
-		}
-		if v, ok := floorArg("maxAutoRetries"); ok {
-			c.MaxAutoRetries = int32(min(max(v, 0), math.MaxInt32))
-		}
-		if raw := cfg.Get("maxAge"); raw != nil && raw[0] == 0xc0 {
-			c.MaxAge = none
-		} else if v, ok := floorArg("maxAge"); ok {
-			c.MaxAge = max(v, 0)
-		}
-		if v, ok := floorArg("maxEntries"); ok {
-			c.MaxEntries = int(max(v, 1))
-		}
-		q.dlqCfg = c
+		q.dlqCfg = patch.apply(q.dlqCfg)
 		q.listed = true
 		s.trimDLQ(q)
 		r.b.queueChanged(q)
@@ -496,75 +539,102 @@ func cmdGetDlqConfig(r *Req) error {
 
 var dlqReasons = []string{"explicit_fail", "max_attempts_exceeded", "timeout", "stalled", "ttl_expired", "worker_lost", "unknown"}
 
+// dlqStats are GetDlqStats' figures of one queue.
+type dlqStats struct {
+	byReason                map[string]int
+	total, pending, expired int
+	oldest, newest          int64
+}
+
+func (st *dlqStats) add(e *DLQEntry, cfg DLQConfig, now int64) {
+	if st.byReason == nil {
+		st.byReason = map[string]int{}
+	}
+	st.total++
+	if slices.Contains(dlqReasons, e.Reason) {
+		st.byReason[e.Reason]++
+	} else {
+		st.byReason["unknown"]++
+	}
+	if e.NextRetryAt > 0 && e.NextRetryAt <= now && e.RetryCount < cfg.MaxAutoRetries {
+		st.pending++
+	}
+	if e.ExpiresAt > 0 && e.ExpiresAt <= now {
+		st.expired++
+	}
+	if st.oldest == 0 || e.EnteredAt < st.oldest {
+		st.oldest = e.EnteredAt
+	}
+	st.newest = max(st.newest, e.EnteredAt)
+}
+
 func cmdGetDlqStats(r *Req) error {
 	name, err := queueArg(r.m)
 	if err != nil {
 		return err
 	}
-	byReason := map[string]int{}
-	var total, pending, expired int
-	var oldest, newest int64
+	var st dlqStats
 	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
 		for _, j := range q.dlq {
-			e := j.dlq
-			total++
-			if slices.Contains(dlqReasons, e.Reason) {
-				byReason[e.Reason]++
-			} else {
-				byReason["unknown"]++
-			}
-			if e.NextRetryAt > 0 && e.NextRetryAt <= now && e.RetryCount < q.dlqCfg.MaxAutoRetries {
-				pending++
-			}
-			if e.ExpiresAt > 0 && e.ExpiresAt <= now {
-				expired++
-			}
-			if oldest == 0 || e.EnteredAt < oldest {
-				oldest = e.EnteredAt
-			}
-			newest = max(newest, e.EnteredAt)
+			st.add(j.dlq, q.dlqCfg, now)
 		}
 	})
+	writeDlqStats(r, name, st)
+	return nil
+}
+
+func writeDlqStats(r *Req, name string, st dlqStats) {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("stats")
 	e.MapHead(7)
 	e.Str("total")
-	e.Int(int64(total))
+	e.Int(int64(st.total))
 	e.Str("byReason")
 	e.MapHead(len(dlqReasons))
 	for _, k := range dlqReasons {
 		e.Str(k)
-		e.Int(int64(byReason[k]))
+		e.Int(int64(st.byReason[k]))
 	}
 	e.Str("byQueue")
-	if total > 0 {
+	if st.total > 0 {
 		e.MapHead(1)
 		e.Str(name)
-		e.Int(int64(total))
+		e.Int(int64(st.total))
 	} else {
 		e.MapHead(0)
 	}
 	e.Str("pendingRetry")
-	e.Int(int64(pending))
+	e.Int(int64(st.pending))
 	e.Str("expired")
-	e.Int(int64(expired))
+	e.Int(int64(st.expired))
 	e.Str("oldestEntry")
-	optTime(e, oldest)
+	optTime(e, st.oldest)
 	e.Str("newestEntry")
-	optTime(e, newest)
-	return nil
+	optTime(e, st.newest)
+}
+
+func readRemoveDlqJob(r *Req) (string, string, error) {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return "", "", err
+	}
+	id, _, err := r.m.Str("jobId")
+	return name, id, err
+}
+
+func writeRemoved(r *Req, removed bool) {
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("removed")
+	e.Bool(removed)
 }
 
 func cmdRemoveDlqJob(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	id, _, err := r.m.Str("jobId")
+	name, id, err := readRemoveDlqJob(r)
 	if err != nil {
 		return err
 	}
@@ -581,10 +651,7 @@ func cmdRemoveDlqJob(r *Req) error {
 			}
 		}
 	})
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("removed")
-	e.Bool(removed)
+	writeRemoved(r, removed)
 	return nil
 }
 

@@ -767,7 +767,7 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 // collectionsJSON is the overview's collections object.
 func (a *httpAPI) collectionsJSON(t Totals) []byte {
 	var e Enc
-	a.b.encodeCollections(&e, a.srv, t)
+	encodeCollections(&e, a.b.collections(a.srv, t), t)
 	out, _ := appendJSON(nil, e.B)
 	return out
 }
@@ -835,21 +835,33 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 		offset = 0
 	}
 	offset = max(offset, 0)
-	qs := a.b.queueSnaps()
+	// Through the command table, so that PostgreSQL mode's figures are the
+	// database's.
+	ans := a.exec(r, newCmd("DashboardQueues").done())
+	if !answerOK(ans) {
+		writeAnswer(w, ans, http.StatusInternalServerError)
+		return
+	}
+	data, _, _ := ans.Map("data")
+	qs, _, _ := data.Array("queues")
 	page := qs[min(offset, len(qs)):min(offset+limit, len(qs))]
 	list := []byte{'['}
-	for i, q := range page {
+	for i, raw := range page {
 		if i > 0 {
 			list = append(list, ',')
 		}
+		q, _ := ParseMap(raw, nil)
+		n := func(k string) int64 { v, _, _ := q.Int(k); return v }
+		name, _, _ := q.Str("name")
+		paused, _, _ := q.Bool("paused")
 		o := jsonObj{b: list}
 		o.open()
-		o.str("name", q.name)
-		o.int("waiting", int64(q.waiting+q.prioritized))
-		o.int("delayed", int64(q.delayed))
-		o.int("active", int64(q.active))
-		o.int("dlq", int64(q.dlq))
-		o.boolean("paused", q.paused)
+		o.str("name", name)
+		o.int("waiting", n("waiting")+n("prioritized"))
+		o.int("delayed", n("delayed"))
+		o.int("active", n("active"))
+		o.int("dlq", n("dlq"))
+		o.boolean("paused", paused)
 		list = o.close()
 	}
 	o := jsonObj{}

@@ -255,47 +255,69 @@ func writeQueueLimits(r *Req, rate *bucket, conc *int64, maxed bool, maxJobs flo
 // ---------------------------------------------------------------------------
 // Stall configuration
 
-func cmdSetStallConfig(r *Req) error {
+// stallPatch is a SetStallConfig's settings: those given replace the
+// queue's.
+type stallPatch struct {
+	enabled, hasEnabled       bool
+	interval, grace, maxStall *float64
+}
+
+func readStallPatch(r *Req) (string, *stallPatch, error) {
 	name, err := queueArg(r.m)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	cfg, ok, err := r.m.Map("config")
+	if err != nil || !ok {
+		return name, nil, err
+	}
+	p := &stallPatch{}
+	if p.enabled, p.hasEnabled, err = cfg.Bool("enabled"); err != nil {
+		return "", nil, &FieldError{Field: "config.enabled", Msg: "must be a boolean"}
+	}
+	for _, f := range []struct {
+		key string
+		dst **float64
+	}{{"stallInterval", &p.interval}, {"gracePeriod", &p.grace}, {"maxStalls", &p.maxStall}} {
+		if v, ok, err := finiteArg(cfg, f.key); err == nil && ok {
+			*f.dst = &v
+		}
+	}
+	return name, p, nil
+}
+
+func (p *stallPatch) apply(c StallConfig) StallConfig {
+	if p.hasEnabled {
+		c.Enabled = p.enabled
+	}
+	if p.interval != nil {
+		c.StallInterval = int64(max(*p.interval, 0))
+	}
+	if p.grace != nil {
+		c.GracePeriod = int64(max(*p.grace, 0))
+	}
+	if p.maxStall != nil {
+		c.MaxStalls = int32(max(*p.maxStall, 0))
+	}
+	return c
+}
+
+func cmdSetStallConfig(r *Req) error {
+	name, patch, err := readStallPatch(r)
 	if err != nil {
 		return err
 	}
-	if !ok {
+	if patch == nil {
 		return r.okID()
 	}
-	var ferr error
 	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
-		c := q.stall
-		if v, ok, err := cfg.Bool("enabled"); err != nil {
-			ferr = &FieldError{Field: "config.enabled", Msg: "must be a boolean"}
-			return
-		} else if ok {
-			c.Enabled = v
-		}
-		for _, f := range []struct {
-			key string
-			dst *int64
-		}{{"stallInterval", &c.StallInterval}, {"gracePeriod", &c.GracePeriod}} {
-			if v, ok, err := finiteArg(cfg, f.key); err == nil && ok {
-				*f.dst = int64(max(v, 0))
-			}
-		}
-		if v, ok, err := finiteArg(cfg, "maxStalls"); err == nil && ok {
-			c.MaxStalls = int32(max(v, 0))
-		}
+		c := patch.apply(q.stall)
 		if c != defaultStall {
 			q.listed = true
 		}
 		q.stall = c
 		r.b.queueChanged(q)
 	})
-	if ferr != nil {
-		return ferr
-	}
 	return r.okID()
 }
 
@@ -310,6 +332,11 @@ func cmdGetStallConfig(r *Req) error {
 			c = q.stall
 		}
 	})
+	writeStallConfig(r, c)
+	return nil
+}
+
+func writeStallConfig(r *Req, c StallConfig) {
 	e := r.field("config")
 	e.MapHead(4)
 	e.Str("enabled")
@@ -320,5 +347,4 @@ func cmdGetStallConfig(r *Req) error {
 	e.Int(int64(c.MaxStalls))
 	e.Str("gracePeriod")
 	e.Int(c.GracePeriod)
-	return nil
 }

@@ -353,7 +353,8 @@ func (l *live) healthSnapshot() []byte {
 
 func (l *live) storageSnapshot() []byte {
 	var e Enc
-	l.b.encodeCollections(&e, l.srv, l.b.totals())
+	t := l.b.totals()
+	encodeCollections(&e, l.b.collections(l.srv, t), t)
 	coll, _ := appendJSON(nil, e.B)
 	o := jsonObj{}
 	o.open()

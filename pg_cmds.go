@@ -96,6 +96,30 @@ var pgHandlers = map[string]Handler{
 	"RemoveChildDependency":      pgRemoveChildDependency,
 	"RemoveUnprocessedChildren":  pgRemoveUnprocessedChildren,
 	"UpdateParent":               pgUpdateParent,
+	// Moves by hand, queue maintenance, stall and DLQ policy (pg_moves.go,
+	// pg_dlq.go)
+	"Cancel":               pgCancel,
+	"Discard":              pgDiscard,
+	"Promote":              pgPromote,
+	"PromoteJobs":          pgPromoteJobs,
+	"MoveToWait":           pgMoveToWait,
+	"MoveToDelayed":        pgMoveToDelayed,
+	"ChangeDelay":          pgChangeDelay,
+	"ChangePriority":       pgChangePriority,
+	"Update":               pgUpdate,
+	"Clean":                pgClean,
+	"RetryCompleted":       pgRetryCompleted,
+	"GetCountsPerPriority": pgGetCountsPerPriority,
+	"GetJobByCustomId":     pgGetJobByCustomID,
+	"GetStallConfig":       pgGetStallConfig,
+	"SetStallConfig":       pgSetStallConfig,
+	"GetDlqConfig":         pgGetDlqConfig,
+	"SetDlqConfig":         pgSetDlqConfig,
+	"GetDlqStats":          pgGetDlqStats,
+	"RemoveDlqJob":         pgRemoveDlqJob,
+	"DashboardOverview":    pgDashboardOverview,
+	"DashboardQueues":      pgDashboardQueues,
+	"DashboardQueue":       pgDashboardQueue,
 }
 
 // pgLocal are the memory handlers that are right in PostgreSQL mode too:
@@ -924,9 +948,17 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
 	}
-	keep := pgFailJob(j, f, defaultStall, now)
+	set, err := p.settings(ctx, tx, []string{j.Queue})
+	if err != nil {
+		return Applied, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	dlq := set[j.Queue].dlqConfig()
+	keep := pgFailJob(j, f, dlq, now)
 	if keep {
 		err = p.saveJobs(ctx, tx, []*Job{j}, nil)
+		if err == nil && j.state == StateFailed {
+			err = p.trimDLQ(ctx, tx, j.Queue, dlq)
+		}
 	} else {
 		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = $1`), id)
 	}
@@ -961,15 +993,19 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 // job pulled without an owner is marked alive for another stall interval.
 func (p *PG) heartbeat(ctx context.Context, ids, tokens []string, durations []int64, lockOnly bool) (int, error) {
 	now := p.b.now()
+	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
+	// watched) and the deadline never comes before the grace period's end.
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
-			WHEN j.lease_owner IS NULL THEN LEAST($4::bigint + $5::bigint, COALESCE(j.timeout_at, $4::bigint + $5::bigint))
-			WHEN u.tok = '' AND NOT $6::boolean THEN j.lease_expires
+			WHEN j.lease_owner IS NULL THEN CASE WHEN j.lease_ttl IS NULL THEN j.lease_expires
+				ELSE LEAST(GREATEST($4::bigint + j.lease_ttl, j.lease_expires), COALESCE(j.timeout_at, $4::bigint + j.lease_ttl)) END
+			WHEN u.tok = '' AND NOT $5::boolean THEN j.lease_expires
 			ELSE LEAST($4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END,
-				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END
+				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END,
+			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 ELSE 0 END
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
 		WHERE j.id = u.id AND j.state = 4 AND (u.tok = '' OR j.lease_token = u.tok)
-			AND (NOT $6::boolean OR j.lease_owner IS NOT NULL)`),
-		ids, tokens, durations, now, defaultStall.StallInterval, lockOnly)
+			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
+		ids, tokens, durations, now, lockOnly)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
 	}
@@ -1079,20 +1115,25 @@ func (c *JobCounts) pgDest() []any {
 
 // counts are a queue's jobs by state.
 func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
-	now := p.b.now()
+	c, _, err := p.countsTx(ctx, p.pool, queue, p.b.now())
+	return c, err
+}
+
+// countsTx is counts through q, with whether the queue is paused.
+func (p *PG) countsTx(ctx context.Context, q pgQuerier, queue string, now int64) (JobCounts, bool, error) {
 	var c JobCounts
 	var paused bool
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT `+pgCountCols("$2")+`,
+	err := q.QueryRow(ctx, p.sql(`SELECT `+pgCountCols("$2")+`,
 			COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
 		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(append(c.pgDest(), &paused)...)
 	if err != nil {
-		return c, pgErr(fmt.Errorf("count jobs: %w", err))
+		return c, false, pgErr(fmt.Errorf("count jobs: %w", err))
 	}
 	if paused {
 		c.Paused = c.Waiting + c.Prioritized
 		c.Waiting, c.Prioritized = 0, 0
 	}
-	return c, nil
+	return c, paused, nil
 }
 
 func pgGetJobCounts(r *Req) error {
@@ -1667,7 +1708,7 @@ func pgStats(r *Req) error {
 // dlqJobs reads a queue's dead-lettered jobs in the order they entered,
 // filtered as the DLQ commands' filter object says.
 func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, count int64, hasCount bool, jobID string, lock bool) ([]*Job, error) {
-	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY done_at, seq`
+	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
@@ -1683,7 +1724,11 @@ func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, 
 	var sel []*Job
 	switch {
 	case f != nil:
-		sel = f.applyList(all, defaultDLQ, now)
+		set, err := p.settings(ctx, q, []string{queue})
+		if err != nil {
+			return nil, pgErr(err)
+		}
+		sel = f.applyList(all, set[queue].dlqConfig(), now)
 	case jobID != "":
 		for _, j := range all {
 			if j.ID == jobID {
@@ -1738,25 +1783,27 @@ func pgRetryDlq(r *Req) error {
 		return err
 	}
 	now := p.b.now()
+	var back []*Job
 	for _, j := range sel {
-		j.dlq = nil
-		j.state = StateWaiting
-		j.state = j.readyState()
-		j.resetForRetry(now)
+		// A job whose unique key a live job took meanwhile stays, as in
+		// memory mode.
+		held, err := p.uniqueHeld(ctx, tx, j)
+		if err != nil {
+			return pgErr(err)
+		}
+		if !held {
+			resetDLQ(j, false, now)
+			pgEnqueue(j, now)
+			back = append(back, j)
+		}
 	}
-	if len(sel) > 0 {
-		if err := p.saveJobs(ctx, tx, sel, nil); err != nil {
-			// A live job took the unique key meanwhile.
-			return pgErr(err)
-		}
-		if err := p.notify(ctx, tx, d.queue); err != nil {
-			return pgErr(err)
-		}
+	if err := p.requeue(ctx, tx, d.queue, back); err != nil {
+		return pgErr(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return pgErr(err)
 	}
-	r.field("count").Int(int64(len(sel)))
+	r.field("count").Int(int64(len(back)))
 	return nil
 }
 

@@ -226,24 +226,35 @@ func pgCronList(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, p.sql(`SELECT record FROM {s}.crons ORDER BY created`))
+	crons, err := p.crons(ctx, p.pool)
 	if err != nil {
-		return pgErr(err)
+		return err
+	}
+	e := r.field("crons")
+	e.ArrayHead(len(crons))
+	for i := range crons {
+		encodeCron(e, &crons[i])
+	}
+	return nil
+}
+
+// crons reads every schedule, in the order they were made.
+func (p *PG) crons(ctx context.Context, q pgQuerier) ([]CronSchedule, error) {
+	rows, err := q.Query(ctx, p.sql(`SELECT record FROM {s}.crons ORDER BY created`))
+	if err != nil {
+		return nil, pgErr(err)
 	}
 	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return pgErr(err)
+		return nil, pgErr(err)
 	}
-	e := r.field("crons")
-	e.ArrayHead(len(recs))
-	for _, rec := range recs {
-		s, err := decodeCronRecord(rec)
-		if err != nil {
-			return pgErr(fmt.Errorf("cron record: %w", err))
+	out := make([]CronSchedule, len(recs))
+	for i, rec := range recs {
+		if out[i], err = decodeCronRecord(rec); err != nil {
+			return nil, pgErr(fmt.Errorf("cron record: %w", err))
 		}
-		encodeCron(e, &s)
 	}
-	return nil
+	return out, nil
 }
 
 func pgCronDelete(r *Req) error {

@@ -496,11 +496,19 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 				return fmt.Errorf("fail parent %s: %w", par.ID, err)
 			}
 			msg := policyRecord(par, &it, now)
-			pgDeadLetter(par, "unknown", msg, true, now)
+			set, serr := p.settings(ctx, tx, []string{par.Queue})
+			if serr != nil {
+				return serr
+			}
+			dlq := set[par.Queue].dlqConfig()
+			pgDeadLetter(par, "unknown", msg, true, dlq, now)
 			par.failErr, par.hasFail = "", false // GetJob's failedReason comes from the timeline
 			f.events = append(f.events, pgFlowEvent{par, evFailed, evArgs{err: msg, hasErr: true}})
 			f.failed++
 			if err := p.saveJobs(ctx, tx, []*Job{par}, nil); err != nil {
+				return err
+			}
+			if err := p.trimDLQ(ctx, tx, par.Queue, dlq); err != nil {
 				return err
 			}
 			// The parent is dead-lettered: its own policy acts on its parent.

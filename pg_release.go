@@ -102,6 +102,14 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	held := make([]*Job, 0, len(locked))
+	for _, l := range locked {
+		held = append(held, l.j)
+	}
+	renewals, err := p.leaseRenewals(ctx, tx, held)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
 	var back []*Job
 	queues := map[string]bool{}
 	for _, id := range ids {
@@ -110,8 +118,8 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 			continue // finished, or claimed again, meanwhile
 		}
 		j := l.j
-		if l.owned && renewed(j) {
-			continue
+		if renewals[id] > 0 {
+			continue // trusted to be alive elsewhere until its lock runs out
 		}
 		j.lease = nil
 		j.StartedAt = 0
@@ -135,16 +143,4 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
-}
-
-// renewed reports a lease extended since its claim: the claim set it to
-// run out one TTL after the start (or at the job's timeout, if sooner),
-// and every renewal moves it.
-func renewed(j *Job) bool {
-	l := j.lease
-	first := j.StartedAt + l.TTL
-	if j.Timeout != none && j.Timeout > 0 {
-		first = min(first, j.StartedAt+j.Timeout)
-	}
-	return l.ExpiresAt != first
 }

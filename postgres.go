@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -129,6 +131,28 @@ var pgMigrations = []string{
 		PRIMARY KEY (dep_id, job_id)
 	);
 	CREATE INDEX deps_job ON {s}.deps (job_id);`,
+	`-- MIGRATION moves
+	-- A queue's stall and DLQ policy (NULL: the default; dlq_max_age -1:
+	-- entries never expire). A job row's lease_ttl is, without a lock, how
+	-- long it may go without a heartbeat (NULL: stall detection is off).
+	-- A DLQ row's dlq_at orders the DLQ, and dlq_due is when its entry
+	-- expires or is retried automatically.
+	ALTER TABLE {s}.queues
+		ADD COLUMN stall_enabled      BOOLEAN,
+		ADD COLUMN stall_interval     BIGINT,
+		ADD COLUMN stall_max          INTEGER,
+		ADD COLUMN stall_grace        BIGINT,
+		ADD COLUMN dlq_auto_retry     BOOLEAN,
+		ADD COLUMN dlq_retry_interval BIGINT,
+		ADD COLUMN dlq_max_retries    INTEGER,
+		ADD COLUMN dlq_max_age        BIGINT,
+		ADD COLUMN dlq_max_entries    INTEGER;
+	ALTER TABLE {s}.jobs
+		ADD COLUMN lease_renewals INTEGER NOT NULL DEFAULT 0,
+		ADD COLUMN dlq_at         BIGINT,
+		ADD COLUMN dlq_due        BIGINT;
+	CREATE INDEX jobs_dlq ON {s}.jobs (queue, dlq_at, seq) WHERE state = 6;
+	CREATE INDEX jobs_dlq_due ON {s}.jobs (dlq_due) WHERE state = 6;`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -495,11 +519,22 @@ func (p *PG) reaper() {
 	}
 }
 
-// reapOnce puts back jobs whose lease ran out: the worker is gone (or too
-// slow to say otherwise). It costs them an attempt and a stall; past their
-// attempts or their stalls they go to the DLQ, as in memory mode. A job
-// past its timeout fails as a timeout.
+// reapOnce puts back jobs whose lease ran out, or that stopped sending
+// heartbeats, as the queue's stall policy says: it costs them an attempt
+// and a stall; past their attempts or their stalls they go to the DLQ, as
+// in memory mode. A job past its timeout fails as a timeout. Then it
+// expires and auto-retries DLQ entries whose time came.
 func (p *PG) reapOnce(ctx context.Context) error {
+	if err := p.reapLeases(ctx); err != nil {
+		return fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	if err := p.reapDLQ(ctx); err != nil {
+		return fmt.Errorf("DLQ expiry and auto-retry: %w", err)
+	}
+	return nil
+}
+
+func (p *PG) reapLeases(ctx context.Context) error {
 	now := p.b.now()
 	type ev struct {
 		j *Job
@@ -508,55 +543,105 @@ func (p *PG) reapOnce(ctx context.Context) error {
 	}
 	var evs []ev
 	fl := &pgFlowTx{}
+	failed := 0
+	// gaveUp are the jobs this pass failed for good, with their error: a
+	// child's failure acts on its parent (pg_flows.go).
+	type gone struct {
+		j   *Job
+		err string
+	}
+	var gaveUp []gone
 	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
 		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+		leased, err := p.leaseRenewals(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
+		set, err := p.settingsOf(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
 		queues := map[string]bool{}
-		var keep []*Job
+		dlqs := map[string]bool{}
+		var keep, unwatched []*Job
 		var remove []string
 		for _, j := range jobs {
+			stall, dlq := set[j.Queue].stallConfig(), set[j.Queue].dlqConfig()
+			renewals, owned := leased[j.ID]
+			timedOut := j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now
+			if !owned && !stall.Enabled && !timedOut {
+				// Stall detection was turned off since the claim.
+				unwatched = append(unwatched, j)
+				continue
+			}
 			queues[j.Queue] = true
-			if j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now {
+			switch {
+			case timedOut:
 				f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
-				if pgFailJob(j, f, defaultStall, now) {
+				if pgFailJob(j, f, dlq, now) {
 					keep = append(keep, j)
 				} else {
 					remove = append(remove, j.ID)
 				}
 				evs = append(evs, ev{j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true}})
-				continue
-			}
-			j.Attempts++
-			j.Stalls++
-			j.Heartbeat, j.StartedAt = now, 0
-			j.lease = nil
-			if j.Attempts >= j.MaxAtt || j.Stalls >= defaultStall.MaxStalls {
-				reason, msg := "stalled", "Lock expired"
-				if j.Attempts >= j.MaxAtt {
-					reason, msg = "max_attempts_exceeded", "Lock expired at max attempts ("+itoa(int64(j.MaxAtt))+")"
+				if j.state == StateDelayed {
+					evs = append(evs, ev{j, evRetried, evArgs{prev: "failed"}})
+				} else {
+					gaveUp = append(gaveUp, gone{j, f.err})
 				}
-				pgDeadLetter(j, reason, msg, true, now)
-				evs = append(evs, ev{j, evFailed, evArgs{err: msg, hasErr: true, noData: true}})
-			} else {
-				j.state = j.readyState()
-				j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
-				evs = append(evs, ev{j, evStalled, evArgs{}})
+			case isCronJob(j):
+				// A cron job is not run late: its next run comes anyway.
+				remove = append(remove, j.ID)
+			case owned:
+				if reason, msg, evMsg := lockLapsed(j, stall, renewals, now); reason != "" {
+					pgDeadLetter(j, reason, msg, true, dlq, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}},
+						ev{j, evFailed, evArgs{err: evMsg, hasErr: true, noData: true}})
+					gaveUp = append(gaveUp, gone{j, evMsg})
+				} else {
+					j.state = j.readyState()
+					evs = append(evs, ev{j, evStalled, evArgs{}})
+				}
+				keep = append(keep, j)
+			default:
+				if reason, msg := stallLapsed(j, stall, now); reason != "" {
+					pgDeadLetter(j, reason, msg, true, dlq, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}})
+					gaveUp = append(gaveUp, gone{j, msg})
+				} else {
+					pgEnqueue(j, now)
+					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "retry"}})
+				}
+				keep = append(keep, j)
 			}
-			keep = append(keep, j)
+			if timedOut || j.state == StateFailed {
+				failed++
+			}
+			if j.state == StateFailed {
+				dlqs[j.Queue] = true
+			}
 		}
-		if len(keep) > 0 {
-			if err := p.saveJobs(ctx, tx, keep, nil); err != nil {
+		// saveJobs gives an unwatched job the deadline its queue's policy
+		// gives now.
+		if save := append(keep, unwatched...); len(save) > 0 {
+			if err := p.saveJobs(ctx, tx, save, nil); err != nil {
 				return err
 			}
 		}
 		if len(remove) > 0 {
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), remove); err != nil {
+			if err := p.deleteIDs(ctx, tx, remove); err != nil {
 				return err
 			}
 		}
-		// Children given up on act on their parents (pg_flows.go).
-		for _, e := range evs {
-			if e.t == evFailed && e.j.state != StateDelayed && e.j.ParentID != "" {
-				if err := p.childFailed(ctx, tx, fl, e.j, e.a.err, now); err != nil {
+		// In name order, so that two reapers take the trim locks in turn.
+		for _, q := range slices.Sorted(maps.Keys(dlqs)) {
+			if err := p.trimDLQ(ctx, tx, q, set[q].dlqConfig()); err != nil {
+				return err
+			}
+		}
+		for _, g := range gaveUp {
+			if g.j.ParentID != "" {
+				if err := p.childFailed(ctx, tx, fl, g.j, g.err, now); err != nil {
 					return err
 				}
 			}
@@ -569,8 +654,9 @@ func (p *PG) reapOnce(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("reclaim expired leases: %w", err)
+		return err
 	}
+	p.b.stats.failed.Add(int64(failed))
 	for _, e := range evs {
 		p.emit(e.j.Queue, e.t, e.j, now, e.a)
 	}
@@ -652,6 +738,20 @@ var lifoSeq atomic.Int64
 // stays on the row after the lease ends, so that a late ACK or FAIL that
 // carries it is known for what it is.
 func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
+	// An active job without a lock stalls as its queue's policy says.
+	var watched []string
+	for _, j := range jobs {
+		if j.state == StateActive && j.lease == nil {
+			watched = append(watched, j.Queue)
+		}
+	}
+	var set map[string]*pgSettings
+	if len(watched) > 0 {
+		var err error
+		if set, err = p.settings(ctx, tx, watched); err != nil {
+			return err
+		}
+	}
 	n := len(jobs)
 	now := p.b.now()
 	ids := make([]string, n)
@@ -669,6 +769,8 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 	touts := make([]*int64, n)
 	recs := make([][]byte, n)
 	res := make([][]byte, n)
+	dlqAts := make([]*int64, n)
+	dlqDues := make([]*int64, n)
 	for i, j := range jobs {
 		ids[i], states[i], prios[i], keys[i], runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
 		if j.DoneAt != 0 {
@@ -679,16 +781,22 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 			uexps[i] = dedupExpiry(j, now)
 		}
 		if j.state == StateActive {
-			exp := j.Heartbeat + defaultStall.StallInterval
+			stall := set[j.Queue].stallConfig()
 			if l := j.lease; l != nil {
 				toks[i], owners[i], ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
-				exp = l.ExpiresAt
+			} else if stall.Enabled {
+				ttls[i] = ptr(stallLimit(j, stall))
 			}
 			if j.Timeout != none && j.Timeout > 0 {
 				touts[i] = ptr(j.StartedAt + j.Timeout)
-				exp = min(exp, j.StartedAt+j.Timeout)
 			}
-			exps[i] = ptr(exp)
+			if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
+				exps[i] = ptr(exp)
+			}
+		}
+		if j.state == StateFailed && j.dlq != nil {
+			dlqAts[i] = ptr(j.dlq.EnteredAt)
+			dlqDues[i] = pgDLQDue(j.dlq)
 		}
 		var e Enc
 		encodeRecord(&e, j)
@@ -706,12 +814,15 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uexp ELSE j.unique_expires END,
 		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
 		lease_broker=CASE WHEN u.state = 4 THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
-		record=u.rec, result=u.res
+		record=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due,
+		lease_renewals=CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
 		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
-			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[], $16::bigint[])
-			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp)
+			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[],
+			$16::bigint[], $17::bigint[], $18::bigint[])
+			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due)
 		WHERE j.id = u.id`),
-		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker, uexps)
+		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker,
+		uexps, dlqAts, dlqDues)
 	if err != nil {
 		return fmt.Errorf("postgres: save jobs: %w", err)
 	}
@@ -723,7 +834,7 @@ func ptr[T any](v T) *T { return &v }
 // pgFailJob applies a failed attempt to a job taken from a row: retry with
 // backoff, or the end (the DLQ, or removal, which the caller handles).
 // It returns false when the job is to be removed.
-func pgFailJob(j *Job, f failure, stall StallConfig, now int64) bool {
+func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 	startedAt := j.StartedAt
 	j.lease = nil
 	j.Attempts++
@@ -750,13 +861,18 @@ func pgFailJob(j *Job, f failure, stall StallConfig, now int64) bool {
 	if j.RemoveOnF || f.removeOnFail {
 		return false
 	}
-	pgDeadLetter(j, reason, f.err, f.hasErr, now)
+	pgDeadLetter(j, reason, f.err, f.hasErr, dlq, now)
 	return true
 }
 
-func pgDeadLetter(j *Job, reason, err string, hasErr bool, now int64) {
+// pgDeadLetter moves a job taken from a row to the DLQ under its queue's
+// policy; the caller saves it and trims the DLQ (pgTrimDLQ).
+func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now int64) {
+	// An entry on a job that is not in the DLQ was kept by an auto-retry
+	// (a retry by hand drops it): it carries on.
+	kept := j.dlq != nil && j.state != StateFailed
 	j.state = StateFailed
 	j.failErr, j.hasFail = err, hasErr
 	j.lease = nil
-	j.dlq = &DLQEntry{EnteredAt: now, Reason: reason, Error: err, HasErr: hasErr, ExpiresAt: now + defaultDLQ.MaxAge}
+	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 }

@@ -522,3 +522,19 @@ func TestPGCronOncePerTick(t *testing.T) {
 		prev = at
 	}
 }
+
+// TestPGEveryCommandHandled: PostgreSQL mode answers every command of the
+// table with a handler of its own or with the broker-local one; none
+// falls back to "not available in PostgreSQL mode yet".
+func TestPGEveryCommandHandled(t *testing.T) {
+	for name := range commands {
+		if !pgLocal[name] && pgHandlers[name] == nil {
+			t.Errorf("%s has no PostgreSQL mode handler", name)
+		}
+	}
+	for name := range pgHandlers {
+		if commands[name] == nil {
+			t.Errorf("%s is handled in PostgreSQL mode but is not a command", name)
+		}
+	}
+}

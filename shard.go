@@ -364,17 +364,16 @@ func (q *Queue) dropWaiter(w *waiter) {
 
 // deadline is the next moment an active job must be looked at: its lock
 // expiry, its stall limit when it has no lock, or its processing timeout.
-func (s *Shard) deadline(q *Queue, j *Job) int64 {
+func (s *Shard) deadline(q *Queue, j *Job) int64 { return stallDeadline(j, q.stall) }
+
+// stallDeadline is deadline under the stall policy c.
+func stallDeadline(j *Job, c StallConfig) int64 {
 	d := int64(math.MaxInt64)
 	if j.lease != nil {
 		d = j.lease.ExpiresAt
-	} else if q.stall.Enabled {
-		limit := q.stall.StallInterval
-		if j.StallTO != none && j.StallTO > 0 {
-			limit = j.StallTO
-		}
-		d = j.Heartbeat + limit
-		if g := j.StartedAt + q.stall.GracePeriod; g > d {
+	} else if c.Enabled {
+		d = j.Heartbeat + stallLimit(j, c)
+		if g := j.StartedAt + c.GracePeriod; g > d {
 			d = g
 		}
 	}
@@ -384,6 +383,15 @@ func (s *Shard) deadline(q *Queue, j *Job) int64 {
 		}
 	}
 	return d
+}
+
+// stallLimit is how long an active job without a lock may go without a
+// heartbeat: its own stall timeout, or its queue's interval.
+func stallLimit(j *Job, c StallConfig) int64 {
+	if j.StallTO != none && j.StallTO > 0 {
+		return j.StallTO
+	}
+	return c.StallInterval
 }
 
 func (s *Shard) watch(q *Queue, j *Job, now int64) {
@@ -499,16 +507,8 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 	}
 	renewals := j.lease.Renewals
 	s.deactivate(q, j)
-	j.Attempts++
-	j.Stalls++
-	j.Heartbeat = now
-	j.StartedAt = 0
 	s.releaseUnique(q, j)
-	if j.Attempts >= j.MaxAtt || (q.stall.MaxStalls > 0 && j.Stalls >= q.stall.MaxStalls) {
-		reason, msg, ev := "stalled", "Lock expired after "+itoa(int64(renewals))+" renewals", "Lock expired (max stalls reached)"
-		if j.Attempts >= j.MaxAtt {
-			reason, msg, ev = "max_attempts_exceeded", "Lock expired at max attempts ("+itoa(int64(j.MaxAtt))+")", "Lock expired (max attempts reached)"
-		}
+	if reason, msg, ev := lockLapsed(j, q.stall, renewals, now); reason != "" {
 		s.emitStalled(q, j, now, "move_to_dlq")
 		s.toDLQ(q, j, reason, msg, true, now)
 		s.emit(q, evFailed, j, now, evArgs{err: ev, hasErr: true, noData: true})
@@ -520,6 +520,25 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 	s.b.persist(j)
 }
 
+// lockLapsed counts a lapsed lock against a job. When the job has used
+// its attempts or stalled too often it answers the DLQ reason, the entry's
+// error and the failed event's; else the job is to go back to its queue
+// as it was.
+func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, ev string) {
+	j.Attempts++
+	j.Stalls++
+	j.Heartbeat = now
+	j.StartedAt = 0
+	j.lease = nil
+	if j.Attempts >= j.MaxAtt {
+		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.MaxAtt)) + ")", "Lock expired (max attempts reached)"
+	}
+	if c.MaxStalls > 0 && j.Stalls >= c.MaxStalls {
+		return "stalled", "Lock expired after " + itoa(int64(renewals)) + " renewals", "Lock expired (max stalls reached)"
+	}
+	return "", "", ""
+}
+
 // stalled: an active job without a lock whose heartbeats stopped.
 func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 	s.deactivate(q, j)
@@ -528,28 +547,37 @@ func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 		s.forget(j)
 		return
 	}
-	toDLQ := (q.stall.MaxStalls > 0 && j.Stalls+1 >= q.stall.MaxStalls) || j.Attempts+1 >= j.MaxAtt
-	j.Stalls++
-	j.Attempts++
-	j.StartedAt = 0
-	j.Heartbeat = now
 	s.releaseUnique(q, j)
-	if toDLQ {
-		reason, msg := "stalled", "Job stalled "+itoa(int64(j.Stalls))+" times"
-		if j.Attempts >= j.MaxAtt {
-			reason, msg = "max_attempts_exceeded", "Job stalled at max attempts ("+itoa(int64(j.MaxAtt))+")"
-		}
+	if reason, msg := stallLapsed(j, q.stall, now); reason != "" {
 		s.emitStalled(q, j, now, "move_to_dlq")
 		s.toDLQ(q, j, reason, msg, true, now)
 		s.b.stats.failed.Add(1)
 		return
 	}
-	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
-	j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
-	j.RunAt = now + backoffDelay(j)
 	s.enqueue(q, j, now)
 	s.emitStalled(q, j, now, "retry")
 	s.b.persist(j)
+}
+
+// stallLapsed counts a stall against a job without a lock. When the job
+// has used its attempts or stalled too often it answers the DLQ reason
+// and error; else the job is set to run again after its backoff.
+func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
+	toDLQ := (c.MaxStalls > 0 && j.Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.MaxAtt
+	j.Stalls++
+	j.Attempts++
+	j.StartedAt = 0
+	j.Heartbeat = now
+	if toDLQ {
+		if j.Attempts >= j.MaxAtt {
+			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.MaxAtt)) + ")"
+		}
+		return "stalled", "Job stalled " + itoa(int64(j.Stalls)) + " times"
+	}
+	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
+	j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+	j.RunAt = now + backoffDelay(j)
+	return "", ""
 }
 
 func (s *Shard) emitStalled(q *Queue, j *Job, now int64, action string) {
