@@ -185,30 +185,17 @@ func TestCompat(t *testing.T) {
 	if len(scripts) < 10 {
 		t.Fatalf("only %d compat scripts found", len(scripts))
 	}
-	// Every script runs against both local storage engines, and those
-	// whose features PostgreSQL mode has so far against a broker in it.
+	// Every script runs against both local storage engines and against a
+	// broker in PostgreSQL mode.
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		for _, script := range scripts {
 			name := strings.TrimSuffix(filepath.Base(script), ".test.ts")
-			if mode == "postgres" && !pgCompatScripts[name] {
-				continue
-			}
 			t.Run(mode+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				runScript(t, dir, bun, script, storageFlags(t, mode))
 			})
 		}
 	}
-}
-
-// pgCompatScripts are the compat scripts PostgreSQL mode passes so far;
-// the others need commands it does not have yet (see issue 8).
-var pgCompatScripts = map[string]bool{
-	"basic": true, "bulk": true, "priority": true, "delay": true, "retry": true, "unrecoverable": true,
-	"customid": true, "queries": true, "pause": true, "progress": true, "wait": true, "limits": true, "cron": true,
-	"auth": true, "http": true, "crash": true, "groups": true, "dedup": true,
-	"flows": true, "depends": true,
-	"control": true, "timing": true,
 }
 
 // storageFlags selects an engine for a test server.
