@@ -615,13 +615,26 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 	return claimed, tokens, 0, nil
 }
 
+// pgClaimPlan and pgClaimSQL claim a queue's ready jobs of no group. A
+// queue that filled faster than autovacuum's statistics follow looks small
+// to the planner, which then sorts every ready row of it for each claim
+// (60 ms and a spill to disk for 60,000 jobs, against 0.1 ms) instead of
+// reading the claim index in order; the claim's transaction forbids that.
+const (
+	pgClaimPlan = `SET LOCAL enable_sort = off`
+	pgClaimSQL  = `SELECT record FROM {s}.jobs
+		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
+		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+)
+
 // claimUngrouped locks up to n ready jobs of no group, in claim order.
 // (A queue that has just had its first grouped job pushed may still be
 // claimed this way: its grouped jobs wait for the next claim.)
 func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int, now int64) ([]*Job, error) {
-	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs
-		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
-		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`), queue, now, n)
+	if _, err := tx.Exec(ctx, pgClaimPlan); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, p.sql(pgClaimSQL), queue, now, n)
 	if err != nil {
 		return nil, err
 	}
