@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -77,25 +78,28 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) AND unique_expires <= $3`), queue, keys, now); err != nil {
 		return plan, fmt.Errorf("release lapsed unique keys: %w", err)
 	}
-	rows, err := tx.Query(ctx, p.sql(`SELECT unique_key, id, state FROM {s}.jobs
-		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) FOR UPDATE`), queue, keys)
+	rows, err := tx.Query(ctx, p.sql(`SELECT unique_key, id, state,
+			waited AND EXISTS (SELECT 1 FROM {s}.deps WHERE dep_id = jobs.id)
+		FROM {s}.jobs WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) FOR UPDATE`), queue, keys)
 	if err != nil {
 		return plan, fmt.Errorf("find unique key holders: %w", err)
 	}
 	type holder struct {
-		id    string
-		state State
-		idx   int // in the batch, or -1: a row
+		id         string
+		state      State
+		idx        int  // in the batch, or -1: a row
+		dependents bool // live jobs wait for it (pg_flows.go)
 	}
 	held := map[string]*holder{}
 	for rows.Next() {
 		var k, id string
 		var st int16
-		if err := rows.Scan(&k, &id, &st); err != nil {
+		var deps bool
+		if err := rows.Scan(&k, &id, &st, &deps); err != nil {
 			rows.Close()
 			return plan, err
 		}
-		held[k] = &holder{id: id, state: pgRowState(st), idx: -1}
+		held[k] = &holder{id: id, state: pgRowState(st), idx: -1, dependents: deps}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -103,6 +107,7 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 	}
 	var remove, release []string
 	extend := map[string]int64{}
+jobs:
 	for i, j := range jobs {
 		if j.UniqueKey == "" || live[j.CustomID] {
 			continue
@@ -118,6 +123,12 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 			switch {
 			case h.idx >= 0:
 				plan.dropped[h.idx] = true
+			case removeHolder && h.dependents:
+				// As in memory mode: the jobs waiting on it would be left
+				// waiting for a job that is gone.
+				plan.upto = i
+				plan.refused = errors.New("Cannot replace deduplicated job " + h.id + " because live jobs depend on it")
+				break jobs
 			case removeHolder:
 				remove = append(remove, h.id)
 			default:

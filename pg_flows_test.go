@@ -719,3 +719,21 @@ func TestPGPushAndAckAtOnce(t *testing.T) {
 		t.Fatalf("pushed jobs after all their dependencies completed: %v", c)
 	}
 }
+
+// TestPGDedupReplaceKeepsDependedOn: a replacing push does not remove a
+// job that live jobs depend on: it is refused, and both jobs stay.
+func TestPGDedupReplaceKeepsDependedOn(t *testing.T) {
+	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
+		obs := map[string]any{}
+		dedup := map[string]any{"ttl": 60000, "replace": true}
+		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "dr", "data": 1, "jobId": "held", "uniqueKey": "k",
+			"dedup": map[string]any{"ttl": 60000}})
+		cs[1].ok(map[string]any{"cmd": "PUSH", "queue": "dr", "data": 2, "jobId": "after", "dependsOn": []any{"held"}})
+		obs["refused"] = cs[2].fail(map[string]any{"cmd": "PUSH", "queue": "dr", "data": 3, "jobId": "new",
+			"uniqueKey": "k", "dedup": dedup})
+		obs["held"] = stateOf(t, cs[0], "held")
+		obs["after"] = stateOf(t, cs[0], "after")
+		obs["new"] = cs[1].fail(map[string]any{"cmd": "GetJob", "id": "new"})
+		return obs
+	})
+}
