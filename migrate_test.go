@@ -369,6 +369,19 @@ func TestMigrateFlowsGroupsPolicies(t *testing.T) {
 		c.ok(map[string]any{"cmd": "FAIL", "id": id, "error": "boom"})
 		dead = append(dead, id)
 	}
+	// y waits for x; x's row goes as if x had completed and been removed
+	// by a server that died before it released y.
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "gone", "jobId": "x", "data": "x"})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "gone", "jobId": "y", "data": "y", "dependsOn": []any{"x"}})
+	srv.stop(t)
+	restarted := filepath.Join(t.TempDir(), "restarted.db")
+	dropJob(t, path, "x", restarted)
+	// What a restart on the file makes of it, to compare.
+	srv = startBinary(t, "--data-path", restarted)
+	c = dial(t, srv.addr())
+	if st := stateOf(t, c, "y"); st != "waiting" {
+		t.Fatalf("y after a restart on the file: %s", st)
+	}
 	srv.stop(t)
 
 	migrated := time.Now()
@@ -376,6 +389,9 @@ func TestMigrateFlowsGroupsPolicies(t *testing.T) {
 	t.Logf("queued migrate:\n%s", out)
 	if code != 0 || !strings.Contains(out, "the counts match") || !strings.Contains(out, "3 groups, 4 dependencies not yet met") {
 		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "1 jobs whose dependencies all completed run") {
+		t.Fatalf("the migration does not say y runs:\n%s", out)
 	}
 	if strings.Contains(out, "not acted on") {
 		t.Fatalf("the migration says settings are not acted on:\n%s", out)
@@ -386,6 +402,10 @@ func TestMigrateFlowsGroupsPolicies(t *testing.T) {
 	// migration, as from a restart.
 	if id := str(t, p1.ok(map[string]any{"cmd": "PUSH", "queue": "dd", "data": 2, "uniqueKey": "K", "dedup": map[string]any{"ttl": ttl}}), "id"); id != held {
 		t.Fatalf("a push of the held key made %s, want the holder %s", id, held)
+	}
+
+	if st := stateOf(t, p2, "y"); st != "waiting" {
+		t.Fatalf("y after the migration: %s, after a restart: waiting", st)
 	}
 
 	// The flow: the parent waits for k2 and k3 only; their ACKs through
@@ -504,5 +524,41 @@ func TestMigrateFlowsGroupsPolicies(t *testing.T) {
 	}
 	if n := num(t, countsOf(t, p1, "dd")["waiting"]); n != 2 {
 		t.Fatalf("queue dd: %v waiting, want the holder and the new job", n)
+	}
+}
+
+// dropJob deletes job id's row from a stopped server's data file, after
+// saving a copy of the result at saveAs.
+func dropJob(t *testing.T, path, id, saveAs string) {
+	t.Helper()
+	sq, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	rows, err := sq.db.Query(`SELECT seq, record FROM jobs`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64 = -1
+	for rows.Next() {
+		var s int64
+		var rec []byte
+		if err := rows.Scan(&s, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := decodeRecord(rec); err == nil && j.ID == id {
+			seq = s
+		}
+	}
+	rows.Close()
+	if seq < 0 {
+		t.Fatalf("no job %s in %s", id, path)
+	}
+	if _, err := sq.db.Exec(`DELETE FROM jobs WHERE seq = ?`, seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.db.Exec(`VACUUM INTO ?`, saveAs); err != nil {
+		t.Fatal(err)
 	}
 }
