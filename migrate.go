@@ -9,7 +9,9 @@ package main
 // state (an active job's worker is gone, so it waits again with its
 // attempts kept), completed jobs' results, the dead-letter queue, logs,
 // cron schedules (a run missed while stopped is skipped or kept as the
-// schedule says, as at a restart) and queue settings. Everything is
+// schedule says, as at a restart), queue settings and policies, group
+// settings, the dependencies jobs still wait for, and dedup keys (whose
+// ttl starts again, as at a restart). Everything is
 // written in one transaction, with the namespace's tables locked, and the
 // counts read back inside it must match those read from SQLite before it
 // commits: a migration that fails leaves the namespace as it was.
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -37,9 +40,11 @@ const migrateUsage = `Usage: queued migrate --from FILE --postgres-url URL [--po
 
 Moves a SQLite deployment into a PostgreSQL namespace: jobs in every state
 (active jobs wait again, with their attempts kept, as after a restart),
-results, the dead-letter queue, logs, cron schedules and queue settings
-(paused, rate and concurrency limits). Stop the server first: a data file
-a running server holds is refused.
+results, the dead-letter queue, logs, cron schedules, queue settings
+(paused, rate and concurrency limits, stall and dead-letter policies),
+groups with their settings, flows (the dependencies and children jobs
+still wait for) and dedup keys (a ttl starts again, as at a restart).
+Stop the server first: a data file a running server holds is refused.
 
 Everything is written in one transaction. The counts per queue and state
 are printed from SQLite before and read back from PostgreSQL after; when
@@ -135,14 +140,16 @@ func (qc queueCounts) add(queue string, st State) {
 
 // sqliteSource is what a pass over the data file found.
 type sqliteSource struct {
-	before   queueCounts // as stored
-	expected queueCounts // as they will be in PostgreSQL
-	requeued int         // active jobs that wait again
-	ids      map[string]struct{}
-	firstSeq map[string]int64 // a queue's oldest job, for the queue order
-	refused  map[string]int   // options PostgreSQL mode does not carry out yet, by name
-	refusedE []string         // a few of the jobs refused
-	bad      int              // unreadable records
+	before   queueCounts         // as stored
+	expected queueCounts         // as they will be in PostgreSQL
+	requeued int                 // active jobs that wait again
+	done     map[string]bool     // the file's jobs by id: completed or not
+	firstSeq map[string]int64    // a queue's oldest job, for the queue order
+	groups   map[string][]string // a queue's groups, as they came
+	waiters  []string            // with deps: waiters[i] waits for deps[i]
+	deps     []string
+	released int // jobs whose dependencies all completed: they run
+	bad      int // unreadable records
 	queues   map[string]*Queue
 	crons    []CronSchedule
 	ended    []string // schedules that had used up their runs
@@ -152,9 +159,12 @@ type sqliteSource struct {
 }
 
 // migrateJob turns a job read from SQLite into the job PostgreSQL mode
-// keeps, as a restart would (restoreQueued, restoreDead): an active job's
-// worker is gone, so it waits again with its attempts kept.
-func migrateJob(j *Job, now int64) {
+// keeps, as a restart would (restoreQueued, restoreDead, finishRestore):
+// an active job's worker is gone, so it waits again with its attempts
+// kept; a job waiting for others waits for those of them still in the
+// file and not completed (one gone completed and was removed), and runs
+// when there are none. It answers those it waits for.
+func migrateJob(j *Job, now int64, done map[string]bool) []string {
 	switch j.state {
 	case StateActive, StateWaiting, StatePrioritized, StateDelayed:
 		if j.state == StateActive {
@@ -167,33 +177,55 @@ func migrateJob(j *Job, now int64) {
 		}
 	case StateFailed:
 		j.ensureDLQEntry()
+	case StateWaitingChildren:
+		var waits []string
+		for _, d := range j.DependsOn {
+			if completed, ok := done[d]; ok && !completed && !slices.Contains(waits, d) {
+				waits = append(waits, d)
+			}
+		}
+		if len(waits) == 0 && len(j.DependsOn) > 0 {
+			pgRelease(j, now)
+		}
+		return waits
 	}
+	return nil
 }
 
 // pgMigrateCols are the job columns a migration fills; pgMigrateRow gives
 // their values. The lease columns stay empty: no job is active after a
-// migration.
+// migration. waited is set with the deps rows (addDeps).
 var pgMigrateCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "done_at",
-	"unique_key", "record", "result"}
+	"unique_key", "unique_expires", "group_id", "dlq_at", "dlq_due", "record", "result"}
 
 // pgMigrateRow maps a job (already through migrateJob) to its row in the
-// jobs table, as saveJobs writes one. A column added to the jobs table is
-// filled here too.
-func pgMigrateRow(j *Job, result []byte) []any {
+// jobs table, as saveJobs and insertJobs write one. A column added to the
+// jobs table is filled here too.
+func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	var doneAt *int64
 	if j.DoneAt != 0 {
 		doneAt = ptr(j.DoneAt)
 	}
 	var uk *string
+	var uexp *int64
 	if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
-		uk = ptr(j.UniqueKey)
+		uk, uexp = ptr(j.UniqueKey), dedupExpiry(j, now)
+	}
+	var group *string
+	if j.GroupID != "" {
+		group = ptr(j.GroupID)
+	}
+	var dlqAt, dlqDue *int64
+	if j.state == StateFailed && j.dlq != nil {
+		dlqAt, dlqDue = ptr(j.dlq.EnteredAt), pgDLQDue(j.dlq)
 	}
 	if j.state != StateCompleted {
 		result = nil
 	}
 	var e Enc
 	encodeRecord(&e, j)
-	return []any{j.ID, j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, e.B, result}
+	return []any{j.ID, j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, uexp,
+		group, dlqAt, dlqDue, e.B, result}
 }
 
 // sqliteJobs walks the data file's jobs in admission order.
@@ -223,60 +255,51 @@ func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []b
 	return bad, nil
 }
 
-// migrateRefuse names the first option of j that needs state a migration
-// does not write yet (dependency rows, group rows, dedup expiries): such a
-// job stops the migration rather than run differently from what was asked.
-func migrateRefuse(j *Job) error {
-	var what string
-	switch {
-	case len(j.DependsOn) > 0:
-		what = "dependsOn"
-	case j.ParentID != "":
-		what = "parent"
-	case j.GroupID != "":
-		what = "groupId"
-	case j.DedupTTL != none || j.DedupExtend || j.DedupReplace:
-		what = "deduplication with ttl, extend or replace"
-	default:
-		return nil
-	}
-	return errors.New(what + " is not available in PostgreSQL mode yet")
-}
-
-// readSQLite takes stock of the data file and checks that PostgreSQL mode
-// can carry out all of it.
+// readSQLite takes stock of the data file: the counts, and what the jobs
+// will be in PostgreSQL mode.
 func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource, error) {
-	src := &sqliteSource{before: queueCounts{}, expected: queueCounts{}, ids: map[string]struct{}{},
-		firstSeq: map[string]int64{}, refused: map[string]int{}, queues: map[string]*Queue{}}
+	src := &sqliteSource{before: queueCounts{}, expected: queueCounts{}, done: map[string]bool{},
+		firstSeq: map[string]int64{}, groups: map[string][]string{}, queues: map[string]*Queue{}}
 	var seq int64
+	// Jobs waiting for others are decided once every job's state is known.
+	var waiting []*Job
+	seenGroup := map[[2]string]bool{}
 	bad, err := sqliteJobs(ctx, sq, func(j *Job, _ []byte) error {
 		seq++
 		src.before.add(j.Queue, j.stateAt(now))
-		if j.state != StateCompleted {
-			// A job that may still run must run as it was asked to.
-			if err := migrateRefuse(j); err != nil {
-				what := strings.TrimSuffix(err.Error(), " is not available in PostgreSQL mode yet")
-				src.refused[what]++
-				if len(src.refusedE) < 5 {
-					src.refusedE = append(src.refusedE, j.ID+" ("+what+")")
-				}
-			}
-		}
-		if j.state == StateActive {
-			src.requeued++
-		}
-		migrateJob(j, now)
-		src.expected.add(j.Queue, j.stateAt(now))
-		src.ids[j.ID] = struct{}{}
+		src.done[j.ID] = j.state == StateCompleted
 		if _, ok := src.firstSeq[j.Queue]; !ok {
 			src.firstSeq[j.Queue] = seq
 		}
+		if g := j.GroupID; g != "" && !seenGroup[[2]string{j.Queue, g}] {
+			seenGroup[[2]string{j.Queue, g}] = true
+			src.groups[j.Queue] = append(src.groups[j.Queue], g)
+		}
+		switch j.state {
+		case StateWaitingChildren:
+			waiting = append(waiting, j)
+			return nil
+		case StateActive:
+			src.requeued++
+		}
+		migrateJob(j, now, nil)
+		src.expected.add(j.Queue, j.stateAt(now))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	src.bad = bad
+	for _, j := range waiting {
+		waits := migrateJob(j, now, src.done)
+		for _, d := range waits {
+			src.waiters, src.deps = append(src.waiters, j.ID), append(src.deps, d)
+		}
+		if j.state != StateWaitingChildren {
+			src.released++
+		}
+		src.expected.add(j.Queue, j.stateAt(now))
+	}
 
 	rows, err := sq.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
 	if err != nil {
@@ -295,6 +318,13 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 			return nil, fmt.Errorf("queue %s: settings unreadable: %w", name, err)
 		}
 		src.queues[name] = q
+		// Groups with settings and no jobs keep them, as at a restart.
+		for _, g := range slices.Sorted(maps.Keys(q.groups)) {
+			if !seenGroup[[2]string{name, g}] {
+				seenGroup[[2]string{name, g}] = true
+				src.groups[name] = append(src.groups[name], g)
+			}
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -343,7 +373,7 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 			rows.Close()
 			return nil, fmt.Errorf("read logs: %w", err)
 		}
-		if _, ok := src.ids[id]; ok {
+		if _, ok := src.done[id]; ok {
 			src.logs++
 		} else {
 			src.orphans++
@@ -392,22 +422,6 @@ func (src *sqliteSource) queueRow(name string) pgQueueRow {
 	return pgQueueRow{paused: q.paused, rate: q.rate, conc: q.concLimit}
 }
 
-// unapplied names the settings of a queue that PostgreSQL mode keeps (in
-// the queue row's settings) but does not act on yet.
-func unapplied(q *Queue) []string {
-	var out []string
-	if q.stall != defaultStall {
-		out = append(out, "stall configuration")
-	}
-	if q.dlqCfg != defaultDLQ {
-		out = append(out, "dead-letter configuration")
-	}
-	if len(q.groups) > 0 {
-		out = append(out, "group settings")
-	}
-	return out
-}
-
 func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.Logger) error {
 	if fi, err := os.Stat(o.from); err != nil {
 		return fmt.Errorf("no SQLite data file at %s: %w", o.from, err)
@@ -439,17 +453,13 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	printCounts(out, src.before, src.queueOrder())
 	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
 		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
+	ngroups := 0
+	for _, g := range src.groups {
+		ngroups += len(g)
+	}
+	fmt.Fprintf(out, "%d groups, %d dependencies not yet met\n", ngroups, len(src.waiters))
 	if src.bad > 0 {
 		return fmt.Errorf("%s: %d job records could not be read; nothing migrated", o.from, src.bad)
-	}
-	if len(src.refused) > 0 {
-		var what []string
-		for k, n := range src.refused {
-			what = append(what, fmt.Sprintf("%s: %d", k, n))
-		}
-		sort.Strings(what)
-		return fmt.Errorf("jobs that may still run use options PostgreSQL mode does not carry out yet (%s; for example %s); nothing migrated",
-			strings.Join(what, ", "), strings.Join(src.refusedE, ", "))
 	}
 	if src.requeued > 0 {
 		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
@@ -463,12 +473,8 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	if src.webhooks > 0 {
 		fmt.Fprintf(out, "%d webhooks are not moved: in PostgreSQL mode each broker has its own; add them on each broker\n", src.webhooks)
 	}
-	for _, name := range src.queueOrder() {
-		if q := src.queues[name]; q != nil {
-			if u := unapplied(q); len(u) > 0 {
-				fmt.Fprintf(out, "queue %s: %s kept, but not acted on in PostgreSQL mode yet\n", name, strings.Join(u, ", "))
-			}
-		}
+	if src.released > 0 {
+		fmt.Fprintf(out, "%d jobs whose dependencies all completed run, as after a restart\n", src.released)
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -484,7 +490,8 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	}
 	fmt.Fprintf(out, "After: namespace %s (PostgreSQL, read back)\n", o.namespace)
 	printCounts(out, after.counts, after.order)
-	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused\n", after.logs, after.crons, len(after.order), after.paused)
+	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused, %d dependencies not yet met\n",
+		after.logs, after.crons, len(after.order), after.paused, after.deps)
 	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", o.from, o.namespace, schema)
 	return nil
 }
@@ -496,6 +503,7 @@ type pgReadBack struct {
 	order  []string
 	logs   int
 	crons  int
+	deps   int // dependencies not yet met
 	paused int
 	queues map[string]pgQueueRow
 }
@@ -546,8 +554,8 @@ func (p *PG) readBack(ctx context.Context, tx pgx.Tx, now int64) (*pgReadBack, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read queues: %w", err)
 	}
-	if err := tx.QueryRow(ctx, p.sql(`SELECT (SELECT count(*) FROM {s}.job_logs), (SELECT count(*) FROM {s}.crons)`)).
-		Scan(&rb.logs, &rb.crons); err != nil {
+	if err := tx.QueryRow(ctx, p.sql(`SELECT (SELECT count(*) FROM {s}.job_logs), (SELECT count(*) FROM {s}.crons),
+		(SELECT count(*) FROM {s}.deps)`)).Scan(&rb.logs, &rb.crons, &rb.deps); err != nil {
 		return nil, fmt.Errorf("count logs and schedules: %w", err)
 	}
 	return rb, nil
@@ -567,7 +575,7 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, p.sql(`LOCK TABLE {s}.jobs, {s}.queues, {s}.crons, {s}.job_logs IN EXCLUSIVE MODE`)); err != nil {
+	if _, err := tx.Exec(ctx, p.sql(`LOCK TABLE {s}.jobs, {s}.queues, {s}.crons, {s}.job_logs, {s}.deps, {s}.groups IN EXCLUSIVE MODE`)); err != nil {
 		return nil, fmt.Errorf("lock the namespace's tables: %w", err)
 	}
 	prior, err := p.readBack(ctx, tx, now)
@@ -606,19 +614,38 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 			rmax, rdur, rtok, rat, rexp, rcons = ptr(b.max), ptr(b.duration), ptr(b.max), ptr(now), ptr(b.expires), ptr(int64(0))
 		}
 		var settings []byte
+		// NULL policy columns are the defaults.
+		var pol pgSettings
 		if q := src.queues[name]; q != nil {
 			settings = encodeQueueSettings(q)
+			if q.stall != defaultStall {
+				pol.setStall(q.stall)
+			}
+			if q.dlqCfg != defaultDLQ {
+				pol.setDLQ(q.dlqCfg)
+			}
 		}
-		_, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name, paused, settings, rate_max, rate_duration, rate_tokens,
-				rate_at, rate_expires, rate_consumed, conc_limit)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		_, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues AS q (name, paused, settings, rate_max, rate_duration, rate_tokens,
+				rate_at, rate_expires, rate_consumed, conc_limit, grouped, stall_enabled, stall_interval, stall_grace,
+				stall_max, dlq_auto_retry, dlq_retry_interval, dlq_max_age, dlq_max_retries, dlq_max_entries)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 			ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, settings = EXCLUDED.settings,
 				rate_max = EXCLUDED.rate_max, rate_duration = EXCLUDED.rate_duration, rate_tokens = EXCLUDED.rate_tokens,
 				rate_at = EXCLUDED.rate_at, rate_expires = EXCLUDED.rate_expires, rate_consumed = EXCLUDED.rate_consumed,
-				conc_limit = EXCLUDED.conc_limit`),
-			name, r.paused, settings, rmax, rdur, rtok, rat, rexp, rcons, r.conc)
+				conc_limit = EXCLUDED.conc_limit, grouped = q.grouped OR EXCLUDED.grouped,
+				stall_enabled = EXCLUDED.stall_enabled, stall_interval = EXCLUDED.stall_interval,
+				stall_grace = EXCLUDED.stall_grace, stall_max = EXCLUDED.stall_max,
+				dlq_auto_retry = EXCLUDED.dlq_auto_retry, dlq_retry_interval = EXCLUDED.dlq_retry_interval,
+				dlq_max_age = EXCLUDED.dlq_max_age, dlq_max_retries = EXCLUDED.dlq_max_retries,
+				dlq_max_entries = EXCLUDED.dlq_max_entries`),
+			name, r.paused, settings, rmax, rdur, rtok, rat, rexp, rcons, r.conc, len(src.groups[name]) > 0,
+			pol.stallEnabled, pol.stallInterval, pol.stallGrace, pol.stallMax,
+			pol.dlqAuto, pol.dlqInterval, pol.dlqMaxAge, pol.dlqMaxRetries, pol.dlqMaxEntries)
 		if err != nil {
 			return nil, fmt.Errorf("queue %s: %w", name, err)
+		}
+		if err := p.loadGroups(ctx, tx, name, src); err != nil {
+			return nil, err
 		}
 	}
 
@@ -631,9 +658,9 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	go func() {
 		defer close(jobs)
 		_, err := sqliteJobs(rctx, sq, func(j *Job, res []byte) error {
-			migrateJob(j, now)
+			migrateJob(j, now, src.done)
 			select {
-			case jobs <- pgMigrateRow(j, res):
+			case jobs <- pgMigrateRow(j, res, now):
 				return nil
 			case <-rctx.Done():
 				return rctx.Err()
@@ -657,10 +684,14 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	if err != nil {
 		return nil, fmt.Errorf("copy jobs: %w", err)
 	}
-	if n != int64(len(src.ids)) {
-		return nil, fmt.Errorf("copied %d jobs, the file has %d", n, len(src.ids))
+	if n != int64(len(src.done)) {
+		return nil, fmt.Errorf("copied %d jobs, the file has %d", n, len(src.done))
 	}
 
+	// Every job is in: the dependencies can be marked on their rows.
+	if err := p.addDeps(ctx, tx, src.waiters, src.deps, false); err != nil {
+		return nil, err
+	}
 	if err := p.copyLogs(ctx, tx, sq, src, schema); err != nil {
 		return nil, err
 	}
@@ -694,6 +725,45 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	return after, nil
 }
 
+// loadGroups makes the rows of a queue's groups, which take their turns in
+// the order they came, with the settings the file kept for them (pause,
+// concurrency and rate overrides; a RateLimitGroup hold and the rate
+// windows are not kept, as at a restart).
+func (p *PG) loadGroups(ctx context.Context, tx pgx.Tx, queue string, src *sqliteSource) error {
+	ids := src.groups[queue]
+	if len(ids) == 0 {
+		return nil
+	}
+	n := len(ids)
+	paused := make([]bool, n)
+	conc, rmax, rdur := make([]*int64, n), make([]*int64, n), make([]*int64, n)
+	if q := src.queues[queue]; q != nil {
+		for i, id := range ids {
+			g := q.groups[id]
+			if g == nil {
+				continue
+			}
+			paused[i] = g.paused
+			if g.concOverride > 0 {
+				conc[i] = ptr(g.concOverride)
+			}
+			if r := g.rateOverride; r != nil {
+				rmax[i], rdur[i] = ptr(r.max), ptr(r.duration)
+			}
+		}
+	}
+	_, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served, paused, conc_limit, rate_max, rate_duration)
+		SELECT $1, u.g, nextval('{s}.group_turns'), u.paused, u.conc, u.rmax, u.rdur
+		FROM unnest($2::text[], $3::boolean[], $4::bigint[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS u(g, paused, conc, rmax, rdur, ord)
+		ORDER BY u.ord
+		ON CONFLICT (queue, group_id) DO UPDATE SET paused = EXCLUDED.paused, conc_limit = EXCLUDED.conc_limit,
+			rate_max = EXCLUDED.rate_max, rate_duration = EXCLUDED.rate_duration`), queue, ids, paused, conc, rmax, rdur)
+	if err != nil {
+		return fmt.Errorf("groups of %s: %w", queue, err)
+	}
+	return nil
+}
+
 func (p *PG) copyLogs(ctx context.Context, tx pgx.Tx, sq *SQLiteStore, src *sqliteSource, schema string) error {
 	rows, err := sq.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs ORDER BY job_id`)
 	if err != nil {
@@ -707,7 +777,7 @@ func (p *PG) copyLogs(ctx context.Context, tx pgx.Tx, sq *SQLiteStore, src *sqli
 			if err := rows.Scan(&id, &logs); err != nil {
 				return nil, err
 			}
-			if _, ok := src.ids[id]; ok {
+			if _, ok := src.done[id]; ok {
 				return []any{id, logs}, nil
 			}
 		}
@@ -765,6 +835,9 @@ func checkMigrated(src *sqliteSource, prior, after *pgReadBack, replacedCrons in
 	}
 	if want := prior.logs + src.logs; after.logs != want {
 		diffs = append(diffs, fmt.Sprintf("logs: %d, expected %d", after.logs, want))
+	}
+	if want := prior.deps + len(src.waiters); after.deps != want {
+		diffs = append(diffs, fmt.Sprintf("dependencies: %d, expected %d", after.deps, want))
 	}
 	if want := prior.crons + len(src.crons) - replacedCrons; after.crons != want {
 		diffs = append(diffs, fmt.Sprintf("cron schedules: %d, expected %d", after.crons, want))

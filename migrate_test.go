@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,14 +244,13 @@ func pushFile(t *testing.T, path string, fill func(c *tclient)) {
 }
 
 // TestMigrateTargetAndRefusals: a namespace that holds jobs is refused
-// unless --append, a job id already there fails the whole migration, and
-// jobs PostgreSQL mode cannot run yet stop it; each refusal leaves the
-// namespace as it was. The environment names the storage as for the
-// server.
+// unless --append, and a job id already there fails the whole migration;
+// each refusal leaves the namespace as it was. The environment names the
+// storage as for the server.
 func TestMigrateTargetAndRefusals(t *testing.T) {
 	ns := pgTestNamespace(t)
 	dir := t.TempDir()
-	one, two, flows := filepath.Join(dir, "one.db"), filepath.Join(dir, "two.db"), filepath.Join(dir, "flows.db")
+	one, two := filepath.Join(dir, "one.db"), filepath.Join(dir, "two.db")
 	pushFile(t, one, func(c *tclient) {
 		pushMany(t, []*tclient{c}, "a", 2, 2)
 	})
@@ -259,20 +259,9 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 		pushMany(t, []*tclient{c}, "b", 1, 1)
 		c.ok(map[string]any{"cmd": "Cron", "name": "nightly", "queue": "b", "data": 1, "schedule": "0 3 * * *"})
 	})
-	pushFile(t, flows, func(c *tclient) {
-		parent := str(t, c.ok(map[string]any{"cmd": "PUSH", "queue": "a", "data": 1}), "id")
-		c.ok(map[string]any{"cmd": "PUSH", "queue": "a", "data": 2, "dependsOn": []any{parent}})
-	})
 	env := []string{"BUNQUEUE_POSTGRES_URL=" + testPGURL(), "BUNQUEUE_POSTGRES_NAMESPACE=" + ns}
 
-	out, code := runMigrate(t, env, "--from", flows)
-	if code != 1 || !strings.Contains(out, "dependsOn: 1") || !strings.Contains(out, "nothing migrated") {
-		t.Fatalf("jobs PostgreSQL mode cannot run: exit %d\n%s", code, out)
-	}
-	if n := pgJobCount(t, ns); n != 0 {
-		t.Fatalf("a refused migration left %d jobs", n)
-	}
-	out, code = runMigrate(t, append(env, "DATA_PATH="+one))
+	out, code := runMigrate(t, append(env, "DATA_PATH="+one))
 	if code != 0 {
 		t.Fatalf("migrate from DATA_PATH: exit %d\n%s", code, out)
 	}
@@ -333,5 +322,243 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 	}
 	if out, code := runMigrate(t, env, "--from", filepath.Join(dir, "none.db")); code != 1 || !strings.Contains(out, "no SQLite data file") {
 		t.Fatalf("a missing file: exit %d\n%s", code, out)
+	}
+}
+
+// TestMigrateFlowsGroupsPolicies: what a SQLite server held of flows,
+// dependencies, groups, dedup ttls and queue policies runs after the
+// migration on two PostgreSQL brokers as it would have after a restart.
+func TestMigrateFlowsGroupsPolicies(t *testing.T) {
+	ns := pgTestNamespace(t)
+	path := filepath.Join(t.TempDir(), "queued.db")
+	srv := startBinary(t, "--data-path", path)
+	c := dial(t, srv.addr())
+
+	// A parent waiting on three children, one of them done.
+	c.ok(flowFrame("P", "parents", "kids", []string{"k1", "k2", "k3"}))
+	a := c.ok(map[string]any{"cmd": "PULL", "queue": "kids", "owner": "w", "lockTtl": 60000})
+	if sub(t, a, "job")["id"] != "k1" {
+		t.Fatalf("pulled %v, want k1", a["job"])
+	}
+	c.ok(map[string]any{"cmd": "ACK", "id": "k1", "token": a["token"], "result": map[string]any{"from": "k1"}})
+	// A dependsOn chain.
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "chain", "jobId": "a", "data": "a"})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "chain", "jobId": "b", "data": "b", "dependsOn": []any{"a"}})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "chain", "jobId": "c", "data": "c", "dependsOn": []any{"b"}})
+	// Groups: one paused, one limited to one job at a time, one free.
+	const perGroup = 6
+	c.ok(map[string]any{"cmd": "PauseGroup", "queue": "grp", "groupId": "held"})
+	c.ok(map[string]any{"cmd": "SetGroupConcurrency", "queue": "grp", "groupId": "solo", "concurrency": 1})
+	for _, g := range []string{"held", "solo", "free"} {
+		jobs := make([]any, perGroup)
+		for k := range jobs {
+			jobs[k] = map[string]any{"name": g, "data": k, "groupId": g}
+		}
+		c.ok(map[string]any{"cmd": "PUSHB", "queue": "grp", "jobs": jobs})
+	}
+	// A dedup key with a ttl.
+	const ttl = 8000
+	held := str(t, c.ok(map[string]any{"cmd": "PUSH", "queue": "dd", "data": 1, "uniqueKey": "K", "dedup": map[string]any{"ttl": ttl}}), "id")
+	// Stall and DLQ policy, with two entries in the DLQ at its bound.
+	c.ok(map[string]any{"cmd": "SetStallConfig", "queue": "pol", "config": map[string]any{"maxStalls": 1, "stallInterval": 400, "gracePeriod": 0}})
+	c.ok(map[string]any{"cmd": "SetDlqConfig", "queue": "pol", "config": map[string]any{"maxEntries": 2}})
+	var dead []string
+	for range 2 {
+		id := str(t, c.ok(map[string]any{"cmd": "PUSH", "queue": "pol", "data": 1, "maxAttempts": 1}), "id")
+		c.ok(map[string]any{"cmd": "PULL", "queue": "pol"})
+		c.ok(map[string]any{"cmd": "FAIL", "id": id, "error": "boom"})
+		dead = append(dead, id)
+	}
+	// y waits for x; x's row goes as if x had completed and been removed
+	// by a server that died before it released y.
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "gone", "jobId": "x", "data": "x"})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "gone", "jobId": "y", "data": "y", "dependsOn": []any{"x"}})
+	srv.stop(t)
+	restarted := filepath.Join(t.TempDir(), "restarted.db")
+	dropJob(t, path, "x", restarted)
+	// What a restart on the file makes of it, to compare.
+	srv = startBinary(t, "--data-path", restarted)
+	c = dial(t, srv.addr())
+	if st := stateOf(t, c, "y"); st != "waiting" {
+		t.Fatalf("y after a restart on the file: %s", st)
+	}
+	srv.stop(t)
+
+	migrated := time.Now()
+	out, code := runMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
+	t.Logf("queued migrate:\n%s", out)
+	if code != 0 || !strings.Contains(out, "the counts match") || !strings.Contains(out, "3 groups, 4 dependencies not yet met") {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "1 jobs whose dependencies all completed run") {
+		t.Fatalf("the migration does not say y runs:\n%s", out)
+	}
+	if strings.Contains(out, "not acted on") {
+		t.Fatalf("the migration says settings are not acted on:\n%s", out)
+	}
+	p1, p2 := dial(t, startPGBroker(t, ns).addr()), dial(t, startPGBroker(t, ns).addr())
+
+	// The dedup key is still held, until its ttl runs out from the
+	// migration, as from a restart.
+	if id := str(t, p1.ok(map[string]any{"cmd": "PUSH", "queue": "dd", "data": 2, "uniqueKey": "K", "dedup": map[string]any{"ttl": ttl}}), "id"); id != held {
+		t.Fatalf("a push of the held key made %s, want the holder %s", id, held)
+	}
+
+	if st := stateOf(t, p2, "y"); st != "waiting" {
+		t.Fatalf("y after the migration: %s, after a restart: waiting", st)
+	}
+
+	// The flow: the parent waits for k2 and k3 only; their ACKs through
+	// two brokers at once release it once, with all three results.
+	if st := stateOf(t, p2, "P"); st != "waiting-children" {
+		t.Fatalf("parent after the migration: %s", st)
+	}
+	toks := map[string]any{}
+	for _, cl := range []*tclient{p1, p2} {
+		a := cl.ok(map[string]any{"cmd": "PULL", "queue": "kids", "owner": "w", "lockTtl": 60000})
+		toks[str(t, sub(t, a, "job"), "id")] = a["token"]
+	}
+	if len(toks) != 2 || toks["k2"] == nil || toks["k3"] == nil {
+		t.Fatalf("pulled %v, want k2 and k3", toks)
+	}
+	if st := stateOf(t, p1, "P"); st != "waiting-children" {
+		t.Fatalf("parent with two children running: %s", st)
+	}
+	atOnce(t, []shot{
+		{p1, map[string]any{"cmd": "ACK", "id": "k2", "token": toks["k2"], "result": map[string]any{"from": "k2"}}},
+		{p2, map[string]any{"cmd": "ACK", "id": "k3", "token": toks["k3"], "result": map[string]any{"from": "k3"}}},
+	})
+	if st := stateOf(t, p2, "P"); st != "waiting" {
+		t.Fatalf("parent after its last children: %s", st)
+	}
+	releasedOnce(t, sub(t, p1.ok(map[string]any{"cmd": "GetJob", "id": "P"}), "job"))
+	vals := settle(t, p2, "P")
+	for _, k := range []string{"k1", "k2", "k3"} {
+		if v, _ := vals["kids:"+k].(map[string]any); v == nil || v["from"] != k {
+			t.Fatalf("GetChildrenValues: %v", vals)
+		}
+	}
+	if len(vals) != 3 {
+		t.Fatalf("GetChildrenValues: %d values: %v", len(vals), vals)
+	}
+	pa := p1.ok(map[string]any{"cmd": "PULL", "queue": "parents", "owner": "w"})
+	if sub(t, pa, "job")["id"] != "P" {
+		t.Fatalf("pulled %v, want P", pa["job"])
+	}
+	p2.ok(map[string]any{"cmd": "ACK", "id": "P", "token": pa["token"]})
+
+	// The chain runs link by link, whichever broker acknowledges.
+	for i, id := range []string{"a", "b", "c"} {
+		cl := []*tclient{p1, p2}[i%2]
+		a := cl.ok(map[string]any{"cmd": "PULLB", "queue": "chain", "count": 5, "owner": "w"})
+		if js := list(t, a, "jobs"); len(js) != 1 || js[0].(map[string]any)["id"] != id {
+			t.Fatalf("chain step %d: pulled %v, want only %s", i, js, id)
+		}
+		[]*tclient{p2, p1}[i%2].ok(map[string]any{"cmd": "ACKB", "ids": []any{id}, "tokens": a["tokens"]})
+	}
+	if n := num(t, countsOf(t, p1, "chain")["completed"]); n != 3 {
+		t.Fatalf("chain: %v completed", n)
+	}
+
+	// Groups: the paused one stays paused; the limited one never has two
+	// jobs out at once with four workers on two brokers asking for up to 3.
+	if a := p2.ok(map[string]any{"cmd": "IsGroupPaused", "queue": "grp", "groupId": "held"}); sub(t, a, "data")["paused"] != true {
+		t.Fatalf("IsGroupPaused: %v", a)
+	}
+	if a := p1.ok(map[string]any{"cmd": "GetGroupConcurrency", "queue": "grp", "groupId": "solo"}); num(t, sub(t, a, "data")["concurrency"]) != 1 {
+		t.Fatalf("GetGroupConcurrency: %v", a)
+	}
+	l := runGroupWorkers(t, []*tclient{p1, p2}, "grp", map[string]any{"concurrency": 3}, 5, 15*time.Millisecond, 2*perGroup)
+	t.Logf("groups after the migration: peak %v, done %v", l.peak, l.done)
+	if l.peak["solo"] != 1 || l.done["solo"] != perGroup {
+		t.Fatalf("group solo (concurrency 1): peak %d, %d done", l.peak["solo"], l.done["solo"])
+	}
+	if l.peak["free"] < 2 || l.peak["free"] > 3 || l.done["free"] != perGroup {
+		t.Fatalf("group free (concurrency 3): peak %d, %d done", l.peak["free"], l.done["free"])
+	}
+	if l.done["held"] != 0 {
+		t.Fatalf("%d jobs of the paused group ran", l.done["held"])
+	}
+	if a := p1.ok(map[string]any{"cmd": "GetGroupJobsCount", "queue": "grp", "groupId": "held"}); num(t, sub(t, a, "data")["count"]) != perGroup {
+		t.Fatalf("GetGroupJobsCount of the paused group: %v", a)
+	}
+	p2.ok(map[string]any{"cmd": "ResumeGroup", "queue": "grp", "groupId": "held"})
+	if js := list(t, p1.ok(map[string]any{"cmd": "PULLB", "queue": "grp", "count": 10}), "jobs"); len(js) != perGroup {
+		t.Fatalf("after ResumeGroup: pulled %d, want %d", len(js), perGroup)
+	}
+
+	// The queue's policies read back through a broker, and apply: a job
+	// without a lock stalls once and goes to the DLQ, which keeps 2.
+	st := sub(t, p1.ok(map[string]any{"cmd": "GetStallConfig", "queue": "pol"}), "config")
+	if num(t, st["maxStalls"]) != 1 || num(t, st["stallInterval"]) != 400 || num(t, st["gracePeriod"]) != 0 || st["enabled"] != true {
+		t.Fatalf("GetStallConfig: %v", st)
+	}
+	dc := sub(t, p2.ok(map[string]any{"cmd": "GetDlqConfig", "queue": "pol"}), "config")
+	if num(t, dc["maxEntries"]) != 2 {
+		t.Fatalf("GetDlqConfig: %v", dc)
+	}
+	stalled := str(t, p2.ok(map[string]any{"cmd": "PUSH", "queue": "pol", "data": 1, "maxAttempts": 5}), "id")
+	if a := p1.ok(map[string]any{"cmd": "PULL", "queue": "pol"}); sub(t, a, "job")["id"] != stalled {
+		t.Fatalf("pulled %v, want %s", a["job"], stalled)
+	}
+	eventually(t, 15*time.Second, "the stalled job in the DLQ", func() (bool, string) {
+		s := stateOf(t, p2, stalled)
+		return s == "failed", s
+	})
+	var got []string
+	for _, j := range list(t, p1.ok(map[string]any{"cmd": "Dlq", "queue": "pol"}), "jobs") {
+		got = append(got, str(t, j.(map[string]any), "id"))
+	}
+	if want := []string{dead[1], stalled}; !slices.Equal(got, want) {
+		t.Fatalf("DLQ bounded at 2 after the stall: %v, want %v", got, want)
+	}
+
+	// The dedup ttl ran out at its time, not before.
+	var fresh string
+	eventually(t, 30*time.Second, "the dedup key free", func() (bool, string) {
+		fresh = str(t, p2.ok(map[string]any{"cmd": "PUSH", "queue": "dd", "data": 3, "uniqueKey": "K", "dedup": map[string]any{"ttl": ttl}}), "id")
+		return fresh != held, fresh
+	})
+	if since := time.Since(migrated); since < ttl*time.Millisecond {
+		t.Fatalf("the dedup key was free %v after the migration began, its ttl is %d ms", since, ttl)
+	}
+	if n := num(t, countsOf(t, p1, "dd")["waiting"]); n != 2 {
+		t.Fatalf("queue dd: %v waiting, want the holder and the new job", n)
+	}
+}
+
+// dropJob deletes job id's row from a stopped server's data file, after
+// saving a copy of the result at saveAs.
+func dropJob(t *testing.T, path, id, saveAs string) {
+	t.Helper()
+	sq, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	rows, err := sq.db.Query(`SELECT seq, record FROM jobs`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64 = -1
+	for rows.Next() {
+		var s int64
+		var rec []byte
+		if err := rows.Scan(&s, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := decodeRecord(rec); err == nil && j.ID == id {
+			seq = s
+		}
+	}
+	rows.Close()
+	if seq < 0 {
+		t.Fatalf("no job %s in %s", id, path)
+	}
+	if _, err := sq.db.Exec(`DELETE FROM jobs WHERE seq = ?`, seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.db.Exec(`VACUUM INTO ?`, saveAs); err != nil {
+		t.Fatal(err)
 	}
 }
