@@ -256,6 +256,56 @@ func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 	return res.ids, res.made, nil
 }
 
+// pgAdmit gives a job being pushed its first state.
+func pgAdmit(j *Job, now int64) {
+	switch {
+	case j.pending > 0:
+		j.state = StateWaitingChildren // waits for dependencies (pg_flows.go)
+	case j.RunAt > now:
+		j.state = StateDelayed
+	default:
+		j.state = j.readyState()
+	}
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+}
+
+const (
+	pgRegisterSQL = `INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`
+	pgInsertSQL   = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING RETURNING id`
+)
+
+// pgRows are new job rows, column by column, for pgInsertSQL.
+type pgRows struct {
+	ids, groups                  []string
+	prios, keys, runAts, created []int64
+	states                       []int16
+	uks                          []*string
+	uexps                        []*int64
+	recs                         [][]byte
+}
+
+func (r *pgRows) add(j *Job, uexp *int64) {
+	r.ids, r.prios, r.keys = append(r.ids, j.ID), append(r.prios, j.Priority), append(r.keys, sortKey(j))
+	r.runAts, r.created, r.states = append(r.runAts, j.RunAt), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
+	var uk *string
+	if j.UniqueKey != "" {
+		uk = ptr(j.UniqueKey)
+	}
+	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.GroupID)
+	var e Enc
+	encodeRecord(&e, j)
+	r.recs = append(r.recs, e.B)
+}
+
+func (r *pgRows) args(queue string) []any {
+	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, r.uks, r.recs, r.uexps, r.groups, r.states}
+}
+
 // pgInserted is what insertJobs did.
 type pgInserted struct {
 	ids     []string // by job: its id, or the one answered for it
@@ -270,19 +320,11 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 	now := p.b.now()
 	grouped := false
 	for _, j := range jobs {
-		switch {
-		case j.pending > 0:
-			j.state = StateWaitingChildren // waits for dependencies (pg_flows.go)
-		case j.RunAt > now:
-			j.state = StateDelayed
-		default:
-			j.state = j.readyState()
-		}
-		j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+		pgAdmit(j, now)
 		grouped = grouped || j.GroupID != ""
 	}
 	// A queue's first grouped job turns its claims to the grouped path.
-	register := `INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`
+	register := pgRegisterSQL
 	if grouped {
 		register = `INSERT INTO {s}.queues AS q (name, grouped) VALUES ($1, true)
 			ON CONFLICT (name) DO UPDATE SET grouped = true WHERE NOT q.grouped`
@@ -315,54 +357,30 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 	}
 	jobs = jobs[:plan.upto]
 	res.dups, res.refused = plan.events, plan.refused
-	var ids, groups []string
-	var prios, keys, runAts, created []int64
-	var states []int16
-	var uks []*string
-	var uexps []*int64
-	var recs [][]byte
+	var rows pgRows
 	ready := false
 	for i, j := range jobs {
 		if _, dup := plan.dup[i]; dup || plan.dropped[i] {
 			continue
 		}
 		ready = ready || j.state == StateWaiting || j.state == StatePrioritized
-		ids, prios, keys, runAts, created = append(ids, j.ID), append(prios, j.Priority), append(keys, sortKey(j)),
-			append(runAts, j.RunAt), append(created, j.CreatedAt)
-		states = append(states, pgState(j.state))
-		var uk *string
-		if j.UniqueKey != "" {
-			uk = ptr(j.UniqueKey)
-		}
-		var g *string
-		if j.GroupID != "" {
-			g = ptr(j.GroupID)
-		}
-		uks, uexps, groups = append(uks, uk), append(uexps, plan.expires[i]), append(groups, deref(g))
-		var e Enc
-		encodeRecord(&e, j)
-		recs = append(recs, e.B)
+		rows.add(j, plan.expires[i])
 	}
-	rows, err := tx.Query(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
-		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
-		ORDER BY u.ord
-		ON CONFLICT DO NOTHING RETURNING id`), queue, ids, prios, keys, runAts, created, uks, recs, uexps, groups, states)
+	ins, err := tx.Query(ctx, p.sql(pgInsertSQL), rows.args(queue)...)
 	if err != nil {
 		return res, fmt.Errorf("insert jobs: %w", err)
 	}
-	made := make(map[string]bool, len(ids))
-	for rows.Next() {
+	made := make(map[string]bool, len(rows.ids))
+	for ins.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
+		if err := ins.Scan(&id); err != nil {
+			ins.Close()
 			return res, err
 		}
 		made[id] = true
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	ins.Close()
+	if err := ins.Err(); err != nil {
 		return res, fmt.Errorf("insert jobs: %w", err)
 	}
 	res.ids = make([]string, len(jobs))

@@ -12,8 +12,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -124,6 +127,76 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		byQueue[r.queue] = append(byQueue[r.queue], r)
 	}
 	done := make(map[string]pgInserted, len(order))
+	var err error
+	if pgBare(batch) {
+		err = p.insertBare(ctx, order, byQueue, done)
+	} else {
+		err = p.insertPlain(ctx, batch, order, byQueue, done)
+	}
+	if err == nil {
+		for _, q := range order {
+			p.inserted(q, done[q])
+		}
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.ids, r.err = nil, pgErr(err)
+		}
+		close(r.done)
+	}
+}
+
+// pgBare reports a batch of jobs without custom ids or unique keys: their
+// ids are new, so nothing can conflict and every one is made.
+func pgBare(batch []*pgPushReq) bool {
+	for _, r := range batch {
+		for _, j := range r.jobs {
+			if j.CustomID != "" || j.UniqueKey != "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// insertBare writes bare jobs in one round trip: the statements go as one
+// pipeline, which PostgreSQL runs as one implicit transaction, instead of
+// BEGIN, the statements and COMMIT each waiting for the one before.
+func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted) error {
+	now := p.b.now()
+	b := &pgx.Batch{}
+	var wake []string
+	for _, q := range order {
+		var rows pgRows
+		var res pgInserted
+		ready := false
+		for _, r := range byQueue[q] {
+			for _, j := range r.jobs {
+				pgAdmit(j, now)
+				ready = ready || j.state == StateWaiting || j.state == StatePrioritized
+				rows.add(j, nil)
+				r.ids = append(r.ids, j.ID)
+				res.made = append(res.made, j)
+			}
+		}
+		b.Queue(p.sql(pgRegisterSQL), q)
+		b.Queue(p.sql(pgInsertSQL), rows.args(q)...)
+		done[q] = res
+		if ready {
+			wake = append(wake, q)
+		}
+	}
+	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("insert jobs: %w", err)
+	}
+	if len(wake) > 0 {
+		p.wakeEverywhere(wake)
+	}
+	return nil
+}
+
+// insertPlain writes plain jobs in one transaction through insertJobs.
+func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted) error {
 	var tl []int
 	for _, r := range batch {
 		for _, j := range r.jobs {
@@ -132,7 +205,7 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 	}
 	// Two brokers inserting the same unique keys in another order may
 	// deadlock; PostgreSQL aborts one, which runs again.
-	err := pgRetry(func() error {
+	return pgRetry(func() error {
 		i := 0
 		for _, r := range batch {
 			for _, j := range r.jobs {
@@ -164,15 +237,4 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		}
 		return tx.Commit(ctx)
 	})
-	if err == nil {
-		for _, q := range order {
-			p.inserted(q, done[q])
-		}
-	}
-	for _, r := range batch {
-		if err != nil {
-			r.ids, r.err = nil, pgErr(err)
-		}
-		close(r.done)
-	}
 }
