@@ -724,3 +724,16 @@ func TestCLIHelpers(t *testing.T) {
 		t.Errorf("serverArgs: %v", got)
 	}
 }
+
+// `queued serve` (and `start`) take the client's spelling of the server's
+// address (-p, --port, -H) as `queued` alone does; `serve --port` was
+// refused as an unknown flag.
+func TestServeTakesClientAddressFlags(t *testing.T) {
+	for _, sub := range []string{"serve", "start"} {
+		var out, errb bytes.Buffer
+		code := run([]string{sub, "--memory", "--port", "notaport"}, &out, &errb)
+		if code != 2 || strings.Contains(errb.String(), "not defined") || !strings.Contains(errb.String(), "tcp-port") {
+			t.Errorf("%s --port notaport: exit %d, %q", sub, code, errb.String())
+		}
+	}
+}

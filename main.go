@@ -48,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve", "start":
-		return serve(args[1:], stdout, stderr)
+		return serve(serverArgs(args[1:]), stdout, stderr)
 	case "backup":
 		return cmdBackupCLI(args[1:], stdout, stderr)
 	case "backups", "restore":
