@@ -81,14 +81,21 @@ func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer f
 	if start {
 		go p.pushWriter(lane)
 	}
-	return r.goAsync(func(ar *Req) error {
+	wait := func(ar *Req) error {
 		<-req.done
 		if req.err != nil {
 			return pgPushErr(req.err, isBatch)
 		}
 		answer(ar, req.ids)
 		return nil
-	})
+	}
+	if r.c.nAsync.Load() >= maxAsyncPerConn {
+		// As many commands of this connection wait as it may have: it
+		// reads on once this push is written, which slows the client down
+		// instead of refusing its push.
+		return wait(r)
+	}
+	return r.goAsync(wait)
 }
 
 // pushWriter writes the lane's batches until none is pending.

@@ -73,3 +73,26 @@ func TestPGPipelinedPushesKeepOrder(t *testing.T) {
 		t.Fatalf("noise queue holds %v jobs, want %d", got, len(noise))
 	}
 }
+
+// TestPGPushBurstBeyondAsyncLimit: more pushes in flight on one
+// connection than it may have waiting commands are all written and
+// answered (the connection stops reading until they are), none refused.
+func TestPGPushBurstBeyondAsyncLimit(t *testing.T) {
+	ns := pgTestNamespace(t)
+	b := startPGBroker(t, ns)
+	c := dial(t, b.addr())
+	n := maxAsyncPerConn*2 + 100
+	ids := make([]string, n)
+	chs := make([]chan map[string]any, n)
+	for i := range n {
+		ids[i], chs[i] = c.send(M{"cmd": "PUSH", "queue": "burst", "data": M{"i": i}})
+	}
+	for i := range n {
+		if a := c.await(ids[i], chs[i], 60*time.Second); a["ok"] != true {
+			t.Fatalf("push %d of %d answered %v", i, n, a)
+		}
+	}
+	if got := num(t, c.ok(M{"cmd": "Count", "queue": "burst"})["count"]); got != float64(n) {
+		t.Fatalf("queue holds %v jobs, want %d", got, n)
+	}
+}
