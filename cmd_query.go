@@ -549,37 +549,53 @@ func cmdAddLog(r *Req) error {
 	return writeLogAdded(r)
 }
 
-func cmdGetLogs(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
+// logRange is which of a job's logs GetLogs asks for.
+type logRange struct {
+	start, end       int64
+	hasStart, hasEnd bool
+}
+
+// getLogsCmd is GetLogs, read and answered once; logsOf is the engine's.
+func getLogsCmd(logsOf func(r *Req, id string) ([]LogEntry, error)) Handler {
+	return func(r *Req) error {
+		id, _, err := r.m.Str("id")
+		if err != nil {
+			return err
+		}
+		var lr logRange
+		if lr.start, lr.hasStart, err = r.m.Int("start"); err != nil {
+			return err
+		}
+		if lr.end, lr.hasEnd, err = r.m.Int("end"); err != nil {
+			return err
+		}
+		logs, err := logsOf(r, id)
+		if err != nil {
+			return err
+		}
+		writeLogs(r, logs, lr)
+		return nil
 	}
-	start, hasStart, err := r.m.Int("start")
-	if err != nil {
-		return err
-	}
-	end, hasEnd, err := r.m.Int("end")
-	if err != nil {
-		return err
-	}
+}
+
+func memLogs(r *Req, id string) ([]LogEntry, error) {
 	r.b.lmu.Lock()
+	defer r.b.lmu.Unlock()
 	logs, _ := r.b.logs.Get(id)
-	logs = slices.Clone(logs)
-	r.b.lmu.Unlock()
-	writeLogs(r, logs, start, end, hasStart, hasEnd)
-	return nil
+	return slices.Clone(logs), nil
 }
 
 // writeLogs answers GetLogs: the logs from start to end (inclusive, as
 // in the reference), and how many there are in all.
-func writeLogs(r *Req, logs []LogEntry, start, end int64, hasStart, hasEnd bool) {
+func writeLogs(r *Req, logs []LogEntry, lr logRange) {
 	total := len(logs)
-	if hasStart || hasEnd {
-		if !hasEnd {
+	if lr.hasStart || lr.hasEnd {
+		end := lr.end
+		if !lr.hasEnd {
 			end = int64(total) - 1
 		}
 		// end is inclusive, as in the reference.
-		lo, hi := jsSlice(total, start, end+1)
+		lo, hi := jsSlice(total, lr.start, end+1)
 		logs = logs[lo:hi]
 	}
 	e := r.field("data")
@@ -599,12 +615,19 @@ func writeLogs(r *Req, logs []LogEntry, start, end int64, hasStart, hasEnd bool)
 	e.Int(int64(total))
 }
 
-func cmdClearLogs(r *Req) error {
+// readClearLogs reads ClearLogs: the job, and how many of its newest logs
+// stay (none when keepLogs is absent or not above zero).
+func readClearLogs(r *Req) (string, int64, error) {
 	id, _, err := r.m.Str("id")
 	if err != nil {
-		return err
+		return "", 0, err
 	}
 	keep, _, err := r.m.Int("keepLogs")
+	return id, keep, err
+}
+
+func cmdClearLogs(r *Req) error {
+	id, keep, err := readClearLogs(r)
 	if err != nil {
 		return err
 	}

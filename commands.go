@@ -44,7 +44,7 @@ func init() {
 		"GetProgress":          cmdGetProgress,
 		"Progress":             cmdProgress,
 		"AddLog":               cmdAddLog,
-		"GetLogs":              cmdGetLogs,
+		"GetLogs":              getLogsCmd(memLogs),
 		"ClearLogs":            cmdClearLogs,
 		"WaitJob":              cmdWaitJob,
 

@@ -42,7 +42,7 @@ var pgHandlers = map[string]Handler{
 	"Progress":     pgProgress,
 	"GetProgress":  pgGetProgress,
 	"AddLog":       pgAddLog,
-	"GetLogs":      pgGetLogs,
+	"GetLogs":      getLogsCmd(pgLogs),
 	"ClearLogs":    pgClearLogs,
 	"WaitJob":      pgWaitJob,
 
@@ -1441,36 +1441,14 @@ func (p *PG) writeLogs(ctx context.Context, tx pgx.Tx, id string, logs []LogEntr
 	return nil
 }
 
-func pgGetLogs(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	start, hasStart, err := r.m.Int("start")
-	if err != nil {
-		return err
-	}
-	end, hasEnd, err := r.m.Int("end")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
+func pgLogs(r *Req, id string) ([]LogEntry, error) {
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	logs, err := p.readLogs(ctx, p.pool, id, false)
-	if err != nil {
-		return err
-	}
-	writeLogs(r, logs, start, end, hasStart, hasEnd)
-	return nil
+	return r.c.srv.pg.readLogs(ctx, r.c.srv.pg.pool, id, false)
 }
 
 func pgClearLogs(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	keep, _, err := r.m.Int("keepLogs")
+	id, keep, err := readClearLogs(r)
 	if err != nil {
 		return err
 	}
