@@ -114,26 +114,61 @@ func finiteArg(m Map, key string) (float64, bool, error) {
 	return f, ok, nil
 }
 
-func cmdRateLimit(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
+// rateLimitArgs are RateLimit's arguments, read once for both engines.
+type rateLimitArgs struct {
+	queue         string
+	limit         float64
+	duration, ttl int64
+}
+
+func readRateLimit(r *Req) (rateLimitArgs, error) {
+	var a rateLimitArgs
+	var err error
+	if a.queue, err = queueArg(r.m); err != nil {
+		return a, err
 	}
 	limit, ok, err := finiteArg(r.m, "limit")
 	if err != nil || !ok {
-		return errors.New("limit must be a finite number")
+		return a, errors.New("limit must be a finite number")
 	}
 	dur, _, err := finiteArg(r.m, "duration")
 	if err != nil {
-		return err
+		return a, err
 	}
 	ttl, _, err := finiteArg(r.m, "ttl")
 	if err != nil {
+		return a, err
+	}
+	a.limit, a.duration, a.ttl = limit, int64(dur), int64(ttl)
+	return a, nil
+}
+
+// bucket is the limit's token bucket, full, as of now.
+func (a rateLimitArgs) bucket(now int64) *bucket {
+	return newBucket(a.limit, a.duration, a.ttl, now)
+}
+
+// readConcurrency reads SetConcurrency's queue and limit.
+func readConcurrency(r *Req) (string, int64, error) {
+	name, err := queueArg(r.m)
+	if err != nil {
+		return "", 0, err
+	}
+	limit, ok, err := finiteArg(r.m, "limit")
+	if err != nil || !ok {
+		return "", 0, errors.New("limit must be a finite number")
+	}
+	return name, int64(limit), nil
+}
+
+func cmdRateLimit(r *Req) error {
+	a, err := readRateLimit(r)
+	if err != nil {
 		return err
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	r.b.withQueue(a.queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
-		q.rate = newBucket(limit, int64(dur), int64(ttl), now)
+		q.rate = a.bucket(now)
 		q.wakeAll()
 		r.b.queueChanged(q)
 	})
@@ -156,13 +191,9 @@ func cmdRateLimitClear(r *Req) error {
 }
 
 func cmdSetConcurrency(r *Req) error {
-	name, err := queueArg(r.m)
+	name, limit, err := readConcurrency(r)
 	if err != nil {
 		return err
-	}
-	limit, ok, err := finiteArg(r.m, "limit")
-	if err != nil || !ok {
-		return errors.New("limit must be a finite number")
 	}
 	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
@@ -171,8 +202,7 @@ func cmdSetConcurrency(r *Req) error {
 			// claimed without a slot.
 			q.concActive = 0
 		}
-		n := int64(limit)
-		q.concLimit = &n
+		q.concLimit = &limit
 		q.wakeAll()
 		r.b.queueChanged(q)
 	})

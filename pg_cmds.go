@@ -1069,35 +1069,33 @@ func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
 	return j, Raw(res), nil
 }
 
-func pgGetJob(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
+// pgJobRead is a command that reads one job, by the request's id, and
+// answers from it (j nil: no such job).
+func pgJobRead(answer func(r *Req, j *Job, res Raw) error) Handler {
+	return func(r *Req) error {
+		id, _, err := r.m.Str("id")
+		if err != nil {
+			return err
+		}
+		ctx, cancel := pgCtx(r)
+		defer cancel()
+		j, res, err := r.c.srv.pg.getJob(ctx, id)
+		if err != nil {
+			return err
+		}
+		return answer(r, j, res)
 	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	j, res, err := r.c.srv.pg.getJob(ctx, id)
-	if err != nil {
-		return err
-	}
+}
+
+var pgGetJob = pgJobRead(func(r *Req, j *Job, res Raw) error {
 	if j == nil {
 		return errJobNotFound
 	}
 	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.b.now()).String(), res)
 	return nil
-}
+})
 
-func pgGetState(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	j, _, err := r.c.srv.pg.getJob(ctx, id)
-	if err != nil {
-		return err
-	}
+var pgGetState = pgJobRead(func(r *Req, j *Job, _ Raw) error {
 	st := StateNone
 	if j != nil {
 		st = j.stateAt(r.b.now())
@@ -1105,19 +1103,9 @@ func pgGetState(r *Req) error {
 	r.field("id").Raw(r.m.Get("id"))
 	r.field("state").Str(st.String())
 	return nil
-}
+})
 
-func pgGetResult(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	j, res, err := r.c.srv.pg.getJob(ctx, id)
-	if err != nil {
-		return err
-	}
+var pgGetResult = pgJobRead(func(r *Req, j *Job, res Raw) error {
 	r.field("id").Raw(r.m.Get("id"))
 	if j == nil || j.state != StateCompleted || res == nil {
 		r.field("result").Undefined()
@@ -1125,7 +1113,7 @@ func pgGetResult(r *Req) error {
 		r.field("result").Raw(res)
 	}
 	return nil
-}
+})
 
 // pgCountCols counts job rows by wire state, in the order of pgDest; now
 // is the placeholder of the current time (it tells delayed from waiting).
@@ -1354,19 +1342,7 @@ func pgProgress(r *Req) error {
 	return r.okID()
 }
 
-func pgGetProgress(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	j, _, err := r.c.srv.pg.getJob(ctx, id)
-	if err != nil {
-		return err
-	}
-	return writeProgress(r, j)
-}
+var pgGetProgress = pgJobRead(func(r *Req, j *Job, _ Raw) error { return writeProgress(r, j) })
 
 func pgAddLog(r *Req) error {
 	id, entry, err := readLogEntry(r)

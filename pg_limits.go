@@ -129,27 +129,15 @@ func (p *PG) setLimits(ctx context.Context, queue, set string, args ...any) erro
 }
 
 func pgRateLimit(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	limit, ok, err := finiteArg(r.m, "limit")
-	if err != nil || !ok {
-		return errors.New("limit must be a finite number")
-	}
-	dur, _, err := finiteArg(r.m, "duration")
-	if err != nil {
-		return err
-	}
-	ttl, _, err := finiteArg(r.m, "ttl")
+	a, err := readRateLimit(r)
 	if err != nil {
 		return err
 	}
 	p := r.c.srv.pg
-	b := newBucket(limit, int64(dur), int64(ttl), p.b.now())
+	b := a.bucket(p.b.now())
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	err = p.setLimits(ctx, name, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
+	err = p.setLimits(ctx, a.queue, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
 		b.max, b.duration, b.tokens, b.last, b.expires)
 	if err != nil {
 		return err
@@ -173,17 +161,13 @@ func pgRateLimitClear(r *Req) error {
 }
 
 func pgSetConcurrency(r *Req) error {
-	name, err := queueArg(r.m)
+	name, limit, err := readConcurrency(r)
 	if err != nil {
 		return err
 	}
-	limit, ok, err := finiteArg(r.m, "limit")
-	if err != nil || !ok {
-		return errors.New("limit must be a finite number")
-	}
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = $2`, int64(limit)); err != nil {
+	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = $2`, limit); err != nil {
 		return err
 	}
 	return r.okID()
