@@ -15,6 +15,7 @@ package main
 // first broker under an advisory lock.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,6 +154,16 @@ var pgMigrations = []string{
 		ADD COLUMN dlq_due        BIGINT;
 	CREATE INDEX jobs_dlq ON {s}.jobs (queue, dlq_at, seq) WHERE state = 6;
 	CREATE INDEX jobs_dlq_due ON {s}.jobs (dlq_due) WHERE state = 6;`,
+	`-- MIGRATION retention
+	-- Completed jobs in completion order, for their retention; and the
+	-- chores one broker of the namespace does at a time, each with when
+	-- it is next due (the database's time, ms).
+	CREATE INDEX jobs_done ON {s}.jobs (done_at, seq) WHERE state = 5;
+	CREATE TABLE {s}.chores (
+		name TEXT PRIMARY KEY,
+		due  BIGINT NOT NULL
+	);
+	INSERT INTO {s}.chores (name, due) VALUES ('retain', 0);`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -181,11 +192,15 @@ type PG struct {
 	downSince time.Time
 
 	clock pgClock // the database's clock (pg_clock.go)
+	// keepCompleted bounds the namespace's completed jobs (pg_retain.go).
+	keepCompleted int
 }
 
 // pgOptions are an engine's settings beyond the URL and namespace; the
-// zero value is the default.
-type pgOptions struct{}
+// zero value is the default (tests lower the retention).
+type pgOptions struct {
+	keepCompleted int // completed jobs kept; 0: maxCompleted, as in the other modes
+}
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
 // lower-case letters, digits and underscores.
@@ -215,6 +230,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
+	p.keepCompleted = cmp.Or(o.keepCompleted, maxCompleted)
 	// The broker's own clock, from here on only to tell how far off it is.
 	p.clock.local = b.now
 	if err := p.readClock(ctx); p.clock.cur.Load() == nil {
@@ -223,12 +239,13 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	} else if err != nil {
 		p.log.Warn("database clock", "err", err)
 	}
-	p.wg.Add(5)
+	p.wg.Add(6)
 	go p.listen()
 	go p.forwarder()
 	go p.reaper()
 	go p.cronLoop()
 	go p.clockLoop()
+	go p.retainer()
 	return p, nil
 }
 
