@@ -175,7 +175,7 @@ func pgPush(r *Req) error {
 		return err
 	}
 	p := r.c.srv.pg
-	j, err := parseJob(r.m, queue, "jobId", p.b.now())
+	j, err := parseJob(r.m, queue, "jobId", p.now())
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func pgPushBatch(r *Req) error {
 		return errors.New("jobs must be an array")
 	}
 	p := r.c.srv.pg
-	now := p.b.now()
+	now := p.now()
 	jobs := make([]*Job, len(items))
 	for i, it := range items {
 		m, err := ParseMap(it, nil)
@@ -227,7 +227,7 @@ func pgPushErr(err error, batch bool) error {
 // inserted tells of what a committed insertJobs did.
 func (p *PG) inserted(queue string, res pgInserted) {
 	p.pushed(queue, res.made)
-	now := p.b.now()
+	now := p.now()
 	for _, id := range res.dups {
 		p.emit(queue, evDuplicated, &Job{ID: id, Queue: queue}, now, evArgs{})
 	}
@@ -236,7 +236,7 @@ func (p *PG) inserted(queue string, res pgInserted) {
 // pushed counts and tells of jobs inserted by a committed transaction.
 func (p *PG) pushed(queue string, made []*Job) {
 	p.b.stats.pushed.Add(int64(len(made)))
-	now := p.b.now()
+	now := p.now()
 	for _, j := range made {
 		p.emit(queue, evPushed, j, now, evArgs{})
 	}
@@ -317,7 +317,7 @@ type pgInserted struct {
 // insertJobs is insertTx with the refusal and the duplicates told apart.
 func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) (pgInserted, error) {
 	var res pgInserted
-	now := p.b.now()
+	now := p.now()
 	grouped := false
 	for _, j := range jobs {
 		pgAdmit(j, now)
@@ -506,7 +506,7 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		}
 		sleep := min(left, pgRecheck)
 		if next > 0 {
-			sleep = min(sleep, time.Duration(max(next-p.b.now(), 1))*time.Millisecond)
+			sleep = min(sleep, time.Duration(max(next-p.now(), 1))*time.Millisecond)
 		}
 		t.Reset(sleep)
 		select {
@@ -535,7 +535,10 @@ func (p *PG) closing() bool {
 // are claiming. With nothing to claim it answers when the next delayed job
 // comes due (0: none).
 func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job, []string, int64, error) {
-	now := p.b.now()
+	if err := p.clockReady(ctx); err != nil {
+		return nil, nil, 0, err
+	}
+	now := p.now()
 	tx, err := p.begin(ctx)
 	if err != nil {
 		return nil, nil, 0, err
@@ -798,7 +801,7 @@ func (p *PG) ackOnce(ctx context.Context, items []AckItem) ([]Outcome, []error, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("ack: %w", err)
 	}
-	now := p.b.now()
+	now := p.now()
 	type doneEv struct {
 		j     *Job
 		data  Raw
@@ -975,7 +978,7 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 		// not been claimed again: nothing more to count.
 		return AlreadyFinalized, nil
 	}
-	now := p.b.now()
+	now := p.now()
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
 	}
@@ -1023,7 +1026,7 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 // the lease runs for duration (or its own TTL) from now; without one, a
 // job pulled without an owner is marked alive for another stall interval.
 func (p *PG) heartbeat(ctx context.Context, ids, tokens []string, durations []int64, lockOnly bool) (int, error) {
-	now := p.b.now()
+	now := p.now()
 	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
 	// watched) and the deadline never comes before the grace period's end.
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
@@ -1091,14 +1094,14 @@ var pgGetJob = pgJobRead(func(r *Req, j *Job, res Raw) error {
 	if j == nil {
 		return errJobNotFound
 	}
-	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.b.now()).String(), res)
+	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.c.srv.pg.now()).String(), res)
 	return nil
 })
 
 var pgGetState = pgJobRead(func(r *Req, j *Job, _ Raw) error {
 	st := StateNone
 	if j != nil {
-		st = j.stateAt(r.b.now())
+		st = j.stateAt(r.c.srv.pg.now())
 	}
 	r.field("id").Raw(r.m.Get("id"))
 	r.field("state").Str(st.String())
@@ -1134,7 +1137,7 @@ func (c *JobCounts) pgDest() []any {
 
 // counts are a queue's jobs by state.
 func (p *PG) counts(ctx context.Context, queue string) (JobCounts, error) {
-	c, _, err := p.countsTx(ctx, p.pool, queue, p.b.now())
+	c, _, err := p.countsTx(ctx, p.pool, queue, p.now())
 	return c, err
 }
 
@@ -1235,7 +1238,7 @@ func pgGetJobs(r *Req) error {
 		order = "DESC"
 	}
 	q := `SELECT record FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
-	args := []any{queue, p.b.now()}
+	args := []any{queue, p.now()}
 	sliced := false
 	if offset >= 0 && limit >= 0 {
 		q += ` OFFSET $3 LIMIT $4`
@@ -1254,7 +1257,7 @@ func pgGetJobs(r *Req) error {
 		lo, hi := jsSlice(len(jobs), offset, offset+limit)
 		jobs = jobs[lo:hi]
 	}
-	now := p.b.now()
+	now := p.now()
 	var results map[string]Raw
 	for _, j := range jobs {
 		if j.state == StateCompleted {
@@ -1325,7 +1328,7 @@ func pgProgress(r *Req) error {
 		return errJobNotFound
 	}
 	j := l.j
-	now := p.b.now()
+	now := p.now()
 	ev, err := u.apply(j, now)
 	if err != nil {
 		return err
@@ -1350,6 +1353,7 @@ func pgAddLog(r *Req) error {
 		return err
 	}
 	p := r.c.srv.pg
+	entry.At = p.now()
 	ctx, cancel := pgCtx(r)
 	defer cancel()
 	tx, err := p.begin(ctx)
@@ -1567,7 +1571,7 @@ func pgPauseCmd(paused bool) Handler {
 		if err := p.setPaused(ctx, name, paused); err != nil {
 			return err
 		}
-		p.emit(name, ev, nil, p.b.now(), evArgs{})
+		p.emit(name, ev, nil, p.now(), evArgs{})
 		return r.okID()
 	}
 }
@@ -1657,7 +1661,7 @@ func pgStats(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	now := p.b.now()
+	now := p.now()
 	var waiting, delayed, active, completed, dlq int64
 	err := p.pool.QueryRow(ctx, p.sql(`SELECT
 			count(*) FILTER (WHERE state = 1 AND run_at <= $1),
@@ -1676,7 +1680,7 @@ func pgStats(r *Req) error {
 		k string
 		v int64
 	}{{"waiting", waiting}, {"active", active}, {"delayed", delayed}, {"dlq", dlq}, {"completed", completed},
-		{"failed", p.b.stats.failed.Load()}, {"uptime", now - p.b.started}} {
+		{"failed", p.b.stats.failed.Load()}, {"uptime", p.b.now() - p.b.started}} {
 		e.Str(kv.k)
 		e.Int(kv.v)
 	}
@@ -1705,7 +1709,7 @@ func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, 
 	if err != nil {
 		return nil, pgErr(err)
 	}
-	now := p.b.now()
+	now := p.now()
 	var sel []*Job
 	switch {
 	case f != nil:
@@ -1767,7 +1771,7 @@ func pgRetryDlq(r *Req) error {
 	if err != nil {
 		return err
 	}
-	now := p.b.now()
+	now := p.now()
 	var back []*Job
 	for _, j := range sel {
 		// A job whose unique key a live job took meanwhile stays, as in

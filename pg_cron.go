@@ -28,6 +28,11 @@ func (p *PG) cronLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if !p.clockHolds(ctx, false) {
+			// A run is due by the database's time, or not at all.
+			cancel()
+			continue
+		}
 		if err := p.cronOnce(ctx); err != nil && ctx.Err() == nil && !p.closing() {
 			p.setDown(err)
 		}
@@ -36,7 +41,7 @@ func (p *PG) cronLoop() {
 }
 
 func (p *PG) cronOnce(ctx context.Context) error {
-	now := p.b.now()
+	now := p.now()
 	tx, err := p.begin(ctx)
 	if err != nil {
 		return err
@@ -173,7 +178,7 @@ func pgCron(r *Req) error {
 		return err
 	}
 	p := r.c.srv.pg
-	now := p.b.now()
+	now := p.now()
 	if err := s.start(now); err != nil {
 		return err
 	}

@@ -212,7 +212,7 @@ func pgGetDeduplicationJobID(r *Req) error {
 	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
 		var id string
 		err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
-			queue, key, p.b.now()).Scan(&id)
+			queue, key, p.now()).Scan(&id)
 		if err != nil {
 			return pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
 		}
@@ -224,7 +224,7 @@ func pgGetDeduplicationJobID(r *Req) error {
 func pgRemoveDeduplicationKey(r *Req) error {
 	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
 		tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
-			WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.b.now())
+			WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.now())
 		if err != nil {
 			return pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
 		}
@@ -241,7 +241,7 @@ func pgRemoveJobDeduplicationKey(r *Req) error {
 	ctx, cancel := pgCtx(r)
 	defer cancel()
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
-		WHERE id = $1 AND unique_key IS NOT NULL AND `+heldSQL("$2")), id, p.b.now())
+		WHERE id = $1 AND unique_key IS NOT NULL AND `+heldSQL("$2")), id, p.now())
 	if err != nil {
 		return pgErr(fmt.Errorf("remove the unique key of %s: %w", id, err))
 	}

@@ -221,7 +221,7 @@ func (p *PG) trimDLQ(ctx context.Context, tx pgx.Tx, queue string, c DLQConfig) 
 // reapDLQ expires DLQ entries and retries them automatically when their
 // time comes, as the memory engine's dlqDue does.
 func (p *PG) reapDLQ(ctx context.Context) error {
-	now := p.b.now()
+	now := p.now()
 	return p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
 		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
 		set, err := p.settingsOf(ctx, tx, jobs)
@@ -427,7 +427,7 @@ func pgGetDlqStats(r *Req) error {
 	if err != nil {
 		return err
 	}
-	cfg, now := set[name].dlqConfig(), p.b.now()
+	cfg, now := set[name].dlqConfig(), p.now()
 	var st dlqStats
 	for _, j := range jobs {
 		st.add(j.dlq, cfg, now)

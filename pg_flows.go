@@ -166,7 +166,7 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 	if err := p.addDeps(ctx, tx, waiters, deps, true); err != nil {
 		return err
 	}
-	now := p.b.now()
+	now := p.now()
 	var parents []*Job
 	for _, c := range linked {
 		par := plan.parents[plan.links[c]].j
@@ -556,7 +556,7 @@ func (p *PG) releaseWaiting(ctx context.Context, tx pgx.Tx, f *pgFlowTx, par *Jo
 
 func pgPushFlow(r *Req) error {
 	p := r.c.srv.pg
-	jobs, err := flowJobs(r.m, p.b.now())
+	jobs, err := flowJobs(r.m, p.now())
 	if err != nil {
 		return err
 	}
@@ -693,7 +693,7 @@ func pgFlowCmd(r *Req, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now 
 			return fault(err)
 		}
 		defer tx.Rollback(context.Background())
-		f, now = &pgFlowTx{}, p.b.now()
+		f, now = &pgFlowTx{}, p.now()
 		if err := fn(ctx, tx, f, now); err != nil {
 			return err
 		}

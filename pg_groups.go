@@ -401,7 +401,7 @@ func pgGroupRead(r *Req, a groupArgs, fn func(g *Group, now int64) error) error 
 	if err != nil {
 		return err
 	}
-	return fn(g, p.b.now())
+	return fn(g, p.now())
 }
 
 func pgGroupUpdate(r *Req, a groupArgs, create bool, set, cond string, args ...any) (int64, error) {
@@ -529,7 +529,7 @@ func pgRateLimitGroup(r *Req) error {
 	if err != nil {
 		return err
 	}
-	now := r.c.srv.pg.b.now()
+	now := r.c.srv.pg.now()
 	if _, err := pgGroupUpdate(r, a, true, `manual_until = $3`, `true`, min(now+d, math.MaxInt64/2)); err != nil {
 		return err
 	}

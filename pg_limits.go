@@ -134,7 +134,7 @@ func pgRateLimit(r *Req) error {
 		return err
 	}
 	p := r.c.srv.pg
-	b := a.bucket(p.b.now())
+	b := a.bucket(p.now())
 	ctx, cancel := pgCtx(r)
 	defer cancel()
 	err = p.setLimits(ctx, a.queue, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
@@ -213,7 +213,7 @@ func pgGetQueueLimits(r *Req) error {
 			return pgErr(err)
 		}
 	}
-	now := p.b.now()
+	now := p.now()
 	writeQueueLimits(r, l.bucket(now), l.conc, l.conc != nil && active >= *l.conc, maxJobs, hasMax, now)
 	return nil
 }

@@ -43,7 +43,7 @@ func (p *PG) move(r *Req, id string, notFound error, fn func(ctx context.Context
 	if l == nil {
 		return notFound
 	}
-	j, now := l.j, p.b.now()
+	j, now := l.j, p.now()
 	j.state = j.stateAt(now)
 	m, err := fn(ctx, tx, j, now)
 	if err != nil {
@@ -316,7 +316,7 @@ func pgPromoteJobs(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	now := p.b.now()
+	now := p.now()
 	limit := int64(a.limit(math.MaxInt32))
 	var n int
 	err = p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2
@@ -368,7 +368,7 @@ func pgClean(r *Req) error {
 	defer tx.Rollback(context.Background())
 	// Rows a claim holds are skipped: they are becoming active.
 	rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND `+where+` LIMIT $3 FOR UPDATE SKIP LOCKED`),
-		a.queue, a.cutoff(p.b.now()), a.limit)
+		a.queue, a.cutoff(p.now()), a.limit)
 	if err != nil {
 		return pgErr(fmt.Errorf("clean %s: %w", a.queue, err))
 	}
@@ -396,7 +396,7 @@ func pgRetryCompleted(r *Req) error {
 	p := r.c.srv.pg
 	ctx, cancel := pgCtx(r)
 	defer cancel()
-	now := p.b.now()
+	now := p.now()
 	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 5 ORDER BY done_at, seq FOR UPDATE`
 	args := []any{a.queue}
 	if a.id != "" {
@@ -520,7 +520,7 @@ func pgDashboardOverview(r *Req) error {
 			count(*) FILTER (WHERE j.state = 4 AND j.lease_owner IS NOT NULL),
 			(SELECT count(*) FROM {s}.queues),
 			(SELECT count(*) FROM {s}.job_logs)
-		FROM {s}.jobs j LEFT JOIN {s}.queues q ON q.name = j.queue`), p.b.now()).Scan(&t.Waiting, &t.Prioritized,
+		FROM {s}.jobs j LEFT JOIN {s}.queues q ON q.name = j.queue`), p.now()).Scan(&t.Waiting, &t.Prioritized,
 		&t.Delayed, &t.Active, &t.DLQ, &t.Completed, &t.Paused, &c.jobIndex, &c.results, &c.locks, &t.Queues, &c.logs)
 	if err != nil {
 		return pgErr(fmt.Errorf("dashboard figures: %w", err))
@@ -546,7 +546,7 @@ func pgDashboardQueues(r *Req) error {
 			count(j.id) FILTER (WHERE j.state = 6),
 			count(j.id) FILTER (WHERE j.state = 5)
 		FROM {s}.queues q LEFT JOIN {s}.jobs j ON j.queue = q.name
-		GROUP BY q.name, q.created, q.paused ORDER BY q.created`), p.b.now())
+		GROUP BY q.name, q.created, q.paused ORDER BY q.created`), p.now())
 	if err != nil {
 		return pgErr(fmt.Errorf("dashboard queues: %w", err))
 	}
@@ -580,7 +580,7 @@ func pgDashboardQueue(r *Req) error {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	now := p.b.now()
+	now := p.now()
 	var d dashQueue
 	if d.counts, d.paused, err = p.countsTx(ctx, tx, a.queue, now); err != nil {
 		return err

@@ -170,7 +170,7 @@ func pgBare(batch []*pgPushReq) bool {
 // pipeline, which PostgreSQL runs as one implicit transaction, instead of
 // BEGIN, the statements and COMMIT each waiting for the one before.
 func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted) error {
-	now := p.b.now()
+	now := p.now()
 	b := &pgx.Batch{}
 	var wake []string
 	for _, q := range order {

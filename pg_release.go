@@ -92,7 +92,7 @@ func (p *PG) release(c *conn) {
 }
 
 func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pgHold) error {
-	now := p.b.now()
+	now := p.now()
 	tx, err := p.begin(ctx)
 	if err != nil {
 		return err

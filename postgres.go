@@ -15,6 +15,7 @@ package main
 // first broker under an advisory lock.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,6 +154,16 @@ var pgMigrations = []string{
 		ADD COLUMN dlq_due        BIGINT;
 	CREATE INDEX jobs_dlq ON {s}.jobs (queue, dlq_at, seq) WHERE state = 6;
 	CREATE INDEX jobs_dlq_due ON {s}.jobs (dlq_due) WHERE state = 6;`,
+	`-- MIGRATION retention
+	-- Completed jobs in completion order, for their retention; and the
+	-- chores one broker of the namespace does at a time, each with when
+	-- it is next due (the database's time, ms).
+	CREATE INDEX jobs_done ON {s}.jobs (done_at, seq) WHERE state = 5;
+	CREATE TABLE {s}.chores (
+		name TEXT PRIMARY KEY,
+		due  BIGINT NOT NULL
+	);
+	INSERT INTO {s}.chores (name, due) VALUES ('retain', 0);`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -179,6 +190,16 @@ type PG struct {
 	downMu    sync.Mutex
 	down      error // the database is unreachable (for /health)
 	downSince time.Time
+
+	clock pgClock // the database's clock (pg_clock.go)
+	// keepCompleted bounds the namespace's completed jobs (pg_retain.go).
+	keepCompleted int
+}
+
+// pgOptions are an engine's settings beyond the URL and namespace; the
+// zero value is the default (tests lower the retention).
+type pgOptions struct {
+	keepCompleted int // completed jobs kept; 0: maxCompleted, as in the other modes
 }
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
@@ -201,15 +222,30 @@ func pgNamespace(ns string) (string, error) {
 // OpenPG connects, creates or migrates the namespace's schema, and starts
 // the listener and the lease reaper.
 func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
+	return openPG(ctx, url, namespace, b, log, pgOptions{})
+}
+
+func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger, o pgOptions) (*PG, error) {
 	p, err := connectPG(ctx, url, namespace, b, log)
 	if err != nil {
 		return nil, err
 	}
-	p.wg.Add(4)
+	p.keepCompleted = cmp.Or(o.keepCompleted, maxCompleted)
+	// The broker's own clock, from here on only to tell how far off it is.
+	p.clock.local = b.now
+	if err := p.readClock(ctx); p.clock.cur.Load() == nil {
+		p.pool.Close()
+		return nil, err
+	} else if err != nil {
+		p.log.Warn("database clock", "err", err)
+	}
+	p.wg.Add(6)
 	go p.listen()
 	go p.forwarder()
 	go p.reaper()
 	go p.cronLoop()
+	go p.clockLoop()
+	go p.retainer()
 	return p, nil
 }
 
@@ -230,7 +266,8 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{})}
+		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
+		clock: pgClock{kick: make(chan struct{}, 1)}}
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -510,6 +547,11 @@ func (p *PG) reaper() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if !p.clockHolds(ctx, true) {
+			// Leases are judged by the database's time, or not at all.
+			cancel()
+			continue
+		}
 		if err := p.reapOnce(ctx); err == nil {
 			p.setDown(nil)
 		} else if ctx.Err() == nil {
@@ -535,7 +577,7 @@ func (p *PG) reapOnce(ctx context.Context) error {
 }
 
 func (p *PG) reapLeases(ctx context.Context) error {
-	now := p.b.now()
+	now := p.now()
 	type ev struct {
 		j *Job
 		t evType
@@ -753,7 +795,7 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 		}
 	}
 	n := len(jobs)
-	now := p.b.now()
+	now := p.now()
 	ids := make([]string, n)
 	states := make([]int16, n)
 	prios := make([]int64, n)

@@ -1,0 +1,253 @@
+package main
+
+// PostgreSQL mode goes by the database's clock: brokers run in this
+// process, one of them on a clock of the test's.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pgInProcess is a PostgreSQL-mode broker in this process, on the clock
+// and with the engine options the test gives.
+type pgInProcess struct {
+	b    *Broker
+	pg   *PG
+	addr string
+}
+
+func startPGInProcess(t *testing.T, dbURL, ns string, clock func() int64, o pgOptions) *pgInProcess {
+	t.Helper()
+	b := NewBroker(1, nil)
+	if clock != nil {
+		b.now = clock
+	}
+	log := quietLog()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg, err := openPG(ctx, dbURL, ns, b, log, o)
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	srv := NewServer(b, nil, log)
+	srv.pg, srv.cmds = pg, pgCommands()
+	b.pgStatus = pg.storageState
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		pg.Close()
+		b.Close()
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+		pg.Close()
+		b.Close()
+	})
+	return &pgInProcess{b: b, pg: pg, addr: ln.Addr().String()}
+}
+
+// dbNow reads the database's clock, in ms.
+func dbNow(t *testing.T, p *PG) int64 {
+	t.Helper()
+	var ms int64
+	if err := p.pool.QueryRow(context.Background(), `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// TestPGClockSkewStealsNothing: a broker whose clock is 40 s fast takes
+// no lease another broker handed out, claims no delayed job early and
+// fires no cron early; times either broker writes hold on the other.
+func TestPGClockSkewStealsNothing(t *testing.T) {
+	ns := pgTestNamespace(t)
+	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	b := startPGInProcess(t, testPGURL(), ns, func() int64 { return nowMs() + 40000 }, pgOptions{})
+	if skew, ok := b.pg.clockSkew(); !ok || skew > -39*time.Second || skew < -41*time.Second {
+		t.Fatalf("the fast broker measured a skew of %v (read: %v), want about -40s", skew, ok)
+	}
+	if d := b.pg.now() - dbNow(t, a.pg); d > 500 || d < -500 {
+		t.Fatalf("the fast broker's time is %d ms from the database's", d)
+	}
+	ca, cb := dial(t, a.addr), dial(t, b.addr)
+
+	// Through A: a job leased for 30 s, one leased for 1 s (which must
+	// come back, so that the reapers are seen to run), a job delayed
+	// 20 s and a cron due every 20 s.
+	lease, tok := push(t, ca, "skew-lease", nil), ""
+	if id, tk := pullOwned(t, ca, "skew-lease", M{"lockTtl": 30000}); id != lease {
+		t.Fatalf("pulled %s, want %s", id, lease)
+	} else {
+		tok = tk
+	}
+	short := push(t, ca, "skew-short", nil)
+	pullOwned(t, ca, "skew-short", M{"lockTtl": 1000})
+	delayed := push(t, ca, "skew-delay", M{"delay": 20000})
+	ca.ok(M{"cmd": "Cron", "name": "skew-cron", "queue": "skew-cron", "data": M{"x": 1}, "repeatEvery": 20000})
+
+	if a := cb.ok(M{"cmd": "PULL", "queue": "skew-delay", "timeout": 0}); a["job"] != nil {
+		t.Fatalf("the fast broker claimed a job delayed 20 s at once: %v", a)
+	}
+	waitState(t, cb, short, "waiting", 20*time.Second)
+	// Every reaper and cron loop has run several times since the leases
+	// were handed out.
+	time.Sleep(time.Second)
+	if st := state(t, cb, lease); st != "active" {
+		t.Fatalf("the 30 s lease is %s after a few seconds, want active", st)
+	}
+	if st := state(t, cb, delayed); st != "delayed" {
+		t.Fatalf("the job delayed 20 s is %s, want delayed", st)
+	}
+	if a := cb.ok(M{"cmd": "PULL", "queue": "skew-delay", "timeout": 0}); a["job"] != nil {
+		t.Fatalf("the fast broker claimed a job delayed 20 s early: %v", a)
+	}
+	counts := sub(t, cb.ok(M{"cmd": "GetJobCounts", "queue": "skew-cron"}), "counts")
+	for k, v := range counts {
+		if num(t, v) != 0 {
+			t.Fatalf("the cron due in 20 s fired early: %s=%v", k, v)
+		}
+	}
+	if a := ca.ok(M{"cmd": "ACK", "id": lease, "token": tok}); a["data"] != nil {
+		if d, _ := a["data"].(M); d["applied"] == false {
+			t.Fatalf("the ACK of the 30 s lease was refused: %v", a)
+		}
+	}
+	if st := state(t, ca, lease); st != "completed" {
+		t.Fatalf("the 30 s lease's job is %s after its ACK", st)
+	}
+
+	// The other way: a job delayed 1.5 s through the fast broker is due
+	// 1.5 s later by the database's time, not 41.5 s.
+	push(t, cb, "skew-soon", M{"delay": 1500})
+	got, err := ca.do(M{"cmd": "PULL", "queue": "skew-soon", "timeout": 15000}, 20*time.Second)
+	if err != nil || got["job"] == nil {
+		t.Fatalf("a job delayed 1.5 s through the fast broker was not claimable through the other within 15 s: %v %v", got, err)
+	}
+}
+
+// slowProxy forwards to PostgreSQL, holding each answer back by delay.
+type slowProxy struct {
+	addr  string
+	delay atomic.Int64 // ns
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newSlowProxy(t *testing.T, target string) *slowProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &slowProxy{addr: ln.Addr().String(), ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() {
+				defer p.wg.Done()
+				io.Copy(up, c)
+				up.Close()
+				c.Close()
+			}()
+			go func() {
+				defer p.wg.Done()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						time.Sleep(time.Duration(p.delay.Load()))
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				up.Close()
+				c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// TestPGClockUnmeasurable: a broker whose clock jumped, and which cannot
+// read the database's clock again to within the bound (the database
+// answers only after 1.2 s), refuses claims with an error naming the
+// bound; once the database answers promptly it claims again.
+func TestPGClockUnmeasurable(t *testing.T) {
+	ns := pgTestNamespace(t)
+	u, err := url.Parse(testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newSlowProxy(t, u.Host)
+	u.Host = px.addr
+	var jump atomic.Int64
+	b := startPGInProcess(t, u.String(), ns, func() int64 { return nowMs() + jump.Load() }, pgOptions{})
+	c := dial(t, b.addr)
+	id := push(t, c, "clock-q", nil)
+
+	px.delay.Store(int64(1200 * time.Millisecond))
+	jump.Store(5000)
+	a, err := c.do(M{"cmd": "PULL", "queue": "clock-q", "timeout": 0}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := a["error"].(string)
+	if a["ok"] != false || !strings.Contains(msg, "bound of 500ms") {
+		t.Fatalf("a claim while the database's time is known only to within 600 ms: %v", a)
+	}
+	t.Logf("refused: %s", msg)
+
+	px.delay.Store(0)
+	eventually(t, 20*time.Second, "a claim once the database answers promptly", func() (bool, string) {
+		a, err := c.do(M{"cmd": "PULL", "queue": "clock-q", "timeout": 0}, 20*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		j, _ := a["job"].(M)
+		return j != nil && j["id"] == id, fmt.Sprint(a)
+	})
+	if skew, _ := b.pg.clockSkew(); skew > -4500*time.Millisecond || skew < -5500*time.Millisecond {
+		t.Fatalf("skew after the jump: %v, want about -5s", skew)
+	}
+}

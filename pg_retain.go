@@ -1,0 +1,135 @@
+package main
+
+// Completed-job retention in PostgreSQL mode, as in the other modes: a
+// namespace keeps at most maxCompleted completed jobs (50,000) across its
+// queues, and past that forgets the oldest completions, with their
+// results and logs, down to nine tenths of the bound. (Failed jobs are
+// bounded per queue by the DLQ's maxEntries, pg_dlq.go, as in memory
+// mode; jobs that complete with removeOnComplete are not kept at all.)
+//
+// One broker of the namespace looks at a time, whichever comes first: the
+// chore's row says when the next look is due, and the broker whose UPDATE
+// moves it on looks. It deletes in batches of pgRetainBatch rows, each its
+// own short transaction, taking its rows FOR UPDATE SKIP LOCKED, so that
+// no command waits on the trim for long and the trim waits on no command.
+// A trim that runs long keeps moving the due time on, so that no other
+// broker starts the same work meanwhile; one whose broker dies is due
+// again within pgRetainEvery.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	// pgRetainEvery is how often the namespace's completed jobs are
+	// counted (by one broker).
+	pgRetainEvery = 2 * time.Second
+	// pgRetainBatch is how many completed jobs one transaction deletes.
+	pgRetainBatch = 1000
+)
+
+func (p *PG) retainer() {
+	defer p.wg.Done()
+	t := time.NewTicker(pgRetainEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		if _, err := p.retainOnce(); err != nil && !p.closing() {
+			// The next look tries again; a lost database is reported by
+			// the reaper and the listener.
+			p.log.Warn("completed-job retention", "err", err)
+		}
+	}
+}
+
+// takeChore moves a chore's due time hold past now if it is due, and
+// answers whether this broker did so (and so does the chore now).
+func (p *PG) takeChore(ctx context.Context, name string, hold time.Duration) (bool, error) {
+	now := p.now()
+	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.chores SET due = $2 WHERE name = $1 AND due <= $3`),
+		name, now+hold.Milliseconds(), now)
+	if err != nil {
+		return false, fmt.Errorf("take chore %s: %w", name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// holdChore keeps a chore this broker's for hold more.
+func (p *PG) holdChore(ctx context.Context, name string, hold time.Duration) error {
+	_, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.chores SET due = $2 WHERE name = $1`), name, p.now()+hold.Milliseconds())
+	return err
+}
+
+// retainOnce trims the namespace's completed jobs if they are over the
+// bound and the chore is this broker's, and answers how many went.
+func (p *PG) retainOnce() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mine, err := p.takeChore(ctx, "retain", pgRetainEvery)
+	if err != nil || !mine {
+		return 0, err
+	}
+	keep := p.keepCompleted
+	// Over the bound when a completed job comes after the newest keep.
+	var at, seq int64
+	find := p.sql(`SELECT done_at, seq FROM {s}.jobs WHERE state = 5 AND done_at IS NOT NULL
+		ORDER BY done_at DESC, seq DESC OFFSET $1 LIMIT 1`)
+	if err := p.pool.QueryRow(ctx, find, keep).Scan(&at, &seq); errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("count completed jobs: %w", err)
+	}
+	// The newest of those that go.
+	if err := p.pool.QueryRow(ctx, find, keep-keep/10).Scan(&at, &seq); err != nil {
+		return 0, fmt.Errorf("find the oldest completed jobs: %w", err)
+	}
+	removed := 0
+	for !p.closing() {
+		n, err := p.retainBatch(at, seq)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		if n < pgRetainBatch {
+			break
+		}
+		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = p.holdChore(hctx, "retain", pgRetainEvery)
+		hcancel()
+		if err != nil {
+			return removed, fmt.Errorf("hold chore retain: %w", err)
+		}
+	}
+	p.log.Debug("completed jobs trimmed", "removed", removed, "bound", keep)
+	return removed, nil
+}
+
+// retainBatch deletes up to pgRetainBatch completed jobs that completed
+// no later than (at, seq), oldest first, with their logs.
+func (p *PG) retainBatch(at, seq int64) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	// = ANY(ARRAY(...)): the rows are found by their key, where IN lets
+	// the planner join against the whole table.
+	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (
+			DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(
+				SELECT id FROM {s}.jobs WHERE state = 5 AND (done_at, seq) <= ($1, $2)
+				ORDER BY done_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED))
+			AND state = 5 RETURNING id),
+		logs AS (DELETE FROM {s}.job_logs WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
+		SELECT count(*) FROM gone`), at, seq, pgRetainBatch).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("delete the oldest completed jobs: %w", err)
+	}
+	return n, nil
+}
