@@ -22,7 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -720,16 +722,31 @@ func (e *pgFault) Unwrap() error { return e.err }
 // it to break a deadlock (or a serialization failure): jobs locked in
 // another order by a rare pair of flow commands, say a push depending on
 // a job and on its dependent while the first completes. The transaction
-// rolled back whole, so running it again is safe.
+// rolled back whole, so running it again is safe. The retries wait a
+// growing, random pause: two transactions that deadlocked once and start
+// again at the same instant tend to deadlock again, the more so on a busy
+// machine where both are slowed alike.
 func pgRetry(fn func() error) error {
 	for i := 0; ; i++ {
 		err := fn()
 		var pe *pgconn.PgError
-		if i < 4 && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+		if i < pgRetries && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+			time.Sleep(pgRetryPause(i))
 			continue
 		}
 		return err
 	}
+}
+
+// pgRetries is how many times pgRetry runs a transaction again: enough
+// that a retry losing to the same rival every time is not seen in
+// practice, with pauses that add up to under a second.
+const pgRetries = 10
+
+// pgRetryPause is the pause before retry i: random in [0, 2^i ms), at
+// most 128 ms.
+func pgRetryPause(i int) time.Duration {
+	return time.Duration(rand.Int64N(int64(time.Millisecond) << min(i, 7)))
 }
 
 func fault(err error) error {
