@@ -229,7 +229,9 @@ func checkWebhookURL(raw string, allowPrivate bool) error {
 	if raw == "" {
 		return errors.New("Webhook URL is required")
 	}
-	if len(utf16.Encode([]rune(raw))) > maxWebhookURL {
+	// A UTF-16 unit takes at most 3 bytes of UTF-8: a longer string is
+	// too long without encoding it all.
+	if len(raw) > 3*maxWebhookURL || len(utf16.Encode([]rune(raw))) > maxWebhookURL {
 		return errors.New("Webhook URL too long (max 2048 characters)")
 	}
 	invalid := errors.New("Invalid URL format")

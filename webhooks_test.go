@@ -196,8 +196,18 @@ func TestProtoWebhookDelivery(t *testing.T) {
 	})
 	l := webhookList(t, c)
 	w := l[0]
-	if w["id"] != id || w["enabled"] != true || num(t, w["failureCount"]) != 0 || !isNum(w["lastTriggered"]) || len(w) != 9 {
+	if w["id"] != id || w["enabled"] != true || num(t, w["failureCount"]) != 0 || !isNum(w["lastTriggered"]) || len(w) != 12 {
 		t.Errorf("ListWebhooks entry: %v", w)
+	}
+	// The reference's nine fields, then the circuit, the deliveries
+	// waiting and those dropped.
+	for _, k := range []string{"id", "url", "events", "queue", "createdAt", "lastTriggered", "successCount", "failureCount", "enabled"} {
+		if _, ok := w[k]; !ok {
+			t.Errorf("ListWebhooks entry without %s: %v", k, w)
+		}
+	}
+	if w["circuit"] != "closed" || num(t, w["pending"]) != 0 || num(t, w["droppedCount"]) != 0 {
+		t.Errorf("ListWebhooks delivery state: %v", w)
 	}
 	stats := sub(t, sub(t, c.ok(M{"cmd": "ListWebhooks"}), "data"), "stats")
 	if num(t, stats["total"]) != 2 || num(t, stats["enabled"]) != 2 {
