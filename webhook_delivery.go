@@ -315,8 +315,8 @@ func (h *Webhooks) settleLocked(l *hookLine, w *Webhook, res deliveryResult, pro
 	case deliveryFailedAll:
 		l.fails++
 		switch {
-		case probe || l.state == circuitHalfOpen:
-			l.openFor = min(2*l.openFor, h.opts.openMax)
+		case probe && l.state == circuitHalfOpen:
+			l.openFor = max(h.opts.openFor, min(2*l.openFor, h.opts.openMax))
 			l.state, l.retryAt = circuitOpen, time.Now().Add(l.openFor)
 		case l.state == circuitClosed && l.fails >= h.opts.breakAfter:
 			l.openFor = h.opts.openFor
