@@ -558,7 +558,8 @@ func TestCLIControlCommands(t *testing.T) {
 		t.Fatalf("webhook add --json: %q", out)
 	}
 	wid := fmt.Sprint(added["data"].(map[string]any)["webhookId"])
-	if out, _ := cli(t, g, 0, "webhook", "list"); !strings.Contains(out, wid) || !strings.Contains(out, "http://h.example/x") {
+	if out, _ := cli(t, g, 0, "webhook", "list"); !strings.Contains(out, wid) || !strings.Contains(out, "http://h.example/x") ||
+		!strings.Contains(out, "CIRCUIT") || !strings.Contains(out, "closed") {
 		t.Errorf("webhook list: %q", out)
 	}
 	cli(t, g, 0, "webhook", "remove", wid)

@@ -398,12 +398,14 @@ func (v *view) webhooks(w io.Writer) {
 		fmt.Fprintln(w, "No webhooks registered")
 		return
 	}
-	rows := [][]string{{"ID", "URL", "EVENTS", "QUEUE", "ENABLED", "DELIVERED", "FAILED"}}
+	// CIRCUIT and DROPPED are queued's own fields: "-" from the reference.
+	rows := [][]string{{"ID", "URL", "EVENTS", "QUEUE", "ENABLED", "DELIVERED", "FAILED", "DROPPED", "CIRCUIT"}}
 	for _, it := range list {
 		h, _ := it.(map[string]any)
 		evs, _ := h["events"].([]any)
 		rows = append(rows, []string{jsStr(h["id"], "?"), jsStr(h["url"], "?"), joinAny(evs), jsStr(h["queue"], "all"),
-			jsStr(h["enabled"], "true"), jsStr(h["successCount"], "0"), jsStr(h["failureCount"], "0")})
+			jsStr(h["enabled"], "true"), jsStr(h["successCount"], "0"), jsStr(h["failureCount"], "0"),
+			jsStr(h["droppedCount"], "-"), jsStr(h["circuit"], "-")})
 	}
 	table(w, rows)
 }

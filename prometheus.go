@@ -219,16 +219,19 @@ func (srv *Server) prometheusText() []byte {
 	p.one("queued_workers_registered", "gauge", "Registered workers", float64(len(workers)))
 	p.one("queued_workers_active", "gauge", "Workers seen in the last 30 seconds", float64(active))
 
-	var hooks, hooksOn int
+	var hooks, hooksOn, hooksOpen, hooksPending int
 	var delivered, failed, dropped int64
 	if h := srv.hooks; h != nil {
 		hooks, hooksOn = h.counts()
+		hooksOpen, hooksPending = h.lineStats()
 		delivered, failed, dropped = h.delivered.Load(), h.failed.Load(), h.dropped.Load()
 	}
 	p.one("queued_webhooks_registered", "gauge", "Registered webhooks", float64(hooks))
 	p.one("queued_webhooks_enabled", "gauge", "Enabled webhooks", float64(hooksOn))
+	p.one("queued_webhook_circuits_open", "gauge", "Webhooks whose receiver failed repeatedly: deliveries held, probed with backoff", float64(hooksOpen))
+	p.one("queued_webhook_deliveries_pending", "gauge", "Webhook deliveries waiting in the backlogs or in flight", float64(hooksPending))
 	p.head("queued_webhook_deliveries_total", "counter",
-		"Webhook deliveries by result: delivered (2xx), failed (every attempt failed), dropped (delivery queue full)")
+		"Webhook deliveries by result: delivered (2xx), failed (every attempt failed), dropped (the webhook's backlog full)")
 	p.sample("queued_webhook_deliveries_total", `result="delivered"`, float64(delivered))
 	p.sample("queued_webhook_deliveries_total", `result="failed"`, float64(failed))
 	p.sample("queued_webhook_deliveries_total", `result="dropped"`, float64(dropped))

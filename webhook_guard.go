@@ -79,9 +79,9 @@ func guardDial(network, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// Cloud metadata services. Most sit in link-local space, refused anyway;
-// these are named so the refusal says what they are, and Alibaba's is in
-// shared (CGNAT) space, which is otherwise allowed.
+// Cloud metadata services. Most sit in link-local or shared (CGNAT)
+// space, refused anyway; these are named so the refusal says what they
+// are.
 var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack, Oracle...
 	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task metadata
@@ -89,33 +89,133 @@ var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("fd00:ec2::254"),   // AWS IPv6
 }
 
+// blockedRange is an address range a webhook may not reach, and what it is.
+type blockedRange struct {
+	p   netip.Prefix
+	why string
+}
+
+func ranges(kv ...string) []blockedRange {
+	out := make([]blockedRange, 0, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, blockedRange{netip.MustParsePrefix(kv[i]), kv[i+1]})
+	}
+	return out
+}
+
+// IPv4 space that is not a public unicast host (IANA's special-purpose
+// registry, less what is public: 192.88.99/24 relays are public hosts).
+// Shared (CGNAT) space holds carrier and overlay networks (Tailscale, cloud
+// metadata), benchmarking space lab networks: both are someone's inside.
+var blockedIPv4 = ranges(
+	"0.0.0.0/8", "unspecified",
+	"127.0.0.0/8", "loopback",
+	"10.0.0.0/8", "private",
+	"172.16.0.0/12", "private",
+	"192.168.0.0/16", "private",
+	"169.254.0.0/16", "link-local",
+	"100.64.0.0/10", "shared (CGNAT)",
+	"198.18.0.0/15", "benchmarking",
+	"192.0.0.0/24", "special-purpose",
+	"192.0.2.0/24", "documentation",
+	"198.51.100.0/24", "documentation",
+	"203.0.113.0/24", "documentation",
+	"224.0.0.0/4", "multicast",
+	"255.255.255.255/32", "broadcast",
+	"240.0.0.0/4", "reserved",
+)
+
+// IPv6 space that is not a public unicast host. Prefixes that carry an
+// IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) are judged by
+// that address instead, in embeddedIPv4.
+var blockedIPv6 = ranges(
+	"::/128", "unspecified",
+	"::1/128", "loopback",
+	"fe80::/10", "link-local",
+	"fec0::/10", "site-local",
+	"fc00::/7", "private (ULA)",
+	"ff00::/8", "multicast",
+	"64:ff9b:1::/48", "local-use NAT64",
+	"100::/64", "discard-only",
+	"2001:2::/48", "benchmarking",
+	"2001:db8::/32", "documentation",
+	"3fff::/20", "documentation",
+)
+
+// embeddedIPv4 finds the IPv4 address an IPv6 address stands for, where
+// traffic to it ends up at that IPv4 host: a NAT64 gateway (64:ff9b::/96)
+// or a 6to4 relay (2002::/16) forwards to it, a Teredo address (2001::/32)
+// names the client's IPv4 (bit-inverted) and its server's. kind names the
+// form for the refusal; ok is false for other addresses.
+func embeddedIPv4(ip netip.Addr) (kind string, v4 []netip.Addr, ok bool) {
+	b := ip.As16()
+	four := func(i int) netip.Addr { return netip.AddrFrom4([4]byte(b[i : i+4])) }
+	zero := func(from, to int) bool {
+		for _, x := range b[from:to] {
+			if x != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case zero(0, 12):
+		// IPv4-compatible (::a.b.c.d, deprecated); :: and ::1 are
+		// judged before.
+		return "IPv4-compatible", []netip.Addr{four(12)}, true
+	case zero(0, 8) && b[8] == 0xff && b[9] == 0xff && zero(10, 12):
+		// IPv4-translated (::ffff:0:a.b.c.d, SIIT).
+		return "IPv4-translated", []netip.Addr{four(12)}, true
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zero(4, 12):
+		return "NAT64", []netip.Addr{four(12)}, true
+	case b[0] == 0x20 && b[1] == 0x02:
+		return "6to4", []netip.Addr{four(2)}, true
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		return "Teredo", []netip.Addr{netip.AddrFrom4(client), four(4)}, true
+	}
+	return "", nil, false
+}
+
 // blockedIP says why a webhook may not connect to ip ("" when it may).
 func blockedIP(ip netip.Addr) string {
 	ip = ip.WithZone("").Unmap()
-	if ip.Is6() {
-		// IPv4-compatible (::a.b.c.d, deprecated): judged as the IPv4
-		// address inside.
-		b := ip.As16()
-		if [12]byte(b[:12]) == ([12]byte{}) && !ip.IsUnspecified() && !ip.IsLoopback() {
-			ip = netip.AddrFrom4([4]byte(b[12:]))
-		}
-	}
 	for _, m := range metadataAddrs {
 		if ip == m {
 			return "cloud metadata"
 		}
 	}
+	if ip.Is4() {
+		for _, r := range blockedIPv4 {
+			if r.p.Contains(ip) {
+				return r.why
+			}
+		}
+		return ""
+	}
+	// :: and ::1 first: they are the exceptions to the IPv4-compatible
+	// form.
 	switch {
-	case ip.IsUnspecified() || ip.Is4() && ip.As4()[0] == 0:
+	case ip.IsUnspecified():
 		return "unspecified"
 	case ip.IsLoopback():
 		return "loopback"
-	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
-		return "link-local"
-	case ip.IsPrivate() && ip.Is6():
-		return "private (ULA)"
-	case ip.IsPrivate():
-		return "private"
+	}
+	if kind, inner, ok := embeddedIPv4(ip); ok {
+		for _, v4 := range inner {
+			if why := blockedIP(v4); why != "" {
+				if kind == "IPv4-compatible" {
+					return why // as it always read
+				}
+				return fmt.Sprintf("%s (embeds %s, %s)", kind, v4, why)
+			}
+		}
+		return ""
+	}
+	for _, r := range blockedIPv6 {
+		if r.p.Contains(ip) {
+			return r.why
+		}
 	}
 	return ""
 }
@@ -129,7 +229,9 @@ func checkWebhookURL(raw string, allowPrivate bool) error {
 	if raw == "" {
 		return errors.New("Webhook URL is required")
 	}
-	if len(utf16.Encode([]rune(raw))) > maxWebhookURL {
+	// A UTF-16 unit takes at most 3 bytes of UTF-8: a longer string is
+	// too long without encoding it all.
+	if len(raw) > 3*maxWebhookURL || len(utf16.Encode([]rune(raw))) > maxWebhookURL {
 		return errors.New("Webhook URL too long (max 2048 characters)")
 	}
 	invalid := errors.New("Invalid URL format")
@@ -169,7 +271,10 @@ func checkWebhookHost(host string) error {
 		}
 		b := ip.As16()
 		if ip.Is4In6() || [12]byte(b[:12]) == ([12]byte{}) && !ip.IsUnspecified() {
-			return checkWebhookIPv4(netip.AddrFrom4([4]byte(b[12:])))
+			if err := checkWebhookIPv4(netip.AddrFrom4([4]byte(b[12:]))); err != nil {
+				return err
+			}
+			return checkBlockedLiteral(ip)
 		}
 		first := uint16(b[0])<<8 | uint16(b[1])
 		switch {
@@ -180,7 +285,7 @@ func checkWebhookHost(host string) error {
 		case first&0xffc0 == 0xfe80:
 			return refuse("link-local IP")
 		}
-		return nil
+		return checkBlockedLiteral(ip)
 	}
 	ip4, isIPv4, err := whatwgIPv4(host)
 	if err != nil {
@@ -190,7 +295,10 @@ func checkWebhookHost(host string) error {
 		if ip4 == netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
 			return refuse("localhost")
 		}
-		return checkWebhookIPv4(ip4)
+		if err := checkWebhookIPv4(ip4); err != nil {
+			return err
+		}
+		return checkBlockedLiteral(ip4)
 	}
 	name := strings.TrimSuffix(host, ".")
 	switch {
@@ -200,6 +308,22 @@ func checkWebhookHost(host string) error {
 		return refuse("cloud metadata endpoints")
 	}
 	return nil
+}
+
+// checkBlockedLiteral refuses, at registration, a literal address that
+// passed the reference's rules but that the connection-time check would
+// refuse on every delivery (NAT64, 6to4 and Teredo addresses of an inside
+// IPv4, shared and benchmarking space, multicast...): better said now than
+// found in the failure count later.
+func checkBlockedLiteral(ip netip.Addr) error {
+	switch why := blockedIP(ip); why {
+	case "":
+		return nil
+	case "cloud metadata":
+		return errors.New("Webhook URL cannot point to cloud metadata endpoints")
+	default:
+		return errors.New("Webhook URL cannot point to " + why + " address")
+	}
 }
 
 func checkWebhookIPv4(ip netip.Addr) error {

@@ -5,10 +5,10 @@ package main
 //
 // Delivery leaves the hot path at once. A broker tap, running under the
 // emitting shard's lock, matches the event against a copy-on-write list of
-// the enabled webhooks and puts one delivery per match on a bounded queue;
-// a few sender goroutines do the HTTP. When the queue is full (receivers
-// slower than the event rate) deliveries are dropped and counted, never
-// waited for.
+// the enabled webhooks and puts one delivery per match on that webhook's
+// own bounded backlog, served by that webhook's own senders, so that a
+// slow or dead receiver delays nobody else (webhook_delivery.go). When a
+// backlog is full deliveries are dropped and counted, never waited for.
 //
 // A webhook URL is a way to make the server send requests, so it is
 // checked twice: when it is registered, with the reference's rules (which
@@ -21,11 +21,7 @@ package main
 // operator's own network.
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,12 +41,19 @@ const (
 	webhookTimeout    = 10 * time.Second // per attempt
 	webhookAttempts   = 3
 	webhookRetryDelay = time.Second // times the attempt number: 1 s, then 2 s
-
-	webhookQueueLen     = 4096     // deliveries waiting for a sender
-	webhookQueueBytes   = 64 << 20 // payload bytes they may hold
-	webhookSenders      = 4
-	webhookDropLogEvery = 10 * time.Second
 )
+
+// Limits the reference does not have: a webhook costs a backlog and a
+// sender, and its fields are stored and echoed, so both the number and
+// the sizes are bounded, far above what a real setup uses.
+const (
+	maxWebhooks        = 1000
+	maxWebhookSecret   = 1024 // bytes
+	maxWebhookEvents   = 64   // entries of the events list (5 names exist)
+	maxWebhookEchoName = 100  // bytes of a refused event name quoted back
+)
+
+var errTooManyWebhooks = fmt.Errorf("webhooks are limited to %d per server; remove one before adding another", maxWebhooks)
 
 // webhookEvents are the names a webhook may subscribe to; the index is the
 // event's bit in a webhook's mask.
@@ -100,6 +102,8 @@ type Webhook struct {
 	// Delivery figures, in memory only; guarded by Webhooks.mu.
 	lastTriggered    int64
 	success, failure int64
+
+	line *hookLine // its backlog, senders and circuit
 }
 
 // webhookStore is the persistence the registry needs; the SQLite store
@@ -113,30 +117,22 @@ type webhookStore interface {
 // lookupFunc resolves a host name to addresses.
 type lookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// webhookOptions configure the registry.
+// webhookOptions configure the registry. Zero values take the defaults;
+// tests make them small.
 type webhookOptions struct {
 	allowPrivate bool         // skip both address checks
 	store        webhookStore // nil in memory mode
 	log          *slog.Logger
-	lookup       lookupFunc    // nil: the system resolver
-	queueLen     int           // 0: webhookQueueLen (tests make it small)
-	retryDelay   time.Duration // 0: webhookRetryDelay
-}
+	lookup       lookupFunc // nil: the system resolver
 
-// delivery is one event on its way to one webhook. The payload slices are
-// the broker's own stored values, which are replaced, never written in
-// place, so holding them is safe without copying under the shard lock.
-type delivery struct {
-	w        *Webhook
-	kind     evType
-	queue    string
-	jobID    string
-	at       int64
-	data     Raw // completed: the result; failed: the job's data
-	err      string
-	hasErr   bool
-	progress Raw
-	size     int64
+	queueLen       int           // one webhook's backlog (webhookBacklogLen)
+	retryDelay     time.Duration // webhookRetryDelay
+	attemptTimeout time.Duration // webhookTimeout
+	breakAfter     int           // webhookBreakAfter
+	openFor        time.Duration // webhookOpenFor
+	openMax        time.Duration // webhookOpenMax
+	closeWait      time.Duration // webhookCloseWait
+	dropLogEvery   time.Duration // webhookDropLogEvery
 }
 
 // Webhooks is the registry and its delivery machinery.
@@ -151,18 +147,17 @@ type Webhooks struct {
 	list   []*Webhook // registration order
 	active atomic.Pointer[[]*Webhook]
 
-	queue      chan delivery
-	queueBytes atomic.Int64
-	dropped    atomic.Int64
-	delivered  atomic.Int64 // deliveries that got a 2xx
-	failed     atomic.Int64 // deliveries that used every attempt
-	dropMu     sync.Mutex
-	dropLogged int64
-	dropLogAt  time.Time
+	held      atomic.Int64  // payload bytes in all backlogs
+	shared    chan struct{} // senders beyond each webhook's first
+	dropped   atomic.Int64  // deliveries refused by a full backlog
+	delivered atomic.Int64  // deliveries that got a 2xx
+	failed    atomic.Int64  // deliveries that used every attempt
 
 	ctx       context.Context
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	life      sync.RWMutex // closed, and starting senders against Close
+	closed    bool
+	wg        sync.WaitGroup // senders and the drop reporter
 	closeOnce sync.Once
 }
 
@@ -177,13 +172,24 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.retryDelay, webhookRetryDelay)
+	def(&opts.attemptTimeout, webhookTimeout)
+	def(&opts.openFor, webhookOpenFor)
+	def(&opts.openMax, webhookOpenMax)
+	def(&opts.closeWait, webhookCloseWait)
+	def(&opts.dropLogEvery, webhookDropLogEvery)
 	if opts.queueLen <= 0 {
-		opts.queueLen = webhookQueueLen
+		opts.queueLen = webhookBacklogLen
 	}
-	if opts.retryDelay <= 0 {
-		opts.retryDelay = webhookRetryDelay
+	if opts.breakAfter <= 0 {
+		opts.breakAfter = webhookBreakAfter
 	}
-	h := &Webhooks{opts: opts, log: opts.log, queue: make(chan delivery, opts.queueLen)}
+	h := &Webhooks{opts: opts, log: opts.log, shared: make(chan struct{}, webhookSharedSenders)}
 	if opts.store != nil {
 		list, err := opts.store.LoadWebhooks()
 		if err != nil {
@@ -191,6 +197,7 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 		}
 		for _, w := range list {
 			w.mask = eventMask(w.Events)
+			w.line = &hookLine{}
 		}
 		h.list = list
 	}
@@ -204,8 +211,8 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 		MaxIdleConns:          32,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   webhookTimeout,
-		ResponseHeaderTimeout: webhookTimeout,
+		TLSHandshakeTimeout:   opts.attemptTimeout,
+		ResponseHeaderTimeout: opts.attemptTimeout,
 	}
 	h.client = &http.Client{
 		Transport: h.tr,
@@ -214,20 +221,34 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	for i := 0; i < webhookSenders; i++ {
-		h.wg.Add(1)
-		go h.sender()
-	}
+	h.wg.Add(1)
+	go h.dropReporter()
 	b.addTap(h.tap)
 	return h, nil
 }
 
-// Close stops the senders, abandoning deliveries still queued, and waits
-// for them. It is safe to call more than once.
+// Close stops the senders, abandoning deliveries still waiting and
+// cancelling those in flight, and waits for them, for closeWait at most:
+// a request is cancelled at once by its context, so the wait only guards
+// against what should not happen. It is safe to call more than once.
 func (h *Webhooks) Close() {
 	h.closeOnce.Do(func() {
+		h.life.Lock()
+		h.closed = true // no sender starts after this
+		h.life.Unlock()
 		h.cancel()
-		h.wg.Wait()
+		done := make(chan struct{})
+		go func() {
+			h.wg.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(h.opts.closeWait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			h.log.Warn("webhook senders still running at shutdown; not waiting for them", "waited", h.opts.closeWait)
+		}
 		h.tr.CloseIdleConnections()
 	})
 }
@@ -270,194 +291,6 @@ func (h *Webhooks) counts() (total, enabled int) {
 }
 
 // ---------------------------------------------------------------------------
-// The tap and the senders
-
-func (h *Webhooks) tap(ev *Event) {
-	bit := webhookEventBit(ev.Type)
-	if bit == 0 {
-		return
-	}
-	on := *h.active.Load()
-	if len(on) == 0 {
-		return
-	}
-	d := delivery{kind: ev.Type, queue: ev.Queue, jobID: ev.JobID, at: ev.At}
-	switch ev.Type {
-	case evCompleted:
-		if !ev.Args.undefData {
-			d.data = ev.Args.data
-		}
-	case evFailed:
-		if !ev.Args.noData {
-			d.data = ev.Data
-		}
-		d.err, d.hasErr = ev.Args.err, ev.Args.hasErr
-	case evProgress:
-		d.progress = ev.Args.progress
-	}
-	d.size = int64(len(d.data) + len(d.progress) + len(d.err) + len(d.jobID) + 256)
-	for _, w := range on {
-		if w.mask&bit == 0 || (w.Queue != "" && w.Queue != ev.Queue) {
-			continue
-		}
-		d.w = w
-		if h.queueBytes.Add(d.size) > webhookQueueBytes {
-			h.queueBytes.Add(-d.size)
-			h.dropped.Add(1)
-			continue
-		}
-		select {
-		case h.queue <- d:
-		default:
-			h.queueBytes.Add(-d.size)
-			h.dropped.Add(1)
-		}
-	}
-}
-
-func (h *Webhooks) sender() {
-	defer h.wg.Done()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case d := <-h.queue:
-			h.queueBytes.Add(-d.size)
-			h.deliver(&d)
-			h.reportDrops()
-		}
-	}
-}
-
-// reportDrops logs dropped deliveries now and then; the tap cannot log, it
-// runs under a shard lock.
-func (h *Webhooks) reportDrops() {
-	n := h.dropped.Load()
-	h.dropMu.Lock()
-	defer h.dropMu.Unlock()
-	if n == h.dropLogged || time.Since(h.dropLogAt) < webhookDropLogEvery {
-		return
-	}
-	h.log.Warn("webhook deliveries dropped: receivers are slower than the event rate",
-		"dropped", n-h.dropLogged, "dropped_total", n)
-	h.dropLogged, h.dropLogAt = n, time.Now()
-}
-
-// deliver makes up to webhookAttempts attempts, 1 s then 2 s apart.
-func (h *Webhooks) deliver(d *delivery) {
-	w := d.w
-	h.mu.Lock()
-	live := w.Enabled
-	h.mu.Unlock()
-	if !live {
-		return // disabled or removed since the event
-	}
-	event := webhookEventName(d.kind)
-	body := d.body(event)
-	sig := ""
-	if w.Secret != "" {
-		mac := hmac.New(sha256.New, []byte(w.Secret))
-		mac.Write(body)
-		sig = hex.EncodeToString(mac.Sum(nil))
-	}
-	var err error
-	for attempt := 0; attempt < webhookAttempts; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(h.opts.retryDelay * time.Duration(attempt))
-			select {
-			case <-h.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		if err = h.post(w.URL, event, d.at, body, sig); err == nil {
-			h.mu.Lock()
-			w.success++
-			w.lastTriggered = time.Now().UnixMilli()
-			h.mu.Unlock()
-			h.delivered.Add(1)
-			return
-		}
-		if h.ctx.Err() != nil {
-			return // shutting down: not the receiver's failure
-		}
-	}
-	h.mu.Lock()
-	w.failure++
-	h.mu.Unlock()
-	h.failed.Add(1)
-	h.log.Warn("webhook delivery failed", "webhook", w.ID, "url", w.URL, "event", event, "attempts", webhookAttempts, "err", err)
-}
-
-func (h *Webhooks) post(target, event string, at int64, body []byte, sig string) error {
-	ctx, cancel := context.WithTimeout(h.ctx, webhookTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Webhook-Event", event)
-	req.Header.Set("X-Webhook-Timestamp", strconv.FormatInt(at, 10))
-	if sig != "" {
-		req.Header.Set("X-Webhook-Signature", sig)
-	}
-	req.Header.Set("User-Agent", "queued/"+version)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return err
-	}
-	// Drain a little so the connection can be reused; the body is not
-	// needed.
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("receiver answered HTTP %d", resp.StatusCode)
-	}
-	return nil
-}
-
-// body renders the reference's payload: event, timestamp, jobId, queue,
-// then the event's own fields; absent (undefined) values are left out.
-func (d *delivery) body(event string) []byte {
-	b := make([]byte, 0, 128+len(d.data))
-	b = append(b, `{"event":`...)
-	b = appendJSONString(b, []byte(event))
-	b = append(b, `,"timestamp":`...)
-	b = strconv.AppendInt(b, d.at, 10)
-	b = append(b, `,"jobId":`...)
-	b = appendJSONString(b, []byte(d.jobID))
-	b = append(b, `,"queue":`...)
-	b = appendJSONString(b, []byte(d.queue))
-	raw := func(key string, r Raw) {
-		if r == nil || isUndefined(r) {
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, key...)
-		b = append(b, '"', ':')
-		var err error
-		if b, err = appendJSON(b, r); err != nil {
-			b = append(b, "null"...)
-		}
-	}
-	switch d.kind {
-	case evCompleted:
-		raw("data", d.data)
-	case evFailed:
-		raw("data", d.data)
-		if d.hasErr {
-			b = append(b, `,"error":`...)
-			b = appendJSONString(b, []byte(d.err))
-		}
-	case evProgress:
-		raw("progress", d.progress)
-	}
-	return append(b, '}')
-}
-
-// ---------------------------------------------------------------------------
 // Registry changes
 
 var errWebhookNotFound = errors.New("Webhook not found")
@@ -469,6 +302,13 @@ var errInternal = errors.New("Internal server error")
 func (h *Webhooks) add(w *Webhook) error {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	h.mu.Lock()
+	n := len(h.list)
+	h.mu.Unlock()
+	if n >= maxWebhooks {
+		return errTooManyWebhooks
+	}
+	w.line = &hookLine{}
 	if h.opts.store != nil {
 		if err := h.opts.store.SaveWebhook(w); err != nil {
 			h.log.Error("webhook not saved", "webhook", w.ID, "err", err)
@@ -504,10 +344,13 @@ func (h *Webhooks) remove(id string) error {
 	}
 	h.mu.Lock()
 	w := h.list[at]
-	w.Enabled = false // deliveries already queued for it are skipped
+	w.Enabled = false // deliveries in flight for it are skipped
 	h.list = append(h.list[:at:at], h.list[at+1:]...)
 	h.mu.Unlock()
 	h.publish()
+	w.line.mu.Lock()
+	w.line.resetLocked(h, true) // and those waiting dropped
+	w.line.mu.Unlock()
 	return nil
 }
 
@@ -542,6 +385,11 @@ func (h *Webhooks) setEnabled(id string, on bool) error {
 	w.Enabled = on
 	h.mu.Unlock()
 	h.publish()
+	// Disabled: what waits is dropped. Enabled again: a fresh start,
+	// circuit closed, as the operator asks for.
+	w.line.mu.Lock()
+	w.line.resetLocked(h, !on)
+	w.line.mu.Unlock()
 	return nil
 }
 
@@ -575,6 +423,9 @@ func cmdAddWebhook(r *Req) error {
 	if err != nil || !ok {
 		return errors.New("events must be an array of event names")
 	}
+	if len(items) > maxWebhookEvents {
+		return fmt.Errorf("the events of a webhook are limited to %d entries (got %d)", maxWebhookEvents, len(items))
+	}
 	events := make([]string, len(items))
 	var bad []string
 	for i, it := range items {
@@ -585,6 +436,9 @@ func cmdAddWebhook(r *Req) error {
 		}
 		events[i] = s
 		if eventMask([]string{s}) == 0 || err != nil {
+			if len(s) > maxWebhookEchoName {
+				s = strings.ToValidUTF8(s[:maxWebhookEchoName], "") + "..."
+			}
 			bad = append(bad, s)
 		}
 	}
@@ -595,9 +449,16 @@ func cmdAddWebhook(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if len(queue) > maxQueueName {
+		// No queue has a longer name: such a webhook could never fire.
+		return fmt.Errorf("the queue of a webhook is limited to %d bytes (got %d)", maxQueueName, len(queue))
+	}
 	secret, _, err := r.m.Str("secret")
 	if err != nil {
 		return err
+	}
+	if len(secret) > maxWebhookSecret {
+		return fmt.Errorf("the secret of a webhook is limited to 1 KiB (%d bytes; got %d)", maxWebhookSecret, len(secret))
 	}
 	w := &Webhook{ID: newID(), URL: target, Events: events, Queue: queue, Secret: secret,
 		CreatedAt: r.b.now(), Enabled: true, mask: eventMask(events)}
@@ -651,7 +512,8 @@ func cmdListWebhooks(r *Req) error {
 	e.ArrayHead(len(h.list))
 	enabled := 0
 	for _, w := range h.list {
-		e.MapHead(9)
+		state, pending, dropped := w.line.snapshot()
+		e.MapHead(12)
 		e.Str("id")
 		e.Str(w.ID)
 		e.Str("url")
@@ -674,6 +536,15 @@ func cmdListWebhooks(r *Req) error {
 		e.Int(w.failure)
 		e.Str("enabled")
 		e.Bool(w.Enabled)
+		// Beyond the reference's nine fields (its clients show only
+		// theirs): the circuit, the deliveries waiting or in flight, and
+		// those dropped for a full backlog.
+		e.Str("circuit")
+		e.Str(state.String())
+		e.Str("pending")
+		e.Int(int64(pending))
+		e.Str("droppedCount")
+		e.Int(dropped)
 		if w.Enabled {
 			enabled++
 		}

@@ -196,8 +196,18 @@ func TestProtoWebhookDelivery(t *testing.T) {
 	})
 	l := webhookList(t, c)
 	w := l[0]
-	if w["id"] != id || w["enabled"] != true || num(t, w["failureCount"]) != 0 || !isNum(w["lastTriggered"]) || len(w) != 9 {
+	if w["id"] != id || w["enabled"] != true || num(t, w["failureCount"]) != 0 || !isNum(w["lastTriggered"]) || len(w) != 12 {
 		t.Errorf("ListWebhooks entry: %v", w)
+	}
+	// The reference's nine fields, then the circuit, the deliveries
+	// waiting and those dropped.
+	for _, k := range []string{"id", "url", "events", "queue", "createdAt", "lastTriggered", "successCount", "failureCount", "enabled"} {
+		if _, ok := w[k]; !ok {
+			t.Errorf("ListWebhooks entry without %s: %v", k, w)
+		}
+	}
+	if w["circuit"] != "closed" || num(t, w["pending"]) != 0 || num(t, w["droppedCount"]) != 0 {
+		t.Errorf("ListWebhooks delivery state: %v", w)
 	}
 	stats := sub(t, sub(t, c.ok(M{"cmd": "ListWebhooks"}), "data"), "stats")
 	if num(t, stats["total"]) != 2 || num(t, stats["enabled"]) != 2 {
@@ -360,6 +370,8 @@ func TestWebhookURLCheck(t *testing.T) {
 		{"http://user:pw@192.168.0.1:9000/x", "private IP"},
 		{"http://169.254.1.1/", "link-local IP"},
 		{"http://foo.internal/", "cloud metadata endpoints"},
+		{"http://100.64.0.1/", "shared (CGNAT) address"},
+		{"http://198.18.0.1/", "benchmarking address"},
 	} {
 		err := checkWebhookURL(tc.url, false)
 		if err == nil || err.Error() != "Webhook URL cannot point to "+tc.want {
@@ -370,7 +382,7 @@ func TestWebhookURLCheck(t *testing.T) {
 			t.Errorf("%s with private allowed: %v", tc.url, err)
 		}
 	}
-	for _, u := range []string{"http://172.32.0.1/", "http://100.64.0.1/", "http://198.18.0.1/", "https://example.com:8443/a?b=c",
+	for _, u := range []string{"http://172.32.0.1/", "http://100.128.0.1/", "http://198.20.0.1/", "https://example.com:8443/a?b=c",
 		"http://[2606:4700::1111]/", "http://1.2.3.4/", "http://8.8.8.8.example.com/", "http://0x1.example/"} {
 		if err := checkWebhookURL(u, false); err != nil {
 			t.Errorf("%s: %v", u, err)
@@ -409,13 +421,14 @@ func TestWebhookDialGuard(t *testing.T) {
 		"[::ffff:169.254.169.254]:80": "cloud metadata",
 		"100.100.100.200:80":          "cloud metadata",
 		"[fd00:ec2::254]:80":          "cloud metadata",
+		"100.64.0.1:80":               "shared (CGNAT)",
 	} {
 		err := guardDial("tcp", addr, nil)
 		if !errors.Is(err, errBlockedAddr) || !strings.Contains(err.Error(), "is a "+why+" address") {
 			t.Errorf("%s: %v, want a refusal as %s", addr, err, why)
 		}
 	}
-	for _, addr := range []string{"93.184.216.34:443", "[2606:4700::1111]:443", "100.64.0.1:80", "172.32.0.1:80"} {
+	for _, addr := range []string{"93.184.216.34:443", "[2606:4700::1111]:443", "100.128.0.1:80", "172.32.0.1:80"} {
 		if err := guardDial("tcp", addr, nil); err != nil {
 			t.Errorf("%s: %v", addr, err)
 		}
