@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/base64"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestPGEventsAcrossBrokers: a subscriber hears what happens to a queue
@@ -122,5 +126,51 @@ func TestRemoteEventRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeRemoteEvent(Raw{0x81, 0xa1, 't', 0x7f}); err == nil {
 		t.Error("an unknown event type was accepted")
+	}
+}
+
+// TestPGListensBeforeServing: a broker hears the other brokers' events
+// from the moment it is open. It used to start its LISTEN in the
+// background, so that an event sent in its first milliseconds was lost
+// (a subscriber that connected at once missed it: TestPGEventsAcrossBrokers
+// failed now and then on a busy machine).
+func TestPGListensBeforeServing(t *testing.T) {
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The other broker's connection is ready before this one opens, so
+	// that its NOTIFY follows the open as closely as it can.
+	other, err := pgx.Connect(ctx, testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	b := NewBroker(1, nil)
+	defer b.Close()
+	heard := make(chan string, 8)
+	b.addTap(func(ev *Event) {
+		select {
+		case heard <- ev.Name() + " " + ev.JobID:
+		default:
+		}
+	})
+	p, err := OpenPG(ctx, testPGURL(), ns, b, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var e Enc
+	e.ArrayHead(1)
+	encodeRemoteEvent(&e, "q", evPushed, &Job{ID: "j1"}, nowMs(), evArgs{}, false)
+	if _, err := other.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, "another-broker "+base64.StdEncoding.EncodeToString(e.B)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-heard:
+		if got != "pushed j1" {
+			t.Fatalf("heard %q, want the pushed event of j1", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an event another broker sent right after this one opened was not heard")
 	}
 }

@@ -191,6 +191,10 @@ type PG struct {
 	down      error // the database is unreachable (for /health)
 	downSince time.Time
 
+	// listening is closed once the first LISTEN is in place.
+	listening chan struct{}
+	listened  sync.Once
+
 	clock pgClock // the database's clock (pg_clock.go)
 	// keepCompleted bounds the namespace's completed jobs (pg_retain.go).
 	keepCompleted int
@@ -246,6 +250,14 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	go p.cronLoop()
 	go p.clockLoop()
 	go p.retainer()
+	// Serve only once this broker hears the others: an event or wake-up
+	// another broker sends before the LISTEN is in place is lost to this
+	// one (a subscriber that connected at once missed the first events).
+	select {
+	case <-p.listening:
+	case <-ctx.Done():
+		p.log.Warn("serving before listening to the other brokers: their events may be missed until the listener connects", "err", ctx.Err())
+	}
 	return p, nil
 }
 
@@ -267,7 +279,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	}
 	p := &PG{pool: pool, url: url, schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
 		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
-		clock: pgClock{kick: make(chan struct{}, 1)}}
+		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -428,6 +440,7 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	if again {
 		p.log.Info("postgres wake-ups listening again")
 	}
+	p.listened.Do(func() { close(p.listening) })
 	p.setDown(nil)
 	// A notification may have been missed while not listening.
 	p.wakeAll()
