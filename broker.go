@@ -91,6 +91,8 @@ func NewBroker(shards int, store Store) *Broker {
 	// Logs pushed out of the cache are gone from storage too, so the two
 	// agree after a restart.
 	b.logs = NewLRU[string, []LogEntry](maxLogJobs, func(id string, _ []LogEntry) { b.logsChanged(id, nil) })
+	b.logs.SetBudget(maxLogsBytes, logsBytes)
+	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.idx {
 		b.idx[i].m = make(map[string]*Job)
@@ -531,6 +533,9 @@ func (b *Broker) Fail(id, token string, f failure) (Outcome, error) {
 			return AlreadyFinalized, nil
 		}
 		return Applied, errors.New(errNotProcessing + id)
+	}
+	if err := f.check(j); err != nil {
+		return Applied, err
 	}
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"

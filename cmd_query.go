@@ -434,6 +434,12 @@ func readProgress(r *Req) (progressSet, error) {
 		}
 		u.msgSet = true
 	}
+	if len(u.prog) > maxProgressBytes {
+		return u, tooBig("progress is", maxProgressBytes)
+	}
+	if len(u.msg) > maxProgressBytes {
+		return u, tooBig("a progress message is", maxProgressBytes)
+	}
 	return u, nil
 }
 
@@ -441,6 +447,9 @@ func readProgress(r *Req) (progressSet, error) {
 func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 	if j.state != StateActive {
 		return evArgs{}, notActive(j, now)
+	}
+	if err := u.check(j); err != nil {
+		return evArgs{}, err
 	}
 	j.Progress = u.prog
 	if u.msgKey {
@@ -502,7 +511,8 @@ func cmdGetProgress(r *Req) error {
 // ---------------------------------------------------------------------------
 // Logs
 
-// readLogEntry reads AddLog's job id and entry, for both engines.
+// readLogEntry reads AddLog's job id and entry, for both engines, and
+// applies the limits of one log line.
 func readLogEntry(r *Req) (string, LogEntry, error) {
 	id, _, err := r.m.Str("id")
 	if err != nil {
@@ -518,7 +528,12 @@ func readLogEntry(r *Req) (string, LogEntry, error) {
 	if msg == nil {
 		msg = rawUndefined
 	}
-	return id, LogEntry{At: r.b.now(), Level: level, Message: clone(msg)}, nil
+	e := LogEntry{At: r.b.now(), Level: level, Message: msg}
+	if err := checkLogEntry(e); err != nil {
+		return "", LogEntry{}, err
+	}
+	e.Message = clone(msg)
+	return id, e, nil
 }
 
 func writeLogAdded(r *Req) error {
@@ -538,14 +553,12 @@ func cmdAddLog(r *Req) error {
 		return errJobNotFound
 	}
 	r.b.lmu.Lock()
+	defer r.b.lmu.Unlock()
 	logs, _ := r.b.logs.Get(id)
-	logs = append(logs, entry)
-	if len(logs) > maxLogsPerJob {
-		logs = append(logs[:0:0], logs[len(logs)-maxLogsPerJob:]...)
-	}
+	// A new slice each time: what the store was handed stays as it was.
+	logs = appendLog(logs, entry)
 	r.b.logs.Put(id, logs)
 	r.b.logsChanged(id, logs)
-	r.b.lmu.Unlock()
 	return writeLogAdded(r)
 }
 
@@ -632,6 +645,7 @@ func cmdClearLogs(r *Req) error {
 		return err
 	}
 	r.b.lmu.Lock()
+	defer r.b.lmu.Unlock()
 	if keep <= 0 {
 		if r.b.logs.Delete(id) {
 			r.b.logsChanged(id, nil)
@@ -641,7 +655,6 @@ func cmdClearLogs(r *Req) error {
 		r.b.logs.Put(id, kept)
 		r.b.logsChanged(id, kept)
 	}
-	r.b.lmu.Unlock()
 	return r.okID()
 }
 

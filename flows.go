@@ -766,6 +766,13 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 	if pqueue != "" && p.Queue != pqueue {
 		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
 	}
+	if len(p.Children) >= maxDeps {
+		return tooMany("children of a job are", maxDeps)
+	}
+	// The child's id lands in the parent's children, dependencies and data.
+	if p.size()+3*int64(len(childID)+8) > maxJobBytes {
+		return errJobTooBig
+	}
 	return nil
 }
 

@@ -975,6 +975,9 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 		// not been claimed again: nothing more to count.
 		return AlreadyFinalized, nil
 	}
+	if err := f.check(j); err != nil {
+		return Applied, err
+	}
 	now := p.b.now()
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
@@ -1368,11 +1371,7 @@ func pgAddLog(r *Req) error {
 	if err != nil {
 		return err
 	}
-	logs = append(logs, entry)
-	if len(logs) > maxLogsPerJob {
-		logs = logs[len(logs)-maxLogsPerJob:]
-	}
-	if err := p.writeLogs(ctx, tx, id, logs); err != nil {
+	if err := p.writeLogs(ctx, tx, id, appendLog(logs, entry)); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
