@@ -237,6 +237,8 @@ func (srv *Server) prometheusText() []byte {
 	p.one("queued_storage_degraded", "gauge", "Whether storage writes are failing (1) or not (0)", b01(st.Err != nil))
 	p.one("queued_storage_disk_full", "gauge", "Whether storage reported a full disk (1) or not (0)", b01(isDiskFull(st.Err)))
 	p.one("queued_storage_pending_changes", "gauge", "Changes recorded but not yet written to storage", float64(st.Backlog))
+	p.one("queued_storage_dropped_changes_total", "counter",
+		"Changes storage could never write (a row the database refuses), left out so that the rest is written", float64(st.Dropped))
 	if st.Driver == "sqlite" && st.Location != "" {
 		if fi, err := os.Stat(st.Location); err == nil {
 			p.one("queued_sqlite_database_size_bytes", "gauge", "Size of the SQLite database file", float64(fi.Size()))
