@@ -103,10 +103,10 @@ type SQLiteStore struct {
 
 	mu       sync.Mutex
 	jobs     map[int64]*pendingJob
-	queues   map[string][]byte // nil value: delete
+	queues   map[string][]byte     // nil value: delete
 	logs     map[string][]LogEntry // encoded when written; nil value: delete
-	crons    map[string][]byte // nil value: delete
-	n        int               // pending changes
+	crons    map[string][]byte     // nil value: delete
+	n        int                   // pending changes
 	first    time.Time
 	barriers []chan error
 	err      error // the last flush failure, nil when writes succeed
