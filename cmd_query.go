@@ -273,28 +273,27 @@ func cmdGetJobs(r *Req) error {
 	now := r.b.now()
 	s.promote(now)
 	q := s.queues[queue]
-	type item struct {
-		j     *Job
-		label string
-	}
-	var list []item
-	if q != nil {
+	// every visits the jobs the filter selects, with their labels.
+	every := func(fn func(it jobItem)) {
+		if q == nil {
+			return
+		}
 		explicit := len(want) > 0
 		q.eachReady(func(j *Job) {
 			st := j.state.String()
 			switch {
 			case q.paused && explicit:
 				if wants("paused") {
-					list = append(list, item{j, "paused"})
+					fn(jobItem{j, "paused"})
 				}
 			case wants(st):
-				list = append(list, item{j, st})
+				fn(jobItem{j, st})
 			}
 		})
 		if wants("delayed") {
 			s.delayed.Each(func(e *hent) bool {
 				if e.job.Queue == queue {
-					list = append(list, item{e.job, "delayed"})
+					fn(jobItem{e.job, "delayed"})
 				}
 				return true
 			})
@@ -302,7 +301,7 @@ func cmdGetJobs(r *Req) error {
 		if wants("active") {
 			s.leases.Each(func(e *hent) bool {
 				if e.job.Queue == queue && e.job.state == StateActive {
-					list = append(list, item{e.job, "active"})
+					fn(jobItem{e.job, "active"})
 				}
 				return true
 			})
@@ -310,33 +309,22 @@ func cmdGetJobs(r *Req) error {
 		if wants("completed") {
 			for i := s.doneHead; i < len(s.done); i++ {
 				if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == queue {
-					list = append(list, item{d.j, "completed"})
+					fn(jobItem{d.j, "completed"})
 				}
 			}
 		}
 		if wants("failed") {
 			for _, j := range q.dlq {
-				list = append(list, item{j, "failed"})
+				fn(jobItem{j, "failed"})
 			}
 		}
 		if wants("waiting-children") {
 			for j := range q.wc {
-				list = append(list, item{j, "waiting-children"})
+				fn(jobItem{j, "waiting-children"})
 			}
 		}
 	}
-	slices.SortFunc(list, func(a, b item) int {
-		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
-		if c == 0 {
-			c = cmpStr(a.j.ID, b.j.ID)
-		}
-		if !asc {
-			c = -c
-		}
-		return c
-	})
-	lo, hi := jsSlice(len(list), offset, offset+limit)
-	list = list[lo:hi]
+	list := pageJobs(every, offset, limit, asc)
 	e := r.field("jobs")
 	e.ArrayHead(len(list))
 	for _, it := range list {
@@ -347,6 +335,97 @@ func cmdGetJobs(r *Req) error {
 		encodeJob(e, it.j, jobWithState, st, r.b.resultOf(it.j))
 	}
 	return nil
+}
+
+// jobItem is a job GetJobs lists, with the state it is listed under.
+type jobItem struct {
+	j     *Job
+	label string
+}
+
+// pageJobs is the page GetJobs answers: the jobs every visits, ordered by
+// creation time then id (descending unless asc), sliced as JavaScript's
+// slice(offset, offset+limit) would slice them. Only the jobs of the page
+// and those ranked on the near side of it are kept, in a bounded heap,
+// so that a small page of a large queue sorts only a small page: a page
+// near the end is found from the end.
+func pageJobs(every func(fn func(it jobItem)), offset, limit int64, asc bool) []jobItem {
+	n := 0
+	every(func(jobItem) { n++ })
+	lo, hi := jsSlice(n, offset, offset+limit)
+	if lo >= hi {
+		return nil
+	}
+	less := func(a, b jobItem) bool {
+		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
+		if c == 0 {
+			c = cmpStr(a.j.ID, b.j.ID)
+		}
+		if !asc {
+			c = -c
+		}
+		return c < 0
+	}
+	// From the front, keep the hi first; from the back, the n-lo last.
+	fromFront := hi <= n-lo
+	k := n - lo
+	if fromFront {
+		k = hi
+	}
+	// worse says which of two kept jobs leaves the heap first: the root is
+	// the kept job farthest from the page's side.
+	worse := func(a, b jobItem) bool { return less(b, a) }
+	if !fromFront {
+		worse = less
+	}
+	h := make([]jobItem, 0, k)
+	down := func(i int) {
+		for {
+			c := 2*i + 1
+			if c >= len(h) {
+				return
+			}
+			if c+1 < len(h) && worse(h[c+1], h[c]) {
+				c++
+			}
+			if !worse(h[c], h[i]) {
+				return
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	every(func(it jobItem) {
+		if len(h) < k {
+			h = append(h, it)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !worse(h[i], h[p]) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
+			return
+		}
+		if worse(h[0], it) {
+			h[0] = it
+			down(0)
+		}
+	})
+	slices.SortFunc(h, func(a, b jobItem) int {
+		switch {
+		case less(a, b):
+			return -1
+		case less(b, a):
+			return 1
+		}
+		return 0
+	})
+	if fromFront {
+		return h[lo:hi]
+	}
+	return h[:hi-lo]
 }
 
 func cmpInt(a, b int64) int {
