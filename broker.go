@@ -83,7 +83,6 @@ func NewBroker(shards int, store Store) *Broker {
 		mask:    uint32(shards - 1),
 		results: NewLRU[string, Raw](maxResults, nil),
 		retired: NewLRU[string, struct{}](maxRetired, nil),
-		workers: newWorkers(),
 		store:   store,
 		now:     nowMs,
 		lat:     newLatencies(),
@@ -92,6 +91,7 @@ func NewBroker(shards int, store Store) *Broker {
 	// agree after a restart.
 	b.logs = NewLRU[string, []LogEntry](maxLogJobs, func(id string, _ []LogEntry) { b.logsChanged(id, nil) })
 	b.logs.SetBudget(maxLogsBytes, logsBytes)
+	b.workers = newWorkers(func() int64 { return b.now() })
 	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.idx {

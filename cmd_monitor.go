@@ -135,7 +135,13 @@ func cmdRegisterWorker(r *Req) error {
 	} else if ok && t > 0 {
 		w.Registered = t
 	}
-	got := r.b.workers.register(w)
+	if err := checkWorker(w); err != nil {
+		return err
+	}
+	got, err := r.b.workers.register(w)
+	if err != nil {
+		return err
+	}
 	encodeWorker(r.field("data"), got, "workerId", now, false)
 	return nil
 }
