@@ -34,6 +34,11 @@ type Broker struct {
 
 	workers *Workers
 	store   Store
+
+	// nQueues counts the queues of every shard; maxQueues bounds them
+	// (--max-queues; 0: no limit).
+	nQueues   atomic.Int64
+	maxQueues int
 	// pgStatus reports the database in PostgreSQL mode, where there is
 	// no store.
 	pgStatus func() StorageState
@@ -65,6 +70,8 @@ const (
 	maxPullBatch   = 1000
 	maxPullTimeout = 60000
 	maxWaitTimeout = 600000
+	// defaultMaxQueues is --max-queues' default.
+	defaultMaxQueues = 10000
 )
 
 // LogEntry is one line of a job's log.
@@ -79,13 +86,14 @@ func NewBroker(shards int, store Store) *Broker {
 		shards = defaultShards()
 	}
 	b := &Broker{
-		shards:  make([]*Shard, shards),
-		mask:    uint32(shards - 1),
-		results: NewLRU[string, Raw](maxResults, nil),
-		retired: NewLRU[string, struct{}](maxRetired, nil),
-		store:   store,
-		now:     nowMs,
-		lat:     newLatencies(),
+		shards:    make([]*Shard, shards),
+		mask:      uint32(shards - 1),
+		results:   NewLRU[string, Raw](maxResults, nil),
+		retired:   NewLRU[string, struct{}](maxRetired, nil),
+		store:     store,
+		now:       nowMs,
+		maxQueues: defaultMaxQueues,
+		lat:       newLatencies(),
 	}
 	// Logs pushed out of the cache are gone from storage too, so the two
 	// agree after a restart.
@@ -207,7 +215,11 @@ func (b *Broker) PushWith(queue string, jobs []*Job, batch map[string]*Job) []Pu
 	s := b.shardOf(queue)
 	s.with(func() {
 		now := b.now()
-		q := s.queue(queue)
+		q, err := s.queueFor(queue)
+		if err != nil {
+			out = []PushResult{{Err: err}}
+			return
+		}
 		q.listed = true
 		s.promote(now)
 		// A batch that would overflow a group's maxSize is refused whole,

@@ -280,11 +280,16 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 			now := b.now()
 			q := s.queues[queue]
 			if q == nil {
+				var err error
 				if !wait {
 					done = true
 					return
 				}
-				q = s.queue(queue)
+				if q, err = s.queueFor(queue); err != nil {
+					// No room for another queue to wait on: answered empty.
+					done = true
+					return
+				}
 			}
 			jobs, tokens := s.claim(q, n, o, now, nil, nil)
 			if len(jobs) > 0 {

@@ -641,6 +641,15 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 			groupCount[key]++
 		}
 	}
+	var newQueues []string
+	for _, f := range jobs {
+		if b.shardOf(f.job.Queue).queues[f.job.Queue] == nil && !slices.Contains(newQueues, f.job.Queue) {
+			newQueues = append(newQueues, f.job.Queue)
+		}
+	}
+	if err := b.queueRoom(len(newQueues)); err != nil {
+		return err
+	}
 	if b.store != nil {
 		// One transaction for the whole flow.
 		b.store.Hold()

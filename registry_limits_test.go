@@ -86,3 +86,44 @@ func TestCronCountLimit(t *testing.T) {
 	}
 	c.ok(map[string]any{"cmd": "Cron", "name": "first", "queue": "q", "repeatEvery": 60000})
 }
+
+// TestQueueCountLimit: pushes to ever new queue names meet --max-queues,
+// by every command that makes a queue; the queues there go on working,
+// and an obliterated queue makes room.
+func TestQueueCountLimit(t *testing.T) {
+	ts := startServer(t, &config{maxQueues: 5})
+	c := dial(t, ts.addr)
+	for i := 0; i < 5; i++ {
+		c.ok(map[string]any{"cmd": "PUSH", "queue": fmt.Sprint("q", i), "data": i})
+	}
+	want := "queues are limited to 5 (--max-queues)"
+	for _, m := range []map[string]any{
+		{"cmd": "PUSH", "queue": "q5", "data": 1},
+		{"cmd": "PUSHB", "queue": "q5", "jobs": []any{map[string]any{"data": 1}}},
+		{"cmd": "Pause", "queue": "q5"},
+		{"cmd": "RateLimit", "queue": "q5", "limit": 10},
+		{"cmd": "SetGroupConcurrency", "queue": "q5", "groupId": "g", "concurrency": 2},
+		flowFrame("fp", "q5", "q5", []string{"fk"}),
+	} {
+		if msg := c.fail(m); msg != want {
+			t.Fatalf("%v past the limit: %q, want %q", m["cmd"], msg, want)
+		}
+	}
+	// A long poll on a new name has no queue to wait on: it answers at once.
+	start := time.Now()
+	if a := c.ok(map[string]any{"cmd": "PULL", "queue": "q6", "timeout": 20000}); a["job"] != nil {
+		t.Fatalf("pull: %v", a)
+	}
+	if time.Since(start) > 15*time.Second {
+		t.Fatal("a pull on a queue past the limit waited its whole timeout")
+	}
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "q0", "data": "more"})
+	if a := c.ok(map[string]any{"cmd": "PULL", "queue": "q0", "timeout": 0}); a["job"] == nil {
+		t.Fatal("an existing queue stopped working")
+	}
+	c.ok(map[string]any{"cmd": "Obliterate", "queue": "q1"})
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "q5", "data": 1})
+	if msg := c.fail(map[string]any{"cmd": "PUSH", "queue": "q7", "data": 1}); msg != want {
+		t.Fatalf("after the room was taken again: %q", msg)
+	}
+}
