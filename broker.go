@@ -145,31 +145,30 @@ func (b *Broker) Close() {
 // Results, logs, retired tokens
 
 func (b *Broker) setResult(id string, r Raw) {
-	b.rmu.Lock()
-	b.results.Put(id, r)
-	b.rmu.Unlock()
+	locked(&b.rmu, func() {
+		b.results.Put(id, r)
+	})
 }
 
 func (b *Broker) getResult(id string) (Raw, bool) {
 	b.rmu.Lock()
-	r, ok := b.results.Get(id)
-	b.rmu.Unlock()
-	return r, ok
+	defer b.rmu.Unlock()
+	return b.results.Get(id)
 }
 
 func (b *Broker) dropResult(id string) {
-	b.rmu.Lock()
-	b.results.Delete(id)
-	b.rmu.Unlock()
+	locked(&b.rmu, func() {
+		b.results.Delete(id)
+	})
 }
 
 func (b *Broker) retire(j *Job) {
 	if j.lease == nil {
 		return
 	}
-	b.tmu.Lock()
-	b.retired.Put(j.lease.Token, struct{}{})
-	b.tmu.Unlock()
+	locked(&b.tmu, func() {
+		b.retired.Put(j.lease.Token, struct{}{})
+	})
 }
 
 func (b *Broker) isRetired(token string) bool {
@@ -177,8 +176,8 @@ func (b *Broker) isRetired(token string) bool {
 		return false
 	}
 	b.tmu.Lock()
+	defer b.tmu.Unlock()
 	_, ok := b.retired.Peek(token)
-	b.tmu.Unlock()
 	return ok
 }
 
@@ -285,14 +284,11 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 // freeCustomID removes a finished job that still holds id, so that a new
 // job may take the id.
 func (b *Broker) freeCustomID(id string) {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return
-	}
-	if j.state == StateCompleted || j.state == StateFailed {
-		s.dropRecord(s.queues[j.Queue], j)
-	}
-	s.mu.Unlock()
+	b.withJob(id, func(j *Job, s *Shard) {
+		if j.state == StateCompleted || j.state == StateFailed {
+			s.dropRecord(s.queues[j.Queue], j)
+		}
+	})
 }
 
 // dropRecord removes a completed or dead-lettered job's record.
@@ -702,9 +698,8 @@ func (b *Broker) release(c *conn) {
 }
 
 func (b *Broker) dropLogs(id string) {
-	b.lmu.Lock()
-	gone := b.logs.Delete(id)
-	b.lmu.Unlock()
+	var gone bool
+	locked(&b.lmu, func() { gone = b.logs.Delete(id) })
 	if gone {
 		b.logsChanged(id, nil)
 	}

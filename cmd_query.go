@@ -63,12 +63,8 @@ func liveByCustomID(j *Job) bool {
 
 // stateOf is a job's state by id, "unknown" when there is no such job.
 func (b *Broker) stateOf(id string) State {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return StateNone
-	}
-	st := j.stateAt(b.now())
-	s.mu.Unlock()
+	st := StateNone
+	b.withJob(id, func(j *Job, _ *Shard) { st = j.stateAt(b.now()) })
 	return st
 }
 
@@ -88,10 +84,9 @@ func cmdGetResult(r *Req) error {
 		return err
 	}
 	var res Raw
-	if j, s := r.b.lockJob(id); j != nil {
+	r.b.withJob(id, func(j *Job, s *Shard) {
 		res = r.b.resultOf(j)
-		s.mu.Unlock()
-	}
+	})
 	r.field("id").Raw(r.m.Get("id"))
 	if res == nil {
 		r.field("result").Undefined()
@@ -163,9 +158,9 @@ func cmdGetCountsPerPriority(r *Req) error {
 		return err
 	}
 	s := r.b.shardOf(queue)
-	s.mu.Lock()
-	keys, per := s.countsPerPriority(queue)
-	s.mu.Unlock()
+	var keys []int64
+	var per map[int64]int
+	s.with(func() { keys, per = s.countsPerPriority(queue) })
 	r.field("queue").Str(queue)
 	encodePriorityCounts(r.field("counts"), keys, per)
 	return nil
@@ -752,23 +747,27 @@ func cmdWaitJob(r *Req) error {
 	if !ok {
 		timeout = 30000
 	}
-	j, s := r.b.lockJob(id)
-	if j == nil {
+	ch := make(chan waitOutcome, 1)
+	var done *waitOutcome
+	var j *Job
+	var s *Shard
+	if !r.b.withJob(id, func(jj *Job, ss *Shard) {
+		j, s = jj, ss
+		switch j.state {
+		case StateCompleted:
+			res := r.b.resultOf(j)
+			done = &waitOutcome{completed: true, result: res, hasResult: res != nil}
+		case StateFailed:
+			done = &waitOutcome{err: j.failErr}
+		default:
+			j.waiters = append(j.waiters, ch)
+		}
+	}) {
 		return errJobNotFound
 	}
-	switch j.state {
-	case StateCompleted:
-		res := r.b.resultOf(j)
-		s.mu.Unlock()
-		return writeWait(r, waitOutcome{completed: true, result: res, hasResult: res != nil})
-	case StateFailed:
-		o := waitOutcome{err: j.failErr}
-		s.mu.Unlock()
-		return writeWait(r, o)
+	if done != nil {
+		return writeWait(r, *done)
 	}
-	ch := make(chan waitOutcome, 1)
-	j.waiters = append(j.waiters, ch)
-	s.mu.Unlock()
 	ctx := r.c.ctx
 	return r.goAsync(func(ar *Req) error {
 		t := time.NewTimer(time.Duration(timeout) * time.Millisecond)
@@ -779,11 +778,11 @@ func cmdWaitJob(r *Req) error {
 		case <-t.C:
 		case <-ctx.Done():
 		}
-		s.mu.Lock()
-		if i := slices.Index(j.waiters, ch); i >= 0 {
-			j.waiters = slices.Delete(j.waiters, i, i+1)
-		}
-		s.mu.Unlock()
+		s.with(func() {
+			if i := slices.Index(j.waiters, ch); i >= 0 {
+				j.waiters = slices.Delete(j.waiters, i, i+1)
+			}
+		})
 		select {
 		case o := <-ch: // finished just as time ran out
 			return writeWait(ar, o)

@@ -153,13 +153,13 @@ func cmdListQueues(r *Req) error {
 	}
 	var all []named
 	for _, s := range r.b.shards {
-		s.mu.Lock()
-		for _, q := range s.queues {
-			if q.listed {
-				all = append(all, named{q.name, q.created})
+		s.with(func() {
+			for _, q := range s.queues {
+				if q.listed {
+					all = append(all, named{q.name, q.created})
+				}
 			}
-		}
-		s.mu.Unlock()
+		})
 	}
 	slices.SortFunc(all, func(a, b named) int { return cmpInt(a.seq, b.seq) })
 	e := r.field("queues")

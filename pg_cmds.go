@@ -421,9 +421,7 @@ func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
 
 func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {
 	s := p.b.shardOf(queue)
-	s.mu.Lock()
-	s.emit(&Queue{name: queue}, t, j, now, a)
-	s.mu.Unlock()
+	s.with(func() { s.emit(&Queue{name: queue}, t, j, now, a) })
 }
 
 // ---------------------------------------------------------------------------

@@ -34,16 +34,16 @@ func (b *Broker) queueSnaps() []queueSnap {
 	var out []queueSnap
 	now := b.now()
 	for _, s := range b.shards {
-		s.mu.Lock()
-		s.promote(now)
-		for _, q := range s.queues {
-			if !q.listed {
-				continue
+		s.with(func() {
+			s.promote(now)
+			for _, q := range s.queues {
+				if !q.listed {
+					continue
+				}
+				out = append(out, queueSnap{name: q.name, created: q.created, waiting: q.ready.Len() - q.nPrio,
+					prioritized: q.nPrio, delayed: q.nDelayed, active: q.nActive, dlq: len(q.dlq), done: q.nDone, paused: q.paused})
 			}
-			out = append(out, queueSnap{name: q.name, created: q.created, waiting: q.ready.Len() - q.nPrio,
-				prioritized: q.nPrio, delayed: q.nDelayed, active: q.nActive, dlq: len(q.dlq), done: q.nDone, paused: q.paused})
-		}
-		s.mu.Unlock()
+		})
 	}
 	slices.SortFunc(out, func(a, b queueSnap) int { return cmpInt(a.created, b.created) })
 	return out

@@ -791,3 +791,23 @@ func itoa(v int64) string {
 	}
 	return string(buf[i:])
 }
+
+// withJob runs fn on the job of that id with its shard locked, the lock
+// released even if fn panics (a recovered handler must not leave a shard
+// locked for good). It reports whether there was such a job.
+func (b *Broker) withJob(id string, fn func(j *Job, s *Shard)) bool {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return false
+	}
+	defer s.mu.Unlock()
+	fn(j, s)
+	return true
+}
+
+// locked runs fn holding mu, released even if fn panics.
+func locked(mu sync.Locker, fn func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	fn()
+}
