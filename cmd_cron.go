@@ -262,11 +262,17 @@ const (
 	maxCronDataBytes = 1 << 20
 	maxCronOptBytes  = 64 << 10
 	maxCronsBytes    = 64 << 20
+	// maxCronName leaves room for the "cron:" prefix of the unique key a
+	// schedule with preventOverlap gives its jobs (maxKeyBytes at most).
+	maxCronName = 512
 )
 
 // checkCron applies the limits of one schedule's fields.
 func checkCron(s *CronSchedule) error {
-	for _, f := range []struct{ name, val string }{{"name", s.Name}, {"jobName", s.JobName},
+	if len(s.Name) > maxCronName {
+		return tooBig("a cron's name is", maxCronName)
+	}
+	for _, f := range []struct{ name, val string }{{"jobName", s.JobName},
 		{"schedule", s.Schedule}, {"timezone", s.Timezone}, {"uniqueKey", s.UniqueKey}} {
 		if len(f.val) > maxKeyBytes {
 			return tooBig("a cron's "+f.name+" is", maxKeyBytes)

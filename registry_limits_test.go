@@ -41,7 +41,7 @@ func cronBudgetScenario(t *testing.T, cs []*tclient) map[string]any {
 func TestCronLimits(t *testing.T) {
 	got := sameAsMemory(t, cronBudgetScenario)
 	if got["data"] != "a cron's data is limited to 1 MiB (1048576 bytes)" ||
-		got["name"] != "a cron's name is limited to 1 KiB (1024 bytes)" ||
+		got["name"] != "a cron's name is limited to 512 bytes" ||
 		got["budget"] != "cron schedules together are limited to 64 MiB (67108864 bytes)" || got["fitting"] != 67 {
 		t.Fatalf("cron limits: %v", got)
 	}
