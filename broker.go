@@ -34,6 +34,11 @@ type Broker struct {
 
 	workers *Workers
 	store   Store
+
+	// nQueues counts the queues of every shard; maxQueues bounds them
+	// (--max-queues; 0: no limit).
+	nQueues   atomic.Int64
+	maxQueues int
 	// pgStatus reports the database in PostgreSQL mode, where there is
 	// no store.
 	pgStatus func() StorageState
@@ -65,6 +70,8 @@ const (
 	maxPullBatch   = 1000
 	maxPullTimeout = 60000
 	maxWaitTimeout = 600000
+	// defaultMaxQueues is --max-queues' default.
+	defaultMaxQueues = 10000
 )
 
 // LogEntry is one line of a job's log.
@@ -79,18 +86,21 @@ func NewBroker(shards int, store Store) *Broker {
 		shards = defaultShards()
 	}
 	b := &Broker{
-		shards:  make([]*Shard, shards),
-		mask:    uint32(shards - 1),
-		results: NewLRU[string, Raw](maxResults, nil),
-		retired: NewLRU[string, struct{}](maxRetired, nil),
-		workers: newWorkers(),
-		store:   store,
-		now:     nowMs,
-		lat:     newLatencies(),
+		shards:    make([]*Shard, shards),
+		mask:      uint32(shards - 1),
+		results:   NewLRU[string, Raw](maxResults, nil),
+		retired:   NewLRU[string, struct{}](maxRetired, nil),
+		store:     store,
+		now:       nowMs,
+		maxQueues: defaultMaxQueues,
+		lat:       newLatencies(),
 	}
 	// Logs pushed out of the cache are gone from storage too, so the two
 	// agree after a restart.
 	b.logs = NewLRU[string, []LogEntry](maxLogJobs, func(id string, _ []LogEntry) { b.logsChanged(id, nil) })
+	b.logs.SetBudget(maxLogsBytes, logsBytes)
+	b.workers = newWorkers(func() int64 { return b.now() })
+	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.idx {
 		b.idx[i].m = make(map[string]*Job)
@@ -135,31 +145,30 @@ func (b *Broker) Close() {
 // Results, logs, retired tokens
 
 func (b *Broker) setResult(id string, r Raw) {
-	b.rmu.Lock()
-	b.results.Put(id, r)
-	b.rmu.Unlock()
+	locked(&b.rmu, func() {
+		b.results.Put(id, r)
+	})
 }
 
 func (b *Broker) getResult(id string) (Raw, bool) {
 	b.rmu.Lock()
-	r, ok := b.results.Get(id)
-	b.rmu.Unlock()
-	return r, ok
+	defer b.rmu.Unlock()
+	return b.results.Get(id)
 }
 
 func (b *Broker) dropResult(id string) {
-	b.rmu.Lock()
-	b.results.Delete(id)
-	b.rmu.Unlock()
+	locked(&b.rmu, func() {
+		b.results.Delete(id)
+	})
 }
 
 func (b *Broker) retire(j *Job) {
 	if j.lease == nil {
 		return
 	}
-	b.tmu.Lock()
-	b.retired.Put(j.lease.Token, struct{}{})
-	b.tmu.Unlock()
+	locked(&b.tmu, func() {
+		b.retired.Put(j.lease.Token, struct{}{})
+	})
 }
 
 func (b *Broker) isRetired(token string) bool {
@@ -167,8 +176,8 @@ func (b *Broker) isRetired(token string) bool {
 		return false
 	}
 	b.tmu.Lock()
+	defer b.tmu.Unlock()
 	_, ok := b.retired.Peek(token)
-	b.tmu.Unlock()
 	return ok
 }
 
@@ -205,7 +214,11 @@ func (b *Broker) PushWith(queue string, jobs []*Job, batch map[string]*Job) []Pu
 	s := b.shardOf(queue)
 	s.with(func() {
 		now := b.now()
-		q := s.queue(queue)
+		q, err := s.queueFor(queue)
+		if err != nil {
+			out = []PushResult{{Err: err}}
+			return
+		}
 		q.listed = true
 		s.promote(now)
 		// A batch that would overflow a group's maxSize is refused whole,
@@ -271,14 +284,11 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 // freeCustomID removes a finished job that still holds id, so that a new
 // job may take the id.
 func (b *Broker) freeCustomID(id string) {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return
-	}
-	if j.state == StateCompleted || j.state == StateFailed {
-		s.dropRecord(s.queues[j.Queue], j)
-	}
-	s.mu.Unlock()
+	b.withJob(id, func(j *Job, s *Shard) {
+		if j.state == StateCompleted || j.state == StateFailed {
+			s.dropRecord(s.queues[j.Queue], j)
+		}
+	})
 }
 
 // dropRecord removes a completed or dead-lettered job's record.
@@ -532,6 +542,9 @@ func (b *Broker) Fail(id, token string, f failure) (Outcome, error) {
 		}
 		return Applied, errors.New(errNotProcessing + id)
 	}
+	if err := f.check(j); err != nil {
+		return Applied, err
+	}
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
 	}
@@ -685,9 +698,8 @@ func (b *Broker) release(c *conn) {
 }
 
 func (b *Broker) dropLogs(id string) {
-	b.lmu.Lock()
-	gone := b.logs.Delete(id)
-	b.lmu.Unlock()
+	var gone bool
+	locked(&b.lmu, func() { gone = b.logs.Delete(id) })
 	if gone {
 		b.logsChanged(id, nil)
 	}

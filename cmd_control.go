@@ -359,7 +359,9 @@ func cmdUpdate(r *Req) error {
 		if err != nil {
 			return err
 		}
-		j.Data = nd
+		if err := setJobData(j, nd); err != nil {
+			return err
+		}
 		s.b.persist(j)
 		return nil
 	}); err != nil {

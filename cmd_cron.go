@@ -251,7 +251,57 @@ func readCron(m Map) (CronSchedule, error) {
 			return s, errors.New("Invalid cron expression: " + err.Error())
 		}
 	}
-	return s, nil
+	return s, checkCron(&s)
+}
+
+// Limits of cron schedules: their count, each one's fields, and what they
+// weigh together (their data and job options, kept for as long as they
+// are scheduled), the same in both engines.
+const (
+	maxCrons         = 10000
+	maxCronDataBytes = 1 << 20
+	maxCronOptBytes  = 64 << 10
+	maxCronsBytes    = 64 << 20
+	// maxCronName leaves room for the "cron:" prefix of the unique key a
+	// schedule with preventOverlap gives its jobs (maxKeyBytes at most).
+	maxCronName = 512
+)
+
+// checkCron applies the limits of one schedule's fields.
+func checkCron(s *CronSchedule) error {
+	if len(s.Name) > maxCronName {
+		return tooBig("a cron's name is", maxCronName)
+	}
+	for _, f := range []struct{ name, val string }{{"jobName", s.JobName},
+		{"schedule", s.Schedule}, {"timezone", s.Timezone}, {"uniqueKey", s.UniqueKey}} {
+		if len(f.val) > maxKeyBytes {
+			return tooBig("a cron's "+f.name+" is", maxKeyBytes)
+		}
+	}
+	if len(s.Data) > maxCronDataBytes {
+		return tooBig("a cron's data is", maxCronDataBytes)
+	}
+	if len(s.JobOptions) > maxCronOptBytes {
+		return tooBig("a cron's jobOptions are", maxCronOptBytes)
+	}
+	return nil
+}
+
+// cronWeight is what a schedule weighs against maxCronsBytes.
+func cronWeight(s *CronSchedule) int64 {
+	return int64(len(s.Data) + len(s.JobOptions) + len(s.Name) + len(s.JobName) + len(s.Schedule) +
+		len(s.Timezone) + len(s.UniqueKey))
+}
+
+// cronRoom says whether s may join n other schedules weighing bytes.
+func cronRoom(n int, bytes int64, s *CronSchedule) error {
+	if n >= maxCrons {
+		return tooMany("cron schedules are", maxCrons)
+	}
+	if bytes+cronWeight(s) > maxCronsBytes {
+		return tooBig("cron schedules together are", maxCronsBytes)
+	}
+	return nil
 }
 
 var errCronNotFound = errors.New("Cron job not found")

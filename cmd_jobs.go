@@ -280,11 +280,16 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 			now := b.now()
 			q := s.queues[queue]
 			if q == nil {
+				var err error
 				if !wait {
 					done = true
 					return
 				}
-				q = s.queue(queue)
+				if q, err = s.queueFor(queue); err != nil {
+					// No room for another queue to wait on: answered empty.
+					done = true
+					return
+				}
 			}
 			jobs, tokens := s.claim(q, n, o, now, nil, nil)
 			if len(jobs) > 0 {
@@ -358,6 +363,9 @@ func readAck(r *Req) (AckItem, error) {
 		return AckItem{}, err
 	}
 	res := r.m.Get("result")
+	if err := checkResult(res); err != nil {
+		return AckItem{}, err
+	}
 	return AckItem{ID: id, Token: tok, Result: clone(res), HasResult: res != nil, Remove: truthy(r.m, "removeOnComplete")}, nil
 }
 
@@ -418,6 +426,11 @@ func readAckBatch(r *Req) ([]AckItem, error) {
 	}
 	if hasRem && len(removes) != len(ids) {
 		return nil, errors.New("ACKB removeOnCompletes length must match ids length")
+	}
+	for i := range results {
+		if err := checkResult(results[i]); err != nil {
+			return nil, errors.New("results[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
 	}
 	items := make([]AckItem, len(ids))
 	for i, id := range ids {
@@ -529,19 +542,30 @@ func readFail(r *Req) (id, tok string, f failure, err error) {
 	}
 	f = failure{unrecoverable: truthy(r.m, "unrecoverable"), removeOnFail: truthy(r.m, "removeOnFail")}
 	if raw := r.m.Get("error"); raw != nil {
+		if len(raw) > maxErrorBytes+8 {
+			// Not decoded at all: whatever it is, its text is too long.
+			return id, tok, f, tooBig("a failure's error is", maxErrorBytes)
+		}
 		if s, err := raw.Str(); err == nil {
 			f.err, f.hasErr = s, true
 		} else if v, err := Decode(raw); err == nil {
 			f.err, f.hasErr = jsString(v), true
 		}
+		if len(f.err) > maxErrorBytes {
+			return id, tok, f, tooBig("a failure's error is", maxErrorBytes)
+		}
 	}
 	// Only string lines, at most 100, before the job's own limit applies.
 	if items, _, _ := r.m.Array("stack"); len(items) > 0 {
+		var n int64
 		for _, it := range items {
 			if len(f.stack) == 100 {
 				break
 			}
 			if s, err := it.Str(); err == nil {
+				if n += int64(len(s)); n > maxStackBytes {
+					return id, tok, f, tooBig("a failure's stack trace is", maxStackBytes)
+				}
 				f.stack = append(f.stack, s)
 			}
 		}

@@ -17,24 +17,24 @@ func (b *Broker) totals() Totals {
 	var t Totals
 	now := b.now()
 	for _, s := range b.shards {
-		s.mu.Lock()
-		s.promote(now)
-		for _, q := range s.queues {
-			w := q.nReady - q.nPrio
-			if q.paused {
-				t.Paused += q.nReady
+		s.with(func() {
+			s.promote(now)
+			for _, q := range s.queues {
+				w := q.nReady - q.nPrio
+				if q.paused {
+					t.Paused += q.nReady
+				}
+				t.Waiting += w
+				t.Prioritized += q.nPrio
+				t.Delayed += q.nDelayed
+				t.Active += q.nActive
+				t.DLQ += len(q.dlq)
+				t.Completed += q.nDone
+				if q.listed {
+					t.Queues++
+				}
 			}
-			t.Waiting += w
-			t.Prioritized += q.nPrio
-			t.Delayed += q.nDelayed
-			t.Active += q.nActive
-			t.DLQ += len(q.dlq)
-			t.Completed += q.nDone
-			if q.listed {
-				t.Queues++
-			}
-		}
-		s.mu.Unlock()
+		})
 	}
 	return t
 }
@@ -135,7 +135,13 @@ func cmdRegisterWorker(r *Req) error {
 	} else if ok && t > 0 {
 		w.Registered = t
 	}
-	got := r.b.workers.register(w)
+	if err := checkWorker(w); err != nil {
+		return err
+	}
+	got, err := r.b.workers.register(w)
+	if err != nil {
+		return err
+	}
 	encodeWorker(r.field("data"), got, "workerId", now, false)
 	return nil
 }

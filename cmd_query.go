@@ -63,12 +63,8 @@ func liveByCustomID(j *Job) bool {
 
 // stateOf is a job's state by id, "unknown" when there is no such job.
 func (b *Broker) stateOf(id string) State {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return StateNone
-	}
-	st := j.stateAt(b.now())
-	s.mu.Unlock()
+	st := StateNone
+	b.withJob(id, func(j *Job, _ *Shard) { st = j.stateAt(b.now()) })
 	return st
 }
 
@@ -88,10 +84,9 @@ func cmdGetResult(r *Req) error {
 		return err
 	}
 	var res Raw
-	if j, s := r.b.lockJob(id); j != nil {
+	r.b.withJob(id, func(j *Job, s *Shard) {
 		res = r.b.resultOf(j)
-		s.mu.Unlock()
-	}
+	})
 	r.field("id").Raw(r.m.Get("id"))
 	if res == nil {
 		r.field("result").Undefined()
@@ -163,9 +158,9 @@ func cmdGetCountsPerPriority(r *Req) error {
 		return err
 	}
 	s := r.b.shardOf(queue)
-	s.mu.Lock()
-	keys, per := s.countsPerPriority(queue)
-	s.mu.Unlock()
+	var keys []int64
+	var per map[int64]int
+	s.with(func() { keys, per = s.countsPerPriority(queue) })
 	r.field("queue").Str(queue)
 	encodePriorityCounts(r.field("counts"), keys, per)
 	return nil
@@ -273,28 +268,27 @@ func cmdGetJobs(r *Req) error {
 	now := r.b.now()
 	s.promote(now)
 	q := s.queues[queue]
-	type item struct {
-		j     *Job
-		label string
-	}
-	var list []item
-	if q != nil {
+	// every visits the jobs the filter selects, with their labels.
+	every := func(fn func(it jobItem)) {
+		if q == nil {
+			return
+		}
 		explicit := len(want) > 0
 		q.eachReady(func(j *Job) {
 			st := j.state.String()
 			switch {
 			case q.paused && explicit:
 				if wants("paused") {
-					list = append(list, item{j, "paused"})
+					fn(jobItem{j, "paused"})
 				}
 			case wants(st):
-				list = append(list, item{j, st})
+				fn(jobItem{j, st})
 			}
 		})
 		if wants("delayed") {
 			s.delayed.Each(func(e *hent) bool {
 				if e.job.Queue == queue {
-					list = append(list, item{e.job, "delayed"})
+					fn(jobItem{e.job, "delayed"})
 				}
 				return true
 			})
@@ -302,7 +296,7 @@ func cmdGetJobs(r *Req) error {
 		if wants("active") {
 			s.leases.Each(func(e *hent) bool {
 				if e.job.Queue == queue && e.job.state == StateActive {
-					list = append(list, item{e.job, "active"})
+					fn(jobItem{e.job, "active"})
 				}
 				return true
 			})
@@ -310,33 +304,22 @@ func cmdGetJobs(r *Req) error {
 		if wants("completed") {
 			for i := s.doneHead; i < len(s.done); i++ {
 				if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == queue {
-					list = append(list, item{d.j, "completed"})
+					fn(jobItem{d.j, "completed"})
 				}
 			}
 		}
 		if wants("failed") {
 			for _, j := range q.dlq {
-				list = append(list, item{j, "failed"})
+				fn(jobItem{j, "failed"})
 			}
 		}
 		if wants("waiting-children") {
 			for j := range q.wc {
-				list = append(list, item{j, "waiting-children"})
+				fn(jobItem{j, "waiting-children"})
 			}
 		}
 	}
-	slices.SortFunc(list, func(a, b item) int {
-		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
-		if c == 0 {
-			c = cmpStr(a.j.ID, b.j.ID)
-		}
-		if !asc {
-			c = -c
-		}
-		return c
-	})
-	lo, hi := jsSlice(len(list), offset, offset+limit)
-	list = list[lo:hi]
+	list := pageJobs(every, offset, limit, asc)
 	e := r.field("jobs")
 	e.ArrayHead(len(list))
 	for _, it := range list {
@@ -347,6 +330,97 @@ func cmdGetJobs(r *Req) error {
 		encodeJob(e, it.j, jobWithState, st, r.b.resultOf(it.j))
 	}
 	return nil
+}
+
+// jobItem is a job GetJobs lists, with the state it is listed under.
+type jobItem struct {
+	j     *Job
+	label string
+}
+
+// pageJobs is the page GetJobs answers: the jobs every visits, ordered by
+// creation time then id (descending unless asc), sliced as JavaScript's
+// slice(offset, offset+limit) would slice them. Only the jobs of the page
+// and those ranked on the near side of it are kept, in a bounded heap,
+// so that a small page of a large queue sorts only a small page: a page
+// near the end is found from the end.
+func pageJobs(every func(fn func(it jobItem)), offset, limit int64, asc bool) []jobItem {
+	n := 0
+	every(func(jobItem) { n++ })
+	lo, hi := jsSlice(n, offset, offset+limit)
+	if lo >= hi {
+		return nil
+	}
+	less := func(a, b jobItem) bool {
+		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
+		if c == 0 {
+			c = cmpStr(a.j.ID, b.j.ID)
+		}
+		if !asc {
+			c = -c
+		}
+		return c < 0
+	}
+	// From the front, keep the hi first; from the back, the n-lo last.
+	fromFront := hi <= n-lo
+	k := n - lo
+	if fromFront {
+		k = hi
+	}
+	// worse says which of two kept jobs leaves the heap first: the root is
+	// the kept job farthest from the page's side.
+	worse := func(a, b jobItem) bool { return less(b, a) }
+	if !fromFront {
+		worse = less
+	}
+	h := make([]jobItem, 0, k)
+	down := func(i int) {
+		for {
+			c := 2*i + 1
+			if c >= len(h) {
+				return
+			}
+			if c+1 < len(h) && worse(h[c+1], h[c]) {
+				c++
+			}
+			if !worse(h[c], h[i]) {
+				return
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	every(func(it jobItem) {
+		if len(h) < k {
+			h = append(h, it)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !worse(h[i], h[p]) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
+			return
+		}
+		if worse(h[0], it) {
+			h[0] = it
+			down(0)
+		}
+	})
+	slices.SortFunc(h, func(a, b jobItem) int {
+		switch {
+		case less(a, b):
+			return -1
+		case less(b, a):
+			return 1
+		}
+		return 0
+	})
+	if fromFront {
+		return h[lo:hi]
+	}
+	return h[:hi-lo]
 }
 
 func cmpInt(a, b int64) int {
@@ -434,6 +508,12 @@ func readProgress(r *Req) (progressSet, error) {
 		}
 		u.msgSet = true
 	}
+	if len(u.prog) > maxProgressBytes {
+		return u, tooBig("progress is", maxProgressBytes)
+	}
+	if len(u.msg) > maxProgressBytes {
+		return u, tooBig("a progress message is", maxProgressBytes)
+	}
 	return u, nil
 }
 
@@ -441,6 +521,9 @@ func readProgress(r *Req) (progressSet, error) {
 func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 	if j.state != StateActive {
 		return evArgs{}, notActive(j, now)
+	}
+	if err := u.check(j); err != nil {
+		return evArgs{}, err
 	}
 	j.Progress = u.prog
 	if u.msgKey {
@@ -502,7 +585,8 @@ func cmdGetProgress(r *Req) error {
 // ---------------------------------------------------------------------------
 // Logs
 
-// readLogEntry reads AddLog's job id and entry, for both engines.
+// readLogEntry reads AddLog's job id and entry, for both engines, and
+// applies the limits of one log line.
 func readLogEntry(r *Req) (string, LogEntry, error) {
 	id, _, err := r.m.Str("id")
 	if err != nil {
@@ -518,7 +602,12 @@ func readLogEntry(r *Req) (string, LogEntry, error) {
 	if msg == nil {
 		msg = rawUndefined
 	}
-	return id, LogEntry{At: r.b.now(), Level: level, Message: clone(msg)}, nil
+	e := LogEntry{At: r.b.now(), Level: level, Message: msg}
+	if err := checkLogEntry(e); err != nil {
+		return "", LogEntry{}, err
+	}
+	e.Message = clone(msg)
+	return id, e, nil
 }
 
 func writeLogAdded(r *Req) error {
@@ -538,14 +627,12 @@ func cmdAddLog(r *Req) error {
 		return errJobNotFound
 	}
 	r.b.lmu.Lock()
+	defer r.b.lmu.Unlock()
 	logs, _ := r.b.logs.Get(id)
-	logs = append(logs, entry)
-	if len(logs) > maxLogsPerJob {
-		logs = append(logs[:0:0], logs[len(logs)-maxLogsPerJob:]...)
-	}
+	// A new slice each time: what the store was handed stays as it was.
+	logs = appendLog(logs, entry)
 	r.b.logs.Put(id, logs)
 	r.b.logsChanged(id, logs)
-	r.b.lmu.Unlock()
 	return writeLogAdded(r)
 }
 
@@ -632,6 +719,7 @@ func cmdClearLogs(r *Req) error {
 		return err
 	}
 	r.b.lmu.Lock()
+	defer r.b.lmu.Unlock()
 	if keep <= 0 {
 		if r.b.logs.Delete(id) {
 			r.b.logsChanged(id, nil)
@@ -641,7 +729,6 @@ func cmdClearLogs(r *Req) error {
 		r.b.logs.Put(id, kept)
 		r.b.logsChanged(id, kept)
 	}
-	r.b.lmu.Unlock()
 	return r.okID()
 }
 
@@ -660,23 +747,27 @@ func cmdWaitJob(r *Req) error {
 	if !ok {
 		timeout = 30000
 	}
-	j, s := r.b.lockJob(id)
-	if j == nil {
+	ch := make(chan waitOutcome, 1)
+	var done *waitOutcome
+	var j *Job
+	var s *Shard
+	if !r.b.withJob(id, func(jj *Job, ss *Shard) {
+		j, s = jj, ss
+		switch j.state {
+		case StateCompleted:
+			res := r.b.resultOf(j)
+			done = &waitOutcome{completed: true, result: res, hasResult: res != nil}
+		case StateFailed:
+			done = &waitOutcome{err: j.failErr}
+		default:
+			j.waiters = append(j.waiters, ch)
+		}
+	}) {
 		return errJobNotFound
 	}
-	switch j.state {
-	case StateCompleted:
-		res := r.b.resultOf(j)
-		s.mu.Unlock()
-		return writeWait(r, waitOutcome{completed: true, result: res, hasResult: res != nil})
-	case StateFailed:
-		o := waitOutcome{err: j.failErr}
-		s.mu.Unlock()
-		return writeWait(r, o)
+	if done != nil {
+		return writeWait(r, *done)
 	}
-	ch := make(chan waitOutcome, 1)
-	j.waiters = append(j.waiters, ch)
-	s.mu.Unlock()
 	ctx := r.c.ctx
 	return r.goAsync(func(ar *Req) error {
 		t := time.NewTimer(time.Duration(timeout) * time.Millisecond)
@@ -687,11 +778,11 @@ func cmdWaitJob(r *Req) error {
 		case <-t.C:
 		case <-ctx.Done():
 		}
-		s.mu.Lock()
-		if i := slices.Index(j.waiters, ch); i >= 0 {
-			j.waiters = slices.Delete(j.waiters, i, i+1)
-		}
-		s.mu.Unlock()
+		s.with(func() {
+			if i := slices.Index(j.waiters, ch); i >= 0 {
+				j.waiters = slices.Delete(j.waiters, i, i+1)
+			}
+		})
 		select {
 		case o := <-ch: // finished just as time ran out
 			return writeWait(ar, o)

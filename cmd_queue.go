@@ -8,7 +8,7 @@ import (
 
 // withQueue runs fn on a queue under its shard lock; create makes the queue
 // when it does not exist yet.
-func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue, now int64)) {
+func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue, now int64)) error {
 	s := b.shardOf(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -16,13 +16,17 @@ func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue,
 	if q == nil {
 		if !create {
 			fn(s, nil, b.now())
-			return
+			return nil
 		}
-		q = s.queue(name)
+		var err error
+		if q, err = s.queueFor(name); err != nil {
+			return err
+		}
 	}
 	now := b.now()
 	s.promote(now)
 	fn(s, q, now)
+	return nil
 }
 
 func cmdPause(r *Req) error {
@@ -30,11 +34,13 @@ func cmdPause(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.paused, q.listed = true, true
 		s.emit(q, evPaused, nil, now, evArgs{})
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -43,12 +49,14 @@ func cmdResume(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.paused = false
 		q.wakeAll()
 		s.emit(q, evResumed, nil, now, evArgs{})
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -131,6 +139,7 @@ func cmdObliterate(r *Req) error {
 		}
 		q.wakeAll()
 		delete(s.queues, name)
+		r.b.nQueues.Add(-1)
 		r.b.queueRemoved(name)
 	})
 	r.c.srv.mx.dropQueue(name)
@@ -144,13 +153,13 @@ func cmdListQueues(r *Req) error {
 	}
 	var all []named
 	for _, s := range r.b.shards {
-		s.mu.Lock()
-		for _, q := range s.queues {
-			if q.listed {
-				all = append(all, named{q.name, q.created})
+		s.with(func() {
+			for _, q := range s.queues {
+				if q.listed {
+					all = append(all, named{q.name, q.created})
+				}
 			}
-		}
-		s.mu.Unlock()
+		})
 	}
 	slices.SortFunc(all, func(a, b named) int { return cmpInt(a.seq, b.seq) })
 	e := r.field("queues")

@@ -851,6 +851,7 @@ type CronScheduler struct {
 	byName map[string]*CronSchedule
 	due    cronHeap
 	order  int64
+	bytes  int64 // the schedules' weight (cronWeight) together
 
 	kick    chan struct{}
 	flushes chan chan struct{}
@@ -977,6 +978,7 @@ func (c *CronScheduler) end(s *CronSchedule, why string) {
 
 func (c *CronScheduler) remove(s *CronSchedule) {
 	delete(c.byName, s.Name)
+	c.bytes -= cronWeight(s)
 	if s.index >= 0 {
 		heap.Remove(&c.due, s.index)
 	}
@@ -992,6 +994,7 @@ func (c *CronScheduler) insert(s *CronSchedule) {
 		s.order = c.order
 	}
 	c.byName[s.Name] = s
+	c.bytes += cronWeight(s)
 	heap.Push(&c.due, s)
 	select {
 	case c.kick <- struct{}{}:
@@ -1012,7 +1015,15 @@ func (c *CronScheduler) Add(in CronSchedule) (CronSchedule, error) {
 	s.index = -1
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.byName[s.Name]; old != nil {
+	old := c.byName[s.Name]
+	n, bytes := len(c.byName), c.bytes
+	if old != nil {
+		n, bytes = n-1, bytes-cronWeight(old)
+	}
+	if err := cronRoom(n, bytes, &s); err != nil {
+		return CronSchedule{}, err
+	}
+	if old != nil {
 		s.Executions = old.Executions
 	} else if s.Immediately {
 		s.NextRun = nowMs

@@ -181,21 +181,21 @@ type collectionSizes struct {
 
 func (b *Broker) collections(srv *Server, t Totals) collectionSizes {
 	c := collectionSizes{jobIndex: b.idxLen()}
-	b.rmu.Lock()
-	c.results = b.results.Len()
-	b.rmu.Unlock()
-	b.lmu.Lock()
-	c.logs = b.logs.Len()
-	b.lmu.Unlock()
+	locked(&b.rmu, func() {
+		c.results = b.results.Len()
+	})
+	locked(&b.lmu, func() {
+		c.logs = b.logs.Len()
+	})
 	for _, s := range b.shards {
-		s.mu.Lock()
-		s.leases.Each(func(e *hent) bool {
-			if e.job.state == StateActive && e.job.lease != nil {
-				c.locks++
-			}
-			return true
+		s.with(func() {
+			s.leases.Each(func(e *hent) bool {
+				if e.job.state == StateActive && e.job.lease != nil {
+					c.locks++
+				}
+				return true
+			})
 		})
-		s.mu.Unlock()
 	}
 	c.clients, c.clientJobs = srv.heldJobs()
 	return c
@@ -203,19 +203,20 @@ func (b *Broker) collections(srv *Server, t Totals) collectionSizes {
 
 // heldJobs counts this server's connections that hold jobs, and the jobs.
 func (srv *Server) heldJobs() (clients, jobs int) {
-	srv.mu.Lock()
-	conns := make([]*conn, 0, len(srv.conns))
-	for cn := range srv.conns {
-		conns = append(conns, cn)
-	}
-	srv.mu.Unlock()
-	for _, cn := range conns {
-		cn.hmu.Lock()
-		if n := len(cn.held); n > 0 {
-			clients++
-			jobs += n
+	var conns []*conn
+	locked(&srv.mu, func() {
+		conns = make([]*conn, 0, len(srv.conns))
+		for cn := range srv.conns {
+			conns = append(conns, cn)
 		}
-		cn.hmu.Unlock()
+	})
+	for _, cn := range conns {
+		locked(&cn.hmu, func() {
+			if n := len(cn.held); n > 0 {
+				clients++
+				jobs += n
+			}
+		})
 	}
 	return clients, jobs
 }
@@ -467,19 +468,19 @@ func cmdCompactMemory(r *Req) error {
 
 func (b *Broker) compact() {
 	for _, s := range b.shards {
-		s.mu.Lock()
-		s.delayed.Rebuild()
-		s.leases.Rebuild()
-		for _, q := range s.queues {
-			q.ready.Rebuild()
-			if cap(q.dlq) > 2*len(q.dlq)+16 {
-				q.dlq = slices.Clip(append([]*Job(nil), q.dlq...))
+		s.with(func() {
+			s.delayed.Rebuild()
+			s.leases.Rebuild()
+			for _, q := range s.queues {
+				q.ready.Rebuild()
+				if cap(q.dlq) > 2*len(q.dlq)+16 {
+					q.dlq = slices.Clip(append([]*Job(nil), q.dlq...))
+				}
+				if q.unique != nil && len(q.unique) == 0 {
+					q.unique = nil
+				}
 			}
-			if q.unique != nil && len(q.unique) == 0 {
-				q.unique = nil
-			}
-		}
-		s.compactDoneNow()
-		s.mu.Unlock()
+			s.compactDoneNow()
+		})
 	}
 }

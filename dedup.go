@@ -179,14 +179,13 @@ func cmdRemoveJobDeduplicationKey(r *Req) error {
 		return err
 	}
 	removed := false
-	if j, s := r.b.lockJob(id); j != nil {
+	r.b.withJob(id, func(j *Job, s *Shard) {
 		if q := s.queues[j.Queue]; q != nil && j.UniqueKey != "" {
 			if e := q.holder(j.UniqueKey, r.b.now()); e != nil && e.job == j {
 				delete(q.unique, j.UniqueKey)
 				removed = true
 			}
 		}
-		s.mu.Unlock()
-	}
+	})
 	return r.dataBool("removed", removed)
 }

@@ -513,12 +513,14 @@ func cmdSetDlqConfig(r *Req) error {
 	if !patch.ok {
 		return r.okID()
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.dlqCfg = patch.apply(q.dlqCfg)
 		q.listed = true
 		s.trimDLQ(q)
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 

@@ -266,9 +266,9 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 func (b *Broker) subscribe(c *conn, queue string) {
 	b.unsubscribe(c)
 	s := b.shardOf(queue)
-	s.mu.Lock()
-	s.subs[queue] = append(s.subs[queue], c)
-	s.mu.Unlock()
+	s.with(func() {
+		s.subs[queue] = append(s.subs[queue], c)
+	})
 	c.setSub(queue)
 }
 
@@ -278,19 +278,19 @@ func (b *Broker) unsubscribe(c *conn) {
 		return
 	}
 	s := b.shardOf(queue)
-	s.mu.Lock()
-	list := s.subs[queue]
-	for i, x := range list {
-		if x == c {
-			list = append(list[:i:i], list[i+1:]...)
-			break
+	s.with(func() {
+		list := s.subs[queue]
+		for i, x := range list {
+			if x == c {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
 		}
-	}
-	if len(list) == 0 {
-		delete(s.subs, queue)
-	} else {
-		s.subs[queue] = list
-	}
-	s.mu.Unlock()
+		if len(list) == 0 {
+			delete(s.subs, queue)
+		} else {
+			s.subs[queue] = list
+		}
+	})
 	c.clearSub()
 }

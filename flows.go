@@ -82,9 +82,9 @@ func (b *Broker) stopFlows() {
 }
 
 func (b *Broker) flowPost(it flowItem) {
-	b.fmu.Lock()
-	b.fq = append(b.fq, it)
-	b.fmu.Unlock()
+	locked(&b.fmu, func() {
+		b.fq = append(b.fq, it)
+	})
 	select {
 	case b.fkick <- struct{}{}:
 	default:
@@ -100,10 +100,8 @@ func (b *Broker) flowWorker() {
 		case <-b.fkick:
 		}
 		for {
-			b.fmu.Lock()
-			items := b.fq
-			b.fq = nil
-			b.fmu.Unlock()
+			var items []flowItem
+			locked(&b.fmu, func() { items, b.fq = b.fq, nil })
 			if len(items) == 0 {
 				break
 			}
@@ -118,9 +116,8 @@ func (b *Broker) flowWorker() {
 // shutdown use it.
 func (b *Broker) flowSettle() {
 	for {
-		b.fmu.Lock()
-		n := len(b.fq)
-		b.fmu.Unlock()
+		var n int
+		locked(&b.fmu, func() { n = len(b.fq) })
 		if n == 0 {
 			return
 		}
@@ -150,15 +147,12 @@ func (b *Broker) flowApply(it *flowItem) {
 			})
 		}
 	case flowChildValue:
-		p, s := b.lockJob(it.parentID)
-		if p == nil {
-			return
-		}
-		if slices.Contains(p.Children, it.childID) {
-			p.childValues = setKV(p.childValues, it.key, it.val)
-			b.persist(p)
-		}
-		s.mu.Unlock()
+		b.withJob(it.parentID, func(p *Job, _ *Shard) {
+			if slices.Contains(p.Children, it.childID) {
+				p.childValues = setKV(p.childValues, it.key, it.val)
+				b.persist(p)
+			}
+		})
 	case flowPolicy:
 		b.applyPolicy(it)
 	}
@@ -201,9 +195,8 @@ func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
 		if batch[d] != nil || b.idxGet(d) != nil {
 			continue
 		}
-		b.depMu.Lock()
-		_, ok := b.proofs.Peek(d)
-		b.depMu.Unlock()
+		var ok bool
+		locked(&b.depMu, func() { _, ok = b.proofs.Peek(d) })
 		if !ok {
 			return errors.New("Dependency job not found: " + d)
 		}
@@ -263,13 +256,14 @@ func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 	if !j.depFlag.Load() && !removed {
 		return
 	}
-	b.depMu.Lock()
-	waiters := b.deps[j.ID]
-	delete(b.deps, j.ID)
-	if removed || j.depFlag.Load() {
-		b.proofs.Put(j.ID, struct{}{})
-	}
-	b.depMu.Unlock()
+	var waiters []*Job
+	locked(&b.depMu, func() {
+		waiters = b.deps[j.ID]
+		delete(b.deps, j.ID)
+		if removed || j.depFlag.Load() {
+			b.proofs.Put(j.ID, struct{}{})
+		}
+	})
 	if len(waiters) > 0 {
 		b.flowPost(flowItem{kind: flowResolve, dep: j.ID, waiters: waiters})
 	}
@@ -277,17 +271,17 @@ func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 
 // unregisterDep forgets that w waits for dep.
 func (b *Broker) unregisterDep(dep string, w *Job) {
-	b.depMu.Lock()
-	list := b.deps[dep]
-	if i := slices.Index(list, w); i >= 0 {
-		list = slices.Delete(list, i, i+1)
-		if len(list) == 0 {
-			delete(b.deps, dep)
-		} else {
-			b.deps[dep] = list
+	locked(&b.depMu, func() {
+		list := b.deps[dep]
+		if i := slices.Index(list, w); i >= 0 {
+			list = slices.Delete(list, i, i+1)
+			if len(list) == 0 {
+				delete(b.deps, dep)
+			} else {
+				b.deps[dep] = list
+			}
 		}
-	}
-	b.depMu.Unlock()
+	})
 }
 
 // ---------------------------------------------------------------------------
@@ -621,9 +615,8 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 		if b.idxGet(j.ID) != nil {
 			return errors.New("Flow job " + j.ID + " already exists")
 		}
-		b.depMu.Lock()
-		_, proven := b.proofs.Peek(j.ID)
-		b.depMu.Unlock()
+		var proven bool
+		locked(&b.depMu, func() { _, proven = b.proofs.Peek(j.ID) })
 		if proven {
 			return errors.New("Flow job " + j.ID + " already exists")
 		}
@@ -640,6 +633,15 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 			}
 			groupCount[key]++
 		}
+	}
+	var newQueues []string
+	for _, f := range jobs {
+		if b.shardOf(f.job.Queue).queues[f.job.Queue] == nil && !slices.Contains(newQueues, f.job.Queue) {
+			newQueues = append(newQueues, f.job.Queue)
+		}
+	}
+	if err := b.queueRoom(len(newQueues)); err != nil {
+		return err
 	}
 	if b.store != nil {
 		// One transaction for the whole flow.
@@ -693,15 +695,11 @@ func cmdPushFlow(r *Req) error {
 		}
 	}
 	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) {
-		j, s := r.b.lockJob(f.job.ID)
-		if j == nil {
+		if !r.b.withJob(f.job.ID, func(j *Job, _ *Shard) { encodeJob(e, j, jobPlain, "", nil) }) {
 			// Already gone (completed with removeOnComplete, say): the
 			// snapshot is the admitted job as it was.
 			encodeJob(e, f.job, jobPlain, "", nil)
-			return
 		}
-		encodeJob(e, j, jobPlain, "", nil)
-		s.mu.Unlock()
 	})
 	return nil
 }
@@ -765,6 +763,13 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 	}
 	if pqueue != "" && p.Queue != pqueue {
 		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
+	}
+	if len(p.Children) >= maxDeps {
+		return tooMany("children of a job are", maxDeps)
+	}
+	// The child's id lands in the parent's children, dependencies and data.
+	if p.size()+3*int64(len(childID)+8) > maxJobBytes {
+		return errJobTooBig
 	}
 	return nil
 }
@@ -888,51 +893,45 @@ func cmdUpdateParent(r *Req) error {
 	if err != nil {
 		return err
 	}
-	c, cs := r.b.lockJob(cid)
-	if c == nil {
+	var childQueue, owner string
+	var childState State
+	if !r.b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.ParentID }) {
 		return errors.New("Child job not found: " + cid)
 	}
-	if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
-		cs.mu.Unlock()
-		return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
+	if owner != "" && owner != pid && owner != "pending" {
+		return errors.New("Child job " + cid + " already belongs to parent " + owner)
 	}
-	childQueue, childState := c.Queue, c.state
-	cs.mu.Unlock()
-	p, ps := r.b.lockJob(pid)
-	if p == nil {
+	var declared, linkable bool
+	var pqueue string
+	if !r.b.withJob(pid, func(p *Job, _ *Shard) {
+		declared, linkable, pqueue = slices.Contains(p.Children, cid), isQueued(p.state), p.Queue
+	}) {
 		return errors.New("Parent job not found: " + pid)
 	}
-	declared := slices.Contains(p.Children, cid)
-	linkable := isQueued(p.state)
-	pqueue := p.Queue
-	ps.mu.Unlock()
 	if !declared && !linkable {
 		return errors.New("Parent job " + pid + " is not linkable")
 	}
 	// The child learns its parent (a backpatch when already declared).
-	if c, cs := r.b.lockJob(cid); c != nil {
+	r.b.withJob(cid, func(c *Job, cs *Shard) {
 		setParent(c, pid, pqueue)
 		r.b.persist(c)
-		cs.mu.Unlock()
-	}
+	})
 	if !declared {
 		if childState == StateCompleted {
 			// Recorded, but the parent does not wait for a done child.
-			if p, ps := r.b.lockJob(pid); p != nil {
+			r.b.withJob(pid, func(p *Job, ps *Shard) {
 				p.Children = append(slices.Clone(p.Children), cid)
 				p.DependsOn = append(slices.Clone(p.DependsOn), cid)
 				r.b.persist(p)
-				ps.mu.Unlock()
-			}
+			})
 		} else {
 			r.b.linkChild(pid, &Job{ID: cid}, childQueue)
 		}
 	}
 	if childState == StateFailed {
-		if c, cs := r.b.lockJob(cid); c != nil {
+		r.b.withJob(cid, func(c *Job, cs *Shard) {
 			cs.childFailed(c, c.failErr)
-			cs.mu.Unlock()
-		}
+		})
 	}
 	return r.okID()
 }
@@ -947,10 +946,9 @@ func cmdGetChildrenValues(r *Req) error {
 	}
 	r.b.flowSettle()
 	var vals []childKV
-	if j, s := r.b.lockJob(id); j != nil {
+	r.b.withJob(id, func(j *Job, s *Shard) {
 		vals = slices.Clone(j.childValues)
-		s.mu.Unlock()
-	}
+	})
 	writeChildValues(r, vals)
 	return nil
 }
@@ -986,10 +984,9 @@ func (r *Req) childRecords(pick func(j *Job) []childKV) error {
 	}
 	r.b.flowSettle()
 	var vals []childKV
-	if j, s := r.b.lockJob(id); j != nil {
+	r.b.withJob(id, func(j *Job, s *Shard) {
 		vals = childRecordsOf(j, pick)
-		s.mu.Unlock()
-	}
+	})
 	encodeKVs(r.field("values"), vals)
 	return nil
 }
@@ -1008,19 +1005,17 @@ func cmdRemoveChildDependency(r *Req) error {
 	if err != nil {
 		return err
 	}
-	c, cs := r.b.lockJob(cid)
-	if c == nil {
+	var pid string
+	var live bool
+	if !r.b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.ParentID, isQueued(c.state) || c.state == StateActive }) {
 		return errors.New("Job not found: " + cid)
 	}
-	pid := c.ParentID
-	live := isQueued(c.state) || c.state == StateActive
-	cs.mu.Unlock()
 	if pid == "" {
 		return errors.New("Job " + cid + " has no parent")
 	}
 	removed := false
 	if live {
-		if p, ps := r.b.lockJob(pid); p != nil {
+		r.b.withJob(pid, func(p *Job, ps *Shard) {
 			if p.state == StateWaitingChildren && slices.Contains(p.DependsOn, cid) {
 				q := ps.queues[p.Queue]
 				now := r.b.now()
@@ -1036,14 +1031,12 @@ func cmdRemoveChildDependency(r *Req) error {
 				r.b.persist(p)
 				removed = true
 			}
-			ps.mu.Unlock()
-		}
+		})
 		if removed {
-			if c, cs := r.b.lockJob(cid); c != nil {
+			r.b.withJob(cid, func(c *Job, cs *Shard) {
 				setParent(c, "", "")
 				r.b.persist(c)
-				cs.mu.Unlock()
-			}
+			})
 		}
 	}
 	r.field("removed").Bool(removed)
@@ -1056,12 +1049,11 @@ func cmdRemoveUnprocessedChildren(r *Req) error {
 		return err
 	}
 	var kids []string
-	if p, s := r.b.lockJob(id); p != nil {
+	r.b.withJob(id, func(p *Job, s *Shard) {
 		kids = slices.Clone(p.Children)
-		s.mu.Unlock()
-	}
+	})
 	for _, c := range kids {
-		if j, s := r.b.lockJob(c); j != nil {
+		r.b.withJob(c, func(j *Job, s *Shard) {
 			if isQueued(j.state) {
 				q := s.queues[j.Queue]
 				now := r.b.now()
@@ -1070,8 +1062,7 @@ func cmdRemoveUnprocessedChildren(r *Req) error {
 				s.forget(j)
 				s.emit(q, evRemoved, j, now, evArgs{prev: "waiting"})
 			}
-			s.mu.Unlock()
-		}
+		})
 	}
 	return r.okID()
 }

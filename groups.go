@@ -398,8 +398,8 @@ func readGroupTTL(r *Req) (groupTTLArgs, error) {
 }
 
 // groupCmd runs fn on a queue's group; create makes both when missing.
-func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) {
-	r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
+func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
+	return r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
 		var g *Group
 		if q != nil {
 			if g = q.groups[a.group]; g == nil && create {
@@ -480,11 +480,13 @@ func cmdSetGroupRateLimit(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.rateOverride = &l
 		g.window = groupWindow{}
 		q.wakeAll()
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -570,10 +572,12 @@ func cmdSetGroupConcurrency(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.concOverride = c
 		q.wakeAll()
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -626,12 +630,14 @@ func cmdPauseGroup(r *Req) error {
 		return err
 	}
 	changed := false
-	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		if !g.paused {
 			g.paused, changed = true, true
 			q.ringRemove(g)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return r.dataBool("changed", changed)
 }
 
@@ -671,8 +677,10 @@ func cmdRateLimitGroup(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.manualUntil = now + d
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }

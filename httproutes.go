@@ -733,11 +733,11 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 	}
 	wc := 0
 	for _, s := range b.shards {
-		s.mu.Lock()
-		for _, q := range s.queues {
-			wc += len(q.wc)
-		}
-		s.mu.Unlock()
+		s.with(func() {
+			for _, q := range s.queues {
+				wc += len(q.wc)
+			}
+		})
 	}
 	st := jsonObj{}
 	st.open()

@@ -30,10 +30,27 @@ type hubOptions struct {
 	// Replay is how many recent events are kept for Last-Event-ID
 	// (default 1000, as the reference; negative: none).
 	Replay int
-	Log    *slog.Logger
+	// ReplayBytes bounds what the kept events weigh together (default
+	// defaultReplayBytes): the oldest go first, whatever their count.
+	ReplayBytes int64
+	Log         *slog.Logger
 }
 
 var errHubClosed = errors.New("live events: the server is shutting down")
+
+// defaultReplayBytes bounds the replay ring: 1,000 events of a few KB each
+// fit, 1,000 events carrying 10 MB of job data each do not.
+const defaultReplayBytes = 32 << 20
+
+// weight is what an event kept for replay costs, counting its SSE form
+// even before it is made (a replay makes it in place).
+func (ev *hubEvent) weight() int64 {
+	sse := len(ev.sse)
+	if sse == 0 {
+		sse = len(ev.data) + len(ev.event) + 64
+	}
+	return int64(len(ev.data)+len(ev.legacy)+len(ev.tagged)+sse) + 64
+}
 
 // hubEvent is one published event. sse is its SSE form, made once for
 // every stream that gets it.
@@ -49,6 +66,7 @@ type hubEvent struct {
 	// system events (figures, not jobs) reach every subscriber whatever
 	// its queue, and are not kept for replay, as in the reference.
 	system bool
+	w      int64 // weight when kept for replay
 }
 
 func (ev *hubEvent) sseBytes() []byte {
@@ -160,8 +178,8 @@ type hub struct {
 	subs   map[*hubSub]struct{}
 	closed bool
 	lastID uint64
-	ring   []hubEvent // the last events, oldest at ringAt once full
-	ringAt int
+	ring   []hubEvent // the last events, oldest first
+	ringB  int64      // their weight
 
 	nWS   atomic.Int64
 	nSSE  atomic.Int64
@@ -172,6 +190,9 @@ type hub struct {
 func newHub(opts hubOptions) *hub {
 	if opts.Replay == 0 {
 		opts.Replay = 1000
+	}
+	if opts.ReplayBytes == 0 {
+		opts.ReplayBytes = defaultReplayBytes
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -234,17 +255,21 @@ func (h *hub) publish(ev hubEvent) {
 	}
 }
 
-// remember keeps ev for replay. h.mu is held.
+// remember keeps ev for replay, dropping the oldest events while the
+// ring is over its count or its byte budget. h.mu is held.
 func (h *hub) remember(ev hubEvent) {
 	if h.opts.Replay < 0 {
 		return
 	}
-	if len(h.ring) < h.opts.Replay {
-		h.ring = append(h.ring, ev)
-		return
+	// The weight is fixed now: a replay may make the SSE form in place.
+	ev.w = ev.weight()
+	h.ring = append(h.ring, ev)
+	h.ringB += ev.w
+	for len(h.ring) > 0 && (len(h.ring) > h.opts.Replay || h.ringB > h.opts.ReplayBytes) {
+		h.ringB -= h.ring[0].w
+		h.ring[0] = hubEvent{}
+		h.ring = h.ring[1:]
 	}
-	h.ring[h.ringAt] = ev
-	h.ringAt = (h.ringAt + 1) % len(h.ring)
 }
 
 // add registers s; an SSE stream first gets the kept events after the
@@ -261,7 +286,7 @@ func (h *hub) add(s *hubSub) bool {
 			// An id above lastID is from before a restart: nothing here
 			// follows it in any meaningful way.
 			for i := range h.ring {
-				ev := &h.ring[(h.ringAt+i)%len(h.ring)]
+				ev := &h.ring[i]
 				if ev.id > after && s.wants(ev) && !s.send(ev) {
 					h.drops.Add(1)
 				}
@@ -382,7 +407,7 @@ func (h *hub) Close() {
 	for s := range h.subs {
 		subs = append(subs, s)
 	}
-	h.ring = nil
+	h.ring, h.ringB = nil, 0
 	h.mu.Unlock()
 	for _, s := range subs {
 		if s.ws != nil {

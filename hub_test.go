@@ -304,3 +304,42 @@ func TestHubShutdownNoLeaks(t *testing.T) {
 	})
 	t.Logf("goroutines: %d before, %d after", base, now)
 }
+
+// TestHubReplayByteBudget: the replay ring keeps events up to its byte
+// budget, dropping the oldest, however few they are; a reconnecting
+// stream gets the kept ones.
+func TestHubReplayByteBudget(t *testing.T) {
+	hb, addr := startHub(t, hubOptions{ReplayBytes: 40 << 10})
+	first := dialSSE(t, addr, "/events")
+	waitSubscribers(t, hb, 1)
+	big := strings.Repeat("x", 8<<10)
+	for i := 1; i <= 10; i++ {
+		hb.PublishEvent("a", "job:pushed", fmt.Appendf(nil, `{"n":%d,"pad":"%s"}`, i, big))
+	}
+	for i := 1; i <= 10; i++ {
+		if ev := first.nextData(); ev.id != fmt.Sprint(i) {
+			t.Fatalf("event %d has id %q", i, ev.id)
+		}
+	}
+	hb.mu.Lock()
+	kept, weight := len(hb.ring), hb.ringB
+	hb.mu.Unlock()
+	if kept == 0 || kept >= 10 || weight > 40<<10 {
+		t.Fatalf("%d events of 8 KB kept, %d bytes, with a budget of 40 KiB", kept, weight)
+	}
+	late := dialSSE(t, addr, "/events", "Last-Event-ID: 0")
+	waitSubscribers(t, hb, 2)
+	hb.Publish("a", []byte(`{"n":11}`))
+	var got []string
+	for {
+		ev := late.nextData()
+		if ev.id == "11" {
+			break
+		}
+		got = append(got, ev.id)
+	}
+	if len(got) != kept || got[len(got)-1] != "10" {
+		t.Fatalf("replayed %v, want the %d kept, the last of them 10", got, kept)
+	}
+	t.Logf("10 events of 8 KB, budget 40 KiB: %d kept (%d bytes)", kept, weight)
+}

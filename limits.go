@@ -166,12 +166,14 @@ func cmdRateLimit(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.withQueue(a.queue, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(a.queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
 		q.rate = a.bucket(now)
 		q.wakeAll()
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -195,7 +197,7 @@ func cmdSetConcurrency(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
 		if q.concLimit == nil {
 			// A new limiter counts from zero: jobs already running were
@@ -205,7 +207,9 @@ func cmdSetConcurrency(r *Req) error {
 		q.concLimit = &limit
 		q.wakeAll()
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 
@@ -340,14 +344,16 @@ func cmdSetStallConfig(r *Req) error {
 	if patch == nil {
 		return r.okID()
 	}
-	r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		c := patch.apply(q.stall)
 		if c != defaultStall {
 			q.listed = true
 		}
 		q.stall = c
 		r.b.queueChanged(q)
-	})
+	}); err != nil {
+		return err
+	}
 	return r.okID()
 }
 

@@ -75,6 +75,7 @@ type config struct {
 	authTokens string
 	logLevel   string
 	shards     int
+	maxQueues  int
 	dataPath   string
 	memory     bool
 	syncMode   string
@@ -153,6 +154,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
+	fs.IntVar(&c.maxQueues, "max-queues", envInt([]string{"QUEUED_MAX_QUEUES"}, defaultMaxQueues),
+		"queues that may exist at once (0: no limit); a push naming one more is refused [QUEUED_MAX_QUEUES]")
 	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
 		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
 	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
@@ -244,6 +247,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // then shuts down gracefully. ready, when given, receives the bound
 // addresses (tests listen on port 0).
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+	if c.maxQueues < 0 {
+		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
+	}
 	var certs *certReloader
 	if c.tlsCert != "" || c.tlsKey != "" {
 		// A bad path or pair stops the start, rather than failing every
@@ -284,6 +290,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		return fmt.Errorf("backups: %w", err)
 	}
 	b := NewBroker(c.shards, store)
+	b.maxQueues = c.maxQueues
 	b.log = log
 	if sq != nil {
 		st, err := sq.Load(b)

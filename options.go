@@ -317,6 +317,9 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 	} else {
 		j.ID = newID()
 	}
+	if err := checkJobFields(j, customKey); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 

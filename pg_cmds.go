@@ -421,9 +421,7 @@ func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
 
 func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {
 	s := p.b.shardOf(queue)
-	s.mu.Lock()
-	s.emit(&Queue{name: queue}, t, j, now, a)
-	s.mu.Unlock()
+	s.with(func() { s.emit(&Queue{name: queue}, t, j, now, a) })
 }
 
 // ---------------------------------------------------------------------------
@@ -978,6 +976,9 @@ func (p *PG) failOnce(ctx context.Context, id, token string, f failure) (Outcome
 		// not been claimed again: nothing more to count.
 		return AlreadyFinalized, nil
 	}
+	if err := f.check(j); err != nil {
+		return Applied, err
+	}
 	now := p.now()
 	if f.reason == "" {
 		f.reason = "max_attempts_exceeded"
@@ -1372,11 +1373,7 @@ func pgAddLog(r *Req) error {
 	if err != nil {
 		return err
 	}
-	logs = append(logs, entry)
-	if len(logs) > maxLogsPerJob {
-		logs = logs[len(logs)-maxLogsPerJob:]
-	}
-	if err := p.writeLogs(ctx, tx, id, logs); err != nil {
+	if err := p.writeLogs(ctx, tx, id, appendLog(logs, entry)); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -193,6 +193,17 @@ func pgCron(r *Req) error {
 	if err != nil {
 		return err
 	}
+	// The other schedules, as the memory engine counts them: the records
+	// carry the fields cronWeight counts, and a few bytes more.
+	var n int
+	var bytes int64
+	if err := tx.QueryRow(ctx, p.sql(`SELECT count(*), COALESCE(sum(length(record)), 0) FROM {s}.crons WHERE name <> $1`),
+		s.Name).Scan(&n, &bytes); err != nil {
+		return pgErr(fmt.Errorf("count schedules: %w", err))
+	}
+	if err := cronRoom(n, bytes, &s); err != nil {
+		return err
+	}
 	if old != nil {
 		s.Executions = old.Executions
 	} else if s.Immediately {

@@ -283,7 +283,9 @@ func pgUpdate(r *Req) error {
 		if err != nil {
 			return pgMove{}, err
 		}
-		j.Data = nd
+		if err := setJobData(j, nd); err != nil {
+			return pgMove{}, err
+		}
 		// Only the record: an active job's lease and deadline stay as
 		// they are.
 		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), j.ID, encodeRec(j)); err != nil {

@@ -34,16 +34,16 @@ func (b *Broker) queueSnaps() []queueSnap {
 	var out []queueSnap
 	now := b.now()
 	for _, s := range b.shards {
-		s.mu.Lock()
-		s.promote(now)
-		for _, q := range s.queues {
-			if !q.listed {
-				continue
+		s.with(func() {
+			s.promote(now)
+			for _, q := range s.queues {
+				if !q.listed {
+					continue
+				}
+				out = append(out, queueSnap{name: q.name, created: q.created, waiting: q.ready.Len() - q.nPrio,
+					prioritized: q.nPrio, delayed: q.nDelayed, active: q.nActive, dlq: len(q.dlq), done: q.nDone, paused: q.paused})
 			}
-			out = append(out, queueSnap{name: q.name, created: q.created, waiting: q.ready.Len() - q.nPrio,
-				prioritized: q.nPrio, delayed: q.nDelayed, active: q.nActive, dlq: len(q.dlq), done: q.nDone, paused: q.paused})
-		}
-		s.mu.Unlock()
+		})
 	}
 	slices.SortFunc(out, func(a, b queueSnap) int { return cmpInt(a.created, b.created) })
 	return out
@@ -240,6 +240,8 @@ func (srv *Server) prometheusText() []byte {
 	p.one("queued_storage_degraded", "gauge", "Whether storage writes are failing (1) or not (0)", b01(st.Err != nil))
 	p.one("queued_storage_disk_full", "gauge", "Whether storage reported a full disk (1) or not (0)", b01(isDiskFull(st.Err)))
 	p.one("queued_storage_pending_changes", "gauge", "Changes recorded but not yet written to storage", float64(st.Backlog))
+	p.one("queued_storage_dropped_changes_total", "counter",
+		"Changes storage could never write (a row the database refuses), left out so that the rest is written", float64(st.Dropped))
 	if st.Driver == "sqlite" && st.Location != "" {
 		if fi, err := os.Stat(st.Location); err == nil {
 			p.one("queued_sqlite_database_size_bytes", "gauge", "Size of the SQLite database file", float64(fi.Size()))

@@ -12,6 +12,7 @@ package main
 // takes a shard lock while holding any of those.
 
 import (
+	"errors"
 	"math"
 	"runtime"
 	"sync"
@@ -183,8 +184,30 @@ func (s *Shard) queue(name string) *Queue {
 		q = &Queue{name: name, ready: newHeap(heapPlace), stall: defaultStall, dlqCfg: defaultDLQ,
 			created: s.b.seq.Add(1)}
 		s.queues[name] = q
+		s.b.nQueues.Add(1)
 	}
 	return q
+}
+
+// queueFor is the queue of that name, made when there is room for one
+// more: a client naming queue after queue (each costs memory for as long
+// as it exists, until Obliterate) meets the --max-queues limit.
+func (s *Shard) queueFor(name string) (*Queue, error) {
+	if q := s.queues[name]; q != nil {
+		return q, nil
+	}
+	if err := s.b.queueRoom(1); err != nil {
+		return nil, err
+	}
+	return s.queue(name), nil
+}
+
+// queueRoom says whether n more queues may be made.
+func (b *Broker) queueRoom(n int) error {
+	if b.maxQueues > 0 && b.nQueues.Load()+int64(n) > int64(b.maxQueues) {
+		return errors.New("queues are limited to " + itoa(int64(b.maxQueues)) + " (--max-queues)")
+	}
+	return nil
 }
 
 // with runs fn holding the shard lock, released even if fn panics (the
@@ -767,4 +790,24 @@ func itoa(v int64) string {
 		buf[i] = '-'
 	}
 	return string(buf[i:])
+}
+
+// withJob runs fn on the job of that id with its shard locked, the lock
+// released even if fn panics (a recovered handler must not leave a shard
+// locked for good). It reports whether there was such a job.
+func (b *Broker) withJob(id string, fn func(j *Job, s *Shard)) bool {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return false
+	}
+	defer s.mu.Unlock()
+	fn(j, s)
+	return true
+}
+
+// locked runs fn holding mu, released even if fn panics.
+func locked(mu sync.Locker, fn func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	fn()
 }

@@ -22,14 +22,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const (
@@ -100,10 +103,10 @@ type SQLiteStore struct {
 
 	mu       sync.Mutex
 	jobs     map[int64]*pendingJob
-	queues   map[string][]byte // nil value: delete
-	logs     map[string][]byte
-	crons    map[string][]byte // nil value: delete
-	n        int               // pending changes
+	queues   map[string][]byte     // nil value: delete
+	logs     map[string][]LogEntry // encoded when written; nil value: delete
+	crons    map[string][]byte     // nil value: delete
+	n        int                   // pending changes
 	first    time.Time
 	barriers []chan error
 	err      error // the last flush failure, nil when writes succeed
@@ -118,6 +121,10 @@ type SQLiteStore struct {
 
 	kick chan struct{}
 	done chan struct{}
+
+	// dropped counts changes that could never be written (a row SQLite
+	// refuses): each was logged and left out so the rest could be written.
+	dropped atomic.Uint64
 
 	stmts map[string]*sql.Stmt // on the writer connection
 	wconn *sql.Conn
@@ -148,7 +155,7 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	}
 	db.SetMaxOpenConns(4)
 	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
-		logs: map[string][]byte{}, crons: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+		logs: map[string][]LogEntry{}, crons: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 	s.room = sync.NewCond(&s.mu)
 	s.unheld = sync.NewCond(&s.mu)
 	s.limit = 4096
@@ -297,16 +304,18 @@ func (s *SQLiteStore) CronRemoved(name string) {
 	s.mu.Unlock()
 }
 
+// LogsChanged keeps logs as they are (the broker hands over a slice it
+// does not change afterwards): they are encoded once, when written, not on
+// every AddLog.
 func (s *SQLiteStore) LogsChanged(id string, logs []LogEntry) {
-	var b []byte
-	if len(logs) > 0 {
-		b = encodeLogs(logs)
+	if len(logs) == 0 {
+		logs = nil
 	}
 	s.mu.Lock()
 	if _, ok := s.logs[id]; !ok {
 		s.note()
 	}
-	s.logs[id] = b
+	s.logs[id] = logs
 	s.mu.Unlock()
 }
 
@@ -426,18 +435,27 @@ func (s *SQLiteStore) writer() {
 		for s.holds > 0 {
 			s.unheld.Wait()
 		}
-		jobs, queues, logs, crons, bars := s.jobs, s.queues, s.logs, s.crons, s.barriers
+		bt := &writeBatch{jobs: s.jobs, queues: s.queues, logs: s.logs, crons: s.crons}
+		bars := s.barriers
 		s.crons = map[string][]byte{}
-		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]byte{}, nil
+		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]LogEntry{}, nil
 		s.n = 0
 		closed := s.closed
 		s.mu.Unlock()
 
 		began := time.Now()
-		err := s.flush(jobs, queues, logs, crons)
+		n := bt.len()
+		err := s.flush(bt)
+		var dropped int
+		if err != nil && !transientWriteErr(err) {
+			// A change SQLite refuses (a row over its size limit, say)
+			// must not hold up every other: write the rest in smaller
+			// transactions, leaving out only what cannot be written.
+			bt, dropped, err = s.isolate(bt, err)
+		}
 		took := time.Since(began)
 		s.mu.Lock()
-		if n := len(jobs) + len(queues) + len(logs); err == nil && n >= flushOps && took > 0 {
+		if err == nil && dropped == 0 && n >= flushOps && took > 0 {
 			r := float64(n) / took.Seconds()
 			if s.rate == 0 {
 				s.rate = r
@@ -447,35 +465,9 @@ func (s *SQLiteStore) writer() {
 			s.limit = min(max(int(s.rate*backlogTarget.Seconds()), minBacklog), maxBacklog)
 		}
 		if err != nil {
-			// Nothing was written (the transaction rolled back): put the
+			// What was not written (the transaction rolled back): put the
 			// changes back under any newer ones and try again.
-			for id, p := range jobs {
-				if _, newer := s.jobs[id]; !newer {
-					s.jobs[id] = p
-					s.n++
-				}
-			}
-			for k, v := range queues {
-				if _, newer := s.queues[k]; !newer {
-					s.queues[k] = v
-					s.n++
-				}
-			}
-			for k, v := range crons {
-				if _, newer := s.crons[k]; !newer {
-					s.crons[k] = v
-					s.n++
-				}
-			}
-			for k, v := range logs {
-				if _, newer := s.logs[k]; !newer {
-					s.logs[k] = v
-					s.n++
-				}
-			}
-			if s.n > 0 && s.first.IsZero() {
-				s.first = time.Now()
-			}
+			s.putBack(bt)
 			if s.err == nil {
 				s.errSince = time.Now()
 				s.log.Error("storage write failed; retrying", "path", s.path, "err", err, "pending", s.n)
@@ -489,10 +481,16 @@ func (s *SQLiteStore) writer() {
 			s.err = nil
 			retry = 0
 		}
+		barErr := err
+		if barErr == nil && dropped > 0 {
+			// A durable push waiting on this flush may have been among what
+			// was left out: it is not told it is on disk.
+			barErr = fmt.Errorf("%d changes could not be written and were dropped (see the server log)", dropped)
+		}
 		s.room.Broadcast()
 		s.mu.Unlock()
 		for _, b := range bars {
-			b <- err
+			b <- barErr
 		}
 		// At shutdown, stop once everything is written, or after a few
 		// failed attempts (Close reports what could not be written).
@@ -503,8 +501,9 @@ func (s *SQLiteStore) writer() {
 }
 
 // flush writes one batch as one transaction.
-func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs, crons map[string][]byte) error {
-	if len(jobs) == 0 && len(queues) == 0 && len(logs) == 0 && len(crons) == 0 {
+func (s *SQLiteStore) flush(bt *writeBatch) error {
+	jobs, queues, logs, crons := bt.jobs, bt.queues, bt.logs, bt.crons
+	if bt.len() == 0 {
 		return nil
 	}
 	// The transaction is driven with BEGIN/COMMIT on the writer's own
@@ -574,11 +573,11 @@ func (s *SQLiteStore) flush(jobs map[int64]*pendingJob, queues, logs, crons map[
 		}
 	}
 	var logUp, logDel []any
-	for id, b := range logs {
-		if b == nil {
+	for id, l := range logs {
+		if l == nil {
 			logDel = append(logDel, id)
 		} else {
-			logUp = append(logUp, id, b)
+			logUp = append(logUp, id, encodeLogs(l))
 		}
 	}
 	if err := s.execChunks(ctx, "logs-up", logUp, 2, func(n int) string {
@@ -618,6 +617,197 @@ func (s *SQLiteStore) execChunks(ctx context.Context, kind string, args []any, w
 		args = args[rows*width:]
 	}
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// A writer that never wedges
+
+// writeBatch is one flush's changes, each the latest of its key.
+type writeBatch struct {
+	jobs   map[int64]*pendingJob
+	queues map[string][]byte     // nil value: delete
+	logs   map[string][]LogEntry // nil value: delete
+	crons  map[string][]byte     // nil value: delete
+}
+
+func newWriteBatch() *writeBatch {
+	return &writeBatch{jobs: map[int64]*pendingJob{}, queues: map[string][]byte{}, logs: map[string][]LogEntry{}, crons: map[string][]byte{}}
+}
+
+func (bt *writeBatch) len() int {
+	if bt == nil {
+		return 0
+	}
+	return len(bt.jobs) + len(bt.queues) + len(bt.logs) + len(bt.crons)
+}
+
+// halves splits the batch in two of about the same number of changes.
+func (bt *writeBatch) halves() (*writeBatch, *writeBatch) {
+	a, b := newWriteBatch(), newWriteBatch()
+	half, i := bt.len()/2, 0
+	pick := func() *writeBatch {
+		i++
+		if i <= half {
+			return a
+		}
+		return b
+	}
+	for k, v := range bt.jobs {
+		pick().jobs[k] = v
+	}
+	for k, v := range bt.queues {
+		pick().queues[k] = v
+	}
+	for k, v := range bt.logs {
+		pick().logs[k] = v
+	}
+	for k, v := range bt.crons {
+		pick().crons[k] = v
+	}
+	return a, b
+}
+
+// merge adds o's changes to bt (o's are taken where both have a key).
+func (bt *writeBatch) merge(o *writeBatch) *writeBatch {
+	if bt == nil {
+		return o
+	}
+	if o == nil {
+		return bt
+	}
+	maps.Copy(bt.jobs, o.jobs)
+	maps.Copy(bt.queues, o.queues)
+	maps.Copy(bt.logs, o.logs)
+	maps.Copy(bt.crons, o.crons)
+	return bt
+}
+
+// putBack returns unwritten changes to the pending set, under any newer
+// change of the same key. s.mu is held.
+func (s *SQLiteStore) putBack(bt *writeBatch) {
+	if bt == nil {
+		return
+	}
+	for id, p := range bt.jobs {
+		if _, newer := s.jobs[id]; !newer {
+			s.jobs[id] = p
+			s.n++
+		}
+	}
+	for k, v := range bt.queues {
+		if _, newer := s.queues[k]; !newer {
+			s.queues[k] = v
+			s.n++
+		}
+	}
+	for k, v := range bt.crons {
+		if _, newer := s.crons[k]; !newer {
+			s.crons[k] = v
+			s.n++
+		}
+	}
+	for k, v := range bt.logs {
+		if _, newer := s.logs[k]; !newer {
+			s.logs[k] = v
+			s.n++
+		}
+	}
+	if s.n > 0 && s.first.IsZero() {
+		s.first = time.Now()
+	}
+}
+
+// transientWriteErr says whether a failed write may succeed as it is when
+// tried again (the database busy or locked, the disk full or failing, no
+// memory): such changes are kept and retried, never dropped. Only an error
+// SQLite gives about a change itself (too big, a constraint, a type)
+// makes the writer look for the change at fault.
+func transientWriteErr(err error) bool {
+	if isDiskFull(err) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return true // not SQLite's word on the data: the connection, a context
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE:
+		return false
+	}
+	return true
+}
+
+// isolate writes what it can of a batch that failed with cause, in halves
+// down to single changes; a single change that fails for a reason of its
+// own is dropped, logged and counted. It returns what is left unwritten
+// because of a transient error (with that error), and how many changes
+// were dropped.
+func (s *SQLiteStore) isolate(bt *writeBatch, cause error) (*writeBatch, int, error) {
+	if bt.len() <= 1 {
+		s.drop(bt, cause)
+		return nil, bt.len(), nil
+	}
+	x, y := bt.halves()
+	dropped := 0
+	for i, half := range []*writeBatch{x, y} {
+		err := s.flush(half)
+		if err == nil {
+			continue
+		}
+		var left *writeBatch
+		var n int
+		if transientWriteErr(err) {
+			left = half
+		} else {
+			left, n, err = s.isolate(half, err)
+			dropped += n
+		}
+		if err != nil {
+			if i == 0 {
+				left = left.merge(y)
+			}
+			return left, dropped, err
+		}
+	}
+	return nil, dropped, nil
+}
+
+// drop leaves out one change that cannot be written, saying which (never
+// its data) in the log and in the dropped-changes metric.
+func (s *SQLiteStore) drop(bt *writeBatch, cause error) {
+	for seq, p := range bt.jobs {
+		what := "job record"
+		if p.del {
+			what = "job removal"
+		}
+		s.log.Error("storage: a change cannot be written and is dropped", "change", what, "job_id", jobIDOfRecord(p.record),
+			"seq", seq, "bytes", len(p.record)+len(p.result), "err", cause)
+	}
+	for name, v := range bt.queues {
+		s.log.Error("storage: a change cannot be written and is dropped", "change", "queue settings", "queue", name, "bytes", len(v), "err", cause)
+	}
+	for id, l := range bt.logs {
+		s.log.Error("storage: a change cannot be written and is dropped", "change", "job logs", "job_id", id, "entries", len(l), "err", cause)
+	}
+	for name, v := range bt.crons {
+		s.log.Error("storage: a change cannot be written and is dropped", "change", "cron schedule", "cron", name, "bytes", len(v), "err", cause)
+	}
+	s.dropped.Add(uint64(bt.len()))
+}
+
+// Dropped counts the changes left out because they could not be written.
+func (s *SQLiteStore) Dropped() uint64 { return s.dropped.Load() }
+
+// jobIDOfRecord reads the job id out of an encoded record, for the log.
+func jobIDOfRecord(rec []byte) string {
+	if len(rec) == 0 {
+		return ""
+	}
+	j, err := decodeRecord(rec)
+	if err != nil {
+		return "(unreadable)"
+	}
+	return j.ID
 }
 
 func placeholders(rows, width int) string {

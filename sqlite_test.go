@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -434,4 +439,137 @@ func BenchmarkStoreWrite(b *testing.B) {
 	b.StopTimer()
 	br.Close()
 	st.Close()
+}
+
+// TestSQLitePoisonedRowDropped: a change SQLite refuses (here a row over a
+// lowered length limit on the writer's connection, as a value over
+// SQLITE_MAX_LENGTH would be) is left out with an error log naming the job
+// (never its data) and a metric; everything else in its batch and after it
+// is written, pushes go on being taken, and a restart finds the good jobs.
+func TestSQLitePoisonedRowDropped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "poison.db")
+	var logBuf syncBuffer
+	st, err := OpenSQLite(path, "normal", slog.New(slog.NewTextHandler(&logBuf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Limit(st.wconn, sqlite3.SQLITE_LIMIT_LENGTH, 32<<10); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBroker(2, st)
+	if _, err := st.Load(b); err != nil {
+		t.Fatal(err)
+	}
+	st.Start()
+	secret := "SECRET-" + strings.Repeat("p", 100<<10)
+	var jobs []*Job
+	for i := 0; i < 300; i++ {
+		jobs = append(jobs, mustJob(t, "good", map[string]any{"name": "g", "data": int64(i)}))
+	}
+	poison := mustJob(t, "good", map[string]any{"name": "p", "data": secret})
+	jobs = append(jobs[:150], append([]*Job{poison}, jobs[150:]...)...)
+	b.Push("good", jobs)
+	// A job's logs over the limit too, and a good job's logs within it.
+	b.lmu.Lock()
+	b.logsChanged(jobs[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, secret))}})
+	b.logsChanged(jobs[1].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, "fine"))}})
+	b.lmu.Unlock()
+	if err := st.Sync(); err == nil || !strings.Contains(err.Error(), "2 changes could not be written") {
+		t.Fatalf("a durable wait over the poisoned flush: %v", err)
+	}
+	if err := b.admit(); err != nil {
+		t.Fatalf("pushes refused after a poisoned row: %v", err)
+	}
+	for i := 0; i < 100; i++ {
+		b.Push("good", []*Job{mustJob(t, "good", map[string]any{"name": "after", "data": int64(i)})})
+	}
+	if err := st.Sync(); err != nil {
+		t.Fatalf("writes after the poisoned row: %v", err)
+	}
+	if serr, _, _ := st.Status(); serr != nil || st.Dropped() != 2 {
+		t.Fatalf("status %v, %d changes dropped, want none failing and 2 dropped", serr, st.Dropped())
+	}
+	srv := NewServer(b, nil, quietLog())
+	if text := string(srv.prometheusText()); !strings.Contains(text, "\nqueued_storage_dropped_changes_total 2\n") {
+		t.Fatalf("the metric does not count the dropped changes:\n%s", text)
+	}
+	logged := logBuf.String()
+	if !strings.Contains(logged, "job_id="+poison.ID) || !strings.Contains(logged, "job_id="+jobs[0].ID) || strings.Contains(logged, "SECRET") {
+		t.Fatalf("the log must name the dropped changes' jobs and never their data:\n%.2000s", logged)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b2, st2, rs := openTestStore(t, path)
+	defer st2.Close()
+	defer b2.Close()
+	if rs.Waiting != 400 || b2.idxGet(poison.ID) != nil || b2.idxGet(jobs[299].ID) == nil {
+		t.Fatalf("recovered %d waiting jobs (want the 400 good ones), poisoned job there: %v", rs.Waiting, b2.idxGet(poison.ID) != nil)
+	}
+	b2.lmu.Lock()
+	_, bad := b2.logs.Peek(jobs[0].ID)
+	good, _ := b2.logs.Peek(jobs[1].ID)
+	b2.lmu.Unlock()
+	if bad || len(good) != 1 {
+		t.Fatalf("logs after the restart: poisoned ones there %v, good ones %v", bad, good)
+	}
+}
+
+// TestTransientWriteErrors: a full disk or a busy database is retried,
+// never taken for a change at fault (which would drop it).
+func TestTransientWriteErrors(t *testing.T) {
+	for _, c := range []struct {
+		err       error
+		transient bool
+	}{
+		{errors.New("database or disk is full"), true},
+		{fmt.Errorf("commit: %w", context.DeadlineExceeded), true},
+		{errors.New("write jobs: string or blob too big"), true}, // not SQLite's typed error: kept
+	} {
+		if got := transientWriteErr(c.err); got != c.transient {
+			t.Errorf("%v: transient %v, want %v", c.err, got, c.transient)
+		}
+	}
+	// SQLite's own errors, by code, from a real connection.
+	path := filepath.Join(t.TempDir(), "codes.db")
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	st.db.ExecContext(ctx, `CREATE TABLE u (k INTEGER PRIMARY KEY)`)
+	st.db.ExecContext(ctx, `INSERT INTO u VALUES (1)`)
+	_, dup := st.db.ExecContext(ctx, `INSERT INTO u VALUES (1)`)
+	if dup == nil || transientWriteErr(dup) {
+		t.Fatalf("a constraint violation (%v) must be taken for the change's fault", dup)
+	}
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO u VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, busy := other.ExecContext(ctx, `INSERT INTO u VALUES (3)`)
+	if busy == nil || !transientWriteErr(busy) {
+		t.Fatalf("a busy database (%v) must be retried", busy)
+	}
+}
+
+func mustEnc(t *testing.T, v any) []byte {
+	t.Helper()
+	var e Enc
+	if err := e.Any(v); err != nil {
+		t.Fatal(err)
+	}
+	return e.B
 }

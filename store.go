@@ -113,6 +113,9 @@ type StorageState struct {
 	Err              error
 	Since            time.Time
 	Backlog          int
+	// Dropped counts changes left out because they could never be
+	// written (see SQLiteStore.isolate).
+	Dropped uint64
 }
 
 func (b *Broker) storageState() StorageState {
@@ -125,6 +128,9 @@ func (b *Broker) storageState() StorageState {
 	st := StorageState{}
 	st.Driver, st.Location = b.store.Describe()
 	st.Err, st.Since, st.Backlog = b.store.Status()
+	if d, ok := b.store.(interface{ Dropped() uint64 }); ok {
+		st.Dropped = d.Dropped()
+	}
 	return st
 }
 

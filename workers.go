@@ -2,14 +2,28 @@ package main
 
 // The worker registry: RegisterWorker, Heartbeat, UnregisterWorker and
 // ListWorkers. A worker belongs to the connection that registered it and
-// goes away with it.
+// goes away with it. One registered without a connection (over HTTP, whose
+// request ends at once) goes away once it has not been heard from for
+// workerExpireMs, as the reference removes stale workers; and the registry
+// holds at most maxWorkers.
 
 import (
+	"errors"
 	"slices"
 	"sync"
 )
 
-const workerTimeoutMs = 30000
+const (
+	workerTimeoutMs = 30000
+	// workerExpireMs: three missed heartbeat periods, as the reference
+	// waits before it removes a stale worker.
+	workerExpireMs = 3 * workerTimeoutMs
+	maxWorkers     = 10000
+	// maxWorkerQueues bounds the queues one worker names.
+	maxWorkerQueues = 1000
+)
+
+var errTooManyWorkers = tooMany("registered workers are", maxWorkers)
 
 type worker struct {
 	ID          string
@@ -31,16 +45,54 @@ type Workers struct {
 	mu    sync.Mutex
 	m     map[string]*worker
 	order int64
+	now   func() int64
+	swept int64 // when expired workers were last looked for
 	// Running totals: the reference keeps counts of workers that have
 	// since gone, so ListWorkers' stats do too.
 	totalProcessed, totalFailed int64
 }
 
-func newWorkers() *Workers { return &Workers{m: make(map[string]*worker)} }
+func newWorkers(now func() int64) *Workers { return &Workers{m: make(map[string]*worker), now: now} }
 
-func (ws *Workers) register(w *worker) *worker {
+// expire removes the workers without a connection not heard from for
+// workerExpireMs; at most once a second unless forced. ws.mu is held.
+func (ws *Workers) expire(force bool) {
+	now := ws.now()
+	if !force && now-ws.swept < 1000 {
+		return
+	}
+	ws.swept = now
+	for id, w := range ws.m {
+		if w.conn == nil && now-w.LastSeen > workerExpireMs {
+			delete(ws.m, id)
+		}
+	}
+}
+
+// checkWorker applies the limits of a worker's fields.
+func checkWorker(w *worker) error {
+	for _, f := range []struct{ name, val string }{{"workerId", w.ID}, {"name", w.Name}, {"hostname", w.Hostname}} {
+		if len(f.val) > maxKeyBytes {
+			return tooBig("a worker's "+f.name+" is", maxKeyBytes)
+		}
+	}
+	if len(w.Queues) > maxWorkerQueues {
+		return tooMany("the queues of a worker are", maxWorkerQueues)
+	}
+	for _, q := range w.Queues {
+		if len(q) > maxQueueName {
+			return errors.New("a worker's queue names are limited to 256 bytes")
+		}
+	}
+	return nil
+}
+
+// register adds w, or updates the worker of the same id; a new one is
+// refused when the registry is full.
+func (ws *Workers) register(w *worker) (*worker, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.expire(false)
 	if old := ws.m[w.ID]; old != nil {
 		old.Queues = w.Queues
 		old.Concurrency = w.Concurrency
@@ -52,13 +104,18 @@ func (ws *Workers) register(w *worker) *worker {
 			old.PID = w.PID
 		}
 		cp := *old
-		return &cp
+		return &cp, nil
+	}
+	if len(ws.m) >= maxWorkers {
+		if ws.expire(true); len(ws.m) >= maxWorkers {
+			return nil, errTooManyWorkers
+		}
 	}
 	ws.order++
 	w.order = ws.order
 	ws.m[w.ID] = w
 	cp := *w
-	return &cp
+	return &cp, nil
 }
 
 func (ws *Workers) unregister(id string) bool {
@@ -108,6 +165,7 @@ func (ws *Workers) dropConn(c *conn) {
 func (ws *Workers) list() ([]worker, int64, int64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.expire(false)
 	out := make([]worker, 0, len(ws.m))
 	for _, w := range ws.m {
 		out = append(out, *w)
@@ -119,6 +177,7 @@ func (ws *Workers) list() ([]worker, int64, int64) {
 func (ws *Workers) count() int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.expire(false)
 	return len(ws.m)
 }
 

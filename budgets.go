@@ -1,0 +1,215 @@
+package main
+
+// Byte budgets and count limits on what clients send: every string and
+// array a job carries, its progress, a failure's error and stack, a
+// result, a job's logs. They are read and checked here once for both
+// engines (memory/SQLite and PostgreSQL), and each refusal names the limit
+// and its value. The limits are far above what a normal client sends: they
+// are there so that one client cannot make the server hold (or a SQLite
+// row carry) more than a bounded amount.
+
+import (
+	"errors"
+	"strconv"
+)
+
+const (
+	// maxJobBytes bounds a whole job: its data (itself at most
+	// maxDataBytes, the reference's cap) with every other field that
+	// grows it (tags, keys, dependencies, progress, errors, stack).
+	maxJobBytes = maxDataBytes + 2<<20
+	// maxKeyBytes bounds each short string of a job: uniqueKey, custom id,
+	// parentId, debounceId, each tag and each dependency or child id.
+	maxKeyBytes = 1 << 10
+	// maxTags, maxDeps bound a job's arrays.
+	maxTags = 1000
+	maxDeps = 10000
+	// maxRepeatBytes bounds a job's repeat options, encoded.
+	maxRepeatBytes = 64 << 10
+	// maxProgressBytes bounds a progress value (encoded) and, apart, a
+	// progress message.
+	maxProgressBytes = 64 << 10
+	// maxErrorBytes bounds a FAIL's error; maxStackBytes the lines of its
+	// stack trace together.
+	maxErrorBytes = 64 << 10
+	maxStackBytes = 256 << 10
+	// maxResultBytes bounds one ACK's result, as the data cap bounds a
+	// job's data; maxResultsBytes the results kept in memory together.
+	maxResultBytes  = maxDataBytes
+	maxResultsBytes = 256 << 20
+	// A job's logs: each message, the level, all of one job's entries (the
+	// oldest go first when a new one would not fit, as with the count
+	// limit), and all jobs' logs together (the least recently used job's
+	// logs go first).
+	maxLogMessageBytes = 64 << 10
+	maxLogLevelBytes   = 64
+	maxLogBytesPerJob  = 1 << 20
+	maxLogsBytes       = 256 << 20
+)
+
+// sizeText is n as a person reads it: "64 KiB (65536 bytes)".
+func sizeText(n int64) string {
+	unit := ""
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		unit = strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		unit = strconv.FormatInt(n>>10, 10) + " KiB"
+	default:
+		return strconv.FormatInt(n, 10) + " bytes"
+	}
+	return unit + " (" + strconv.FormatInt(n, 10) + " bytes)"
+}
+
+// tooBig is the refusal of what is over a byte limit: what says what it is
+// ("a log message is", "the logs of a job are").
+func tooBig(what string, limit int64) error {
+	return errors.New(what + " limited to " + sizeText(limit))
+}
+
+// tooMany is the refusal of a list or registry over its count limit.
+func tooMany(what string, limit int) error {
+	return errors.New(what + " limited to " + strconv.Itoa(limit))
+}
+
+func strsBytes(a []string) int64 {
+	var n int64
+	for _, s := range a {
+		n += int64(len(s))
+	}
+	return n
+}
+
+// size is what a job weighs against maxJobBytes: its data and every
+// string it carries.
+func (j *Job) size() int64 {
+	n := int64(len(j.Data) + len(j.Name) + len(j.ID) + len(j.UniqueKey) + len(j.ParentID) +
+		len(j.GroupID) + len(j.DebounceID) + len(j.Progress) + len(j.ProgMsg) + len(j.Repeat) + len(j.failErr))
+	if j.CustomID != j.ID {
+		n += int64(len(j.CustomID))
+	}
+	n += strsBytes(j.Tags) + strsBytes(j.DependsOn) + strsBytes(j.Children) + strsBytes(j.Stack)
+	for i := range j.Timeline {
+		n += int64(len(j.Timeline[i].Error))
+	}
+	for i := range j.history {
+		n += int64(len(j.history[i].Error))
+	}
+	return n
+}
+
+var errJobTooBig = tooBig("a job (its data and other fields together) is", maxJobBytes)
+
+// checkJobFields applies the limits of a job's own fields and of the
+// whole job, at push. key names the custom id's field.
+func checkJobFields(j *Job, key string) error {
+	for _, f := range []struct {
+		name, val string
+	}{{"uniqueKey", j.UniqueKey}, {key, j.CustomID}, {"parentId", j.ParentID}, {"debounceId", j.DebounceID}} {
+		if len(f.val) > maxKeyBytes {
+			return tooBig(f.name+" is", maxKeyBytes)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		list []string
+		max  int
+	}{{"tags", j.Tags, maxTags}, {"dependsOn", j.DependsOn, maxDeps}, {"childrenIds", j.Children, maxDeps}} {
+		if len(f.list) > f.max {
+			return tooMany(f.name+" of a job are", f.max)
+		}
+		for _, s := range f.list {
+			if len(s) > maxKeyBytes {
+				return tooBig("each entry of "+f.name+" is", maxKeyBytes)
+			}
+		}
+	}
+	if len(j.Repeat) > maxRepeatBytes {
+		return tooBig("repeat is", maxRepeatBytes)
+	}
+	if j.size() > maxJobBytes {
+		return errJobTooBig
+	}
+	return nil
+}
+
+// checkProgress applies the progress limits, and the job's total with the
+// new progress in place of the old.
+func (u progressSet) check(j *Job) error {
+	n := j.size() - int64(len(j.Progress)) + int64(len(u.prog))
+	if u.msgKey {
+		n += int64(len(u.msg) - len(j.ProgMsg))
+	}
+	if n > maxJobBytes {
+		return errJobTooBig
+	}
+	return nil
+}
+
+// check says whether a failure may be recorded on j: its error lands in
+// the timeline, the attempt history and (at the end) the DLQ entry, and
+// its stack replaces the job's.
+func (f failure) check(j *Job) error {
+	stack := j.Stack
+	if len(f.stack) > 0 {
+		stack = normalizeStack(f.stack, int(j.StackLim))
+	}
+	n := j.size() - strsBytes(j.Stack) + strsBytes(stack) + 3*int64(len(f.err))
+	if n > maxJobBytes {
+		return errJobTooBig
+	}
+	return nil
+}
+
+// checkResult applies the result limit to one ACK's result.
+func checkResult(res Raw) error {
+	if len(res) > maxResultBytes {
+		return tooBig("a job's result is", maxResultBytes)
+	}
+	return nil
+}
+
+// checkLogEntry applies the limits of one log line.
+func checkLogEntry(e LogEntry) error {
+	if len(e.Message) > maxLogMessageBytes {
+		return tooBig("a log message is", maxLogMessageBytes)
+	}
+	if len(e.Level) > maxLogLevelBytes {
+		return tooBig("a log level is", maxLogLevelBytes)
+	}
+	return nil
+}
+
+func logEntryBytes(e LogEntry) int64 { return int64(len(e.Message)+len(e.Level)) + 16 }
+
+func logsBytes(logs []LogEntry) int64 {
+	var n int64
+	for _, e := range logs {
+		n += logEntryBytes(e)
+	}
+	return n
+}
+
+// appendLog adds e to a job's logs and drops the oldest entries while the
+// logs are over their count or byte limit. logs is not changed.
+func appendLog(logs []LogEntry, e LogEntry) []LogEntry {
+	drop := max(len(logs)+1-maxLogsPerJob, 0)
+	total := logsBytes(logs[drop:]) + logEntryBytes(e)
+	for drop < len(logs) && total > maxLogBytesPerJob {
+		total -= logEntryBytes(logs[drop])
+		drop++
+	}
+	out := make([]LogEntry, 0, len(logs)-drop+1)
+	out = append(out, logs[drop:]...)
+	return append(out, e)
+}
+
+// setJobData replaces a job's data (Update) unless the job would then be
+// over its size limit.
+func setJobData(j *Job, data Raw) error {
+	if j.size()-int64(len(j.Data))+int64(len(data)) > maxJobBytes {
+		return errJobTooBig
+	}
+	j.Data = data
+	return nil
+}
