@@ -363,7 +363,7 @@ func TestHostileDefaultConnectionLimit(t *testing.T) {
 // change, 20 connections already took the server past 1.2 GiB.)
 func TestHostileUnauthenticatedHugeFrames(t *testing.T) {
 	const n = 500
-	const unauthRSSBound = 100 * mib
+	const unauthRSSBound = 64 * mib
 	srv := startBinaryAt(t, []string{plainBinary(t)}, "--memory", "--auth-tokens", "sesame")
 	pid := srv.cmd.Process.Pid
 	c := dial(t, srv.addr())
