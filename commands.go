@@ -183,7 +183,7 @@ func cmdAuth(r *Req) error {
 		r.c.authed = true
 		return r.okID()
 	}
-	return errors.New("Invalid token")
+	return r.c.authFailed()
 }
 
 func cmdHello(r *Req) error {

@@ -75,11 +75,17 @@ type serverProc struct {
 // until its TCP port accepts connections.
 func startBinary(t *testing.T, extra ...string) *serverProc {
 	t.Helper()
-	bin := queuedBinary(t)
+	return startBinaryAt(t, []string{queuedBinary(t)}, extra...)
+}
+
+// startBinaryAt is startBinary with a command of the caller's choice: a
+// binary, or a wrapper whose last word is the binary.
+func startBinaryAt(t *testing.T, argv []string, extra ...string) *serverProc {
+	t.Helper()
 	tcp, httpPort := freePort(t), freePort(t)
 	args := append([]string{"serve", "--host", "127.0.0.1", "--tcp-port", fmt.Sprint(tcp),
 		"--http-port", fmt.Sprint(httpPort)}, extra...)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	p := &serverProc{cmd: cmd, tcpPort: tcp, httpPort: httpPort, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	cmd.Stdout = &lockedWriter{p.mu, p.log}
 	cmd.Stderr = &lockedWriter{p.mu, p.log}

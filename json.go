@@ -30,7 +30,7 @@ func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
 	if depth > maxDepth {
 		return dst, 0, errTooDeep
 	}
-	end, err := skip(b, i, depth, true)
+	end, err := skip(b, i, depth, extAny)
 	if err != nil {
 		return dst, 0, err
 	}
@@ -55,19 +55,25 @@ func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
 	case c == 0xc3:
 		return append(dst, "true"...), end, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		items, _ := Raw(b[i:end]).Array()
+		// Element by element: no slice of raw values in between, whose 24
+		// bytes an element would cost far more than the element's byte.
+		n, j, _ := arrayHead(b[i:end])
+		j += i
 		dst = append(dst, '[')
-		for k, it := range items {
+		for k := 0; k < n; k++ {
 			if k > 0 {
 				dst = append(dst, ',')
 			}
-			if isUndefined(it) {
+			ie, _ := skip(b, j, depth+1, extAny)
+			if isUndefined(b[j:ie]) {
 				dst = append(dst, "null"...)
+				j = ie
 				continue
 			}
-			if dst, _, err = jsonAt(dst, it, 0, depth+1); err != nil {
+			if dst, _, err = jsonAt(dst, b[j:ie], 0, depth+1); err != nil {
 				return dst, 0, err
 			}
+			j = ie
 		}
 		return append(dst, ']'), end, nil
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
@@ -75,8 +81,8 @@ func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
 		dst = append(dst, '{')
 		first := true
 		for k := 0; k < n; k++ {
-			kend, _ := skip(b, j, depth+1, true)
-			vend, _ := skip(b, kend, depth+1, true)
+			kend, _ := skip(b, j, depth+1, extAny)
+			vend, _ := skip(b, kend, depth+1, extAny)
 			if isUndefined(b[kend:vend]) {
 				j = vend
 				continue

@@ -91,8 +91,14 @@ type config struct {
 	webhookAllowPrivate bool
 	tlsCert             string
 	tlsKey              string
+	// maxConns bounds the TCP connections held at once; 0 derives it from
+	// the open-file limit.
+	maxConns int
 	// liveEvery shortens the live events' periodic figures (tests).
 	liveEvery liveIntervals
+	// authTimeout, handshakeTimeout and stallTimeout replace the
+	// connection deadlines when set (tests).
+	authTimeout, handshakeTimeout, stallTimeout time.Duration
 }
 
 func envOr(keys []string, def string) string {
@@ -174,6 +180,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.tlsCert, "tls-cert", envOr([]string{"TLS_CERT_FILE"}, ""),
 		"PEM certificate: TLS on the TCP port, HTTPS on the HTTP port; reread on SIGHUP [TLS_CERT_FILE]")
 	fs.StringVar(&c.tlsKey, "tls-key", envOr([]string{"TLS_KEY_FILE"}, ""), "PEM private key of --tls-cert [TLS_KEY_FILE]")
+	fs.IntVar(&c.maxConns, "max-connections", envInt([]string{"QUEUED_MAX_CONNECTIONS"}, defaultMaxConnections(fileLimit())),
+		"most TCP connections at once, more are told so and closed; the default follows the open-file limit [QUEUED_MAX_CONNECTIONS]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -218,6 +226,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		fmt.Fprintln(stderr, "queued: --tls-cert and --tls-key go together")
+		return 2
+	}
+	if c.maxConns < 1 {
+		fmt.Fprintln(stderr, "queued: --max-connections must be at least 1")
 		return 2
 	}
 	if c.shards != 0 && (c.shards < 1 || c.shards > 64 || c.shards&(c.shards-1) != 0) {
@@ -314,6 +326,19 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 	}
 	srv := NewServer(b, splitTokens(c.authTokens), log)
+	srv.maxConns = c.maxConns
+	if srv.maxConns <= 0 {
+		srv.maxConns = defaultMaxConnections(fileLimit())
+	}
+	if c.authTimeout > 0 {
+		srv.authTimeout = c.authTimeout
+	}
+	if c.handshakeTimeout > 0 {
+		srv.handshakeTimeout = c.handshakeTimeout
+	}
+	if c.stallTimeout > 0 {
+		srv.stallTimeout = c.stallTimeout
+	}
 	if c.pgURL != "" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		pg, err := OpenPG(octx, c.pgURL, c.pgNamespace, b, log)
@@ -363,6 +388,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			closeStore()
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
+		hln = newRetryListener(hln, "http", log)
 		lv = newLive(srv, log, c.liveEvery)
 		api = newHTTPAPI(b, srv, bk, httpConfig{corsOrigins: splitTokens(c.corsOrigins), live: lv})
 		hs = newHTTPServer(httpAddr, api)
@@ -389,7 +415,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}()
 	}
 	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
-		"auth", len(srv.tokens) > 0, "tls", certs != nil, "version", version}
+		"auth", len(srv.tokens) > 0, "tls", certs != nil, "max_connections", srv.maxConns, "version", version}
 	if c.webhookAllowPrivate {
 		attrs = append(attrs, "webhook_allow_private", true)
 	}

@@ -14,9 +14,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -33,12 +36,30 @@ type Server struct {
 	tokens []string
 	log    *slog.Logger
 
+	// tokenSums are the tokens' SHA-256 digests: an Auth is compared
+	// digest to digest, so that the time taken says nothing of a token's
+	// length (a comparison of unequal lengths returns at once).
+	tokenSums [][sha256.Size]byte
+
 	ln     net.Listener
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
+	done   chan struct{} // closed by Close: ends an accept backoff
 	wg     sync.WaitGroup
 	nconns atomic.Int64
+
+	// maxConns bounds the TCP connections held at once (0: no bound);
+	// connections past it are told so and closed.
+	maxConns int
+	refusing atomic.Int32 // connections being told that the server is full
+	refused  rateLog
+	// authTimeout is how long a connection may take to authenticate when
+	// tokens are set; handshakeTimeout bounds a TLS handshake.
+	authTimeout      time.Duration
+	handshakeTimeout time.Duration
+	stallTimeout     time.Duration
+	authFails        authGate
 
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
@@ -47,15 +68,57 @@ type Server struct {
 	pg   *PG                // PostgreSQL mode's engine; nil in the other modes
 }
 
+const (
+	defaultAuthTimeout      = 10 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	// Before Auth (when tokens are set) a connection may send small frames
+	// of a few fields only: an Auth request is three.
+	preAuthMaxFrame  = 64 << 10
+	preAuthMaxFields = 16
+	// maxRequestFields bounds the top-level map of any request. Each field
+	// costs 48 bytes parsed against 2 on the wire; real requests have a
+	// few dozen.
+	maxRequestFields = 1024
+	// defaultStallTimeout closes a connection whose incomplete frame makes
+	// no progress for this long, as the reference does (its
+	// TCP_IDLE_TIMEOUT_MS); a connection idle between frames is not timed.
+	defaultStallTimeout = 60 * time.Second
+	// Failed Auth attempts: each answer on a connection waits longer than
+	// the one before (from authFailDelay, doubling), the connection is
+	// closed at maxAuthFailures, and across all connections failures are
+	// answered authFailSpacing apart at most, which bounds the guesses a
+	// second whatever the number of connections.
+	maxAuthFailures = 5
+	authFailDelay   = 200 * time.Millisecond
+	authFailSpacing = 10 * time.Millisecond
+	maxAuthFailWait = 5 * time.Second
+	// Connections past maxConns are told so by a goroutine each, for
+	// refuseWithin at most; past maxRefusing at once they are closed
+	// without a word.
+	maxRefusing  = 64
+	refuseWithin = 2 * time.Second
+	farewellTime = 2 * time.Second // to write a last error before closing
+)
+
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
-	return &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), mx: newMetrics(b), cmds: commands}
+	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
+		mx: newMetrics(b), cmds: commands,
+		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
+	for _, t := range tokens {
+		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
+	}
+	s.refused = rateLog{every: 10 * time.Second}
+	return s
 }
 
-// Serve accepts on ln until Close.
+// Serve accepts on ln until Close. A failed accept (out of descriptors,
+// of buffers, a connection aborted before it was taken) is retried after a
+// pause that grows while the failures go on: it never ends the server.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
+	bo := acceptBackoff{log: s.log, name: "tcp", done: s.done}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -65,17 +128,26 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				// Closed by someone else: there is nothing left to accept from.
+				return err
 			}
-			return err
+			bo.failed(err)
+			continue
 		}
-		if tc, ok := nc.(*net.TCPConn); ok {
+		bo.ok()
+		raw := nc
+		if tc, ok := nc.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		if tc, ok := raw.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 			tc.SetKeepAlive(true)
 			tc.SetKeepAlivePeriod(30 * time.Second)
+		}
+		if s.maxConns > 0 && s.nconns.Load() >= int64(s.maxConns) {
+			s.refuse(nc)
+			continue
 		}
 		c := newConn(s, nc)
 		s.mu.Lock()
@@ -92,10 +164,50 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// refuse tells a connection past the limit why it is closed, from a
+// goroutine of its own with a deadline: the accept loop never waits on a
+// client.
+func (s *Server) refuse(nc net.Conn) {
+	if n := s.refused.hit(); n > 0 {
+		s.log.Warn("connection limit reached; refusing connections", "max_connections", s.maxConns, "refused", n)
+	}
+	s.mu.Lock()
+	if s.closed || s.refusing.Add(1) > maxRefusing {
+		if !s.closed {
+			s.refusing.Add(-1)
+		}
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer s.refusing.Add(-1)
+		nc.SetDeadline(time.Now().Add(refuseWithin))
+		var e Enc
+		at := e.BeginFrame()
+		e.MapHead(3)
+		e.Str("ok")
+		e.Bool(false)
+		e.Str("error")
+		e.Str(fmt.Sprintf("Too many connections: the server accepts at most %d (--max-connections); try again later", s.maxConns))
+		e.Str("reqId")
+		e.Undefined()
+		e.EndFrame(at)
+		nc.Write(e.B) // a TLS connection shakes hands first, within the deadline
+		nc.Close()
+	}()
+}
+
 // Close stops accepting, lets every connection answer what it has read,
 // ends long polls with empty answers, and waits for all of it.
 func (s *Server) Close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	if s.ln != nil {
 		s.ln.Close()
@@ -113,22 +225,85 @@ func (s *Server) Close() {
 
 func (s *Server) authRequired() bool { return len(s.tokens) > 0 }
 
+// checkToken compares fixed-size digests in constant time, against every
+// token.
 func (s *Server) checkToken(tok string) bool {
+	sum := sha256.Sum256([]byte(tok))
 	ok := 0
-	for _, t := range s.tokens {
-		ok |= subtle.ConstantTimeCompare([]byte(tok), []byte(t))
+	for i := range s.tokenSums {
+		ok |= subtle.ConstantTimeCompare(sum[:], s.tokenSums[i][:])
 	}
 	return ok == 1
+}
+
+// authGate spaces failed Auth answers across all connections.
+type authGate struct {
+	mu   sync.Mutex
+	next time.Time
+}
+
+// reserve returns how long a failure must wait for its turn, or false
+// when the wait would pass maxAuthFailWait (the turn is then not taken).
+func (g *authGate) reserve(now time.Time) (time.Duration, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot := g.next
+	if slot.Before(now) {
+		slot = now
+	}
+	if slot.Sub(now) > maxAuthFailWait {
+		return 0, false
+	}
+	g.next = slot.Add(authFailSpacing)
+	return slot.Sub(now), true
+}
+
+// rateLog lets a repeated log line through once a period; hit returns the
+// number of events the line stands for (0: stay quiet).
+type rateLog struct {
+	mu    sync.Mutex
+	every time.Duration
+	last  time.Time
+	n     int
+}
+
+func (r *rateLog) hit() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	if now := time.Now(); now.Sub(r.last) >= r.every {
+		n := r.n
+		r.last, r.n = now, 0
+		return n
+	}
+	return 0
 }
 
 // ---------------------------------------------------------------------------
 
 // conn is one client connection.
+//
+// An idle connection holds no buffer: it waits for its next request with
+// a read into wake, a few hundred bytes of its own. Once bytes arrive it
+// borrows a read buffer, an answer buffer and a field slice from a pool,
+// and gives them back as soon as nothing more is waiting to be read, so
+// 10,000 idle connections cost their goroutines and sockets, not 10,000
+// read buffers.
 type conn struct {
 	srv      *Server
 	nc       net.Conn
-	br       *bufio.Reader
-	rb       Enc // the reader's answers, not yet written
+	br       *bufio.Reader // borrowed while busy; nil while idle
+	bufs     *connBufs     // what br, rb and fields were borrowed from
+	src      connSource    // what br reads: the bytes woken with, then nc
+	wake     [512]byte
+	big      []byte // the body of a frame larger than br's buffer
+	inPlace  int    // the current frame's body is in br's buffer, this long
+	midFrame bool   // a frame is being read: its reads have the stall timeout
+	rdl      time.Time
+	authBy   time.Time // the Auth deadline (zero: none)
+	fails    int       // failed Auth attempts
+	closing  bool      // close once the answers are written
+	rb       Enc       // the reader's answers, not yet written
 	authed   bool
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -167,40 +342,293 @@ const (
 	flushAt         = 256 << 10
 	writeTimeout    = 60 * time.Second
 	stopGrace       = time.Second
+	// readBufSize is a busy connection's read buffer: frames up to this
+	// size are read in place, larger ones into a buffer of their own.
+	readBufSize = 16 << 10
+	// Buffers past these sizes are let go rather than kept or pooled: one
+	// large frame or answer does not pin its memory for the connection's
+	// life.
+	keepBig    = 1 << 20
+	keepAnswer = 64 << 10
+	keepFields = 256
 )
+
+// connBufs are the buffers a busy connection borrows.
+type connBufs struct {
+	br     *bufio.Reader
+	rb     []byte
+	fields []Field
+}
+
+var connBufsPool = sync.Pool{New: func() any {
+	return &connBufs{br: bufio.NewReaderSize(nil, readBufSize), rb: make([]byte, 0, 4096), fields: make([]Field, 0, 32)}
+}}
+
+// connSource gives the bytes a connection woke with, then reads the socket
+// with the deadline the connection's state calls for.
+type connSource struct {
+	c   *conn
+	pre []byte
+}
+
+func (s *connSource) Read(p []byte) (int, error) {
+	if len(s.pre) > 0 {
+		n := copy(p, s.pre)
+		s.pre = s.pre[n:]
+		return n, nil
+	}
+	s.c.armRead()
+	return s.c.nc.Read(p)
+}
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{srv: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), ctx: ctx, cancel: cancel,
-		held: make(map[*Job]struct{}), rb: Enc{B: make([]byte, 0, 4096)}}
+	c := &conn{srv: s, nc: nc, ctx: ctx, cancel: cancel}
+	c.src.c = c
+	return c
 }
 
 func (c *conn) serve() {
 	defer c.srv.wg.Done()
+	defer c.recoverPanic("closing")
 	defer c.finish()
-	var buf []byte
+	defer c.recoverPanic("serving")
+	if !c.handshake() {
+		return
+	}
+	if c.srv.authRequired() {
+		c.authBy = time.Now().Add(c.srv.authTimeout)
+	}
 	for {
-		body, err := ReadFrame(c.br, buf)
-		buf = body
-		if err != nil {
-			var fe *FrameSizeError
-			if errors.As(err, &fe) {
-				// The stream cannot be resynchronised: say why, then close.
-				c.answerError(nil, fe.Error())
-				c.flush()
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
-				c.srv.log.Debug("connection read", "remote", c.nc.RemoteAddr().String(), "err", err)
+		if c.br == nil || (c.br.Buffered() == 0 && len(c.src.pre) == 0) {
+			c.idle()
+			if err := c.awake(); err != nil {
+				c.readFailed(err)
+				return
 			}
-			c.flush()
+		}
+		body, err := c.readFrame()
+		if err != nil {
+			c.readFailed(err)
 			return
 		}
 		c.handleFrame(body)
-		if !c.frameWaiting() || len(c.rb.B) >= flushAt {
+		c.frameDone()
+		if c.closing {
+			c.farewell()
+			return
+		}
+		// Before Auth every answer goes at once: nothing piles up for a
+		// client that sends and does not read.
+		if !c.frameWaiting() || len(c.rb.B) >= flushAt || c.preAuth() {
 			if !c.flush() {
 				return
 			}
 		}
 	}
+}
+
+// preAuth reports a connection that must still authenticate. Only the
+// connection's reader may ask: authed is its own.
+func (c *conn) preAuth() bool { return !c.authed && !c.authBy.IsZero() }
+
+// recoverPanic keeps a fault outside a handler (which safeCall covers)
+// from taking the server down: it is logged and the connection closed.
+func (c *conn) recoverPanic(during string) {
+	if p := recover(); p != nil {
+		c.srv.log.Error("connection panic; closing the connection", "during", during,
+			"remote", c.nc.RemoteAddr().String(), "panic", p, "stack", string(debug.Stack()))
+	}
+}
+
+// handshake completes a TLS handshake within handshakeTimeout.
+func (c *conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	c.rdl = time.Now().Add(c.srv.handshakeTimeout)
+	c.nc.SetDeadline(c.rdl)
+	if c.stopping.Load() {
+		return false
+	}
+	err := tc.Handshake()
+	c.nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		c.srv.log.Debug("TLS handshake failed", "remote", c.nc.RemoteAddr().String(),
+			"handshake_timeout", c.srv.handshakeTimeout.String(), "err", err)
+		return false
+	}
+	return !c.stopping.Load()
+}
+
+// armRead sets the socket's read deadline for the next read: the Auth
+// deadline while the connection has not authenticated, the stall timeout
+// inside a frame, none otherwise. It is set only when it changes (the stall
+// deadline when it moves by a second or more), since each change costs.
+func (c *conn) armRead() {
+	var d time.Time
+	if c.preAuth() {
+		d = c.authBy
+	}
+	if c.midFrame {
+		if st := time.Now().Add(c.srv.stallTimeout); d.IsZero() || st.Before(d) {
+			if moved := st.Sub(c.rdl); !c.rdl.IsZero() && moved >= 0 && moved < time.Second {
+				return
+			}
+			d = st
+		}
+	}
+	if d.Equal(c.rdl) {
+		return
+	}
+	c.nc.SetReadDeadline(d)
+	c.rdl = d
+	// A shutdown that set its own deadline in between must not be undone.
+	if c.stopping.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// idle gives back what a busy connection borrowed.
+func (c *conn) idle() {
+	if c.bufs == nil {
+		return
+	}
+	b := c.bufs
+	b.br.Reset(nil)
+	b.rb = c.rb.B[:0]
+	if cap(b.rb) > keepAnswer {
+		b.rb = make([]byte, 0, 4096)
+	}
+	b.fields = c.fields[:0]
+	if cap(b.fields) > keepFields {
+		b.fields = make([]Field, 0, 32)
+	}
+	clear(b.fields[:cap(b.fields)]) // no pointers into old frames
+	connBufsPool.Put(b)
+	c.bufs, c.br, c.rb.B, c.fields, c.big = nil, nil, nil, nil, nil
+}
+
+// awake waits for the next request without a buffer of its own, then
+// borrows one.
+func (c *conn) awake() error {
+	c.armRead()
+	n, err := c.nc.Read(c.wake[:])
+	for tries := 0; n == 0 && err == nil; tries++ {
+		if tries == 100 {
+			return io.ErrNoProgress
+		}
+		n, err = c.nc.Read(c.wake[:])
+	}
+	if n == 0 {
+		return err
+	}
+	// With n > 0 an error comes back on the next read.
+	c.src.pre = c.wake[:n]
+	c.bufs = connBufsPool.Get().(*connBufs)
+	c.br = c.bufs.br
+	c.br.Reset(&c.src)
+	c.rb.B = c.bufs.rb[:0]
+	c.fields = c.bufs.fields[:0]
+	return nil
+}
+
+// readFrame reads the next frame's body: in place in br's buffer when it
+// fits (valid until frameDone), else into big, grown as the bytes arrive.
+// A connection that has not authenticated (when tokens are set) may send
+// preAuthMaxFrame bytes a frame; a header announcing more ends the
+// connection before any of the body is read.
+func (c *conn) readFrame() ([]byte, error) {
+	c.midFrame = true
+	defer func() { c.midFrame = false }()
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if c.preAuth() && n > preAuthMaxFrame {
+		return nil, &FrameSizeError{N: n, Max: preAuthMaxFrame, PreAuth: true}
+	}
+	if n > MaxFrame {
+		return nil, &FrameSizeError{N: n, Max: MaxFrame}
+	}
+	if int(n) <= c.br.Size() {
+		body, err := c.br.Peek(int(n))
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		c.inPlace = int(n)
+		return body, nil
+	}
+	var err error
+	c.big, err = readFrameBody(c.br, c.big, int(n))
+	return c.big, err
+}
+
+// frameDone lets go of the frame just answered.
+func (c *conn) frameDone() {
+	inPlace := c.inPlace > 0
+	if inPlace {
+		c.br.Discard(c.inPlace)
+		c.inPlace = 0
+	}
+	if cap(c.big) > keepBig {
+		c.big = nil
+	}
+	if cap(c.fields) > keepFields {
+		c.fields = nil
+	} else if !inPlace {
+		// Fields past the next request's would keep pointing into a large
+		// frame's body, and keep it.
+		clear(c.fields[:cap(c.fields)])
+	}
+}
+
+// readFailed ends the connection after a failed read, telling the client
+// why when the reason is a limit of the server's.
+func (c *conn) readFailed(err error) {
+	var fe *FrameSizeError
+	remote := c.nc.RemoteAddr().String()
+	switch {
+	case errors.As(err, &fe):
+		// The stream cannot be resynchronised: say why, then close.
+		c.answerError(nil, fe.Error())
+		if fe.PreAuth {
+			c.srv.log.Debug("closing a connection that sent a large frame before Auth", "remote", remote,
+				"frame_bytes", fe.N, "pre_auth_max_frame", preAuthMaxFrame)
+		}
+	case isTimeout(err) && !c.stopping.Load():
+		if c.preAuth() && !time.Now().Before(c.authBy) {
+			c.answerError(nil, fmt.Sprintf("Authentication timeout: a connection must send Auth within %v", c.srv.authTimeout))
+			c.srv.log.Debug("closing a connection that did not authenticate in time", "remote", remote,
+				"auth_timeout", c.srv.authTimeout.String())
+		} else {
+			c.answerError(nil, fmt.Sprintf("Connection closed: an incomplete frame made no progress for %v", c.srv.stallTimeout))
+			c.srv.log.Debug("closing a stalled connection (incomplete frame)", "remote", remote,
+				"stall_timeout", c.srv.stallTimeout.String())
+		}
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err):
+	default:
+		c.srv.log.Debug("connection read", "remote", remote, "err", err)
+	}
+	c.farewell()
+}
+
+// farewell writes the last answers with a short deadline: a client being
+// closed does not hold the connection's goroutine for writeTimeout.
+func (c *conn) farewell() {
+	if len(c.rb.B) == 0 {
+		return
+	}
+	c.wmu.Lock()
+	c.nc.SetWriteDeadline(time.Now().Add(farewellTime))
+	c.nc.Write(c.rb.B)
+	c.wmu.Unlock()
+	c.rb.B = c.rb.B[:0]
 }
 
 // frameWaiting reports whether a whole next frame is already read in: then
@@ -226,10 +654,12 @@ func isTimeout(err error) bool {
 // write sends bytes on the socket. A client that does not read its answers
 // for writeTimeout is dropped; once the server is stopping, it gets a
 // moment only, so that a stuck client cannot hold up a shutdown.
-func (c *conn) write(b []byte) error {
+func (c *conn) write(b []byte) error { return c.writeWithin(b, writeTimeout) }
+
+func (c *conn) writeWithin(b []byte, d time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	c.nc.SetWriteDeadline(time.Now().Add(d))
 	if c.stopping.Load() {
 		c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
 	}
@@ -243,8 +673,14 @@ func (c *conn) flush() bool {
 	if len(c.rb.B) == 0 {
 		return true
 	}
-	err := c.write(c.rb.B)
-	if cap(c.rb.B) > 4<<20 {
+	within := writeTimeout
+	if c.preAuth() {
+		// A connection that has not authenticated gets no more time to
+		// read its answers than it has to authenticate.
+		within = max(time.Until(c.authBy), farewellTime)
+	}
+	err := c.writeWithin(c.rb.B, within)
+	if cap(c.rb.B) > keepBig {
 		c.rb.B = make([]byte, 0, 4096)
 	} else {
 		c.rb.B = c.rb.B[:0]
@@ -330,6 +766,8 @@ func (c *conn) finish() {
 	delete(c.srv.conns, c)
 	c.srv.mu.Unlock()
 	c.srv.nconns.Add(-1)
+	c.inPlace = 0
+	c.idle()
 }
 
 // ---------------------------------------------------------------------------
@@ -337,6 +775,9 @@ func (c *conn) finish() {
 
 func (c *conn) track(j *Job) {
 	c.hmu.Lock()
+	if c.held == nil {
+		c.held = make(map[*Job]struct{})
+	}
 	c.held[j] = struct{}{}
 	c.hmu.Unlock()
 	j.owner = c
@@ -358,7 +799,7 @@ func (c *conn) takeHeld() []*Job {
 	for j := range c.held {
 		out = append(out, j)
 	}
-	c.held = map[*Job]struct{}{}
+	c.held = nil
 	c.hmu.Unlock()
 	return out
 }
@@ -466,16 +907,29 @@ var errAsync = errors.New("answered asynchronously")
 type Handler func(r *Req) error
 
 func (c *conn) handleFrame(body []byte) {
-	m, err := ParseMap(body, c.fields)
+	preAuth := c.preAuth()
+	maxFields := maxRequestFields
+	if preAuth {
+		maxFields = preAuthMaxFields
+	}
+	m, err := parseRequest(body, c.fields, maxFields)
 	c.fields = m.Fields[:0]
 	if err != nil {
 		// The frame boundary is intact, so the connection goes on; the
 		// reqId is echoed when it could be read before the fault.
 		var fe *FieldError
+		var fce *FieldCountError
+		var xe *ExtError
 		msg := "Invalid command format: " + err.Error()
-		if errors.As(err, &fe) {
+		switch {
+		case errors.As(err, &fe):
 			msg = "Invalid command format: field " + fe.Error()
-		} else if errors.Is(err, errNotMap) {
+		case errors.As(err, &fce):
+			fce.PreAuth = preAuth
+			msg = "Invalid command: " + fce.Error()
+		case errors.As(err, &xe):
+			msg = "Invalid command: " + xe.Error()
+		case errors.Is(err, errNotMap):
 			msg = "Invalid command: a request must be a map"
 		}
 		c.answerError(m.Get("reqId"), msg)
@@ -558,6 +1012,39 @@ func (c *conn) answerError(reqID Raw, msg string) {
 		e.Raw(reqID)
 	}
 	e.EndFrame(at)
+}
+
+// authFailed answers a failed Auth. On a connection of its own (not a
+// WebSocket's or an HTTP request's, whose transport checked the token)
+// and when tokens are set, the answer waits: longer after each failure on
+// the connection, and its turn among the failures of all connections (see
+// authGate). Only this connection's reader waits; the connection is closed
+// at maxAuthFailures.
+func (c *conn) authFailed() error {
+	invalid := errors.New("Invalid token")
+	if c.nc == nil || !c.srv.authRequired() {
+		return invalid
+	}
+	c.fails++
+	if c.fails >= maxAuthFailures {
+		c.closing = true
+		c.srv.log.Info("closing a connection after failed Auth attempts", "remote", c.nc.RemoteAddr().String(),
+			"failures", c.fails)
+		return fmt.Errorf("Invalid token: %d failed Auth attempts, the most a connection may make; closing the connection", maxAuthFailures)
+	}
+	delay := authFailDelay << (c.fails - 1)
+	turn, ok := c.srv.authFails.reserve(time.Now())
+	if !ok {
+		c.closing = true
+		return fmt.Errorf("Invalid token: too many failed Auth attempts on the server (one every %v at most); closing the connection", authFailSpacing)
+	}
+	t := time.NewTimer(max(delay, turn))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	return invalid
 }
 
 // goAsync answers the request from a goroutine of its own running fn. The

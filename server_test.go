@@ -117,13 +117,15 @@ func TestProtoFrameTooLarge(t *testing.T) {
 	}
 }
 
-// TestProtoExtValues: ext values are carried (a JavaScript Date inside job
-// data is one), while a field the server reads refuses one, naming it.
+// TestProtoExtValues: an ext type the official client cannot read is
+// refused wherever it stands, naming the field (the timestamp and
+// undefined types are carried: TestProtoExtTimestampInJobData), and a field
+// the server reads refuses an ext value, naming it.
 func TestProtoExtValues(t *testing.T) {
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 
-	// {cmd:"Ping", reqId:"e1", when:<fixext1 type 5>}: an unread field.
+	// {cmd:"Ping", reqId:"e1", when:<fixext1 type 5>}: even an unread field.
 	var e Enc
 	e.MapHead(3)
 	e.Str("cmd")
@@ -134,8 +136,8 @@ func TestProtoExtValues(t *testing.T) {
 	e.B = append(e.B, 0xd4, 0x05, 0x00)
 	id, ch := c.prepare(M{"reqId": "e1"})
 	c.writeRaw(rawFrame(e.B))
-	if a := c.await(id, ch, callTimeout); a["ok"] != true {
-		t.Fatalf("Ping with an ext field: got %v, want ok", a)
+	if a := c.await(id, ch, callTimeout); a["ok"] != false || !strings.Contains(fmt.Sprint(a["error"]), "field when holds MessagePack ext type 5") {
+		t.Fatalf("Ping with an ext field: got %v, want a refusal naming the field", a)
 	}
 
 	// An ext where the server reads a string: refused, naming the field.
@@ -146,7 +148,7 @@ func TestProtoExtValues(t *testing.T) {
 	e.Str("cmd")
 	e.Str("PUSH")
 	e.Str("queue")
-	e.B = append(e.B, 0xd4, 0x05, 0x00)
+	e.B = append(e.B, 0xd4, 0xff, 0x00)
 	e.Str("data")
 	e.Nil()
 	id, ch = c.prepare(M{"reqId": "e2"})

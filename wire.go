@@ -30,19 +30,64 @@ var (
 	errTooDeep   = errors.New("MessagePack value nested too deeply")
 )
 
-// FrameSizeError is a frame header that declares more than MaxFrame bytes.
-type FrameSizeError struct{ N uint32 }
-
-func (e *FrameSizeError) Error() string {
-	return fmt.Sprintf("Frame too large: %d bytes exceeds maximum %d", e.N, MaxFrame)
+// FrameSizeError is a frame header that declares more than the reader's
+// limit: MaxFrame, or a smaller one before Auth.
+type FrameSizeError struct {
+	N, Max  uint32
+	PreAuth bool // the limit is the one for a connection not yet authenticated
 }
 
-// ExtError reports an ext value where none is allowed; the wire protocol
-// carries no ext types from clients.
-type ExtError struct{ Type int8 }
+func (e *FrameSizeError) Error() string {
+	if e.PreAuth {
+		return fmt.Sprintf("Frame too large: %d bytes exceeds maximum %d before Auth (a connection that has not authenticated may send frames of %d KiB at most)",
+			e.N, e.Max, e.Max>>10)
+	}
+	return fmt.Sprintf("Frame too large: %d bytes exceeds maximum %d", e.N, e.Max)
+}
+
+// ExtError reports an ext value where none is allowed. Field, when set,
+// is the request field that holds it.
+type ExtError struct {
+	Type  int8
+	Field string
+}
 
 func (e *ExtError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("field %s holds MessagePack ext type %d, which is not supported (only undefined, ext 0, and timestamp, ext -1, are)", e.Field, e.Type)
+	}
 	return fmt.Sprintf("MessagePack ext type %d is not supported", e.Type)
+}
+
+// extRule says which ext values a scan lets through.
+type extRule uint8
+
+const (
+	// extNone allows msgpackr's undefined only.
+	extNone extRule = iota
+	// extKnown allows what the official client's decoder understands and
+	// its encoder sends: undefined (type 0) and the timestamp (type -1) a
+	// JavaScript Date becomes. The reference refuses a request holding any
+	// other ext type, since its decoder knows no such type; and a value
+	// kept with one could not be read back by the client (its getJob fails
+	// with "Invalid response from server").
+	extKnown
+	// extAny allows every ext value: for values the server wrote itself.
+	extAny
+)
+
+// allows reports whether an ext of type typ passes; data is its payload
+// as a fixext or ext header declared it.
+func (r extRule) allows(typ byte, fixed bool, b []byte) bool {
+	switch r {
+	case extAny:
+		return true
+	case extKnown:
+		if typ == 0 || typ == 0xff {
+			return true
+		}
+	}
+	return fixed && isUndefined(b)
 }
 
 // Raw is one complete encoded MessagePack value.
@@ -66,8 +111,8 @@ func isUndefined(b []byte) bool {
 // Scanning
 
 // skip returns the offset just past the value starting at b[i]. It validates
-// the whole value. allowExt permits ext values other than undefined.
-func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
+// the whole value; ext says which ext values pass.
+func skip(b []byte, i int, depth int, ext extRule) (int, error) {
 	if depth > maxDepth {
 		return 0, errTooDeep
 	}
@@ -84,9 +129,9 @@ func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
 		n = int(c & 0x1f)
 		return need(b, i, n)
 	case c >= 0x90 && c <= 0x9f:
-		return skipN(b, i, int(c&0x0f), depth, allowExt)
+		return skipN(b, i, int(c&0x0f), depth, ext)
 	case c >= 0x80 && c <= 0x8f:
-		return skipN(b, i, 2*int(c&0x0f), depth, allowExt)
+		return skipN(b, i, 2*int(c&0x0f), depth, ext)
 	}
 	switch c {
 	case 0xc1:
@@ -126,7 +171,7 @@ func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		return skipN(b, j, l, depth, allowExt)
+		return skipN(b, j, l, depth, ext)
 	case 0xde, 0xdf:
 		w := 2
 		if c == 0xdf {
@@ -139,14 +184,14 @@ func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
 		if l > (len(b)-j)/2 {
 			return 0, errTruncated
 		}
-		return skipN(b, j, 2*l, depth, allowExt)
+		return skipN(b, j, 2*l, depth, ext)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8:
 		size := 1 << (c - 0xd4)
 		end, err := need(b, i, 1+size)
 		if err != nil {
 			return 0, err
 		}
-		if !allowExt && !isUndefined(b[i-1:end]) {
+		if !ext.allows(b[i], true, b[i-1:end]) {
 			return 0, &ExtError{Type: int8(b[i])}
 		}
 		return end, nil
@@ -160,7 +205,7 @@ func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if !allowExt {
+		if !ext.allows(b[j], false, nil) {
 			return 0, &ExtError{Type: int8(b[j])}
 		}
 		return end, nil
@@ -168,7 +213,7 @@ func skip(b []byte, i int, depth int, allowExt bool) (int, error) {
 	return 0, errBadFormat
 }
 
-func skipN(b []byte, i, n, depth int, allowExt bool) (int, error) {
+func skipN(b []byte, i, n, depth int, ext extRule) (int, error) {
 	// Every element takes at least one byte: a count larger than what is
 	// left is a lie, refused before any work is done for it.
 	if n > len(b)-i {
@@ -176,7 +221,7 @@ func skipN(b []byte, i, n, depth int, allowExt bool) (int, error) {
 	}
 	var err error
 	for k := 0; k < n; k++ {
-		if i, err = skip(b, i, depth+1, allowExt); err != nil {
+		if i, err = skip(b, i, depth+1, ext); err != nil {
 			return 0, err
 		}
 	}
@@ -209,9 +254,14 @@ func readLen(b []byte, i, w int) (int, int, error) {
 	return int(l), i + w, nil
 }
 
-// Validate checks that b holds exactly one well-formed value.
+// Validate checks that b holds exactly one well-formed value; allowExt
+// permits ext values other than undefined.
 func Validate(b []byte, allowExt bool) error {
-	end, err := skip(b, 0, 0, allowExt)
+	ext := extNone
+	if allowExt {
+		ext = extAny
+	}
+	end, err := skip(b, 0, 0, ext)
 	if err != nil {
 		return err
 	}
@@ -247,14 +297,44 @@ func (e *FieldError) Error() string { return e.Field + " " + e.Msg }
 // avoid allocating for every request. On error the fields read before the
 // fault are still returned, so that a reqId may be echoed.
 func ParseMap(b Raw, fields []Field) (Map, error) {
+	return parseMap(b, fields, -1, extAny)
+}
+
+// FieldCountError is a request map with more fields than its limit.
+type FieldCountError struct {
+	N, Max  int
+	PreAuth bool
+}
+
+func (e *FieldCountError) Error() string {
+	if e.PreAuth {
+		return fmt.Sprintf("a request before Auth is limited to %d fields (this one has %d)", e.Max, e.N)
+	}
+	return fmt.Sprintf("a request is limited to %d fields (this one has %d)", e.Max, e.N)
+}
+
+// parseRequest is ParseMap for a client's request: at most maxFields
+// fields, refused before anything is allocated for them, and no ext value
+// the official client could not read back (see extKnown). An ext refusal
+// comes after the whole map is read, so that the reqId is echoed wherever
+// it stands.
+func parseRequest(b Raw, fields []Field, maxFields int) (Map, error) {
+	return parseMap(b, fields, maxFields, extKnown)
+}
+
+func parseMap(b Raw, fields []Field, maxFields int, ext extRule) (Map, error) {
 	n, i, err := mapHeader(b, 0)
 	if err != nil {
 		return Map{}, err
+	}
+	if maxFields >= 0 && n > maxFields {
+		return Map{}, &FieldCountError{N: n, Max: maxFields}
 	}
 	if n > len(b)-i {
 		return Map{}, errTruncated
 	}
 	fields = fields[:0]
+	var extErr error
 	for k := 0; k < n; k++ {
 		ks, ke, err := strRange(b, i)
 		if err != nil {
@@ -263,11 +343,16 @@ func ParseMap(b Raw, fields []Field) (Map, error) {
 			}
 			return Map{Fields: fields}, err
 		}
-		// Values may hold ext types: the official client packs a JavaScript
-		// Date inside job data as the timestamp ext, and such data is passed
-		// through untouched. A field the server reads refuses what is not its
-		// type, naming the field.
-		ve, err := skip(b, ke, 1, true)
+		// Values may hold the ext types the rule allows: the official
+		// client packs a JavaScript Date inside job data as the timestamp
+		// ext, and such data is passed through untouched. A field the
+		// server reads refuses what is not its type, naming the field.
+		ve, err := skip(b, ke, 1, ext)
+		var xe *ExtError
+		if errors.As(err, &xe) && extErr == nil {
+			extErr = &ExtError{Type: xe.Type, Field: string(b[ks:ke])}
+			ve, err = skip(b, ke, 1, extAny)
+		}
 		if err != nil {
 			return Map{Fields: fields}, err
 		}
@@ -277,7 +362,7 @@ func ParseMap(b Raw, fields []Field) (Map, error) {
 	if i != len(b) {
 		return Map{Fields: fields}, fmt.Errorf("%d trailing bytes after MessagePack value", len(b)-i)
 	}
-	return Map{Fields: fields}, nil
+	return Map{Fields: fields}, extErr
 }
 
 var errNotStr = errors.New("not a string")
@@ -418,32 +503,64 @@ func (m Map) Map(key string) (Map, bool, error) {
 	return sub, true, nil
 }
 
+// maxArrayItems bounds an array field of a request. Each element costs
+// the server far more than its byte on the wire (a slice entry of 16 to
+// 24 bytes, a string header), so a 64 MiB array of empty strings would
+// cost gigabytes; a million items is beyond any batch a client sends.
+const maxArrayItems = 1000000
+
+// arrayField reads an array field's header: the element count (checked
+// against maxArrayItems and the bytes present) and where the elements
+// start.
+func (m Map) arrayField(key string) (r Raw, n, i int, ok bool, err error) {
+	r = m.Get(key)
+	if r.IsNil() {
+		return nil, 0, 0, false, nil
+	}
+	n, i, err = arrayHead(r)
+	if err != nil {
+		return nil, 0, 0, false, &FieldError{Field: key, Msg: "must be an array"}
+	}
+	if n > maxArrayItems {
+		return nil, 0, 0, false, &FieldError{Field: key, Msg: fmt.Sprintf("is limited to %d items (this one has %d)", maxArrayItems, n)}
+	}
+	return r, n, i, true, nil
+}
+
 // Array returns the elements of an array field as raw values.
 func (m Map) Array(key string) ([]Raw, bool, error) {
-	r := m.Get(key)
-	if r.IsNil() {
-		return nil, false, nil
+	r, n, i, ok, err := m.arrayField(key)
+	if err != nil || !ok {
+		return nil, ok, err
 	}
-	items, err := r.Array()
+	items, err := arrayItems(r, n, i)
 	if err != nil {
 		return nil, false, &FieldError{Field: key, Msg: "must be an array"}
 	}
 	return items, true, nil
 }
 
-// Strs reads an array of strings.
+// Strs reads an array of strings, element by element: no slice of raw
+// values in between.
 func (m Map) Strs(key string) ([]string, bool, error) {
-	items, ok, err := m.Array(key)
+	r, n, i, ok, err := m.arrayField(key)
 	if err != nil || !ok {
 		return nil, ok, err
 	}
-	out := make([]string, len(items))
-	for i, it := range items {
-		s, err := it.Str()
+	out := make([]string, n)
+	for k := range out {
+		s, e, err := strRange(r, i)
 		if err != nil {
-			return nil, false, &FieldError{Field: fmt.Sprintf("%s[%d]", key, i), Msg: "must be a string"}
+			if errors.Is(err, errNotStr) {
+				return nil, false, &FieldError{Field: fmt.Sprintf("%s[%d]", key, k), Msg: "must be a string"}
+			}
+			return nil, false, &FieldError{Field: key, Msg: "must be an array"}
 		}
-		out[i] = s
+		out[k] = string(r[s:e])
+		i = e
+	}
+	if i != len(r) {
+		return nil, false, &FieldError{Field: key, Msg: "must be an array"}
 	}
 	return out, true, nil
 }
@@ -529,12 +646,22 @@ func (r Raw) Float() (float64, error) {
 
 // Array splits an array value into its elements.
 func (r Raw) Array() ([]Raw, error) {
+	n, i, err := arrayHead(r)
+	if err != nil {
+		return nil, err
+	}
+	return arrayItems(r, n, i)
+}
+
+// arrayHead reads an array header: the element count and the offset of
+// the first element. Every element takes at least one byte, so a count
+// larger than the bytes left is refused before anything is allocated for
+// it: what an array costs is bounded by the bytes that arrived.
+func arrayHead(r []byte) (n, i int, err error) {
 	if len(r) == 0 {
-		return nil, errTruncated
+		return 0, 0, errTruncated
 	}
 	c := r[0]
-	var n, i int
-	var err error
 	switch {
 	case c >= 0x90 && c <= 0x9f:
 		n, i = int(c&0x0f), 1
@@ -543,17 +670,21 @@ func (r Raw) Array() ([]Raw, error) {
 	case c == 0xdd:
 		n, i, err = readLen(r, 1, 4)
 	default:
-		return nil, errors.New("not an array")
+		return 0, 0, errors.New("not an array")
 	}
 	if err != nil {
-		return nil, err
+		return 0, 0, err
 	}
 	if n > len(r)-i {
-		return nil, errTruncated
+		return 0, 0, errTruncated
 	}
+	return n, i, nil
+}
+
+func arrayItems(r Raw, n, i int) ([]Raw, error) {
 	out := make([]Raw, n)
 	for k := 0; k < n; k++ {
-		e, err := skip(r, i, 1, true)
+		e, err := skip(r, i, 1, extAny)
 		if err != nil {
 			return nil, err
 		}
@@ -595,7 +726,7 @@ func decodeAt(b []byte, i, depth int) (any, int, error) {
 	if depth > maxDepth {
 		return nil, 0, errTooDeep
 	}
-	end, err := skip(b, i, depth, true)
+	end, err := skip(b, i, depth, extAny)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -609,17 +740,22 @@ func decodeAt(b []byte, i, depth int) (any, int, error) {
 		s, e, _ := strRange(b, i)
 		return string(b[s:e]), end, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		items, _ := Raw(b[i:end]).Array()
-		out := make([]any, len(items))
-		for k, it := range items {
-			if out[k], _, err = decodeAt(it, 0, depth+1); err != nil {
+		// Element by element, with no slice of raw values in between; the
+		// count was checked against the bytes present by skip.
+		n, j, _ := arrayHead(b[i:end])
+		j += i
+		out := make([]any, n)
+		for k := range out {
+			if out[k], j, err = decodeAt(b, j, depth+1); err != nil {
 				return nil, 0, err
 			}
 		}
 		return out, end, nil
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
 		n, j, _ := mapHeader(b, i)
-		out := make(map[string]any, n)
+		// A map grows as its entries are read: a declared count is not
+		// trusted with a preallocation.
+		out := make(map[string]any, min(n, 64))
 		for k := 0; k < n; k++ {
 			key, kj, err := decodeAt(b, j, depth+1)
 			if err != nil {
@@ -946,13 +1082,18 @@ func ReadFrame(r *bufio.Reader, buf []byte) ([]byte, error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrame {
-		return buf, &FrameSizeError{N: n}
+		return buf, &FrameSizeError{N: n, Max: MaxFrame}
 	}
-	// Grow with the data actually received, so that a header declaring a
-	// huge frame costs nothing until the bytes arrive.
+	return readFrameBody(r, buf, int(n))
+}
+
+// readFrameBody reads a frame body of n bytes into buf. It grows with the data
+// actually received, so that a header declaring a huge frame costs
+// nothing until the bytes arrive.
+func readFrameBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 	buf = buf[:0]
-	for len(buf) < int(n) {
-		chunk := int(n) - len(buf)
+	for len(buf) < n {
+		chunk := n - len(buf)
 		if grow := max(len(buf), 64<<10); chunk > grow {
 			chunk = grow
 		}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net"
 	"os"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // vector is one line of the frames captured between the official client and
@@ -275,7 +277,7 @@ func TestEncodeLengthBoundaries(t *testing.T) {
 		}
 		i := 0
 		for _, want := range []any{s, []byte(s), arr, m} {
-			end, err := skip(e.B, i, 0, false)
+			end, err := skip(e.B, i, 0, extNone)
 			if err != nil {
 				t.Fatalf("n=%d: %v", n, err)
 			}
@@ -436,6 +438,20 @@ func FuzzParseMap(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// A request as the server reads it: accepted only if ParseMap
+		// accepts it too, with the same fields, within the field limit and
+		// with no ext type the official client cannot read.
+		if rm, err := parseRequest(b, nil, 8); err == nil {
+			pm, perr := ParseMap(b, nil)
+			if perr != nil || len(pm.Fields) != len(rm.Fields) || len(rm.Fields) > 8 {
+				t.Fatalf("parseRequest accepted %d fields, ParseMap %d (%v)", len(rm.Fields), len(pm.Fields), perr)
+			}
+			for _, fl := range rm.Fields {
+				if _, err := skip(fl.Val, 0, 1, extKnown); err != nil {
+					t.Fatalf("parseRequest let through %x: %v", fl.Val, err)
+				}
+			}
+		}
 		m, err := ParseMap(b, nil)
 		if err != nil {
 			return
@@ -505,24 +521,63 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0xc0})
 	f.Add([]byte{0, 0, 0, 5, 0x81, 0xa1, 0x61, 0x01})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	srv := NewServer(NewBroker(1, nil), nil, quietLog())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bufio.NewReader(bytes.NewReader(b))
 		var buf []byte
+		var frames [][]byte
 		total := 0
 		for {
 			body, err := ReadFrame(r, buf)
 			if err != nil {
-				return
+				break
 			}
 			total += 4 + len(body)
 			if total > len(b) {
 				t.Fatalf("read %d bytes from %d", total, len(b))
 			}
+			frames = append(frames, append([]byte(nil), body...))
 			buf = body
 			ParseMap(body, nil)
 		}
+		// A server connection reads the same frames, whether it reads
+		// them in place, into a buffer of their own, or wakes between them.
+		c := newConn(srv, &bytesConn{r: bytes.NewReader(b), step: 1 + len(b)%7})
+		for i := 0; ; i++ {
+			if c.br == nil || (c.br.Buffered() == 0 && len(c.src.pre) == 0) {
+				c.idle()
+				if c.awake() != nil {
+					break
+				}
+			}
+			body, err := c.readFrame()
+			if err != nil {
+				break
+			}
+			if i >= len(frames) || !bytes.Equal(body, frames[i]) {
+				t.Fatalf("frame %d read by the connection differs from ReadFrame's", i)
+			}
+			c.frameDone()
+		}
+		c.idle()
 	})
 }
+
+// bytesConn is a connection that reads from r, at most step bytes a read.
+type bytesConn struct {
+	net.Conn
+	r    *bytes.Reader
+	step int
+}
+
+func (b *bytesConn) Read(p []byte) (int, error) {
+	if len(p) > b.step {
+		p = p[:b.step]
+	}
+	return b.r.Read(p)
+}
+
+func (b *bytesConn) SetReadDeadline(time.Time) error { return nil }
 
 // pushFrame is a PUSH as the official client sends it.
 func pushFrame(b testing.TB) []byte {
