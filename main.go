@@ -150,7 +150,10 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.host, "host", envOr([]string{"HOST"}, "0.0.0.0"), "address to listen on [HOST]")
 	fs.IntVar(&c.tcpPort, "tcp-port", envInt([]string{"TCP_PORT"}, 6789), "TCP port of the wire protocol [TCP_PORT]")
 	fs.IntVar(&c.httpPort, "http-port", envInt([]string{"HTTP_PORT"}, 6790), "HTTP port (health, 0 to disable) [HTTP_PORT]")
-	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
+	// Secrets: their values, from the environment or not, are never
+	// printed (secrets.go).
+	c.authTokens = envOr([]string{"AUTH_TOKENS"}, "")
+	fs.Var(hiddenFlag{&c.authTokens}, "auth-tokens", "comma-separated `tokens` clients must present [AUTH_TOKENS]"+fromEnvNote([]string{"AUTH_TOKENS"}))
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
 	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
@@ -159,8 +162,9 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
-	fs.StringVar(&c.pgURL, "postgres-url", pgURLFromEnv(),
-		"PostgreSQL mode: several brokers share this database [BUNQUEUE_POSTGRES_URL]")
+	c.pgURL = pgURLFromEnv()
+	fs.Var(dsnFlag{&c.pgURL}, "postgres-url",
+		"PostgreSQL mode: several brokers share this database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),

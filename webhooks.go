@@ -387,7 +387,7 @@ func (h *Webhooks) deliver(d *delivery) {
 	w.failure++
 	h.mu.Unlock()
 	h.failed.Add(1)
-	h.log.Warn("webhook delivery failed", "webhook", w.ID, "url", w.URL, "event", event, "attempts", webhookAttempts, "err", err)
+	h.log.Warn("webhook delivery failed", "webhook", w.ID, "url", redactURL(w.URL), "event", event, "attempts", webhookAttempts, "err", err)
 }
 
 func (h *Webhooks) post(target, event string, at int64, body []byte, sig string) error {
