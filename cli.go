@@ -210,7 +210,15 @@ func fetchHealth(o cliOpts, timeout time.Duration) (map[string]any, error) {
 	}
 	hc := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: t}}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(o.httpBase() + "/health")
+	req, err := http.NewRequest(http.MethodGet, o.httpBase()+"/health", nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.token != "" {
+		// A server with tokens shows its details to their holders only.
+		req.Header.Set("Authorization", "Bearer "+o.token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

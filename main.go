@@ -82,6 +82,9 @@ type config struct {
 	// corsOrigins: the origins whose pages may use the HTTP API from a
 	// browser, comma-separated; "*" is any.
 	corsOrigins string
+	// allowedHosts: names browsers may use to reach the HTTP port when
+	// there are no tokens (see hostAllowed in http.go).
+	allowedHosts string
 
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
@@ -169,6 +172,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
+		"without --auth-tokens, the host names browsers may reach the HTTP port by besides loopback names, IP addresses, --host and the --cors-origins hosts; comma-separated, .example.com for a domain and its subdomains, * for any [QUEUED_ALLOWED_HOSTS]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -274,6 +279,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		// After the database is closed: see datalock.go.
 		defer unlock()
+		removeStaleDownloads(c.dataPath, log)
 		store, storage = sq, "sqlite:"+c.dataPath
 	}
 	var src backupSource
@@ -361,7 +367,12 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 		}
 		lv = newLive(srv, log, c.liveEvery)
-		api = newHTTPAPI(b, srv, bk, httpConfig{corsOrigins: splitTokens(c.corsOrigins), live: lv})
+		hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
+			listenHost: c.host, live: lv}
+		if sq != nil {
+			hcfg.dataPath = c.dataPath
+		}
+		api = newHTTPAPI(b, srv, bk, hcfg)
 		hs = newHTTPServer(httpAddr, api)
 		if certs != nil {
 			hs.TLSConfig = certs.serverTLSConfig()

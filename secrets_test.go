@@ -57,7 +57,7 @@ func TestSecretsNotInHelp(t *testing.T) {
 			// What is shown instead: that the value is set, and the
 			// database URL with its password masked.
 			for _, want := range []string{"set from AUTH_TOKENS, not shown", "postgres://queued:xxxxx@db.internal:5432/jobs",
-				"set from S3_SECRET_ACCESS_KEY, not shown"} {
+				"set from S3_SECRET_ACCESS_KEY, not shown", "-allowed-hosts"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("help serve: no %q in\n%s", want, out)
 				}
