@@ -483,3 +483,72 @@ func TestHTTPBackupStaleCopiesRemovedAtStart(t *testing.T) {
 		return len(got) == 0, fmt.Sprint(got)
 	})
 }
+
+// TestBrowserRebindingAndCrossSite runs the attacks in headless Chromium
+// (skipped where it is not installed, but in CI): a page of another site
+// loads an image from the pull route, posts a no-cors form-like request
+// and opens a WebSocket; a page whose name was rebound to the server (the
+// browser's resolver maps rebound.test to 127.0.0.1) fetches the pull
+// route same-origin. The job stays waiting and the queue unpaused; the
+// dashboard opened by localhost still works.
+func TestBrowserRebindingAndCrossSite(t *testing.T) {
+	d := startBrowser(t, "--host-resolver-rules=MAP evil.test 127.0.0.1, MAP rebound.test 127.0.0.1")
+	ts := startServerHTTP(t, nil)
+	_, port, _ := net.SplitHostPort(ts.http)
+	c := newHC(t, ts)
+	c.ok("POST", "/queues/xs/jobs", map[string]any{"data": 1})
+
+	target := "http://127.0.0.1:" + port
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><img src="%[1]s/queues/xs/jobs?timeout=0" onload="window.img=1" onerror="window.img=1">
+<script>
+fetch('%[1]s/queues/xs/pause', {method: 'POST', mode: 'no-cors'}).finally(() => { window.post = 1; });
+const ws = new WebSocket('%[2]s/ws');
+ws.onopen = () => { ws.send(JSON.stringify({cmd: 'PULL', queue: 'xs', timeout: 0, reqId: '1'})); };
+ws.onmessage = (m) => { window.wsAnswer = String(m.data); };
+ws.onclose = () => { window.wsDone = 1; };
+</script>`, target, "ws://127.0.0.1:"+port)
+	}))
+	defer evil.Close()
+	_, evilPort, _ := net.SplitHostPort(evil.Listener.Addr().String())
+	d.must("POST", "/url", map[string]string{"url": "http://evil.test:" + evilPort + "/"})
+	d.waitFor(10*time.Second, "the attacking page's requests to end", func() (bool, error) {
+		return d.script(`return String(window.img && window.post && window.wsDone)`) == "1", nil
+	})
+	if a := d.script(`return window.wsAnswer || ''`); a != "" {
+		t.Errorf("the cross-site WebSocket was answered: %s", a)
+	}
+
+	// The rebound page: its script fetches the pull route, same-origin.
+	d.must("POST", "/url", map[string]string{"url": "http://rebound.test:" + port + "/"})
+	if body := d.script(`return document.body.innerText`); !strings.Contains(body, "is not allowed") {
+		t.Errorf("the dashboard by a rebound name: %q", body)
+	}
+	v := d.must("POST", "/execute/async", map[string]any{"args": []any{}, "script": `const done = arguments[0];
+fetch('/queues/xs/jobs?timeout=0').then(r => r.text().then(t => done(r.status + ' ' + t))).catch(e => done('error ' + e));`})
+	var got string
+	json.Unmarshal(v, &got)
+	if !strings.HasPrefix(got, "403 ") {
+		t.Errorf("the rebound page's pull: %s", got)
+	}
+
+	if n := jnum(t, c.ok("GET", "/queues/xs/count", nil)["count"]); n != 1 {
+		t.Errorf("the job was taken: %d waiting", n)
+	}
+	if p := c.ok("GET", "/queues/xs/paused", nil); p["paused"] != false {
+		t.Errorf("the queue was paused: %v", p)
+	}
+
+	// The dashboard by localhost, and its own pull from the page.
+	d.must("POST", "/url", map[string]string{"url": "http://localhost:" + port + "/"})
+	d.waitFor(10*time.Second, "the dashboard by localhost", func() (bool, error) {
+		return d.script(`return document.getElementById('live') ? document.getElementById('live').className : ''`) == "live on", nil
+	})
+	v = d.must("POST", "/execute/async", map[string]any{"args": []any{}, "script": `const done = arguments[0];
+fetch('/queues/xs/jobs?timeout=0').then(r => r.json().then(j => done(r.status + ' ' + (j.job ? 'job' : 'none')))).catch(e => done('error ' + e));`})
+	json.Unmarshal(v, &got)
+	if got != "200 job" {
+		t.Errorf("the dashboard's own pull: %s", got)
+	}
+}
