@@ -153,3 +153,20 @@ func TestSecretsPGConnectError(t *testing.T) {
 		noSecrets(t, "queued migrate", out+errOut)
 	}
 }
+
+// TestCLIDoctorWithTokens: against a server with tokens, queued doctor
+// sends its token to /health and shows the details; without one it says
+// they were withheld (and the Ping fails: exit 1).
+func TestCLIDoctorWithTokens(t *testing.T) {
+	g := cliServer(t, &config{authTokens: "s3cret"})
+	out, _ := cli(t, g, 0, "doctor", "--token", "s3cret")
+	for _, want := range []string{"storage", "memory", "dlq", "0 dead-lettered jobs", "All checks passed."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor with the token: missing %q in\n%s", want, out)
+		}
+	}
+	out, _ = cli(t, g, 1, "doctor")
+	if !strings.Contains(out, "details") || !strings.Contains(out, "only with its token") || strings.Contains(out, "dead-lettered") {
+		t.Errorf("doctor without the token:\n%s", out)
+	}
+}
