@@ -121,9 +121,11 @@ func addS3Flags(fs *flag.FlagSet, s *s3Settings) {
 		"auto, path (https://host/bucket/key) or virtual (https://bucket.host/key); auto is virtual on AWS, path elsewhere [S3_VIRTUAL_HOSTED_STYLE=1|0]")
 	fs.StringVar(&s.accessKey, "s3-access-key", envOr([]string{"S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"}, ""), "access key id [S3_ACCESS_KEY_ID, AWS_ACCESS_KEY_ID]")
 	s.secretKey = secret(envOr([]string{"S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"}, ""))
-	fs.Var(secretFlag{&s.secretKey}, "s3-secret-key", "secret access `key`; prefer the environment, which ps does not show [S3_SECRET_ACCESS_KEY, AWS_SECRET_ACCESS_KEY]")
+	fs.Var(secretFlag{&s.secretKey}, "s3-secret-key", "secret access `key`; prefer the environment, which ps does not show [S3_SECRET_ACCESS_KEY, AWS_SECRET_ACCESS_KEY]"+
+		fromEnvNote([]string{"S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"}))
 	s.sessionToken = secret(envOr([]string{"S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"}, ""))
-	fs.Var(secretFlag{&s.sessionToken}, "s3-session-token", "session `token` of temporary credentials [S3_SESSION_TOKEN, AWS_SESSION_TOKEN]")
+	fs.Var(secretFlag{&s.sessionToken}, "s3-session-token", "session `token` of temporary credentials [S3_SESSION_TOKEN, AWS_SESSION_TOKEN]"+
+		fromEnvNote([]string{"S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"}))
 }
 
 // addBackupFlags adds the S3 flags and the schedule to the server's flags.
@@ -807,7 +809,7 @@ func backupS3Remote(base, token string, stdout, stderr io.Writer) int {
 	}
 	resp, err := (&http.Client{Timeout: 2 * time.Hour}).Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "queued backup: asking %s for an S3 backup: %v\n", base, err)
+		fmt.Fprintf(stderr, "queued backup: asking %s for an S3 backup: %v\n", redactURL(base), err)
 		return 1
 	}
 	defer resp.Body.Close()
@@ -824,7 +826,7 @@ func backupS3Remote(base, token string, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(body, &out); err != nil {
 		// Not queued answering (an older version, or something else on
 		// that port): show what it said.
-		fmt.Fprintf(stderr, "queued backup: %s answered %s: %.200s\n", base, resp.Status, strings.TrimSpace(string(body)))
+		fmt.Fprintf(stderr, "queued backup: %s answered %s: %.200s\n", redactURL(base), resp.Status, strings.TrimSpace(string(body)))
 		return 1
 	}
 	if !out.OK {

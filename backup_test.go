@@ -388,7 +388,11 @@ func TestBackupHTTP(t *testing.T) {
 	if code != 200 || m["ok"] != true || !strings.HasPrefix(fmt.Sprint(m["url"]), "s3://bk/backups/queued-") {
 		t.Fatalf("backup: %d %v", code, m)
 	}
-	_, hm := do(h, "GET", "/health", "")
+	// The backup section is a detail: with tokens, for their holders.
+	if _, hm := do(h, "GET", "/health", ""); hm["backup"] != nil || hm["status"] != "healthy" {
+		t.Fatalf("health without the token: %v", hm)
+	}
+	_, hm := do(h, "GET", "/health", "tok")
 	sec, _ := hm["backup"].(map[string]any)
 	if sec == nil || sec["ok"] != true || sec["target"] != "s3://bk/backups/" || sec["last"].(map[string]any)["key"] == nil {
 		t.Fatalf("health: %v", hm)
@@ -423,7 +427,7 @@ func TestBackupHTTP(t *testing.T) {
 	if code, m := do(h, "POST", "/backup/s3", "tok"); code != 502 || !strings.Contains(fmt.Sprint(m["error"]), "InternalError") {
 		t.Fatalf("failing upload: %d %v", code, m)
 	}
-	if _, hm := do(h, "GET", "/health", ""); hm["backup"].(map[string]any)["ok"] != false || hm["status"] != "healthy" {
+	if _, hm := do(h, "GET", "/health", "tok"); hm["backup"].(map[string]any)["ok"] != false || hm["status"] != "healthy" {
 		// A failed backup is reported in its section; it does not take the
 		// server out of a load balancer.
 		t.Fatalf("health after a failure: %v", hm)
@@ -508,8 +512,10 @@ func TestBackupS3rverEndToEnd(t *testing.T) {
 		t.Fatalf("backups list shows %v, want the newest two of %v:\n%s", listed, urls, out.String())
 	}
 
-	// The health section.
-	resp, err := http.Get(base + "/health")
+	// The health section (a detail: the server has tokens).
+	hreq, _ := http.NewRequest("GET", base+"/health", nil)
+	hreq.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,9 +153,11 @@ func (d *wd) script(src string) string {
 	return s
 }
 
-// TestDashboardBrowser needs chromium and chromedriver (Debian packages
-// chromium and chromium-driver); without them it is skipped, except in CI.
-func TestDashboardBrowser(t *testing.T) {
+// startBrowser starts chromedriver and a headless Chromium session with
+// extra command-line arguments, ended when the test is; it skips the test
+// where they are not installed, but in CI.
+func startBrowser(t *testing.T, extraArgs ...string) *wd {
+	t.Helper()
 	chromium, err1 := exec.LookPath("chromium")
 	driver, err2 := exec.LookPath("chromedriver")
 	if err1 != nil || err2 != nil {
@@ -164,8 +166,6 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 		t.Skipf("chromium or chromedriver not installed; to run this test: %s", browserInstall)
 	}
-	ts := startServerHTTP(t, nil)
-
 	port := freePort(t)
 	profile := t.TempDir() // made before the cleanup below, so removed after it
 	cmd := exec.Command(driver, fmt.Sprintf("--port=%d", port))
@@ -205,9 +205,9 @@ func TestDashboardBrowser(t *testing.T) {
 			"binary": chromium,
 			// As the machine notes have it: without the background
 			// networking flags Chromium tries hosts this network refuses.
-			"args": []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"args": append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 				"--disable-background-networking", "--disable-component-update", "--disable-sync",
-				"--disable-dev-shm-usage", "--window-size=1440,1000", "--user-data-dir=" + profile},
+				"--disable-dev-shm-usage", "--window-size=1440,1000", "--user-data-dir=" + profile}, extraArgs...),
 		},
 	}}})
 	var sess struct {
@@ -219,6 +219,14 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	d.sess = sess.SessionID
 	t.Logf("browser session started in %v", time.Since(started).Round(time.Millisecond))
+	return d
+}
+
+// TestDashboardBrowser needs chromium and chromedriver (Debian packages
+// chromium and chromium-driver); without them it is skipped, except in CI.
+func TestDashboardBrowser(t *testing.T) {
+	d := startBrowser(t)
+	ts := startServerHTTP(t, nil)
 
 	d.must("POST", "/url", map[string]string{"url": "http://" + ts.http + "/"})
 	// The page is live once its event stream is open.

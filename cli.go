@@ -210,7 +210,15 @@ func fetchHealth(o cliOpts, timeout time.Duration) (map[string]any, error) {
 	}
 	hc := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: t}}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(o.httpBase() + "/health")
+	req, err := http.NewRequest(http.MethodGet, o.httpBase()+"/health", nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.token != "" {
+		// A server with tokens shows its details to their holders only.
+		req.Header.Set("Authorization", "Bearer "+o.token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +272,13 @@ func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "file to write the backup to (must not exist)")
 	toS3 := fs.Bool("s3", false, "have the server upload a backup to its S3 bucket (POST /backup/s3) instead")
-	url := fs.String("url", envOr([]string{"QUEUED_HTTP_URL"}, "http://127.0.0.1:6790"), "the server's HTTP address [QUEUED_HTTP_URL]")
-	token := fs.String("token", envOr([]string{"QUEUED_TOKEN", "BQ_TOKEN", "BUNQUEUE_TOKEN"}, ""), "auth token, when the server has AUTH_TOKENS [QUEUED_TOKEN]")
+	url := new(string)
+	*url = envOr([]string{"QUEUED_HTTP_URL"}, "http://127.0.0.1:6790")
+	fs.Var(dsnFlag{url}, "url", "the server's HTTP `address` [QUEUED_HTTP_URL]")
+	tokenEnv := []string{"QUEUED_TOKEN", "BQ_TOKEN", "BUNQUEUE_TOKEN"}
+	token := new(string)
+	*token = envOr(tokenEnv, "")
+	fs.Var(hiddenFlag{token}, "token", "auth `token`, when the server has AUTH_TOKENS [QUEUED_TOKEN]"+fromEnvNote(tokenEnv))
 	caFile := fs.String("tls-ca", "", "verify an https:// server with this CA certificate")
 	noVerify := fs.Bool("tls-no-verify", false, "do not verify an https:// server's certificate (testing only)")
 	fs.Usage = func() {
@@ -314,7 +327,7 @@ func backupTo(base, token, out string, tcfg *tls.Config) error {
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("asking %s for a backup: %w", base, err)
+		return fmt.Errorf("asking %s for a backup: %w", redactURL(base), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

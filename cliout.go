@@ -601,6 +601,11 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 		checks = append(checks, check{Name: "version", OK: true, Warn: sv != version && sv != "",
 			Detail: fmt.Sprintf("server %s, this client %s", jsStr(doc["version"], "unknown"), version)})
 		add("status", doc["status"] == "healthy", "status "+jsStr(doc["status"], "unknown"))
+		if doc["version"] == nil && doc["storage"] == nil {
+			// A server with tokens answers {ok, status} to a caller without one.
+			checks = append(checks, check{Name: "details", OK: true, Warn: true,
+				Detail: "the server shows its details only with its token (--token, BQ_TOKEN)"})
+		}
 		if st, ok := doc["storage"].(map[string]any); ok {
 			detail := jsStr(st["driver"], "?")
 			if p := jsStr(st["path"], ""); p != "" {

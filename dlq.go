@@ -236,13 +236,7 @@ func (f *dlqFilter) applyList(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 		}
 		out = append(out, j)
 	}
-	lo, hi := 0, len(out)
-	if f.hasOffset {
-		lo = int(min(max(f.offset, 0), int64(len(out))))
-	}
-	if f.hasLimit {
-		hi = int(min(int64(lo)+max(f.limit, 0), int64(len(out))))
-	}
+	lo, hi := pageBounds(len(out), f.offset, f.limit, f.hasLimit) // an absent offset is 0
 	return out[lo:hi]
 }
 

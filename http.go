@@ -13,13 +13,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +34,14 @@ type httpConfig struct {
 	// browser; "*" is any. None: only the server's own pages (the
 	// dashboard) may.
 	corsOrigins []string
+	// allowedHosts are the names browsers may reach the server by when
+	// there are no tokens, besides those hostAllowed always takes
+	// (--allowed-hosts); listenHost is --host.
+	allowedHosts []string
+	listenHost   string
+	// dataPath is the SQLite file: GET /backup makes its copies beside
+	// it (backup_download.go).
+	dataPath string
 	// live, when set, serves /events and /ws.
 	live *live
 }
@@ -45,6 +53,14 @@ type httpAPI struct {
 	live   *live
 	cors   []string
 	routes []route
+
+	// hosts are the names and domains (".example.com") hostAllowed takes
+	// besides loopback names and IP addresses; anyHost turns the check off.
+	hosts   []string
+	anyHost bool
+
+	dataPath   string
+	backupBusy atomic.Bool // one GET /backup at a time
 
 	// ctx ends at shutdown, and with it every command an HTTP request is
 	// waiting on (long-poll pulls, WaitJob).
@@ -58,25 +74,41 @@ type route struct {
 	method  string
 	pattern []string
 	open    bool // answered without a token: probes and the dashboard's files
+	// effects: the route changes something (every method but GET, and the
+	// GETs marked routeEffects), so a page of another origin may not call
+	// it (originAllowed), whatever its method.
+	effects bool
 	h       func(w http.ResponseWriter, r *http.Request, p []string)
 }
+
+// routeFlags say how a route is guarded.
+type routeFlags uint8
+
+const (
+	routeOpen    routeFlags = 1 << iota // no token needed
+	routeEffects                        // a GET that changes something
+)
 
 func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 	return newHTTPAPI(b, srv, bk, httpConfig{})
 }
 
 func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *httpAPI {
-	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins}
+	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath}
+	a.setHosts(cfg)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.addProbeRoutes()
 	a.addRESTRoutes()
 	a.addUIRoutes()
 	if a.live != nil {
+		// The hub checks the handshake's origin too; the route table's
+		// check comes first and is the same one.
 		a.live.checkOrigin = a.originAllowed
-		a.handle("GET", "/events", false, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveSSE(w, r, "") })
-		a.handle("GET", "/events/queues/:queue", false, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveSSE(w, r, p[0]) })
-		a.handle("GET", "/ws", false, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveWS(w, r, "") })
-		a.handle("GET", "/ws/queues/:queue", false, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveWS(w, r, p[0]) })
+		a.handle("GET", "/events", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveSSE(w, r, "") })
+		a.handle("GET", "/events/queues/:queue", 0, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveSSE(w, r, p[0]) })
+		// A WebSocket carries commands: it has effects.
+		a.handle("GET", "/ws", routeEffects, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveWS(w, r, "") })
+		a.handle("GET", "/ws/queues/:queue", routeEffects, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveWS(w, r, p[0]) })
 	}
 	return a
 }
@@ -84,8 +116,9 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 // Close ends the commands HTTP requests are waiting on.
 func (a *httpAPI) Close() { a.cancel() }
 
-func (a *httpAPI) handle(method, pattern string, open bool, h func(w http.ResponseWriter, r *http.Request, p []string)) {
-	a.routes = append(a.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"), open: open, h: h})
+func (a *httpAPI) handle(method, pattern string, f routeFlags, h func(w http.ResponseWriter, r *http.Request, p []string)) {
+	a.routes = append(a.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"),
+		open: f&routeOpen != 0, effects: method != http.MethodGet || f&routeEffects != 0, h: h})
 }
 
 // match finds the first route for the path and method, in the order they
@@ -129,6 +162,10 @@ func (a *httpAPI) match(method string, segs []string) (rt *route, params []strin
 
 func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.setCORS(w, r)
+	if !a.srv.authRequired() && fromBrowser(r) && !a.originConfigured(r.Header.Get("Origin")) && !a.hostAllowed(r.Host) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"ok": false, "error": a.hostRefusal(r.Host)})
+		return
+	}
 	if r.Method == http.MethodOptions {
 		// A browser's preflight, before any token is shown.
 		h := w.Header()
@@ -163,11 +200,11 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
 		return
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && !a.originAllowed(r) {
-		// Any page a browser has open can send a form POST here; only the
-		// server's own pages and the configured origins may change state.
-		writeJSON(w, http.StatusForbidden, map[string]any{"ok": false,
-			"error": "cross-origin request from " + r.Header.Get("Origin") + " refused; allow the origin with --cors-origins (CORS_ALLOW_ORIGIN)"})
+	if rt.effects && !a.originAllowed(r) {
+		// Any page a browser has open can send a form POST here, or load
+		// an image from a GET route; only the server's own pages and the
+		// configured origins may change state.
+		writeJSON(w, http.StatusForbidden, map[string]any{"ok": false, "error": originRefusal(r)})
 		return
 	}
 	rt.h(w, r, params)
@@ -190,16 +227,163 @@ func (a *httpAPI) setCORS(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// originAllowed reports whether a request may act: no Origin (not a
-// browser, or a same-origin GET), the server's own origin, or a configured
-// one.
-func (a *httpAPI) originAllowed(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" || slices.Contains(a.cors, "*") || slices.Contains(a.cors, o) {
-		return true
+// ---------------------------------------------------------------------------
+// Browsers: who may act, and by which host name
+//
+// A page a browser has open can send requests to any address, the
+// server's included: a form POST, an image whose src is a GET route, a
+// WebSocket. Two guards keep such pages out:
+//
+//   - Origin. A route with effects (every method but GET, and the GETs
+//     marked routeEffects: a pull, a backup, a WebSocket) answers a
+//     browser only when the page asking is the server's own or one of
+//     --cors-origins. The page is known by its Origin header; a browser
+//     leaves Origin out of a plain GET (an image, a link), and then
+//     Sec-Fetch-Site says where the request comes from (same-origin, or
+//     none for an address typed by the user, are fine; same-site and
+//     cross-site are not), and for browsers older than Sec-Fetch-Site,
+//     the Referer does.
+//
+//   - Host, without tokens. DNS rebinding makes a page of evil.example
+//     the server's own origin: its name is pointed at the server's
+//     address once the page has loaded, so its requests carry
+//     Origin: http://evil.example:6790 and Host: evil.example:6790, and
+//     the origin check passes. So, when the server has no tokens, a
+//     browser's request is answered only when its Host is a loopback name
+//     (localhost, *.localhost), an IP address, the --host name, the host of
+//     a --cors-origins origin, or a name of --allowed-hosts. A request from
+//     a --cors-origins page is a cross-origin one, not a rebound one, and
+//     is not held to the list. With tokens the check is not needed: the
+//     rebound page has no token.
+//
+// A request is a browser's when it carries any header browsers add and
+// pages cannot remove: Origin, Sec-Fetch-* (every current browser sends
+// them), a Referer, or a User-Agent starting with "Mozilla/" (every
+// browser's). curl, scripts and client libraries send none of these, so
+// they may use any name the server answers to; a browser that reaches the
+// dashboard by a name not on the list gets a 403 naming --allowed-hosts.
+
+// fromBrowser reports whether a request carries a browser's headers.
+func fromBrowser(r *http.Request) bool {
+	h := r.Header
+	for _, k := range []string{"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Referer"} {
+		if h.Get(k) != "" {
+			return true
+		}
 	}
+	return strings.HasPrefix(h.Get("User-Agent"), "Mozilla/")
+}
+
+// originConfigured reports whether an origin is one of --cors-origins.
+func (a *httpAPI) originConfigured(o string) bool {
+	return o != "" && o != "null" && (slices.Contains(a.cors, "*") || slices.Contains(a.cors, o))
+}
+
+// sameOrigin reports whether an origin (or a Referer) names the host the
+// request was sent to.
+func sameOrigin(o string, r *http.Request) bool {
 	u, err := url.Parse(o)
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+}
+
+// originAllowed reports whether a request may use a route with effects:
+// see the comment above.
+func (a *httpAPI) originAllowed(r *http.Request) bool {
+	if o := r.Header.Get("Origin"); o != "" {
+		// "null" (a sandboxed frame, a file: page) is never allowed.
+		return a.originConfigured(o) || (o != "null" && sameOrigin(o, r))
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return true
+	case "":
+	default: // same-site, cross-site: an image or a link of another page
+		return false
+	}
+	if ref := r.Header.Get("Referer"); ref != "" {
+		u, err := url.Parse(ref)
+		if err != nil {
+			return false
+		}
+		return a.originConfigured(u.Scheme+"://"+u.Host) || sameOrigin(ref, r)
+	}
+	return true
+}
+
+// originRefusal says why originAllowed refused a request.
+func originRefusal(r *http.Request) string {
+	from := r.Header.Get("Origin")
+	if from == "" {
+		if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
+			from = "a " + s + " page (Sec-Fetch-Site: " + s + ")"
+		} else {
+			from = "the page " + r.Header.Get("Referer")
+		}
+	}
+	return "cross-origin request from " + from + " refused: this route changes state; allow the origin with --cors-origins (CORS_ALLOW_ORIGIN)"
+}
+
+// setHosts makes the host list from the configuration.
+func (a *httpAPI) setHosts(cfg httpConfig) {
+	add := func(h string) {
+		h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+		if h == "*" {
+			a.anyHost = true
+		} else if h != "" && h != "." && !slices.Contains(a.hosts, h) {
+			a.hosts = append(a.hosts, h)
+		}
+	}
+	for _, h := range cfg.allowedHosts {
+		add(h)
+	}
+	add(cfg.listenHost)
+	for _, o := range cfg.corsOrigins {
+		if u, err := url.Parse(o); err == nil && u.Hostname() != "" {
+			add(u.Hostname())
+		}
+	}
+}
+
+// hostName is the name of a Host header without its port, lower-case.
+func hostName(host string) string {
+	h := host
+	if strings.HasPrefix(h, "[") {
+		if i := strings.IndexByte(h, ']'); i > 0 {
+			h = h[1:i]
+		}
+	} else if strings.Count(h, ":") == 1 {
+		h, _, _ = strings.Cut(h, ":")
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// hostAllowed reports whether a browser may reach the server by this Host
+// header: see the comment above.
+func (a *httpAPI) hostAllowed(host string) bool {
+	if host == "" || a.anyHost {
+		// No Host: HTTP/1.0, never a browser's.
+		return true
+	}
+	h := hostName(host)
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	for _, e := range a.hosts {
+		if h == e || strings.HasPrefix(e, ".") && (h == e[1:] || strings.HasSuffix(h, e)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *httpAPI) hostRefusal(host string) string {
+	h := hostName(host)
+	return "host " + strconv.Quote(h) + " is not allowed: without --auth-tokens, browsers may reach this server only by " +
+		"a loopback name, an IP address, the --host name, a --cors-origins host or a name of --allowed-hosts " +
+		"(QUEUED_ALLOWED_HOSTS); to reach it by this name, add " + h + " to --allowed-hosts"
 }
 
 // ---------------------------------------------------------------------------
@@ -207,73 +391,27 @@ func (a *httpAPI) originAllowed(r *http.Request) bool {
 
 func (a *httpAPI) addProbeRoutes() {
 	b, srv := a.b, a.srv
-	a.handle("GET", "/health", true, func(w http.ResponseWriter, r *http.Request, _ []string) {
-		t := b.totals()
-		st := b.storageState()
-		storage := map[string]any{"driver": st.Driver, "ok": st.Err == nil, "backlog": st.Backlog}
-		if st.Location != "" {
-			storage["path"] = st.Location
-		}
-		status, code := "healthy", http.StatusOK
-		if st.Err != nil {
-			// Reads are still served, but new jobs are refused until writes
-			// work: 503, as the reference answers, takes the server out of
-			// a load balancer's rotation.
-			status, code = "degraded", http.StatusServiceUnavailable
-			storage["error"] = st.Err.Error()
-			storage["diskFull"] = isDiskFull(st.Err)
-			storage["since"] = st.Since.UnixMilli()
-		}
-		ws, sse := 0, 0
-		if a.live != nil {
-			ws, sse = a.live.hub.Counts()
-		}
-		resp := map[string]any{
-			"ok":      st.Err == nil,
-			"status":  status,
-			"storage": storage,
-			// The version bunqueue's own tools compare with theirs, as Hello
-			// answers it; queued's own beside it.
-			"version":       compatVersion,
-			"queuedVersion": version,
-			"uptime":        (b.now() - b.started) / 1000,
-			"queues": map[string]any{
-				"count":       t.Queues,
-				"waiting":     t.Waiting,
-				"prioritized": t.Prioritized,
-				"delayed":     t.Delayed,
-				"active":      t.Active,
-				"completed":   t.Completed,
-				"dlq":         t.DLQ,
-			},
-			"connections": map[string]any{"tcp": srv.nconns.Load(), "ws": ws, "sse": sse},
-			"memory":      memoryMB(false),
-			"workers":     b.workers.count(),
-		}
-		if a.live != nil {
-			// Events the live subscribers did not get: they were not
-			// keeping up, or the renderer was not.
-			resp["events"] = map[string]any{"dropped": a.live.hub.Drops() + a.live.dropped.Load()}
-		}
-		if a.bk != nil {
-			resp["backup"] = a.bk.health()
-		}
-		writeJSON(w, code, resp)
-	})
+	a.handle("GET", "/health", routeOpen, a.serveHealth)
 	ok := func(w http.ResponseWriter, r *http.Request, _ []string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "OK")
 	}
-	a.handle("GET", "/healthz", true, ok)
-	a.handle("GET", "/live", true, ok)
-	a.handle("GET", "/ready", true, func(w http.ResponseWriter, r *http.Request, _ []string) {
+	a.handle("GET", "/healthz", routeOpen, ok)
+	a.handle("GET", "/live", routeOpen, ok)
+	a.handle("GET", "/ready", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) {
 		st := b.storageState()
 		if st.Err == nil {
 			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "ready": true})
 			return
 		}
+		// The error's text (a path, a database host) is for those with
+		// the token, as in /health.
+		msg := storageErrorSummary(st.Err)
+		if srv.httpAuthorized(r) {
+			msg = st.Err.Error()
+		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "ready": false,
-			"storage": map[string]any{"diskFull": isDiskFull(st.Err), "error": st.Err.Error(), "since": st.Since.UnixMilli()}})
+			"storage": map[string]any{"diskFull": isDiskFull(st.Err), "error": msg, "since": st.Since.UnixMilli()}})
 	})
 
 	// Prometheus scrapes /metrics and /prometheus. The reference answers
@@ -283,8 +421,8 @@ func (a *httpAPI) addProbeRoutes() {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Write(srv.prometheusText())
 	}
-	a.handle("GET", "/prometheus", false, prom)
-	a.handle("GET", "/metrics", false, func(w http.ResponseWriter, r *http.Request, p []string) {
+	a.handle("GET", "/prometheus", 0, prom)
+	a.handle("GET", "/metrics", 0, func(w http.ResponseWriter, r *http.Request, p []string) {
 		if !wantsJSON(r) {
 			prom(w, r, p)
 			return
@@ -294,41 +432,94 @@ func (a *httpAPI) addProbeRoutes() {
 			"totalCompleted": b.stats.completed.Load(), "totalFailed": b.stats.failed.Load()}})
 	})
 
-	// A consistent copy of the live database, streamed to the caller.
-	a.handle("GET", "/backup", false, func(w http.ResponseWriter, r *http.Request, _ []string) {
-		bk, ok := b.store.(interface {
-			Backup(ctx context.Context, dst string) error
-		})
-		if !ok {
-			writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": "backup needs SQLite storage; this server keeps its data in memory"})
-			return
-		}
-		dir, err := os.MkdirTemp("", "queued-backup")
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
-			return
-		}
-		defer os.RemoveAll(dir)
-		tmp := filepath.Join(dir, "backup.db")
-		if err := bk.Backup(r.Context(), tmp); err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
-			return
-		}
-		f, err := os.Open(tmp)
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
-			return
-		}
-		defer f.Close()
-		fi, _ := f.Stat()
-		w.Header().Set("Content-Type", "application/vnd.sqlite3")
-		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
-		w.Header().Set("Content-Disposition", `attachment; filename="queued-backup.db"`)
-		io.Copy(w, f)
-	})
+	// A consistent copy of the live database, streamed to the caller
+	// (backup_download.go): a copy on disk, so a route with effects.
+	a.handle("GET", "/backup", routeEffects, a.serveBackupDownload)
 	// An S3 backup now (see backup.go).
 	backupNow := a.bk.serveBackupNow(srv)
-	a.handle("POST", "/backup/s3", false, func(w http.ResponseWriter, r *http.Request, _ []string) { backupNow(w, r) })
+	a.handle("POST", "/backup/s3", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { backupNow(w, r) })
+}
+
+// serveHealth is GET /health, open to all. Who may see what:
+//
+//   - With tokens, a request without a valid one learns only whether the
+//     server is up: {ok, status}, and the status code (200, or 503 while
+//     storage is degraded). That is all a load balancer or the official
+//     CLI's healthcheck reads.
+//   - With a valid token, or when the server has no tokens (then every
+//     route is open, the data itself included), the whole document: the
+//     reference's fields, which the official CLI's doctor reads (version,
+//     uptime, queues, connections, memory), and queued's details (storage
+//     driver, file or schema, the storage error's text, workers, dropped
+//     live events, the S3 backups' bucket and last error).
+func (a *httpAPI) serveHealth(w http.ResponseWriter, r *http.Request, _ []string) {
+	b, srv := a.b, a.srv
+	st := b.storageState()
+	status, code := "healthy", http.StatusOK
+	if st.Err != nil {
+		// Reads are still served, but new jobs are refused until writes
+		// work: 503, as the reference answers, takes the server out of
+		// a load balancer's rotation.
+		status, code = "degraded", http.StatusServiceUnavailable
+	}
+	if !srv.httpAuthorized(r) {
+		writeJSON(w, code, map[string]any{"ok": st.Err == nil, "status": status})
+		return
+	}
+	t := b.totals()
+	storage := map[string]any{"driver": st.Driver, "ok": st.Err == nil, "backlog": st.Backlog}
+	if st.Location != "" {
+		storage["path"] = st.Location
+	}
+	if st.Err != nil {
+		storage["error"] = st.Err.Error()
+		storage["diskFull"] = isDiskFull(st.Err)
+		storage["since"] = st.Since.UnixMilli()
+	}
+	ws, sse := 0, 0
+	if a.live != nil {
+		ws, sse = a.live.hub.Counts()
+	}
+	resp := map[string]any{
+		"ok":      st.Err == nil,
+		"status":  status,
+		"storage": storage,
+		// The version bunqueue's own tools compare with theirs, as Hello
+		// answers it; queued's own beside it.
+		"version":       compatVersion,
+		"queuedVersion": version,
+		"uptime":        (b.now() - b.started) / 1000,
+		"queues": map[string]any{
+			"count":       t.Queues,
+			"waiting":     t.Waiting,
+			"prioritized": t.Prioritized,
+			"delayed":     t.Delayed,
+			"active":      t.Active,
+			"completed":   t.Completed,
+			"dlq":         t.DLQ,
+		},
+		"connections": map[string]any{"tcp": srv.nconns.Load(), "ws": ws, "sse": sse},
+		"memory":      memoryMB(false),
+		"workers":     b.workers.count(),
+	}
+	if a.live != nil {
+		// Events the live subscribers did not get: they were not
+		// keeping up, or the renderer was not.
+		resp["events"] = map[string]any{"dropped": a.live.hub.Drops() + a.live.dropped.Load()}
+	}
+	if a.bk != nil {
+		resp["backup"] = a.bk.health()
+	}
+	writeJSON(w, code, resp)
+}
+
+// storageErrorSummary is what an unauthenticated caller learns of a
+// storage error: its kind, not its text.
+func storageErrorSummary(err error) string {
+	if isDiskFull(err) {
+		return "disk full"
+	}
+	return "storage writes are failing"
 }
 
 // wantsJSON reports whether the client asked for JSON by name.

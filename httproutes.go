@@ -255,7 +255,7 @@ func jsonMarshal(v any) ([]byte, error) {
 // cmd adds a route answered by one command; errCode is the status of an
 // ok:false answer (200 where the reference always answers 200).
 func (a *httpAPI) cmd(method, pattern string, errCode, body int, build func(p []string, b Map) (*cmdReq, error)) {
-	a.handle(method, pattern, false, func(w http.ResponseWriter, r *http.Request, p []string) {
+	a.handle(method, pattern, 0, func(w http.ResponseWriter, r *http.Request, p []string) {
 		b, err := readBody(w, r, body)
 		if err != nil {
 			writeHTTPError(w, err)
@@ -309,6 +309,17 @@ func queryInt(r *http.Request, name string) (int64, bool, error) {
 	return n, true, nil
 }
 
+// pageBounds is the page [lo, hi) of n items that starts at offset and
+// holds at most limit of them (all the rest without a limit): a negative
+// offset or limit counts as 0, and no value, however large, overflows.
+func pageBounds(n int, offset, limit int64, hasLimit bool) (lo, hi int) {
+	lo = int(min(max(offset, 0), int64(n)))
+	if !hasLimit {
+		return lo, n
+	}
+	return lo, lo + int(min(max(limit, 0), int64(n-lo)))
+}
+
 // ---------------------------------------------------------------------------
 // The routes
 
@@ -317,12 +328,12 @@ func (a *httpAPI) addRESTRoutes() {
 	ok := http.StatusOK
 
 	// Figures
-	a.handle("GET", "/stats", false, a.serveStats)
-	a.handle("GET", "/dashboard", false, a.serveDashboard)
-	a.handle("GET", "/dashboard/queues", false, a.serveDashboardQueues)
-	a.handle("GET", "/dashboard/queues/:queue", false, a.serveDashboardQueue)
-	a.handle("POST", "/gc", false, a.serveGC)
-	a.handle("GET", "/heapstats", false, a.serveHeapStats)
+	a.handle("GET", "/stats", 0, a.serveStats)
+	a.handle("GET", "/dashboard", 0, a.serveDashboard)
+	a.handle("GET", "/dashboard/queues", 0, a.serveDashboardQueues)
+	a.handle("GET", "/dashboard/queues/:queue", 0, a.serveDashboardQueue)
+	a.handle("POST", "/gc", 0, a.serveGC)
+	a.handle("GET", "/heapstats", routeEffects, a.serveHeapStats) // a full collection: not for any page to trigger
 
 	// Jobs, in the reference's order of matching.
 	a.cmd("POST", "/jobs/ack-batch", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
@@ -362,7 +373,7 @@ func (a *httpAPI) addRESTRoutes() {
 
 	// Queues
 	a.cmd("GET", "/queues", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListQueues"), nil })
-	a.handle("GET", "/queues/summary", false, a.serveQueuesSummary)
+	a.handle("GET", "/queues/summary", 0, a.serveQueuesSummary)
 	a.cmd("POST", "/queues/:queue/jobs", bad, bodyRequired, func(p []string, b Map) (*cmdReq, error) {
 		c := newCmd("PUSH").str("queue", p[0])
 		if name, err := b.Get("name").Str(); err == nil {
@@ -379,7 +390,8 @@ func (a *httpAPI) addRESTRoutes() {
 		return c.from(b, "backoff", "timeout", "jobId", "removeOnComplete", "removeOnFail", "durable", "ttl",
 			"uniqueKey", "groupId", "dependsOn", "tags", "lifo", "repeat"), nil
 	})
-	a.handle("GET", "/queues/:queue/jobs", false, func(w http.ResponseWriter, r *http.Request, p []string) {
+	// A GET that claims a job: a route with effects.
+	a.handle("GET", "/queues/:queue/jobs", routeEffects, func(w http.ResponseWriter, r *http.Request, p []string) {
 		timeout, _, err := queryInt(r, "timeout")
 		if err != nil {
 			writeHTTPError(w, err)
@@ -397,8 +409,8 @@ func (a *httpAPI) addRESTRoutes() {
 	a.cmd("POST", "/queues/:queue/jobs/pull-batch", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
 		return newCmd("PULLB").str("queue", p[0]).from(b, "count", "timeout", "owner", "lockTtl"), nil
 	})
-	a.handle("GET", "/queues/:queue/jobs/list", false, a.serveJobsList)
-	a.handle("GET", "/queues/:queue/workers", false, a.serveQueueWorkers)
+	a.handle("GET", "/queues/:queue/jobs/list", 0, a.serveJobsList)
+	a.handle("GET", "/queues/:queue/workers", 0, a.serveQueueWorkers)
 	a.queueCmd("GET", "/queues/:queue/counts", "GetJobCounts")
 	a.queueCmd("GET", "/queues/:queue/count", "Count")
 	a.queueCmd("GET", "/queues/:queue/priority-counts", "GetCountsPerPriority")
@@ -429,8 +441,8 @@ func (a *httpAPI) addRESTRoutes() {
 	})
 
 	// Dead-letter queue and queue settings
-	a.handle("GET", "/queues/:queue/dlq/stats", false, a.serveDLQStats)
-	a.handle("GET", "/queues/:queue/dlq", false, a.serveDLQ)
+	a.handle("GET", "/queues/:queue/dlq/stats", 0, a.serveDLQStats)
+	a.handle("GET", "/queues/:queue/dlq", 0, a.serveDLQ)
 	a.cmd("POST", "/queues/:queue/dlq/retry", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
 		return newCmd("RetryDlq").str("queue", p[0]).from(b, "jobId"), nil
 	})
@@ -492,7 +504,7 @@ func (a *httpAPI) addRESTRoutes() {
 	a.cmd("DELETE", "/workers/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
 		return newCmd("UnregisterWorker").str("workerId", p[0]), nil
 	})
-	a.handle("POST", "/workers/:id/heartbeat", false, func(w http.ResponseWriter, r *http.Request, p []string) {
+	a.handle("POST", "/workers/:id/heartbeat", 0, func(w http.ResponseWriter, r *http.Request, p []string) {
 		// The body is optional and, as in the reference, ignored when it
 		// is not JSON.
 		b, err := readBody(w, r, bodyOptional)
@@ -670,22 +682,16 @@ func (a *httpAPI) serveDLQ(w http.ResponseWriter, r *http.Request, p []string) {
 	entries, _ := ans.Get("entries").Array()
 	num := func(k string) (int64, bool) {
 		f, err := strconv.ParseFloat(strings.TrimSpace(r.URL.Query().Get(k)), 64)
-		if err != nil || math.IsInf(f, 0) {
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 			return 0, false
 		}
-		return int64(f), true
+		// Converting a float beyond int64 is undefined: clamp first.
+		return int64(max(min(f, 1<<53), -1<<53)), true
 	}
 	limit, hasLimit := num("limit")
-	offset, hasOffset := num("offset")
-	page := entries
-	if hasLimit || hasOffset {
-		lo := int(min(max(offset, 0), int64(len(entries))))
-		hi := len(entries)
-		if hasLimit {
-			hi = int(min(int64(lo)+max(limit, 0), int64(len(entries))))
-		}
-		page = entries[lo:hi]
-	}
+	offset, _ := num("offset")
+	lo, hi := pageBounds(len(entries), offset, limit, hasLimit)
+	page := entries[lo:hi]
 	o := jsonObj{}
 	o.open()
 	o.boolean("ok", true)
@@ -844,7 +850,8 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 	}
 	data, _, _ := ans.Map("data")
 	qs, _, _ := data.Array("queues")
-	page := qs[min(offset, len(qs)):min(offset+limit, len(qs))]
+	lo, hi := pageBounds(len(qs), int64(offset), int64(limit), true)
+	page := qs[lo:hi]
 	list := []byte{'['}
 	for i, raw := range page {
 		if i > 0 {

@@ -83,6 +83,9 @@ type config struct {
 	// corsOrigins: the origins whose pages may use the HTTP API from a
 	// browser, comma-separated; "*" is any.
 	corsOrigins string
+	// allowedHosts: names browsers may use to reach the HTTP port when
+	// there are no tokens (see hostAllowed in http.go).
+	allowedHosts string
 
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
@@ -157,7 +160,10 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.host, "host", envOr([]string{"HOST"}, "0.0.0.0"), "address to listen on [HOST]")
 	fs.IntVar(&c.tcpPort, "tcp-port", envInt([]string{"TCP_PORT"}, 6789), "TCP port of the wire protocol [TCP_PORT]")
 	fs.IntVar(&c.httpPort, "http-port", envInt([]string{"HTTP_PORT"}, 6790), "HTTP port (health, 0 to disable) [HTTP_PORT]")
-	fs.StringVar(&c.authTokens, "auth-tokens", envOr([]string{"AUTH_TOKENS"}, ""), "comma-separated tokens clients must present [AUTH_TOKENS]")
+	// Secrets: their values, from the environment or not, are never
+	// printed (secrets.go).
+	c.authTokens = envOr([]string{"AUTH_TOKENS"}, "")
+	fs.Var(hiddenFlag{&c.authTokens}, "auth-tokens", "comma-separated `tokens` clients must present [AUTH_TOKENS]"+fromEnvNote([]string{"AUTH_TOKENS"}))
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
 	fs.IntVar(&c.maxQueues, "max-queues", envInt([]string{"QUEUED_MAX_QUEUES"}, defaultMaxQueues),
@@ -168,12 +174,15 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
-	fs.StringVar(&c.pgURL, "postgres-url", pgURLFromEnv(),
-		"PostgreSQL mode: several brokers share this database [BUNQUEUE_POSTGRES_URL]")
+	c.pgURL = pgURLFromEnv()
+	fs.Var(dsnFlag{&c.pgURL}, "postgres-url",
+		"PostgreSQL mode: several brokers share this database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
+		"without --auth-tokens, the host names browsers may reach the HTTP port by besides loopback names, IP addresses, --host and the --cors-origins hosts; comma-separated, .example.com for a domain and its subdomains, * for any [QUEUED_ALLOWED_HOSTS]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -288,6 +297,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		// After the database is closed: see datalock.go.
 		defer unlock()
+		removeStaleDownloads(c.dataPath, log)
 		store, storage = sq, "sqlite:"+c.dataPath
 	}
 	var src backupSource
@@ -390,7 +400,12 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		hln = newRetryListener(hln, "http", log)
 		lv = newLive(srv, log, c.liveEvery)
-		api = newHTTPAPI(b, srv, bk, httpConfig{corsOrigins: splitTokens(c.corsOrigins), live: lv})
+		hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
+			listenHost: c.host, live: lv}
+		if sq != nil {
+			hcfg.dataPath = c.dataPath
+		}
+		api = newHTTPAPI(b, srv, bk, hcfg)
 		hs = newHTTPServer(httpAddr, api)
 		if certs != nil {
 			hs.TLSConfig = certs.serverTLSConfig()

@@ -71,7 +71,8 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o migrateOpts
 	fs.StringVar(&o.from, "from", envOr(dataPathEnv, defaultDataPath), "the SQLite data file [DATA_PATH, BUNQUEUE_DATA_PATH]")
-	fs.StringVar(&o.url, "postgres-url", pgURLFromEnv(), "the PostgreSQL database [BUNQUEUE_POSTGRES_URL]")
+	o.url = pgURLFromEnv()
+	fs.Var(dsnFlag{&o.url}, "postgres-url", "the PostgreSQL database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&o.namespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"), "the namespace to fill [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.BoolVar(&o.appendTo, "append", false, "add to a namespace that already holds jobs")
 	fs.Usage = func() {

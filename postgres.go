@@ -287,10 +287,18 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	return p, nil
 }
 
-// redactPG keeps a password in the URL out of an error message.
+// redactPG keeps a password in the URL out of an error message (see
+// secrets.go); an error without one keeps its chain.
 func redactPG(err error, url string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
 	if cfg, perr := pgconn.ParseConfig(url); perr == nil && cfg.Password != "" {
-		return errors.New(strings.ReplaceAll(err.Error(), cfg.Password, "[redacted]"))
+		msg = strings.ReplaceAll(msg, cfg.Password, maskedPassword)
+	}
+	if red := redactIn(msg, url); red != err.Error() {
+		return errors.New(red)
 	}
 	return err
 }

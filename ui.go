@@ -41,6 +41,6 @@ func (a *httpAPI) addUIRoutes() {
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 		w.Write(b)
 	}
-	a.handle("GET", "/", true, func(w http.ResponseWriter, r *http.Request, _ []string) { serve(w, r, "index.html") })
-	a.handle("GET", "/ui/:file", true, func(w http.ResponseWriter, r *http.Request, p []string) { serve(w, r, p[0]) })
+	a.handle("GET", "/", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) { serve(w, r, "index.html") })
+	a.handle("GET", "/ui/:file", routeOpen, func(w http.ResponseWriter, r *http.Request, p []string) { serve(w, r, p[0]) })
 }
