@@ -809,6 +809,11 @@ func decodeAt(b []byte, i, depth int) (any, int, error) {
 	case 0xc7, 0xc8, 0xc9:
 		w := 1 << (c - 0xc7)
 		l, j, _ := readLen(b, i+1, w)
+		if b[j] == 0 && l == 1 && b[j+1] == 0 {
+			// undefined in the longer form: the same value as the fixext
+			// one (which is how it is written back).
+			return Undefined{}, end, nil
+		}
 		return Ext{Type: int8(b[j]), Data: append([]byte{}, b[j+1:j+1+l]...)}, end, nil
 	}
 	return nil, 0, errBadFormat
