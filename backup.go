@@ -15,6 +15,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
@@ -718,16 +719,30 @@ func checkDatabase(ctx context.Context, path string) (int64, error) {
 func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
 	var s s3Settings
 	var from, dataPath string
-	name := "queued " + cmd
-	if cmd == "backups" {
-		if len(args) == 0 || args[0] != "list" {
-			fmt.Fprintln(stderr, "usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags]")
-			return 2
-		}
-		args, name = args[1:], "queued backups list"
+	usage := "Usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags]\n\n" +
+		"Lists the backups in an S3 bucket, newest first, with the URL queued restore takes.\n\nFlags:\n"
+	if cmd == "restore" {
+		usage = "Usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]\n\n" +
+			"Downloads a backup from S3 into a new database file, verifying its checksums;\n" +
+			"start a server on it with queued --data-path FILE.\n\nFlags:\n"
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if cmd == "backups" {
+		switch {
+		case len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help"):
+			// Help without the subcommand word.
+		case len(args) == 0 || args[0] != "list":
+			fmt.Fprintln(stderr, "usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags] (see queued help backups)")
+			return 2
+		default:
+			args = args[1:]
+		}
+	}
+	fs := flag.NewFlagSet("queued "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	addS3Flags(fs, &s)
 	if cmd == "restore" {
 		fs.StringVar(&from, "from", "", "the backup: s3://bucket/key, or s3://bucket/prefix/ for the newest under it")
@@ -798,7 +813,7 @@ func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
 
 // backupS3Remote asks a running server for an S3 backup (POST /backup/s3);
 // the server uses its own bucket and credentials.
-func backupS3Remote(base, token string, stdout, stderr io.Writer) int {
+func backupS3Remote(base, token string, tcfg *tls.Config, stdout, stderr io.Writer) int {
 	req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/backup/s3", nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued backup:", err)
@@ -807,7 +822,9 @@ func backupS3Remote(base, token string, stdout, stderr io.Writer) int {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 2 * time.Hour}).Do(req)
+	hc := &http.Client{Timeout: 2 * time.Hour, Transport: &http.Transport{TLSClientConfig: tcfg, Proxy: http.ProxyFromEnvironment}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "queued backup: asking %s for an S3 backup: %v\n", redactURL(base), err)
 		return 1

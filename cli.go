@@ -21,8 +21,26 @@ import (
 	"time"
 )
 
-// cliMain runs a client subcommand. args start with the command word or
-// with global options; a line with no command word left is the server's.
+// toolCommands are the commands other than the client commands of
+// clientCommands (clicmds.go). Each is given the rest of its line, with
+// the global options that stood before its word: those that talk to a
+// server read them, the others refuse them as unknown flags.
+var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"serve":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
+	"start":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
+	"help":    cmdHelp,
+	"version": cmdVersion,
+	"doctor":  cmdDoctor,
+	"bench":   cmdBench,
+	"backup":  cmdBackupCLI,
+	"backups": func(a []string, o, e io.Writer) int { return cmdS3("backups", a, o, e) },
+	"restore": func(a []string, o, e io.Writer) int { return cmdS3("restore", a, o, e) },
+	"migrate": cmdMigrate,
+}
+
+// cliMain runs a command whose line starts with global options (a line
+// that starts with the command word is dispatched by run). A line with no
+// command word left is the server's.
 func cliMain(args []string, stdout, stderr io.Writer) int {
 	o, rest, err := parseGlobal(args)
 	if err != nil {
@@ -41,14 +59,14 @@ func cliMain(args []string, stdout, stderr io.Writer) int {
 		return serve(serverArgs(args), stdout, stderr)
 	}
 	cmd, cargs := rest[0], rest[1:]
+	if f, ok := toolCommands[cmd]; ok {
+		// The global options are documented as allowed anywhere, before
+		// the command word too: the tool gets the line without its word.
+		line := append(append([]string{}, args[:o.wordAt]...), args[o.wordAt+1:]...)
+		return f(line, stdout, stderr)
+	}
 	if o.help {
 		return printHelp(cmd, stdout, stderr)
-	}
-	switch cmd {
-	case "version":
-		return cliVersion(o, stdout)
-	case "doctor":
-		return cliDoctor(o, stdout, stderr)
 	}
 	if !isClientCommand(cmd) {
 		fmt.Fprintf(stderr, "queued: unknown command %q (try: queued help)\n", cmd)
@@ -59,6 +77,45 @@ func cliMain(args []string, stdout, stderr io.Writer) int {
 		return cliFail(o, stderr, err, 2)
 	}
 	return runClientCommand(o, cmd, sub, req, stdout, stderr)
+}
+
+// cmdHelp is `queued help [COMMAND]`; global options may stand around it.
+func cmdHelp(args []string, stdout, stderr io.Writer) int {
+	_, rest, err := parseGlobal(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if len(rest) == 0 {
+		fmt.Fprint(stdout, mainHelp())
+		return 0
+	}
+	return printHelp(rest[0], stdout, stderr)
+}
+
+// serverCheck reads the global options of version and doctor, which take
+// no argument of their own.
+func serverCheck(name string, args []string, stdout, stderr io.Writer, do func(cliOpts) int) int {
+	o, rest, err := parseGlobal(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if o.help {
+		return printHelp(name, stdout, stderr)
+	}
+	if len(rest) > 0 {
+		return cliFail(o, stderr, usagef("%s: unexpected argument %q (see queued help %s)", name, rest[0], name), 2)
+	}
+	return do(o)
+}
+
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	return serverCheck("version", args, stdout, stderr, func(o cliOpts) int { return cliVersion(o, stdout) })
+}
+
+func cmdDoctor(args []string, stdout, stderr io.Writer) int {
+	return serverCheck("doctor", args, stdout, stderr, func(o cliOpts) int { return cliDoctor(o, stdout, stderr) })
 }
 
 // serverArgs lets the server be started with the client's spelling of its
@@ -153,6 +210,15 @@ func runClientCommand(o cliOpts, cmd, sub string, req map[string]any, stdout, st
 	if err := v.check(); err != nil {
 		return cliFail(o, stderr, err, 1)
 	}
+	if req["cmd"] == "FAIL" && v.ans["applied"] != false && !o.json {
+		// FAIL's answer does not say whether the job will run again:
+		// its state does.
+		v.after, v.afterErr = c.Call(cctx, map[string]any{"cmd": "GetJob", "id": req["id"]})
+		if v.afterErr == nil {
+			v.after = unwrapData(v.after)
+		}
+		v.now = time.Now()
+	}
 	if o.json {
 		out := toJSON(ans).(map[string]any)
 		delete(out, "reqId")
@@ -194,12 +260,15 @@ func unwrapData(ans map[string]any) map[string]any {
 
 // httpBase is the server's HTTP address as the reference CLI finds it: the
 // same host, the TCP port plus one, HTTPS when TLS is on.
-func (o cliOpts) httpBase() string {
+func (o cliOpts) httpBase() string { return o.httpBaseAt(o.port + 1) }
+
+// httpBaseAt is the server's HTTP address on the given port.
+func (o cliOpts) httpBaseAt(port int) string {
 	scheme := "http"
 	if o.tls || o.tlsCA != "" || o.tlsNoVerify {
 		scheme = "https"
 	}
-	return scheme + "://" + net.JoinHostPort(o.host, strconv.Itoa(o.port+1))
+	return scheme + "://" + net.JoinHostPort(o.host, strconv.Itoa(port))
 }
 
 // fetchHealth reads the server's /health document.
@@ -237,73 +306,150 @@ func versionLine() string {
 	return fmt.Sprintf("queued %s (bunqueue protocol %d, compatible with bunqueue %s)", version, protocolVersion, compatVersion)
 }
 
+// serverIdentity names the software and version behind a /health
+// document: queued gives its own version (queuedVersion) beside the
+// bunqueue version it is compatible with (version, which the official
+// CLI's doctor compares with its own); the reference gives only the
+// latter. Empty when the document shows neither (a server with tokens,
+// asked without one).
+func serverIdentity(doc map[string]any) (name, ver string) {
+	if v := jsStr(doc["queuedVersion"], ""); v != "" {
+		return "queued", v
+	}
+	if v := jsStr(doc["version"], ""); v != "" {
+		return "bunqueue", v
+	}
+	return "", ""
+}
+
 // cliVersion prints this binary's version and the server's, when one is
 // reachable over HTTP.
 func cliVersion(o cliOpts, stdout io.Writer) int {
 	doc, err := fetchHealth(o, 3*time.Second)
 	server := map[string]any{"endpoint": o.httpBase(), "reachable": err == nil}
-	// A queued names its own version apart from the bunqueue version it
-	// answers to; the reference has only the latter.
-	if err == nil && doc["queuedVersion"] != nil {
-		doc["version"] = doc["queuedVersion"]
+	name, ver := "", ""
+	if err == nil {
+		name, ver = serverIdentity(doc)
 	}
-	if err == nil && doc["version"] != nil {
-		server["version"] = doc["version"]
+	if ver != "" {
+		server["name"], server["version"] = name, ver
+		if name == "queued" && doc["version"] != nil {
+			server["compatibleWith"] = "bunqueue " + jsStr(doc["version"], "")
+		}
 	}
 	if o.json {
-		b, _ := json.MarshalIndent(map[string]any{"ok": true, "client": map[string]any{"name": "queued", "version": version},
-			"server": server}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"ok": true, "client": map[string]any{"name": "queued", "version": version,
+			"protocolVersion": protocolVersion, "compatibleWith": "bunqueue " + compatVersion}, "server": server}, "", "  ")
 		fmt.Fprintln(stdout, string(b))
 		return 0
 	}
 	fmt.Fprintln(stdout, "Client:", versionLine())
-	if err != nil {
+	switch {
+	case err != nil:
 		fmt.Fprintf(stdout, "Server: not reachable at %s (%v)\n", o.httpBase(), err)
-	} else {
-		fmt.Fprintf(stdout, "Server: %s at %s\n", jsStr(doc["version"], "unknown version"), o.httpBase())
+	case ver == "":
+		fmt.Fprintf(stdout, "Server: at %s; it shows its version only with its token (--token, BQ_TOKEN)\n", o.httpBase())
+	default:
+		fmt.Fprintf(stdout, "Server: %s %s at %s\n", name, ver, o.httpBase())
 	}
 	return 0
 }
 
-// cmdBackup fetches a consistent copy of a running server's database over
-// HTTP and writes it to a file, refusing to overwrite one.
+const backupUsage = `Usage: queued backup --out FILE [-H HOST] [-p PORT] [--token T] [--tls ...]
+       queued backup --s3 [-H HOST] [-p PORT] [--token T] [--tls ...]
+
+Copies a running server's SQLite database, consistently, to FILE (which must
+not exist), over the server's HTTP port (GET /backup); or, with --s3, has the
+server upload a backup to its own S3 bucket (POST /backup/s3).
+
+Options:
+  --out FILE           the file to write
+  --s3                 ask for an S3 backup instead
+  -H, --host HOST      server host (default localhost) [HOST, BUNQUEUE_HOST, BQ_HOST]
+  -p, --port PORT      the server's TCP port, as for every command (default 6789)
+                       [TCP_PORT]; its HTTP port is taken to be PORT+1 (6790)
+  --http-port PORT     the server's HTTP port, when it is not PORT+1
+  --url URL            the whole HTTP address instead, such as http://host:6790
+                       (the older spelling, kept) [QUEUED_HTTP_URL]
+  -t, --token TOKEN    auth token, when the server has AUTH_TOKENS
+                       [BQ_TOKEN, BUNQUEUE_TOKEN, QUEUED_TOKEN]
+  --tls                HTTPS, verifying the server with the system roots
+  --tls-ca FILE        HTTPS, verifying the server with this CA certificate
+  --tls-no-verify      HTTPS without verifying the server (testing only)
+`
+
+// cmdBackupCLI fetches a consistent copy of a running server's database
+// over HTTP and writes it to a file, refusing to overwrite one. It takes
+// the server's address as every command does (-H, -p: the TCP port, HTTP
+// being the next one, as version and doctor find it), so that one line of
+// global options reaches the same server whatever the command.
 func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("queued backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("out", "", "file to write the backup to (must not exist)")
-	toS3 := fs.Bool("s3", false, "have the server upload a backup to its S3 bucket (POST /backup/s3) instead")
-	url := new(string)
-	*url = envOr([]string{"QUEUED_HTTP_URL"}, "http://127.0.0.1:6790")
-	fs.Var(dsnFlag{url}, "url", "the server's HTTP `address` [QUEUED_HTTP_URL]")
-	tokenEnv := []string{"QUEUED_TOKEN", "BQ_TOKEN", "BUNQUEUE_TOKEN"}
-	token := new(string)
-	*token = envOr(tokenEnv, "")
-	fs.Var(hiddenFlag{token}, "token", "auth `token`, when the server has AUTH_TOKENS [QUEUED_TOKEN]"+fromEnvNote(tokenEnv))
-	caFile := fs.String("tls-ca", "", "verify an https:// server with this CA certificate")
-	noVerify := fs.Bool("tls-no-verify", false, "do not verify an https:// server's certificate (testing only)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: queued backup --out FILE [--url http://host:6790] [--token T] [--tls-ca FILE]\n       queued backup --s3 [--url http://host:6790] [--token T] [--tls-ca FILE]\n\nCopies a running server's SQLite database, consistently, to FILE, or has the server upload one to its S3 bucket.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *toS3 {
-		return backupS3Remote(*url, *token, stdout, stderr)
-	}
-	if *out == "" {
-		fmt.Fprintln(stderr, "queued backup: --out FILE is required")
-		return 2
-	}
-	tcfg, err := clientTLS(false, *caFile, *noVerify)
+	g, rest, err := parseGlobal(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued backup:", err)
 		return 2
 	}
-	if err := backupTo(*url, *token, *out, tcfg); err != nil {
+	if g.help {
+		fmt.Fprint(stdout, backupUsage)
+		return 0
+	}
+	fs := flag.NewFlagSet("queued backup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("out", "", "")
+	toS3 := fs.Bool("s3", false, "")
+	var url string
+	fs.Var(dsnFlag{&url}, "url", "")
+	httpPort := fs.Int("http-port", 0, "")
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, backupUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "queued backup: %v\nSee: queued help backup\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "queued backup: unexpected argument %q\nSee: queued help backup\n", fs.Arg(0))
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["http-port"] && (*httpPort < 1 || *httpPort > 65535) {
+		fmt.Fprintf(stderr, "queued backup: invalid --http-port %d: want a number from 1 to 65535\n", *httpPort)
+		return 2
+	}
+	base := g.httpBase()
+	if set["http-port"] {
+		base = g.httpBaseAt(*httpPort)
+	}
+	switch {
+	case set["url"] && (g.hostSet || g.portSet || set["http-port"]):
+		fmt.Fprintln(stderr, "queued backup: --url names the whole address: give it, or -H/-p/--http-port, not both")
+		return 2
+	case set["url"]:
+	case g.hostSet || g.portSet || set["http-port"]:
+		url = base
+	default:
+		url = envOr([]string{"QUEUED_HTTP_URL"}, base)
+	}
+	if g.token == "" {
+		// What this command read before it took BQ_TOKEN as the others
+		// do; still read, last.
+		g.token = envOr([]string{"QUEUED_TOKEN"}, "")
+	}
+	tcfg, err := clientTLS(g.tls, g.tlsCA, g.tlsNoVerify)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued backup:", err)
+		return 2
+	}
+	if *toS3 {
+		return backupS3Remote(url, g.token, tcfg, stdout, stderr)
+	}
+	if *out == "" {
+		fmt.Fprintln(stderr, "queued backup: --out FILE is required (or --s3)\nSee: queued help backup")
+		return 2
+	}
+	if err := backupTo(url, g.token, *out, tcfg); err != nil {
 		fmt.Fprintln(stderr, "queued backup:", err)
 		return 1
 	}

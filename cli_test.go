@@ -141,6 +141,7 @@ func TestCLIWireRequests(t *testing.T) {
 		{[]string{"pull", "q", "-t", "250"}, map[string]any{"cmd": "PULL", "queue": "q", "detach": true, "timeout": int64(250)}},
 		{[]string{"ack", "J", "--result", `{"r":[1,"x"]}`}, map[string]any{"cmd": "ACK", "id": "J", "result": map[string]any{"r": []any{int64(1), "x"}}}},
 		{[]string{"ack", "J"}, map[string]any{"cmd": "ACK", "id": "J"}},
+		// FAIL is followed by GetJob, whose answer says where the job went.
 		{[]string{"fail", "J", "-e", "boom"}, map[string]any{"cmd": "FAIL", "id": "J", "error": "boom"}},
 		{[]string{"job", "get", "J"}, map[string]any{"cmd": "GetJob", "id": "J"}},
 		{[]string{"job", "state", "J"}, map[string]any{"cmd": "GetState", "id": "J"}},
@@ -162,6 +163,9 @@ func TestCLIWireRequests(t *testing.T) {
 		{[]string{"queue", "drain", "q"}, map[string]any{"cmd": "Drain", "queue": "q"}},
 		{[]string{"queue", "obliterate", "q"}, map[string]any{"cmd": "Obliterate", "queue": "q"}},
 		{[]string{"queue", "clean", "q", "--grace", "1000", "-s", "completed", "-l", "5"}, map[string]any{"cmd": "Clean", "queue": "q", "grace": int64(1000), "state": "completed", "limit": int64(5)}},
+		// Without --state, completed: the protocol's default is waiting.
+		{[]string{"queue", "clean", "q", "--grace", "0"}, map[string]any{"cmd": "Clean", "queue": "q", "grace": int64(0), "state": "completed"}},
+		{[]string{"queue", "clean", "q", "-g", "5", "-s", "waiting"}, map[string]any{"cmd": "Clean", "queue": "q", "grace": int64(5), "state": "waiting"}},
 		{[]string{"queue", "count", "q"}, map[string]any{"cmd": "Count", "queue": "q"}},
 		{[]string{"queue", "jobs", "q", "--state", "waiting", "--limit", "10", "--offset", "2"}, map[string]any{"cmd": "GetJobs", "queue": "q", "state": "waiting", "limit": int64(10), "offset": int64(2)}},
 		{[]string{"queue", "paused", "q"}, map[string]any{"cmd": "IsPaused", "queue": "q"}},
@@ -197,6 +201,9 @@ func TestCLIWireRequests(t *testing.T) {
 			continue
 		}
 		got := rec.take()
+		if tc.want["cmd"] == "FAIL" && len(got) == 2 && reflect.DeepEqual(got[1], map[string]any{"cmd": "GetJob", "id": tc.want["id"]}) {
+			got = got[:1]
+		}
 		if len(got) != 1 || !reflect.DeepEqual(got[0], tc.want) {
 			t.Errorf("%v sent\n  %#v\nwant\n  %#v", tc.args, got, tc.want)
 		}
@@ -272,7 +279,8 @@ func cliServer(t *testing.T, c *config) []string {
 	if c == nil {
 		c = &config{}
 	}
-	c.host, c.memory = "127.0.0.1", true
+	c.host = "127.0.0.1"
+	c.memory = c.dataPath == ""
 	for try := 0; ; try++ {
 		p := freePort(t)
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
@@ -414,7 +422,7 @@ func TestCLIFailAndDLQ(t *testing.T) {
 	id := uuidRe.FindString(out)
 	cli(t, g, 0, "pull", "work")
 	out, _ = cli(t, g, 0, "fail", id, "--error", "disk on fire")
-	if !strings.Contains(out, "Job "+id+" marked failed") {
+	if !strings.Contains(out, "Job "+id+" failed for good (attempt 1 of 1): moved to the dead-letter queue of work") {
 		t.Errorf("fail: %q", out)
 	}
 	out, _ = cli(t, g, 0, "dlq", "list", "work")
@@ -527,7 +535,7 @@ func TestCLIControlCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"queue", "clean", "q", "--grace", "0"}, "Cleaned q: 0 jobs removed"},
+		{[]string{"queue", "clean", "q", "--grace", "0"}, "Cleaned q: 0 completed jobs older than 0ms removed"},
 		{[]string{"rate-limit", "set", "q", "5"}, "Rate limit of q set to 5 jobs/s"},
 		{[]string{"rate-limit", "clear", "q"}, ""},
 		{[]string{"concurrency", "set", "q", "2"}, "Concurrency of q limited to 2 active jobs"},
@@ -603,7 +611,7 @@ func TestCLIMonitoring(t *testing.T) {
 		t.Errorf("metrics: %q", out)
 	}
 	out, _ = cli(t, g, 0, "version")
-	if !strings.Contains(out, "Client: queued "+version) || !strings.Contains(out, "Server: "+version) {
+	if !strings.Contains(out, "Client: queued "+version) || !strings.Contains(out, "Server: queued "+version+" at") {
 		t.Errorf("version: %q", out)
 	}
 	out, _ = cli(t, g, 0, "doctor")

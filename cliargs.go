@@ -36,6 +36,9 @@ type cliOpts struct {
 	version     bool
 	hostSet     bool
 	portSet     bool
+	// wordAt is where in the line the first word that is not a global
+	// option stands (the command word), -1 when there is none.
+	wordAt int
 }
 
 // parseGlobal takes the global options out of args wherever they stand and
@@ -43,9 +46,10 @@ type cliOpts struct {
 // --timeout, so it stays with them.
 func parseGlobal(args []string) (cliOpts, []string, error) {
 	o := cliOpts{
-		host:  envOr([]string{"HOST", "BUNQUEUE_HOST", "BQ_HOST"}, "localhost"),
-		port:  6789,
-		token: envOr([]string{"BQ_TOKEN", "BUNQUEUE_TOKEN"}, ""),
+		host:   envOr([]string{"HOST", "BUNQUEUE_HOST", "BQ_HOST"}, "localhost"),
+		port:   6789,
+		token:  envOr([]string{"BQ_TOKEN", "BUNQUEUE_TOKEN"}, ""),
+		wordAt: -1,
 	}
 	if p := envOr([]string{"TCP_PORT", "BUNQUEUE_TCP_PORT", "BQ_TCP_PORT"}, ""); p != "" {
 		if n, err := strconv.Atoi(p); err == nil && n >= 1 && n <= 65535 {
@@ -71,6 +75,9 @@ func parseGlobal(args []string) (cliOpts, []string, error) {
 		a := args[i]
 		switch {
 		case a == "--":
+			if len(rest) == 0 {
+				o.wordAt = i
+			}
 			rest = append(rest, args[i:]...)
 			return o, rest, nil
 		case a == "--host" || a == "-H":
@@ -126,6 +133,9 @@ func parseGlobal(args []string) (cliOpts, []string, error) {
 		case a == "--version" || (a == "-v" && len(rest) == 0):
 			o.version = true
 		default:
+			if len(rest) == 0 {
+				o.wordAt = i
+			}
 			rest = append(rest, a)
 		}
 	}

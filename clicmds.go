@@ -415,10 +415,14 @@ func buildQueue(name, sub string, args []string) (map[string]any, error) {
 		if err := checkState(p.str("state")); err != nil {
 			return nil, err
 		}
-		req := map[string]any{"cmd": "Clean", "queue": queue, "grace": grace}
-		if s := p.str("state"); s != "" {
-			req["state"] = s
+		// Always a state: without one the protocol's Clean removes
+		// waiting and delayed jobs, which nobody should get by leaving
+		// out an option. Completed jobs are what cleaning is for.
+		state := p.str("state")
+		if state == "" {
+			state = "completed"
 		}
+		req := map[string]any{"cmd": "Clean", "queue": queue, "grace": grace, "state": state}
 		if n, ok, err := p.optInt(name, "limit"); err != nil {
 			return nil, err
 		} else if ok {

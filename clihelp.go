@@ -5,22 +5,27 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
 func mainHelp() string {
-	return `queued: a job queue server that speaks the bunqueue protocol (v3), and its command line.
+	return strings.ReplaceAll(`queued: a job queue server that speaks the bunqueue protocol (v3), and its command line.
 
 Usage:
-  queued [serve] [server flags]     run the server (the default; see queued help serve)
-  queued COMMAND [args] [options]   talk to a running server
+  queued [server flags]             run the server (as queued serve)
+  queued COMMAND [args] [options]   run a command; global options may stand anywhere
   queued help [COMMAND]             this text, or one command's
+
+Server:
+  serve [server flags]              run the server (see queued help serve)
+  start [server flags]              the same as serve
 
 Core:
   push <queue> <data> [options]     push a job (data is JSON)
-  pull <queue> [--timeout ms]       take the next job (it stays active until ack/fail)
+  pull <queue> [--timeout ms]       take the next job; ack or fail it within {stall}
   ack <id> [--result json]          complete a job
-  fail <id> [--error message]       fail a job (retried while attempts remain)
+  fail <id> [--error message]       fail a job; says whether it is retried or dead-lettered
 
 Jobs:
   job get|state|result <id>         a job, its state, its result
@@ -38,7 +43,7 @@ Queues:
   queue pause|resume <queue>        stop and restart handing out jobs
   queue drain <queue>               remove waiting jobs
   queue obliterate <queue>          remove everything of a queue
-  queue clean <queue> --grace ms    remove old jobs [--state s] [--limit n]
+  queue clean <queue> --grace ms    remove completed jobs older than grace [--state s] [--limit n]
   queue count <queue>               jobs waiting or delayed
   queue jobs <queue> [--state s]    list jobs [--limit n] [--offset n]
   queue paused <queue>              whether it is paused
@@ -63,9 +68,14 @@ Monitoring:
 
 Tools:
   bench [workloads] [options]       load generator (see queued help bench)
-  backup --out FILE                 copy a running server's database over HTTP
+  backup --out FILE | --s3          copy a running server's database over HTTP, or
+                                    have it upload one to its S3 bucket
+  backups list [S3 flags]           the backups in an S3 bucket
+  restore --from s3://B/KEY --data-path FILE
+                                    download a backup into a new database file
   migrate --from FILE --postgres-url URL
                                     move a stopped SQLite deployment into PostgreSQL
+  help [COMMAND]                    this text, or one command's
 
 Global options (anywhere on the line):
   -H, --host HOST      server host (default localhost) [HOST, BUNQUEUE_HOST, BQ_HOST]
@@ -79,8 +89,12 @@ Global options (anywhere on the line):
   --help               help
 
 Exit status: 0 done, 1 the server refused or could not be reached, 2 bad usage.
-`
+`, "{stall}", stallFigure)
 }
+
+// stallFigure is how long a job taken by queued pull may go without ack or
+// fail before the queue's stall detection takes it back, by default.
+var stallFigure = humanMs(float64(defaultStall.StallInterval))
 
 // commandHelp is the help of one command, by its first word.
 var commandHelp = map[string]string{
@@ -108,20 +122,33 @@ Examples:
   queued push emails '{"to":"a@example.com"}'
   queued push tasks '{"id":1}' --priority 10 --delay 5000 --json
 `,
-	"pull": `Usage: queued pull <queue> [-t|--timeout MS]
+	"pull": strings.NewReplacer("{stall}", stallFigure, "{stalls}", strconv.Itoa(int(defaultStall.MaxStalls))).Replace(`Usage: queued pull <queue> [-t|--timeout MS]
 
-Take the next job of a queue and print it. The job stays active after this
-command exits, so that ack or fail can follow from another command. With
---timeout, wait that long for a job to arrive.
-`,
+Take the next job of a queue and print it. With --timeout, wait that long
+for a job to arrive.
+
+The job stays active after this command exits, so that ack or fail can
+follow from another command, but not for ever: this pull holds no lock, so
+the queue's stall detection takes the job back when it is neither acked nor
+failed within the queue's stall interval ({stall} unless the queue's stall
+config says otherwise; sooner when the job was pushed with --timeout). A job
+taken back has used an attempt: it waits for its backoff and runs again, or
+goes to the dead-letter queue when its attempts are used up or it has
+stalled {stalls} times. Within that time:
+
+  queued ack <id> [--result JSON]      complete it
+  queued fail <id> [--error MESSAGE]   fail it
+`),
 	"ack": `Usage: queued ack <id> [-r|--result JSON]
 
 Complete an active job, optionally with a result (a JSON value).
 `,
 	"fail": `Usage: queued fail <id> [-e|--error MESSAGE]
 
-Fail an active job; it is retried while it has attempts left, then goes to
-the dead-letter queue.
+Fail an active job. While it has attempts left it goes back to its queue,
+delayed by its backoff; on its last attempt it goes to the dead-letter queue
+(or is removed, when it was pushed with --remove-on-fail). The command reads
+the job afterwards and says which happened.
 `,
 	"job": `Usage: queued job <subcommand> <id> [...]
 
@@ -148,12 +175,22 @@ the dead-letter queue.
   drain <queue>                        remove its waiting jobs
   obliterate <queue>                   remove everything of it
   clean <queue> -g|--grace MS [-s|--state STATE] [-l|--limit N]
-                                       remove jobs older than grace
+                                       remove up to N jobs (default 1000)
+                                       of STATE older than MS (below)
   count <queue>                        jobs waiting or delayed
   jobs <queue> [-s|--state STATE] [-l|--limit N] [-o|--offset N]
   paused <queue>                       whether it is paused
 
 STATE is one of waiting, delayed, active, completed, failed.
+
+What clean removes, by --state:
+  completed (the default)  jobs that completed more than MS ago
+  failed                   dead-lettered jobs that failed more than MS ago
+  waiting, delayed         jobs waiting or delayed (both, whichever is named),
+                           created more than MS ago: only when asked for
+  active                   nothing: active jobs are never cleaned
+The reference CLI sends no state by default, which the protocol's Clean
+takes as waiting; this one sends completed unless told otherwise.
 `,
 	"rate-limit": `Usage: queued rate-limit set <queue> <jobs-per-second>
        queued rate-limit clear <queue>
@@ -214,6 +251,8 @@ func printHelp(cmd string, stdout, stderr io.Writer) int {
 		return 0
 	case "backup":
 		return cmdBackupCLI([]string{"--help"}, stdout, stdout)
+	case "backups", "restore":
+		return cmdS3(cmd, []string{"--help"}, stdout, stdout)
 	case "bench":
 		return cmdBench([]string{"--help"}, stdout, stdout)
 	case "migrate":

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,6 +26,10 @@ type view struct {
 	ans      map[string]any // data lifted to the top
 	rtt      time.Duration
 	now      time.Time
+	// after is the job as GetJob found it once FAIL was answered (FAIL's
+	// answer does not say where the job went); afterErr when it could not.
+	after    map[string]any
+	afterErr error
 }
 
 // check turns answers that say ok but mean failure into errors, as the
@@ -73,7 +78,7 @@ func (v *view) render(w io.Writer) {
 			fmt.Fprintf(w, "Job %s was already finished (%s); nothing changed\n", id, jsStr(a["reason"], "not applied"))
 			return
 		}
-		fmt.Fprintf(w, "Job %s marked failed (it is retried while attempts remain)\n", id)
+		v.failed(w, id)
 	case "GetJob":
 		job, ok := a["job"].(map[string]any)
 		if !ok {
@@ -137,7 +142,13 @@ func (v *view) render(w io.Writer) {
 	case "Obliterate":
 		fmt.Fprintf(w, "Queue %s obliterated\n", queue)
 	case "Clean":
-		fmt.Fprintf(w, "Cleaned %s: %s jobs removed\n", queue, countOf(a))
+		g, _ := numOf(v.req["grace"])
+		what := jsStr(v.req["state"], "waiting")
+		if what == "waiting" || what == "delayed" {
+			// The protocol's Clean takes either as both.
+			what = "waiting and delayed"
+		}
+		fmt.Fprintf(w, "Cleaned %s: %s %s jobs older than %s removed\n", queue, countOf(a), what, humanMs(g))
 	case "Count":
 		fmt.Fprintf(w, "Count: %s\n", jsStr(a["count"], "0"))
 	case "GetJobs":
@@ -575,6 +586,48 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// failed says what became of a job FAIL applied to, from its state read
+// just after: retried (delayed by its backoff, or already waiting or
+// active again), dead-lettered, or removed.
+func (v *view) failed(w io.Writer, id string) {
+	var se *ServerError
+	if errors.As(v.afterErr, &se) && se.Msg == errNoJob.Error() {
+		fmt.Fprintf(w, "Job %s failed and was removed (pushed with --remove-on-fail, or its queue is gone)\n", id)
+		return
+	}
+	job, ok := v.after["job"].(map[string]any)
+	if v.afterErr != nil || !ok {
+		why := "no job in the answer"
+		if v.afterErr != nil {
+			why = v.afterErr.Error()
+		}
+		fmt.Fprintf(w, "Job %s marked failed (what became of it could not be read: %s)\n", id, why)
+		return
+	}
+	made, _ := numOf(job["attempts"])
+	maxAtt, _ := numOf(job["maxAttempts"])
+	attempt := fmt.Sprintf("attempt %v of %v", made, maxAtt)
+	switch st := jsStr(job["state"], "unknown"); st {
+	case "failed":
+		q := jsStr(job["queue"], "?")
+		fmt.Fprintf(w, "Job %s failed for good (%s): moved to the dead-letter queue of %s (queued dlq list %s)\n", id, attempt, q, q)
+	case "delayed":
+		in := "now"
+		if at, ok := numOf(job["runAt"]); ok {
+			in = "in " + humanMs(max0(at-float64(v.now.UnixMilli())))
+		}
+		fmt.Fprintf(w, "Job %s failed (%s); it will be retried %s\n", id, attempt, in)
+	case "waiting", "prioritized":
+		fmt.Fprintf(w, "Job %s failed (%s); it is waiting to be retried\n", id, attempt)
+	case "active":
+		fmt.Fprintf(w, "Job %s failed (%s); it has already been retried and is active again\n", id, attempt)
+	default:
+		fmt.Fprintf(w, "Job %s failed (%s); it is now %s\n", id, attempt, st)
+	}
+}
+
+func max0(x float64) float64 { return math.Max(x, 0) }
+
 // cliDoctor checks a server from the outside: its health document over
 // HTTP (the TCP port plus one, as the reference finds it) and a round trip
 // on the wire protocol, which also proves the token and TLS settings.
@@ -595,11 +648,16 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 		add("http", false, fmt.Sprintf("not reachable at %s: %v", o.httpBase(), herr))
 	} else {
 		add("http", true, "reachable at "+o.httpBase())
-		// Another version (the reference server, or an older queued) is
+		// Another version (the reference server, or another queued) is
 		// worth knowing but not a fault: the protocol is the same.
-		sv := jsStr(doc["version"], "")
-		checks = append(checks, check{Name: "version", OK: true, Warn: sv != version && sv != "",
-			Detail: fmt.Sprintf("server %s, this client %s", jsStr(doc["version"], "unknown"), version)})
+		switch name, sv := serverIdentity(doc); {
+		case sv == "":
+		case name == "queued" && sv == version:
+			add("version", true, fmt.Sprintf("server and this client are both queued %s", version))
+		default:
+			checks = append(checks, check{Name: "version", OK: true, Warn: true,
+				Detail: fmt.Sprintf("server %s %s, this client queued %s (bunqueue protocol %d)", name, sv, version, protocolVersion)})
+		}
 		add("status", doc["status"] == "healthy", "status "+jsStr(doc["status"], "unknown"))
 		if doc["version"] == nil && doc["storage"] == nil {
 			// A server with tokens answers {ok, status} to a caller without one.

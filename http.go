@@ -484,11 +484,16 @@ func (a *httpAPI) serveHealth(w http.ResponseWriter, r *http.Request, _ []string
 		"ok":      st.Err == nil,
 		"status":  status,
 		"storage": storage,
-		// The version bunqueue's own tools compare with theirs, as Hello
-		// answers it; queued's own beside it.
-		"version":       compatVersion,
-		"queuedVersion": version,
-		"uptime":        (b.now() - b.started) / 1000,
+		// version is the one the official CLI's doctor compares with its
+		// own, and counts as an issue when they differ: the bunqueue
+		// version queued answers for, as Hello does. queued's own
+		// version is queuedVersion; bunqueueVersion names the first
+		// for readers of this document.
+		"version":         compatVersion,
+		"queuedVersion":   version,
+		"bunqueueVersion": compatVersion,
+		"protocolVersion": protocolVersion,
+		"uptime":          (b.now() - b.started) / 1000,
 		"queues": map[string]any{
 			"count":       t.Queues,
 			"waiting":     t.Waiting,

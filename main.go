@@ -24,20 +24,10 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `queued: a job queue server that speaks the bunqueue protocol (v3).
+const usage = `Usage: queued [serve] [server flags]
 
-Usage:
-  queued [serve] [flags]   run the server (the default)
-  queued backup --out FILE copy a running server's database (see queued backup --help)
-  queued backup --s3       have a running server upload a backup to its S3 bucket
-  queued backups list      list the backups in an S3 bucket (S3 flags below)
-  queued restore --from s3://bucket/key --data-path FILE
-                           download a backup into a new database file
-  queued migrate --from FILE --postgres-url URL [--postgres-namespace NS]
-                           move a stopped SQLite deployment into PostgreSQL
-  queued version           print the version
-  queued help              this text
-  queued COMMAND ...       talk to a running server (queued help lists the commands)
+Runs the server (serve is the default command; start is the same). The
+other commands: queued help.
 
 Server flags (each also read from the environment variable in brackets):
 `
@@ -46,23 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		return serve(args, stdout, stderr)
 	}
-	switch args[0] {
-	case "serve", "start":
-		return serve(serverArgs(args[1:]), stdout, stderr)
-	case "backup":
-		return cmdBackupCLI(args[1:], stdout, stderr)
-	case "backups", "restore":
-		return cmdS3(args[0], args[1:], stdout, stderr)
-	case "bench":
-		return cmdBench(args[1:], stdout, stderr)
-	case "migrate":
-		return cmdMigrate(args[1:], stdout, stderr)
-	case "help":
-		if len(args) > 1 {
-			return printHelp(args[1], stdout, stderr)
-		}
-		fmt.Fprint(stdout, mainHelp())
-		return 0
+	if f, ok := toolCommands[args[0]]; ok {
+		return f(args[1:], stdout, stderr)
 	}
 	return cliMain(args, stdout, stderr)
 }
@@ -159,7 +134,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.host, "host", envOr([]string{"HOST"}, "0.0.0.0"), "address to listen on [HOST]")
 	fs.IntVar(&c.tcpPort, "tcp-port", envInt([]string{"TCP_PORT"}, 6789), "TCP port of the wire protocol [TCP_PORT]")
-	fs.IntVar(&c.httpPort, "http-port", envInt([]string{"HTTP_PORT"}, 6790), "HTTP port (health, 0 to disable) [HTTP_PORT]")
+	fs.IntVar(&c.httpPort, "http-port", envInt([]string{"HTTP_PORT"}, 6790),
+		"HTTP port: the dashboard, the HTTP API, live events, metrics; 0 or -1 turns it off [HTTP_PORT]")
 	// Secrets: their values, from the environment or not, are never
 	// printed (secrets.go).
 	c.authTokens = envOr([]string{"AUTH_TOKENS"}, "")
@@ -211,12 +187,27 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
-	fs, c := serverFlags(stderr)
+	fs, c := serverFlags(stdout)
+	// A mistake gets its error and a pointer to the flags, not the whole
+	// list of them after it.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "queued: %v\nThe server's flags: queued help serve\n", err)
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "queued: unexpected argument %q\nThe server's flags: queued help serve; the commands: queued help\n", fs.Arg(0))
+		return 2
+	}
+	if c.httpPort <= 0 {
+		// 0 and -1 both turn the HTTP port off (runServer listens on
+		// any port >= 0, 0 choosing a free one, which tests use).
+		c.httpPort = -1
 	}
 	fs.Visit(func(f *flag.Flag) { c.explicitDB = c.explicitDB || f.Name == "data-path" })
 	c.explicitDB = c.explicitDB || envOr(dataPathEnv, "") != ""
@@ -389,7 +380,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	var hln net.Listener
 	var lv *live
 	var api *httpAPI
-	if c.httpPort >= 0 && !(c.httpPort == 0 && ready == nil) {
+	if c.httpPort >= 0 {
 		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
 		if hln, err = net.Listen("tcp", httpAddr); err != nil {
 			ln.Close()

@@ -158,7 +158,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     st.className = 'pill ' + (hd.status === 'healthy' ? 'pill-ok' : 'pill-bad');
     st.title = hd.storage && hd.storage.error ? 'storage: ' + hd.storage.error : '/health';
     const c = hd.connections || {};
-    $('meta').textContent = `v${hd.version} · up ${dur(hd.uptime)} · ${hd.storage ? hd.storage.driver : ''} · ` +
+    $('meta').textContent = `v${hd.queuedVersion} · up ${dur(hd.uptime)} · ${hd.storage ? hd.storage.driver : ''} · ` +
       `${c.tcp ?? 0} tcp, ${c.ws ?? 0} ws, ${c.sse ?? 0} sse · ${hd.memory ? hd.memory.rss + ' MB' : ''}`;
   }
 
