@@ -57,7 +57,10 @@ type Broker struct {
 		pushed, pulled, completed, failed atomic.Int64
 	}
 	lat latencies
-	seq atomic.Int64
+	// rates is the last ten minutes of the counters above, for the
+	// dashboard (throughput.go).
+	rates *rateHistory
+	seq   atomic.Int64
 }
 
 // Bounds, as the reference has them.
@@ -114,13 +117,18 @@ func NewBroker(shards int, store Store) *Broker {
 	b.started = b.now()
 	b.log = slog.New(slog.DiscardHandler)
 	go b.trimmer()
+	b.rates = newRateHistory(func() [4]int64 {
+		return [4]int64{b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()}
+	})
+	b.rates.start()
 	b.startFlows()
 	b.startCron()
 	return b
 }
 
-// Close stops every shard timer and the trimmer, and wakes every waiter so
-// that long polls end. It is safe to call more than once.
+// Close stops every shard timer, the trimmer and the rate sampler, and
+// wakes every waiter so that long polls end. It is safe to call more than
+// once.
 func (b *Broker) Close() {
 	select {
 	case <-b.trimStop:
@@ -128,6 +136,7 @@ func (b *Broker) Close() {
 		close(b.trimStop)
 		<-b.trimDone
 	}
+	b.rates.close()
 	b.stopFlows()
 	b.cron.Stop()
 	for _, s := range b.shards {

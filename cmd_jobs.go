@@ -188,8 +188,9 @@ func cmdPullBatch(r *Req) error {
 // pull claims at once, or waits up to the timeout from a goroutine of its
 // own so that later commands on the connection are not held up.
 func (r *Req) pull(a pullArgs, n int, batch bool) error {
-	// A long poll's wait counts in its latency, as the reference counts
-	// it: the figure is how long a worker waited for its answer.
+	// A long poll's wait counts in the pull latency, as the reference
+	// counts it: the figure is how long a worker waited for its answer.
+	// The service time leaves the wait out: it is the server's work.
 	start := time.Now()
 	r.b.throttle()
 	withToken := a.opts.Owner != ""
@@ -201,9 +202,9 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 			werr = rr.writeJobs(jobs, tokens, withToken, batch, now)
 		}
 	}
-	r.b.pull(context.Background(), a.queue, n, a.opts, 0, false, write(r))
+	waited := r.b.pull(context.Background(), a.queue, n, a.opts, 0, false, write(r))
 	if answered || a.timeout <= 0 {
-		r.b.lat.pull.since(start)
+		r.b.lat.observePull(start, waited)
 		if !answered {
 			return r.writeJobs(nil, nil, withToken, batch, 0)
 		}
@@ -212,8 +213,8 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	ctx := r.c.ctx
 	return r.goAsync(func(ar *Req) error {
 		answered = false
-		r.b.pull(ctx, a.queue, n, a.opts, a.timeout, true, write(ar))
-		r.b.lat.pull.since(start)
+		waited := r.b.pull(ctx, a.queue, n, a.opts, a.timeout, true, write(ar))
+		r.b.lat.observePull(start, waited)
 		if !answered {
 			return ar.writeJobs(nil, nil, withToken, batch, 0)
 		}
@@ -255,9 +256,10 @@ func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool, now
 // pull claims up to n jobs from queue, waiting up to timeout ms for some
 // when wait is set. emit runs under the shard lock with what was claimed
 // (jobs are encoded there, while nothing else can change them); it is not
-// called when nothing was claimed.
+// called when nothing was claimed. It reports how long it slept waiting
+// for a job, which is not the server's work.
 func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, wait bool,
-	emit func(jobs []*Job, tokens []string, now int64)) {
+	emit func(jobs []*Job, tokens []string, now int64)) (waited time.Duration) {
 	s := b.shardOf(queue)
 	var deadline time.Time
 	if wait {
@@ -321,12 +323,14 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 			timer.Reset(left)
 		}
 		woken := false
+		slept := time.Now()
 		select {
 		case <-w.ch:
 			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 		}
+		waited += time.Since(slept)
 		s.with(func() {
 			if q := s.queues[queue]; q != nil {
 				q.dropWaiter(w)

@@ -20,10 +20,10 @@ func cmdDashboardOverview(r *Req) error {
 // writeDashboardOverview answers DashboardOverview from the engine's
 // totals, collection sizes and cron schedules; the rest is this broker's.
 func writeDashboardOverview(r *Req, t Totals, coll collectionSizes, crons []CronSchedule) {
-	b, srv := r.b, r.c.srv
+	b := r.b
 	now := b.now()
 	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
-	rates := srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+	rates := b.rates.current()
 
 	e := r.field("data")
 	e.MapHead(9)

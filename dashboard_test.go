@@ -1,8 +1,19 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestDashboardOverviewShape(t *testing.T) {
@@ -258,5 +269,234 @@ func TestProtoDashboardOverviewClients(t *testing.T) {
 	col := sub(t, sub(t, c.ok(M{"cmd": "DashboardOverview"}), "data"), "collections")
 	if num(t, col["clientJobs"]) != 1 || num(t, col["clientJobsTotal"]) != 2 {
 		t.Fatalf("collections: %v", col)
+	}
+}
+
+// TestDashboardBrowserFirstPaint: a page opened on a server that has been
+// under load draws ten minutes of throughput at its first paint, and its
+// rate cards are the server's current rates, not 0.00 until the page has
+// watched for a while. The server's sampler is made fast, on a clock that
+// says rateEvery passes between samples, so the ten minutes take a second
+// or two. The test saves a screenshot (QUEUED_SCREENSHOT_LOAD, or
+// queued-dashboard-load.png in the temporary directory).
+func TestDashboardBrowserFirstPaint(t *testing.T) {
+	d := startBrowser(t)
+	clock := newStepClock(rateEvery.Milliseconds())
+	ts := startServerHTTP(t, &config{rateEvery: 20 * time.Millisecond, rateNow: clock.now})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	// Producers push batches; workers pull, acknowledge, and fail one job
+	// in ten (for good: one attempt).
+	for w := 0; w < 2; w++ {
+		pc, wc := dial(t, ts.addr), dial(t, ts.addr)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			jobs := make([]any, 20)
+			for i := range jobs {
+				jobs[i] = map[string]any{"name": "mail", "data": i, "maxAttempts": 1}
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Duration(w+1) * time.Millisecond):
+				}
+				if _, err := pc.do(map[string]any{"cmd": "PUSHB", "queue": fmt.Sprintf("load-%d", w), "jobs": jobs}, callTimeout); err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a, err := wc.do(map[string]any{"cmd": "PULLB", "queue": fmt.Sprintf("load-%d", w), "count": 20, "timeout": 200}, callTimeout)
+				if err != nil {
+					return
+				}
+				jobs, _ := a["jobs"].([]any)
+				var ids []any
+				for i, j := range jobs {
+					id := j.(map[string]any)["id"]
+					if (n+i)%10 == 0 {
+						wc.do(map[string]any{"cmd": "FAIL", "id": id, "error": "mailbox full"}, callTimeout)
+					} else {
+						ids = append(ids, id)
+					}
+				}
+				if len(ids) > 0 {
+					wc.do(map[string]any{"cmd": "ACKB", "ids": ids}, callTimeout)
+				}
+			}
+		}()
+	}
+	base := "http://" + ts.http
+	// Ten minutes of history with pushes in its last interval; then the
+	// clock stands still, and so do the history and the current rates,
+	// which the page must show as they are.
+	var want float64
+	eventually(t, 30*time.Second, "ten minutes of history, pushes in the last interval", func() (bool, string) {
+		clock.step.Store(rateEvery.Milliseconds())
+		time.Sleep(100 * time.Millisecond)
+		clock.step.Store(0)
+		time.Sleep(100 * time.Millisecond) // a sample taken before the stop is in
+		h, d := getHistory(t, base)
+		want = num(t, sub(t, d, "throughput")["pushPerSec"])
+		return len(h.At) == rateSlots && want > 0, fmt.Sprintf("%d intervals, %v pushes/s", len(h.At), want)
+	})
+
+	d.must("POST", "/url", map[string]string{"url": base + "/"})
+	card := func(label string) string {
+		return d.script(`for (const c of document.querySelectorAll('#cards .card')) {
+			if (c.querySelector('.label').textContent === ` + strconv.Quote(label) + `) return c.querySelector('.value').textContent;
+		} return '';`)
+	}
+	// The cards of the first paint: read as soon as they are there (the
+	// page refreshes every 2 s).
+	var pushed string
+	d.waitFor(10*time.Second, "the first paint's cards", func() (bool, error) {
+		pushed = card("Pushed /s")
+		return pushed != "", nil
+	})
+	// As the page rounds: whole numbers from 100, tenths from 10.
+	tol := 0.005
+	if want >= 100 {
+		tol = 0.5
+	} else if want >= 10 {
+		tol = 0.05
+	}
+	if v, err := strconv.ParseFloat(strings.ReplaceAll(pushed, ",", ""), 64); err != nil || math.Abs(v-want) > tol+1e-9 {
+		t.Errorf("the Pushed /s card reads %q at first paint, want the server's %v", pushed, want)
+	}
+	if v := card("Pull p95 (service)"); !strings.HasSuffix(v, " ms") {
+		t.Errorf("the pull card reads %q", v)
+	}
+	d.waitFor(10*time.Second, "the chart's first drawing", func() (bool, error) {
+		return d.script(`return document.getElementById('chart').dataset.firstPoints || ''`) != "", nil
+	})
+	first := d.script(`const c = document.getElementById('chart').dataset; return c.firstPoints + ' ' + c.firstSpanMs`)
+	var points, span int
+	fmt.Sscan(first, &points, &span)
+	if points != rateSlots || span < 590_000 {
+		t.Errorf("the first drawing had %d points over %d ms, want %d over ten minutes", points, span, rateSlots)
+	}
+	t.Logf("first paint: %d points over %d ms; pushed/s %s (the server's %v)", points, span, pushed, want)
+
+	// The feed and the queue table have something to show in the picture.
+	time.Sleep(2500 * time.Millisecond)
+	saveScreenshot(t, d, "QUEUED_SCREENSHOT_LOAD", "queued-dashboard-load.png")
+	if errs := d.script(`return (window.__errors || []).join('\n')`); errs != "" {
+		t.Errorf("the page reported errors:\n%s", errs)
+	}
+}
+
+// saveScreenshot writes the browser's screenshot to $env, or to name in
+// the temporary directory, and logs where.
+func saveScreenshot(t *testing.T, d *wd, env, name string) {
+	t.Helper()
+	png := d.must("GET", "/screenshot", nil)
+	var b64 string
+	json.Unmarshal(png, &b64)
+	img, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(img) < 1000 {
+		t.Fatalf("screenshot: %v (%d bytes)", err, len(img))
+	}
+	path := os.Getenv(env)
+	if path == "" {
+		path = filepath.Join(os.TempDir(), name)
+	}
+	if err := os.WriteFile(path, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot saved: %s", path)
+}
+
+// TestDashboardBrowserDates: every date the page shows is in one format,
+// 2026-12-01 04:05:06 (local time, 24-hour), whatever the browser's
+// locale (here en-US, whose own format is 12/1/2026, 4:05:06 AM); times
+// of today may leave the date out, and relative times stay relative.
+func TestDashboardBrowserDates(t *testing.T) {
+	d := startBrowser(t, "--lang=en-US")
+	ts := startServerHTTP(t, nil)
+	c := dial(t, ts.addr)
+	push(t, c, "dates", M{"delay": 3_600_000})
+	id := push(t, c, "dates", nil)
+	got := sub(t, c.ok(M{"cmd": "PULL", "queue": "dates"}), "job")
+	if got["id"] != id {
+		t.Fatalf("pulled %v, want %s", got["id"], id)
+	}
+	c.ok(M{"cmd": "AddLog", "id": id, "message": "sent"})
+	c.ok(M{"cmd": "ACK", "id": id})
+
+	d.must("POST", "/url", map[string]string{"url": "http://" + ts.http + "/#queue=dates&tab=delayed&job=" + id})
+	d.waitFor(10*time.Second, "the job's drawer and the delayed jobs", func() (bool, error) {
+		return d.script(`return document.querySelector('#jd-body .timeline .when') && document.querySelector('#qd-body td[title]') ? 'y' : ''`) == "y", nil
+	})
+	d.waitFor(10*time.Second, "the page's event stream", func() (bool, error) {
+		return d.script(`return document.getElementById('live').className`) == "live on", nil
+	})
+	push(t, c, "dates", nil)
+	d.waitFor(5*time.Second, "an event in the feed", func() (bool, error) {
+		return d.script(`return document.querySelector('#feed li .t') ? 'y' : ''`) == "y", nil
+	})
+
+	// Every date shown, as [where, text].
+	raw := d.script(`const out = [];
+		const add = (where, s) => out.push([where, s]);
+		document.querySelectorAll('#jd-body dl.kv dt').forEach((dt) => {
+			if (['Created', 'Started', 'Finished', 'Runs at'].includes(dt.textContent)) add('drawer ' + dt.textContent, dt.nextElementSibling.textContent);
+		});
+		document.querySelectorAll('#jd-body .when').forEach((e) => { add('drawer time', e.textContent.trim()); if (e.title) add('drawer time title', e.title); });
+		document.querySelectorAll('#qd-body td[title]').forEach((e) => { if (/^\d|^[A-Z]/.test(e.title) && !e.classList.contains('mono')) add('delayed tab title', e.title); });
+		document.querySelectorAll('#feed li .t').forEach((e) => { add('feed', e.textContent); add('feed title', e.title); });
+		return JSON.stringify(out);`)
+	var shown [][2]string
+	if err := json.Unmarshal([]byte(raw), &shown); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	full := `\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}`
+	formats := map[string]*regexp.Regexp{
+		// "2026-12-01 04:05:06 (3s ago)"
+		"drawer":  regexp.MustCompile(`^` + full + ` \((\d+[smhd] ago|in \d+[smhd])\)$`),
+		"time":    regexp.MustCompile(`^(` + full + `|\d{2}:\d{2}:\d{2})$`),
+		"title":   regexp.MustCompile(`^` + full + `$`),
+		"feed":    regexp.MustCompile(`^(` + full + `|\d{2}:\d{2}:\d{2})$`),
+		"delayed": regexp.MustCompile(`^` + full + `$`),
+	}
+	seen := map[string]int{}
+	for _, s := range shown {
+		where, text := s[0], s[1]
+		var re *regexp.Regexp
+		switch {
+		case strings.HasSuffix(where, "title"):
+			re = formats["title"]
+		case where == "drawer time":
+			re = formats["time"]
+		case strings.HasPrefix(where, "drawer"):
+			re = formats["drawer"]
+		case where == "feed":
+			re = formats["feed"]
+		default:
+			re = formats["delayed"]
+		}
+		seen[strings.Fields(where)[0]]++
+		if !re.MatchString(text) {
+			t.Errorf("%s shows %q, not in the page's one date format", where, text)
+		}
+	}
+	for _, where := range []string{"drawer", "delayed", "feed"} {
+		if seen[where] == 0 {
+			t.Errorf("no date found in the %s: %v", where, shown)
+		}
+	}
+	t.Logf("%d dates checked: %v", len(shown), shown)
+	if errs := d.script(`return (window.__errors || []).join('\n')`); errs != "" {
+		t.Errorf("the page reported errors:\n%s", errs)
 	}
 }

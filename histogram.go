@@ -108,14 +108,27 @@ func (s HistSnap) QuantileMs(q float64) float64 {
 	return s.Bounds[len(s.Bounds)-1] * 1000
 }
 
-// latencies are the broker's histograms.
+// latencies are the broker's histograms. Both engines feed the same ones.
 type latencies struct {
 	push, pull, ack *Histogram // one observation per operation
-	wait            *Histogram // push to first pull, per job
-	proc            *Histogram // pull to ack, per job
+	// pullService is a pull's time less the time it slept in a long poll
+	// waiting for a job: what the server spent answering it. pull counts
+	// the wait too, as the reference does, so a worker polling an idle
+	// queue for 1 s records 1 s there and next to nothing here.
+	pullService *Histogram
+	wait        *Histogram // push to first pull, per job
+	proc        *Histogram // pull to ack, per job
 }
 
 func newLatencies() latencies {
 	return latencies{push: newHistogram(opBounds), pull: newHistogram(opBounds), ack: newHistogram(opBounds),
-		wait: newHistogram(jobBounds), proc: newHistogram(jobBounds)}
+		pullService: newHistogram(opBounds), wait: newHistogram(jobBounds), proc: newHistogram(jobBounds)}
+}
+
+// observePull records a pull that started at start and slept waited of
+// its time waiting for a job.
+func (l latencies) observePull(start time.Time, waited time.Duration) {
+	total := time.Since(start)
+	l.pull.Observe(total)
+	l.pullService.Observe(total - min(waited, total))
 }

@@ -729,7 +729,7 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 	now := b.now()
 	t := b.totals()
 	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
-	rates := a.srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+	rates := b.rates.current()
 	crons := b.cron.List()
 	pending := 0
 	for i := range crons {
@@ -779,7 +779,10 @@ func (a *httpAPI) collectionsJSON(t Totals) []byte {
 }
 
 // GET /dashboard: DashboardOverview's data, with at most 100 workers and
-// 100 schedules listed, as the reference pages them over HTTP.
+// 100 schedules listed, as the reference pages them over HTTP; and, for
+// the dashboard page, the last ten minutes of rates (history) and the
+// pull latency without the long-poll wait (pullService), since the
+// reference's pull figures count the wait.
 func (a *httpAPI) serveDashboard(w http.ResponseWriter, r *http.Request, _ []string) {
 	ans := a.exec(r, newCmd("DashboardOverview").done())
 	data, _, _ := ans.Map("data")
@@ -810,7 +813,20 @@ func (a *httpAPI) serveDashboard(w http.ResponseWriter, r *http.Request, _ []str
 			o.raw(k, f.Val)
 		}
 	}
+	o.json("history", a.b.rates.series().json())
+	o.json("pullService", latencyJSON(a.b.lat.pullService.Snapshot()))
 	writeJSONBytes(w, http.StatusOK, o.close())
+}
+
+// latencyJSON is a histogram's mean and percentiles in milliseconds.
+func latencyJSON(s HistSnap) []byte {
+	o := jsonObj{}
+	o.open()
+	o.num("avgMs", round2(s.MeanMs()))
+	o.num("p50", s.QuantileMs(0.50))
+	o.num("p95", s.QuantileMs(0.95))
+	o.num("p99", s.QuantileMs(0.99))
+	return o.close()
 }
 
 func appendRawArray(dst []byte, items []Raw) []byte {

@@ -284,8 +284,8 @@ func (l *live) statsSnapshot() []byte {
 	b := l.b
 	now := b.now()
 	t := b.totals()
-	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
-	rates := l.srv.mx.dash.sample(now, [4]int64{pushed, pulled, completed, failed})
+	pushed, completed, failed := b.stats.pushed.Load(), b.stats.completed.Load(), b.stats.failed.Load()
+	rates := b.rates.current()
 	o := jsonObj{}
 	o.open()
 	o.int("waiting", int64(t.Waiting))

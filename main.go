@@ -77,6 +77,10 @@ type config struct {
 	// authTimeout, handshakeTimeout and stallTimeout replace the
 	// connection deadlines when set (tests).
 	authTimeout, handshakeTimeout, stallTimeout time.Duration
+	// rateEvery and rateNow replace the throughput sampler's period and
+	// clock when set (tests: ten minutes of history without the wait).
+	rateEvery time.Duration
+	rateNow   func() int64
 }
 
 func envOr(keys []string, def string) string {
@@ -304,6 +308,13 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	b := NewBroker(c.shards, store)
 	b.maxQueues = c.maxQueues
+	if c.rateEvery > 0 {
+		now := c.rateNow
+		if now == nil {
+			now = nowMs
+		}
+		b.rates.restart(c.rateEvery, now)
+	}
 	b.log = log
 	if sq != nil {
 		st, err := sq.Load(b)

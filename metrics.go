@@ -27,7 +27,6 @@ type Metrics struct {
 	b     *Broker
 	parts []metricsPart
 	mask  uint32
-	dash  dashRates
 }
 
 type metricsPart struct {
@@ -338,33 +337,4 @@ func cmdTrimEvents(r *Req) error {
 	e.Str("removed")
 	e.Int(removed)
 	return nil
-}
-
-// ---------------------------------------------------------------------------
-// Dashboard rates
-
-// dashRates turns the lifetime counters into per-second rates, smoothed
-// over the calls that read them, as Stats does for push and pull.
-type dashRates struct {
-	mu   sync.Mutex
-	at   int64
-	last [4]int64
-	rate [4]float64
-}
-
-func (d *dashRates) sample(now int64, cur [4]int64) [4]float64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.at != 0 && now > d.at {
-		dt := float64(now-d.at) / 1000
-		for i := range cur {
-			d.rate[i] = 0.3*float64(cur[i]-d.last[i])/dt + 0.7*d.rate[i]
-		}
-	}
-	d.at, d.last = now, cur
-	var out [4]float64
-	for i := range out {
-		out[i] = round2(d.rate[i])
-	}
-	return out
 }

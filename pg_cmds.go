@@ -450,13 +450,17 @@ func pgPullBatch(r *Req) error {
 	return pgPullN(r, a, int(n), true)
 }
 
+// pgPullN records the same latencies as memory mode's pull: the whole
+// time, and the time less the long poll's sleep waiting for a job.
 func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
 	p := r.c.srv.pg
 	withToken := a.opts.Owner != ""
+	start := time.Now()
 	if a.timeout <= 0 {
 		ctx, cancel := pgCtx(r)
 		defer cancel()
 		jobs, tokens, _, err := p.claim(ctx, a.queue, n, a.opts)
+		p.b.lat.observePull(start, 0)
 		if err != nil {
 			return pgErr(err)
 		}
@@ -465,7 +469,8 @@ func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
 	}
 	ctx := r.c.ctx
 	return r.goAsync(func(ar *Req) error {
-		jobs, tokens, err := p.pull(ctx, a.queue, n, a.opts, a.timeout)
+		jobs, tokens, waited, err := p.pull(ctx, a.queue, n, a.opts, a.timeout)
+		p.b.lat.observePull(start, waited)
 		if err != nil {
 			return pgErr(err)
 		}
@@ -479,8 +484,9 @@ func pgPullN(r *Req, a pullArgs, n int, batch bool) error {
 const pgRecheck = time.Second
 
 // pull claims, and when nothing is ready waits for a push (any broker's),
-// for the next delayed job to come due, or for the timeout.
-func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64) ([]*Job, []string, error) {
+// for the next delayed job to come due, or for the timeout. It reports how
+// long it slept waiting.
+func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64) (_ []*Job, _ []string, waited time.Duration, _ error) {
 	deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond)
 	t := time.NewTimer(0)
 	<-t.C
@@ -493,20 +499,21 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		if err != nil || len(jobs) > 0 {
 			p.dropWaiter(queue, w)
 			if err != nil && ctx.Err() != nil {
-				return nil, nil, nil
+				return nil, nil, waited, nil
 			}
-			return jobs, tokens, err
+			return jobs, tokens, waited, err
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil || p.closing() {
 			p.dropWaiter(queue, w)
-			return nil, nil, nil
+			return nil, nil, waited, nil
 		}
 		sleep := min(left, pgRecheck)
 		if next > 0 {
 			sleep = min(sleep, time.Duration(max(next-p.now(), 1))*time.Millisecond)
 		}
 		t.Reset(sleep)
+		slept := time.Now()
 		select {
 		case <-w.ch:
 			if !t.Stop() {
@@ -516,6 +523,7 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		case <-ctx.Done():
 		case <-p.stop:
 		}
+		waited += time.Since(slept)
 		p.dropWaiter(queue, w)
 	}
 }
@@ -629,6 +637,11 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 	}
 	p.b.stats.pulled.Add(int64(len(claimed)))
 	for _, j := range claimed {
+		if j.Attempts == 0 {
+			// As in memory mode: retries wait for their backoff, not
+			// for the queue's backlog.
+			p.b.lat.wait.ObserveMs(now - j.CreatedAt)
+		}
 		p.emit(queue, evPulled, j, now, evArgs{})
 	}
 	return claimed, tokens, 0, nil
@@ -776,6 +789,7 @@ func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
 // ack completes jobs; it answers, by item, the outcome or the reason it
 // did not apply.
 func (p *PG) ack(ctx context.Context, items []AckItem) (outs []Outcome, errs []error, err error) {
+	defer p.b.lat.ack.since(time.Now())
 	err = pgRetry(func() error {
 		outs, errs, err = p.ackOnce(ctx, items)
 		return err
@@ -878,6 +892,9 @@ func (p *PG) ackOnce(ctx context.Context, items []AckItem) ([]Outcome, []error, 
 	}
 	p.b.stats.completed.Add(int64(len(done)))
 	for _, d := range done {
+		if d.j.StartedAt > 0 {
+			p.b.lat.proc.ObserveMs(now - d.j.StartedAt)
+		}
 		p.emit(d.j.Queue, evCompleted, d.j, now, evArgs{data: d.data, undefData: d.undef})
 	}
 	fl.after(p, now)

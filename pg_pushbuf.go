@@ -54,9 +54,13 @@ func pgPlain(j *Job) bool {
 // unique keys. Jobs that cannot share a transaction (flows, groups, dedup
 // policies) are written at once, in one of their own. isBatch tells PUSHB
 // (whose errors name the job) from PUSH.
+//
+// The push latency is the time to the commit, as the client waits for it.
 func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer func(r *Req, ids []string)) error {
+	began := time.Now()
 	for _, j := range jobs {
 		if !pgPlain(j) {
+			defer p.b.lat.push.since(began)
 			ctx, cancel := pgCtx(r)
 			defer cancel()
 			var batch map[string]*Job
@@ -83,6 +87,7 @@ func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer f
 	}
 	wait := func(ar *Req) error {
 		<-req.done
+		p.b.lat.push.since(began)
 		if req.err != nil {
 			return pgPushErr(req.err, isBatch)
 		}

@@ -269,6 +269,7 @@ func (srv *Server) prometheusText() []byte {
 
 	p.histogram("queued_push_duration_seconds", "Time to admit a PUSH or PUSHB", b.lat.push.Snapshot())
 	p.histogram("queued_pull_duration_seconds", "Time to answer a PULL or PULLB, long-poll wait included", b.lat.pull.Snapshot())
+	p.histogram("queued_pull_service_seconds", "Time the server spent answering a PULL or PULLB, long-poll wait excluded", b.lat.pullService.Snapshot())
 	p.histogram("queued_ack_duration_seconds", "Time to apply an ACK or ACKB", b.lat.ack.Snapshot())
 	p.histogram("queued_job_wait_seconds", "Time from a job's push to its first pull", b.lat.wait.Snapshot())
 	p.histogram("queued_job_processing_seconds", "Time from a job's pull to its completion", b.lat.proc.Snapshot())

@@ -11,7 +11,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
 (() => {
   const $ = (id) => document.getElementById(id);
   const REFRESH_MS = 2000;
-  const CHART_POINTS = 300; // 10 minutes at REFRESH_MS
+  const CHART_SPAN = 600e3; // the server keeps 10 minutes of rates
   const SPARK_BUCKETS = 60; // 2 minutes of 2 s buckets
   const FEED_MAX = 100;
 
@@ -20,8 +20,8 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     queues: new Map(), // name -> {name, paused, counts, activity: []}
     selected: null,
     tab: 'waiting',
-    last: null, // the previous counters, for rates
-    series: [], // {t, push, done, fail} per second
+    series: [], // {t, push, done, fail}: the server's rate history
+    seriesNow: 0, // the server's clock when it sent the history
     feedPaused: false,
     feedBuf: [],
     jobOpen: null,
@@ -60,8 +60,20 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       : a < 86400e3 ? Math.round(a / 3600e3) + 'h' : Math.round(a / 86400e3) + 'd';
     return d >= 0 ? s + ' ago' : 'in ' + s;
   }
-  const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
-  const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour12: false });
+  // One date format everywhere, whatever the browser's locale: ISO-like,
+  // local time, 24-hour (2026-12-01 04:05:06). clock leaves out the date
+  // of a moment of today, for the feed, the logs and the timeline.
+  const pad = (v) => String(v).padStart(2, '0');
+  function when(ms) {
+    if (!ms) return '–';
+    const d = new Date(ms);
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+  function clock(ms) {
+    const s = when(ms);
+    return s.slice(0, 10) === when(Date.now()).slice(0, 10) ? s.slice(11) : s;
+  }
   const shortId = (id) => (id && id.length > 13 ? id.slice(0, 8) + '…' + id.slice(-4) : id);
 
   let toastTimer;
@@ -142,7 +154,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     }
     renderHealth(health.data);
     const d = dash.data;
-    sample(d.stats);
+    takeHistory(d.history);
     renderCards(d, health.data);
     if (Array.isArray(summary.data)) mergeQueues(summary.data);
     renderQueues();
@@ -157,6 +169,8 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     st.textContent = hd.status || 'unknown';
     st.className = 'pill ' + (hd.status === 'healthy' ? 'pill-ok' : 'pill-bad');
     st.title = hd.storage && hd.storage.error ? 'storage: ' + hd.storage.error : '/health';
+    // In PostgreSQL mode the rates are this broker's own.
+    $('tp-hint').textContent = hd.storage && hd.storage.driver === 'postgres' ? 'this broker' : '';
     const c = hd.connections || {};
     $('meta').textContent = `v${hd.queuedVersion} · up ${dur(hd.uptime)} · ${hd.storage ? hd.storage.driver : ''} · ` +
       `${c.tcp ?? 0} tcp, ${c.ws ?? 0} ws, ${c.sse ?? 0} sse · ${hd.memory ? hd.memory.rss + ' MB' : ''}`;
@@ -168,22 +182,18 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     return d ? `${d}d ${hh}h` : hh ? `${hh}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
   }
 
-  // sample turns the lifetime counters into per-second rates.
-  function sample(st) {
-    const now = Date.now();
-    const cur = { t: now, pushed: st.totalPushed, done: st.totalCompleted, fail: st.totalFailed };
-    const p = S.last;
-    if (p && now > p.t && cur.pushed >= p.pushed) {
-      const dt = (now - p.t) / 1000;
-      S.series.push({ t: now, push: (cur.pushed - p.pushed) / dt, done: (cur.done - p.done) / dt, fail: (cur.fail - p.fail) / dt });
-      if (S.series.length > CHART_POINTS) S.series.shift();
-    }
-    S.last = cur;
+  // takeHistory takes the server's last ten minutes of rates: the chart is
+  // full from the first paint, whenever the page was opened.
+  function takeHistory(hs) {
+    if (!hs || !Array.isArray(hs.at)) return;
+    S.seriesNow = hs.now;
+    S.series = hs.at.map((t, i) => ({ t, push: hs.pushPerSec[i], done: hs.completePerSec[i], fail: hs.failPerSec[i] }));
   }
 
   function renderCards(d, hd) {
     const st = d.stats;
-    const last = S.series[S.series.length - 1] || { push: 0, done: 0, fail: 0 };
+    const tp = d.throughput || {};
+    const last = { push: tp.pushPerSec || 0, done: tp.completePerSec || 0, fail: tp.failPerSec || 0 };
     const w = d.workers || {};
     const cards = [
       ['Waiting', n(st.waiting), null],
@@ -195,11 +205,16 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       ['Pushed /s', rate(last.push), `${n(st.totalPushed)} since start`],
       ['Completed /s', rate(last.done), last.fail > 0 ? `${rate(last.fail)} failed/s` : null, last.fail > 0],
     ];
-    const lat = d.latency && d.latency.percentiles;
-    if (lat) cards.push(['Pull p95', lat.pull.p95 + ' ms', `ack p95 ${lat.ack.p95} ms`]);
+    // The pull figure is the server's time for a pull, without the time a
+    // long poll slept waiting for a job (the reference's figures count it).
+    const lat = d.latency && d.latency.percentiles, ps = d.pullService;
+    if (ps && lat) {
+      cards.push(['Pull p95 (service)', ps.p95 + ' ms', `ack p95 ${lat.ack.p95} ms`, false,
+        `The server's time for a pull, without the time a long poll waited for a job (with it: p95 ${lat.pull.p95} ms)`]);
+    }
     if (hd && hd.status !== 'healthy') cards.unshift(['Storage', 'degraded', hd.storage && hd.storage.error, true]);
-    $('cards').replaceChildren(...cards.map(([label, value, sub, alert]) =>
-      h('div', { class: 'card' + (alert ? ' alert' : '') },
+    $('cards').replaceChildren(...cards.map(([label, value, sub, alert, title]) =>
+      h('div', { class: 'card' + (alert ? ' alert' : ''), title },
         h('div', { class: 'label', text: label }), h('div', { class: 'value', text: value }),
         sub ? h('div', { class: 'sub', text: sub }) : null)));
   }
@@ -236,8 +251,18 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       g.textAlign = 'right';
       g.fillText(rate((max * i) / 4), padL - 6, y + 4);
     }
-    const now = Date.now(), span = CHART_POINTS * REFRESH_MS;
+    // Placed by the server's clock, so that a browser's clock that is off
+    // does not shift the chart.
+    const now = S.seriesNow || Date.now(), span = CHART_SPAN;
     const x = (t) => padL + pw * (1 - (now - t) / span);
+    // What was drawn, and what the first drawing had: the browser test
+    // reads them.
+    cv.dataset.points = pts.length;
+    cv.dataset.spanMs = pts.length ? now - pts[0].t : 0;
+    if (cv.dataset.firstPoints === undefined) {
+      cv.dataset.firstPoints = cv.dataset.points;
+      cv.dataset.firstSpanMs = cv.dataset.spanMs;
+    }
     g.textAlign = 'center';
     for (let m = 0; m <= 10; m += 2) {
       g.fillText(m === 0 ? 'now' : `-${m}m`, padL + pw * (1 - (m * 60e3) / span), H - 5);
@@ -608,7 +633,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
     }
     blocks.push(h('div', { class: 'block' }, h('h3', { text: `Logs (${logs.length})` }),
       logs.length ? h('div', { class: 'logs' }, logs.map((l) => h('div', { class: 'lvl-' + l.level },
-        h('span', { class: 'when', text: clock(l.timestamp) + ' ' }), `[${l.level}] `, l.message))) : h('p', { class: 'empty', text: 'No logs.' })));
+        h('span', { class: 'when', title: when(l.timestamp), text: clock(l.timestamp) + ' ' }), `[${l.level}] `, l.message))) : h('p', { class: 'empty', text: 'No logs.' })));
     if (j.timeline && j.timeline.length) {
       blocks.push(h('div', { class: 'block' }, h('h3', { text: 'Timeline' }), h('ol', { class: 'timeline' },
         j.timeline.map((t) => h('li', { class: 's-' + t.state }, h('strong', { text: t.state }),
@@ -682,7 +707,7 @@ window.addEventListener('unhandledrejection', (e) => window.__errors.push(String
       const short = SHORT[name] || name.replace('job:', '');
       frag.append(h('li', { class: 'fresh', dataset: { jobId: data.jobId, queue: data.queue }, title: data.error || data.jobId,
         onclick: () => openJob(data.jobId) },
-      h('span', { class: 't', text: clock(data.timestamp || Date.now()) }),
+      h('span', { class: 't', title: when(data.timestamp || Date.now()), text: clock(data.timestamp || Date.now()) }),
       h('span', {}, h('span', { class: 'badge b-' + short, text: short })),
       h('span', { class: 'who' }, h('span', { class: 'q', text: data.queue + ' · ' }), h('span', { class: 'mono', text: data.jobId }))));
     }
