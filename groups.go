@@ -128,8 +128,11 @@ func (q *Queue) settingsRoom(g *Group, now int64) error {
 // look again when only its window or hold keeps it. It runs wherever a job
 // leaves a group or a setting is cleared; s.mu is held.
 func (s *Shard) tidyGroup(q *Queue, g *Group, now int64) {
+	if q.groups[g.id] != g {
+		return // forgotten already, or of a queue since obliterated
+	}
 	q.countSettings(g, now)
-	if g.queued > 0 || g.active > 0 || g.inRing || g.ready.Len() > 0 || q.groups[g.id] != g {
+	if g.queued > 0 || g.active > 0 || g.inRing || g.ready.Len() > 0 {
 		return
 	}
 	if g.paused || g.concOverride > 0 || g.rateOverride != nil {

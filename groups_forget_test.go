@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -322,4 +323,41 @@ func TestGroupSettingsKeptAndLimited(t *testing.T) {
 	}
 	// Other queues have their own room.
 	c.ok(M{"cmd": "PauseGroup", "queue": "other", "groupId": "new"})
+}
+
+// TestGroupSettingsRestoredCounted: groups with settings come back from
+// SQLite counted against the limit, and go once their settings are
+// removed.
+func TestGroupSettingsRestoredCounted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	b, st, _ := openTestStore(t, path)
+	c := dial(t, serveBroker(t, b))
+	c.ok(M{"cmd": "PauseGroup", "queue": "q", "groupId": "p"})
+	c.ok(M{"cmd": "SetGroupConcurrency", "queue": "q", "groupId": "c", "concurrency": 2})
+	c.close()
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b2, st2, _ := openTestStore(t, path)
+	defer st2.Close()
+	defer b2.Close()
+	settings := func() int {
+		s := b2.shardOf("q")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.queues["q"].nGroupSettings
+	}
+	if n, g := settings(), groupsOf(b2, "q"); n != 2 || g != 2 {
+		t.Fatalf("restored %d groups, %d counted with settings; want 2 and 2", g, n)
+	}
+	c2 := dial(t, serveBroker(t, b2))
+	if a := c2.ok(M{"cmd": "IsGroupPaused", "queue": "q", "groupId": "p"}); sub(t, a, "data")["paused"] != true {
+		t.Fatalf("pause not restored: %v", a)
+	}
+	c2.ok(M{"cmd": "ResumeGroup", "queue": "q", "groupId": "p"})
+	c2.ok(M{"cmd": "RemoveGroupConcurrency", "queue": "q", "groupId": "c"})
+	if n, g := settings(), groupsOf(b2, "q"); n != 0 || g != 0 {
+		t.Fatalf("after their settings were removed: %d groups, %d counted", g, n)
+	}
 }

@@ -210,9 +210,15 @@ func (s *Shard) queueFor(name string) (*Queue, error) {
 // queueRoom says whether n more queues may be made.
 func (b *Broker) queueRoom(n int) error {
 	if b.maxQueues > 0 && b.nQueues.Load()+int64(n) > int64(b.maxQueues) {
-		return errors.New("queues are limited to " + itoa(int64(b.maxQueues)) + " (--max-queues)")
+		return errTooManyQueues(b.maxQueues)
 	}
 	return nil
+}
+
+// errTooManyQueues is the refusal of one queue more than --max-queues
+// (the same in both engines).
+func errTooManyQueues(limit int) error {
+	return errors.New("queues are limited to " + itoa(int64(limit)) + " (--max-queues)")
 }
 
 // with runs fn holding the shard lock, released even if fn panics (the
