@@ -352,7 +352,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			if q.rate != nil {
 				q.rate.giveBack()
 			}
-			q.groupReleased(j)
+			s.groupReleased(q, j)
 			s.releaseUnique(q, j)
 			s.forget(j)
 			continue

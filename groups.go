@@ -8,10 +8,19 @@ package main
 // that a pull's own limits make ineligible are stepped over.
 
 import (
+	"container/heap"
 	"errors"
 	"math"
 	"unicode/utf8"
 )
+
+// maxGroupSettings bounds the groups of a queue that carry settings
+// (paused, a concurrency or rate limit of their own, a RateLimitGroup
+// hold): those a client can make without pushing a job, and that stay
+// until they are removed.
+const maxGroupSettings = 10000
+
+var errTooManyGroupSettings = tooMany("the groups of a queue that are paused or have a concurrency, rate limit or hold of their own are", maxGroupSettings)
 
 // Group is one group of a queue.
 type Group struct {
@@ -29,6 +38,9 @@ type Group struct {
 
 	prev, next *Group // the ring of groups with ready jobs
 	inRing     bool
+
+	counted   bool // counted in its queue's nGroupSettings
+	lingering bool // in its shard's lingering heap
 }
 
 type groupLimit struct{ max, duration int64 }
@@ -54,8 +66,135 @@ func (q *Queue) group(id string) *Group {
 		}
 		g = &Group{id: id, ready: newHeap(heapPlace)}
 		q.groups[id] = g
+		q.groupsPeak = max(q.groupsPeak, len(q.groups))
 	}
 	return g
+}
+
+// ---------------------------------------------------------------------------
+// Forgetting groups
+//
+// A group lives in its queue's map while something is left of it: queued
+// or active jobs, a setting, or a rate window or RateLimitGroup hold still
+// running (forgotten sooner, a job pushed to the group again would start
+// afresh, past the limit). Without this every groupId ever pushed would
+// keep its group for the life of the server. Nothing else holds a group
+// across operations: the ring only holds groups with ready jobs, and jobs
+// name their group by id. A group held only by time waits in the shard's
+// lingering heap, and the shard timer forgets it when its time is up.
+
+// hasSettings says whether g carries something a client set on it.
+func (g *Group) hasSettings(now int64) bool {
+	return g.paused || g.concOverride > 0 || g.rateOverride != nil || now < g.manualUntil
+}
+
+// heldUntil is when the last of g's rate window and hold ends.
+func (g *Group) heldUntil() int64 {
+	t := g.manualUntil
+	if w := g.window; w.count > 0 && w.start+w.duration > t {
+		t = w.start + w.duration
+	}
+	return t
+}
+
+// countSettings keeps q.nGroupSettings in step with g.
+func (q *Queue) countSettings(g *Group, now int64) {
+	if has := g.hasSettings(now); has != g.counted {
+		g.counted = has
+		if has {
+			q.nGroupSettings++
+		} else {
+			q.nGroupSettings--
+		}
+	}
+}
+
+// settingsRoom says whether g may take a setting: it has one already, or
+// the queue has room for one more group with settings.
+func (q *Queue) settingsRoom(g *Group, now int64) error {
+	if g != nil {
+		q.countSettings(g, now)
+		if g.counted {
+			return nil
+		}
+	}
+	if q.nGroupSettings >= maxGroupSettings {
+		return errTooManyGroupSettings
+	}
+	return nil
+}
+
+// tidyGroup forgets g if nothing is left of it, or has the shard timer
+// look again when only its window or hold keeps it. It runs wherever a job
+// leaves a group or a setting is cleared; s.mu is held.
+func (s *Shard) tidyGroup(q *Queue, g *Group, now int64) {
+	if q.groups[g.id] != g {
+		return // forgotten already, or of a queue since obliterated
+	}
+	q.countSettings(g, now)
+	if g.queued > 0 || g.active > 0 || g.inRing || g.ready.Len() > 0 {
+		return
+	}
+	if g.paused || g.concOverride > 0 || g.rateOverride != nil {
+		return // kept until the setting is removed
+	}
+	if until := g.heldUntil(); until > now {
+		if !g.lingering {
+			g.lingering = true
+			heap.Push(&s.lingering, lingerEnt{at: until, queue: q.name, g: g})
+			s.armFor(until, now)
+		}
+		return
+	}
+	delete(q.groups, g.id)
+	// Maps keep their size when emptied: a queue that had many groups
+	// at once gets a map its size when down to a quarter of its peak.
+	switch n := len(q.groups); {
+	case n == 0:
+		q.groups, q.groupsPeak = nil, 0
+	case q.groupsPeak > 1024 && n < q.groupsPeak/4:
+		m := make(map[string]*Group, n)
+		for id, x := range q.groups {
+			m[id] = x
+		}
+		q.groups, q.groupsPeak = m, n
+	}
+}
+
+// forgetLingering looks again at the groups whose window or hold is over.
+func (s *Shard) forgetLingering(now int64) {
+	for len(s.lingering) > 0 && s.lingering[0].at <= now {
+		e := heap.Pop(&s.lingering).(lingerEnt)
+		e.g.lingering = false
+		if q := s.queues[e.queue]; q != nil {
+			s.tidyGroup(q, e.g, now)
+		}
+	}
+}
+
+// lingerEnt is a group kept only by its rate window or hold, until at.
+type lingerEnt struct {
+	at    int64
+	queue string
+	g     *Group
+}
+
+// lingerHeap orders lingering groups by when to look at them again.
+type lingerHeap []lingerEnt
+
+func (h lingerHeap) Len() int           { return len(h) }
+func (h lingerHeap) Less(i, k int) bool { return h[i].at < h[k].at }
+func (h lingerHeap) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
+func (h *lingerHeap) Push(x any)        { *h = append(*h, x.(lingerEnt)) }
+func (h *lingerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = lingerEnt{}
+	*h = old[:len(old)-1]
+	if len(*h) == 0 {
+		*h = nil
+	}
+	return e
 }
 
 // ringAdd puts a group with ready jobs into the rotation, just before the
@@ -246,13 +385,14 @@ func (q *Queue) groupWait(now int64) int64 {
 }
 
 // groupReleased: a job of the group stopped being active.
-func (q *Queue) groupReleased(j *Job) {
+func (s *Shard) groupReleased(q *Queue, j *Job) {
 	if !j.groupActive {
 		return
 	}
 	j.groupActive = false
 	if g := q.groups[j.GroupID]; g != nil && g.active > 0 {
 		g.active--
+		s.tidyGroup(q, g, s.b.now())
 	}
 }
 
@@ -397,20 +537,37 @@ func readGroupTTL(r *Req) (groupTTLArgs, error) {
 	return groupTTLArgs{a, maxJobs, hasMax}, err
 }
 
-// groupCmd runs fn on a queue's group; create makes both when missing.
+// groupCmd runs fn on a queue's group. create is for the commands that
+// set something on the group: they make the queue and the group when
+// missing, within the queue's room for groups with settings. After fn the
+// group is forgotten if nothing is left of it.
 func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
-	return r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
+	var refused error
+	err := r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
 		var g *Group
 		if q != nil {
-			if g = q.groups[a.group]; g == nil && create {
+			g = q.groups[a.group]
+		}
+		if create {
+			if refused = q.settingsRoom(g, now); refused != nil {
+				return
+			}
+			if g == nil {
 				g = q.group(a.group)
 			}
 		}
 		fn(s, q, g, now)
+		if g != nil {
+			s.tidyGroup(q, g, now)
+		}
 		if q != nil && create {
 			r.b.queueChanged(q)
 		}
 	})
+	if err != nil {
+		return err
+	}
+	return refused
 }
 
 func (r *Req) dataInt(key string, v int64) error {

@@ -26,9 +26,19 @@ type pgInProcess struct {
 
 func startPGInProcess(t *testing.T, dbURL, ns string, clock func() int64, o pgOptions) *pgInProcess {
 	t.Helper()
+	return startPGInProcessWith(t, dbURL, ns, clock, o, nil)
+}
+
+// startPGInProcessWith is startPGInProcess with setup run on the broker
+// before it opens the namespace (setting --max-queues, say).
+func startPGInProcessWith(t *testing.T, dbURL, ns string, clock func() int64, o pgOptions, setup func(b *Broker)) *pgInProcess {
+	t.Helper()
 	b := NewBroker(1, nil)
 	if clock != nil {
 		b.now = clock
+	}
+	if setup != nil {
+		setup(b)
 	}
 	log := quietLog()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -166,6 +166,15 @@ func pgErr(err error) error {
 	return fmt.Errorf("storage error (postgres): %w", err)
 }
 
+// pgRefusedOr is a refusal as it is, anything else as the database's.
+func pgRefusedOr(err error) error {
+	var rf pgRefused
+	if errors.As(err, &rf) {
+		return rf.error
+	}
+	return pgErr(err)
+}
+
 // ---------------------------------------------------------------------------
 // Push
 
@@ -270,14 +279,18 @@ func pgAdmit(j *Job, now int64) {
 }
 
 const (
-	pgRegisterSQL = `INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`
-	pgInsertSQL   = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
+	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
 		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
 		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
 			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING RETURNING id`
 )
+
+// pgInsertBareSQL is pgInsertSQL for a queue pgRegisterBareSQL may have
+// refused: nothing is inserted when the queue has no row.
+var pgInsertBareSQL = strings.Replace(pgInsertSQL, "ORDER BY u.ord",
+	"WHERE EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) ORDER BY u.ord", 1)
 
 // pgRows are new job rows, column by column, for pgInsertSQL.
 type pgRows struct {
@@ -324,13 +337,9 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		grouped = grouped || j.GroupID != ""
 	}
 	// A queue's first grouped job turns its claims to the grouped path.
-	register := pgRegisterSQL
-	if grouped {
-		register = `INSERT INTO {s}.queues AS q (name, grouped) VALUES ($1, true)
-			ON CONFLICT (name) DO UPDATE SET grouped = true WHERE NOT q.grouped`
-	}
-	if _, err := tx.Exec(ctx, p.sql(register), queue); err != nil {
-		return res, fmt.Errorf("register queue: %w", err)
+	// A new queue past --max-queues is refused whole (a pgRefused).
+	if err := p.registerQueue(ctx, tx, queue, grouped); err != nil {
+		return res, err
 	}
 	if err := p.groupsTx(ctx, tx, queue, jobs); err != nil {
 		var rf pgRefused
@@ -1556,9 +1565,15 @@ func (p *PG) setPaused(ctx context.Context, queue string, paused bool) error {
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name, paused) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused`), queue, paused); err != nil {
+	var made bool
+	if err := tx.QueryRow(ctx, p.sql(`INSERT INTO {s}.queues (name, paused) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused RETURNING (xmax = 0)`), queue, paused).Scan(&made); err != nil {
 		return pgErr(fmt.Errorf("pause %s: %w", queue, err))
+	}
+	if made {
+		if err := p.queueMade(ctx, tx, queue); err != nil {
+			return pgRefusedOr(err)
+		}
 	}
 	if !paused {
 		if err := p.notify(ctx, tx, queue); err != nil {

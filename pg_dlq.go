@@ -149,8 +149,8 @@ func (p *PG) updateSettings(ctx context.Context, queue string, fn func(tx pgx.Tx
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
-		return pgErr(fmt.Errorf("register queue: %w", err))
+	if err := p.registerQueue(ctx, tx, queue, false); err != nil {
+		return pgRefusedOr(err)
 	}
 	set, err := p.readSettings(ctx, tx, []string{queue}, true)
 	if err != nil {

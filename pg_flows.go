@@ -613,6 +613,10 @@ func pgPushFlow(r *Req) error {
 		f.pushed = map[string][]*Job{}
 		for _, q := range queues {
 			_, made, err := p.insertTx(ctx, tx, q, byQueue[q])
+			var refused pgRefused
+			if errors.As(err, &refused) {
+				return refused.error // a queue past --max-queues, a group full
+			}
 			if err != nil {
 				return fault(err)
 			}

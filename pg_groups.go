@@ -333,6 +333,9 @@ func (p *PG) updateGroup(ctx context.Context, a groupArgs, create bool, set, con
 	}
 	defer tx.Rollback(context.Background())
 	if create {
+		if err := p.groupRoom(ctx, tx, a); err != nil {
+			return 0, pgRefusedOr(err)
+		}
 		if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served) VALUES ($1, $2, nextval('{s}.group_turns'))
 			ON CONFLICT DO NOTHING`), a.queue, a.group); err != nil {
 			return 0, pgErr(fmt.Errorf("register group %s: %w", a.group, err))
@@ -352,6 +355,51 @@ func (p *PG) updateGroup(ctx context.Context, a groupArgs, create bool, set, con
 		return 0, pgErr(err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// pgGroupHasSettings is the condition of a group row with settings, as
+// Group.hasSettings ($2: now); pgGroupSettingsIndexed is the predicate of
+// the index that finds them (groups_settings), which a count must repeat
+// for the index to serve it.
+const (
+	pgGroupHasSettings     = `(paused OR conc_limit IS NOT NULL OR rate_max IS NOT NULL OR manual_until > $2)`
+	pgGroupSettingsIndexed = `(paused OR conc_limit IS NOT NULL OR rate_max IS NOT NULL OR manual_until > 0)`
+)
+
+// groupRoom readies a command that sets something on a group: the queue
+// row made if missing (as memory mode makes the queue, within
+// --max-queues) and held with a key-share lock until the command commits,
+// which keeps the group reaper off the group meanwhile (pg_group_reap.go);
+// and, for a group without settings yet, room for one more in the queue
+// (maxGroupSettings). Commands on one queue racing through several
+// brokers may pass the limit by as many as run at that instant.
+func (p *PG) groupRoom(ctx context.Context, tx pgx.Tx, a groupArgs) error {
+	if err := p.registerQueue(ctx, tx, a.queue, false); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, p.sql(`SELECT 1 FROM {s}.queues WHERE name = $1 FOR KEY SHARE`), a.queue); err != nil {
+		return fmt.Errorf("lock queue %s: %w", a.queue, err)
+	}
+	now := p.now()
+	var has bool
+	err := tx.QueryRow(ctx, p.sql(`SELECT `+pgGroupHasSettings+` FROM {s}.groups WHERE queue = $1 AND group_id = $3`),
+		a.queue, now, a.group).Scan(&has)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("read group %s of %s: %w", a.group, a.queue, err)
+	}
+	if has {
+		return nil
+	}
+	var n int
+	err = tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.groups WHERE queue = $1 AND `+pgGroupSettingsIndexed+` AND `+pgGroupHasSettings),
+		a.queue, now).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("count the groups of %s: %w", a.queue, err)
+	}
+	if n >= maxGroupSettings {
+		return pgRefused{errTooManyGroupSettings}
+	}
+	return nil
 }
 
 // groupCount counts a queue's jobs in a state: of one group, or of all

@@ -116,8 +116,8 @@ func (p *PG) setLimits(ctx context.Context, queue, set string, args ...any) erro
 		return pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`), queue); err != nil {
-		return pgErr(err)
+	if err := p.registerQueue(ctx, tx, queue, false); err != nil {
+		return pgRefusedOr(err)
 	}
 	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET `+set+` WHERE name = $1`), append([]any{queue}, args...)...); err != nil {
 		return pgErr(fmt.Errorf("set the limits of %s: %w", queue, err))

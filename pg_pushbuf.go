@@ -12,7 +12,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,20 +141,28 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		byQueue[r.queue] = append(byQueue[r.queue], r)
 	}
 	done := make(map[string]pgInserted, len(order))
+	// Queues refused for --max-queues: their requests are answered so,
+	// and the others are written.
+	refused := make(map[string]error)
 	var err error
 	if pgBare(batch) {
-		err = p.insertBare(ctx, order, byQueue, done)
+		err = p.insertBare(ctx, order, byQueue, done, refused)
 	} else {
-		err = p.insertPlain(ctx, batch, order, byQueue, done)
+		err = p.insertPlain(ctx, batch, order, byQueue, done, refused)
 	}
 	if err == nil {
 		for _, q := range order {
-			p.inserted(q, done[q])
+			if refused[q] == nil {
+				p.inserted(q, done[q])
+			}
 		}
 	}
 	for _, r := range batch {
-		if err != nil {
+		switch {
+		case err != nil:
 			r.ids, r.err = nil, pgErr(err)
+		case refused[r.queue] != nil:
+			r.ids, r.err = nil, refused[r.queue]
 		}
 		close(r.done)
 	}
@@ -174,11 +184,12 @@ func pgBare(batch []*pgPushReq) bool {
 // insertBare writes bare jobs in one round trip: the statements go as one
 // pipeline, which PostgreSQL runs as one implicit transaction, instead of
 // BEGIN, the statements and COMMIT each waiting for the one before.
-func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted) error {
+func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted, refused map[string]error) error {
 	now := p.now()
 	b := &pgx.Batch{}
 	var wake []string
-	for _, q := range order {
+	jobs := make([]int64, len(order))
+	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
 		ready := false
@@ -191,14 +202,34 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 				res.made = append(res.made, j)
 			}
 		}
-		b.Queue(p.sql(pgRegisterSQL), q)
-		b.Queue(p.sql(pgInsertSQL), rows.args(q)...)
+		jobs[i] = int64(len(rows.ids))
+		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues))
+		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
 		if ready {
 			wake = append(wake, q)
 		}
 	}
-	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
+	br := p.pool.SendBatch(ctx, b)
+	for i, q := range order {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("register queue %s: %w", q, err)
+		}
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("insert jobs: %w", err)
+		}
+		if tag.RowsAffected() == 0 && jobs[i] > 0 {
+			// No row for the queue: one more was past the limit. (Or,
+			// as rare, obliterated between the two statements: the push
+			// is refused all the same, and may be sent again.)
+			refused[q] = errTooManyQueues(p.b.maxQueues)
+			wake = slices.DeleteFunc(wake, func(w string) bool { return w == q })
+		}
+	}
+	if err := br.Close(); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if len(wake) > 0 {
@@ -208,7 +239,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 }
 
 // insertPlain writes plain jobs in one transaction through insertJobs.
-func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted) error {
+func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted, refused map[string]error) error {
 	var tl []int
 	for _, r := range batch {
 		for _, j := range r.jobs {
@@ -230,14 +261,22 @@ func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string
 			return err
 		}
 		defer tx.Rollback(context.Background())
+		clear(refused)
 		for _, q := range order {
 			reqs := byQueue[q]
 			var jobs []*Job
 			for _, r := range reqs {
 				jobs = append(jobs, r.jobs...)
 			}
-			// Plain jobs are never refused: an error is the database's.
+			// Plain jobs are refused only for a queue past --max-queues
+			// (nothing of it is left in tx); any other error is the
+			// database's.
 			res, err := p.insertJobs(ctx, tx, q, jobs)
+			var rf pgRefused
+			if errors.As(err, &rf) {
+				refused[q] = rf.error
+				continue
+			}
 			if err != nil {
 				return err
 			}

@@ -48,6 +48,9 @@ func (p *PG) retainer() {
 			// the reaper and the listener.
 			p.log.Warn("completed-job retention", "err", err)
 		}
+		if _, err := p.reapGroupsOnce(); err != nil && !p.closing() {
+			p.log.Warn("forgetting idle groups", "err", err)
+		}
 	}
 }
 

@@ -164,6 +164,15 @@ var pgMigrations = []string{
 		due  BIGINT NOT NULL
 	);
 	INSERT INTO {s}.chores (name, due) VALUES ('retain', 0);`,
+	`-- MIGRATION group reaping
+	-- Group rows are deleted once nothing is left of them (pg_group_reap.go):
+	-- no job row in the group, whatever its state (the claim and active
+	-- indexes cover states 1 and 4, this one the rest), and no settings,
+	-- which groups_settings finds for their count limit.
+	CREATE INDEX jobs_group_rest ON {s}.jobs (queue, group_id) WHERE group_id IS NOT NULL AND state IN (5, 6, 7);
+	CREATE INDEX groups_settings ON {s}.groups (queue)
+		WHERE paused OR conc_limit IS NOT NULL OR rate_max IS NOT NULL OR manual_until > 0;
+	INSERT INTO {s}.chores (name, due) VALUES ('groups', 0);`,
 }
 
 // PG is the PostgreSQL engine of one broker.

@@ -115,6 +115,8 @@ type Shard struct {
 
 	subs map[string][]*conn // event subscribers by queue name
 
+	lingering lingerHeap // groups kept only by a window or hold (groups.go)
+
 	timer   *time.Timer
 	armedAt int64 // deadline the timer is set for; 0 when idle
 	closed  bool
@@ -165,6 +167,9 @@ type Queue struct {
 	groups  map[string]*Group // see groups.go
 	cursor  *Group            // the next group's turn
 	ringLen int
+	// groupsPeak is the most groups held since the map was made;
+	// nGroupSettings counts those with settings (maxGroupSettings).
+	groupsPeak, nGroupSettings int
 
 	rate       *bucket // queue rate limit
 	concLimit  *int64  // queue concurrency limit
@@ -205,9 +210,15 @@ func (s *Shard) queueFor(name string) (*Queue, error) {
 // queueRoom says whether n more queues may be made.
 func (b *Broker) queueRoom(n int) error {
 	if b.maxQueues > 0 && b.nQueues.Load()+int64(n) > int64(b.maxQueues) {
-		return errors.New("queues are limited to " + itoa(int64(b.maxQueues)) + " (--max-queues)")
+		return errTooManyQueues(b.maxQueues)
 	}
 	return nil
+}
+
+// errTooManyQueues is the refusal of one queue more than --max-queues
+// (the same in both engines).
+func errTooManyQueues(limit int) error {
+	return errors.New("queues are limited to " + itoa(int64(limit)) + " (--max-queues)")
 }
 
 // with runs fn holding the shard lock, released even if fn panics (the
@@ -320,6 +331,9 @@ func (s *Shard) unqueue(q *Queue, j *Job) {
 	case StateWaitingChildren:
 		q.delWC(j)
 		s.b.unwaitAll(j)
+	}
+	if g != nil {
+		s.tidyGroup(q, g, s.b.now())
 	}
 }
 
@@ -458,6 +472,9 @@ func (s *Shard) rearm(now int64) {
 	if e := s.leases.Peek(); e != nil && e.t < next {
 		next = e.t
 	}
+	if len(s.lingering) > 0 && s.lingering[0].at < next {
+		next = s.lingering[0].at
+	}
 	// (an active job with nothing to watch sorts at MaxInt64: not a wake-up)
 	s.armedAt = 0
 	if next == math.MaxInt64 {
@@ -476,6 +493,7 @@ func (s *Shard) tick() {
 	now := s.b.now()
 	s.promote(now)
 	s.expire(now)
+	s.forgetLingering(now)
 	s.rearm(now)
 }
 
@@ -621,7 +639,7 @@ func (s *Shard) deactivate(q *Queue, j *Job) {
 		q.wake(1)
 	}
 	if j.groupActive {
-		q.groupReleased(j)
+		s.groupReleased(q, j)
 		q.wake(1)
 	}
 }

@@ -246,6 +246,9 @@ func decodeQueueSettings(q *Queue, b []byte) error {
 				d, _ := rawInt(f[4])
 				g.rateOverride = &groupLimit{max: mx, duration: d}
 			}
+			// Counted, not refused: what was stored stays, even past
+			// maxGroupSettings.
+			q.countSettings(g, 0)
 		}
 	}
 	if r := m.Get("stall"); r != nil {
