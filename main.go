@@ -64,7 +64,7 @@ type config struct {
 
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
-	explicitDB  bool // a SQLite path was asked for, by flag or environment
+	explicitDB  bool // --data-path was given on the command line
 
 	webhookAllowPrivate bool
 	tlsCert             string
@@ -213,8 +213,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		// any port >= 0, 0 choosing a free one, which tests use).
 		c.httpPort = -1
 	}
+	// Only --data-path on the command line contradicts a PostgreSQL URL. A
+	// data path from the environment is SQLite mode's default, and a URL
+	// (flag or environment) overrides it: so queued.service can give
+	// DATA_PATH a default and its env file still choose PostgreSQL.
 	fs.Visit(func(f *flag.Flag) { c.explicitDB = c.explicitDB || f.Name == "data-path" })
-	c.explicitDB = c.explicitDB || envOr(dataPathEnv, "") != ""
 	if c.pgURL == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
 		fmt.Fprintln(stderr, "queued: BUNQUEUE_STORAGE_DRIVER=postgres needs a URL: --postgres-url or BUNQUEUE_POSTGRES_URL")
 		return 2
@@ -227,6 +230,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
 		return 2
+	}
+	if p := envOr(dataPathEnv, ""); c.pgURL != "" && p != "" {
+		log.Info("PostgreSQL mode: the SQLite data path from the environment is not used", "data_path", p)
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		fmt.Fprintln(stderr, "queued: --tls-cert and --tls-key go together")

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,6 +418,19 @@ func TestPGStorageFlags(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), "choose one storage") {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
+	// A data path from the environment is only SQLite's default (see
+	// TestSystemdUnit*), but --data-path or --memory on the command line
+	// beside a URL from the environment is still a contradiction.
+	t.Setenv("BUNQUEUE_POSTGRES_URL", testPGURL())
+	t.Setenv("DATA_PATH", filepath.Join(t.TempDir(), "env.db"))
+	for _, flags := range [][]string{{"--data-path", "/tmp/x.db"}, {"--memory"}} {
+		errb.Reset()
+		code = run(append([]string{"serve"}, flags...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "choose one storage") {
+			t.Fatalf("%v with BUNQUEUE_POSTGRES_URL: exit %d: %s", flags, code, errb.String())
+		}
+	}
+	t.Setenv("BUNQUEUE_POSTGRES_URL", "")
 	t.Setenv("BUNQUEUE_STORAGE_DRIVER", "postgres")
 	errb.Reset()
 	code = run([]string{"serve"}, &out, &errb)
