@@ -253,6 +253,15 @@ type BackupService struct {
 	lastKeyAt time.Time // keys are unique: two backups in one millisecond get two
 }
 
+// noSQLiteBackup says why a server without a SQLite file has nothing to
+// back up, and what backs up its data instead.
+func noSQLiteBackup(pgMode bool) string {
+	if pgMode {
+		return "this server keeps its data in PostgreSQL: back up the namespace's schema with pg_dump (pg_dump --schema=queued_<namespace>)"
+	}
+	return "this server keeps its data in memory (--memory)"
+}
+
 // newBackupService returns nil when no bucket is configured.
 func newBackupService(cfg *backupSettings, src backupSource, dataPath string, log *slog.Logger) (*BackupService, error) {
 	if cfg.bucket == "" {
@@ -262,7 +271,7 @@ func newBackupService(cfg *backupSettings, src backupSource, dataPath string, lo
 		return nil, nil
 	}
 	if src == nil {
-		return nil, errors.New("S3 backups need SQLite storage; this server keeps its data in memory (--memory)")
+		return nil, errors.New("S3 backups need SQLite storage; " + noSQLiteBackup(false))
 	}
 	if cfg.interval > 0 && cfg.interval < time.Second {
 		return nil, fmt.Errorf("--backup-interval %s is too short", cfg.interval)

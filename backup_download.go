@@ -71,7 +71,7 @@ func (a *httpAPI) serveBackupDownload(w http.ResponseWriter, r *http.Request, _ 
 		Backup(ctx context.Context, dst string) error
 	})
 	if !ok {
-		writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": "backup needs SQLite storage; this server keeps its data in memory"})
+		writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": "backup needs SQLite storage; " + noSQLiteBackup(a.srv.pg != nil)})
 		return
 	}
 	if !a.backupBusy.CompareAndSwap(false, true) {

@@ -687,3 +687,25 @@ func BenchmarkBackupS3(b *testing.B) {
 			res.Compress.Round(time.Millisecond), res.Upload.Round(time.Millisecond), batches, during, idle)
 	}
 }
+
+// TestBackupInPostgresMode: a PostgreSQL-mode broker has no SQLite file to
+// copy, and says what backs its data up instead (it used to say that it
+// kept its data in memory).
+func TestBackupInPostgresMode(t *testing.T) {
+	ns := pgTestNamespace(t)
+	err := runServer(t.Context(), &config{pgURL: testPGURL(), pgNamespace: ns,
+		backup: backupSettings{s3Settings: s3Settings{bucket: "b", accessKey: "a", secretKey: "s"}}}, quietLog(), nil)
+	if err == nil || !strings.Contains(err.Error(), "PostgreSQL") || !strings.Contains(err.Error(), "pg_dump") || strings.Contains(err.Error(), "memory") {
+		t.Fatalf("S3 backups in PostgreSQL mode: %v", err)
+	}
+	p := startPGBroker(t, ns)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/backup", p.httpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "pg_dump") || strings.Contains(string(body), "memory") {
+		t.Fatalf("GET /backup in PostgreSQL mode: %d %s", resp.StatusCode, body)
+	}
+}

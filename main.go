@@ -305,6 +305,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	if sq != nil {
 		src = sq
 	}
+	if c.pgURL != "" && c.backup.bucket != "" {
+		return errors.New("S3 backups need SQLite storage; " + noSQLiteBackup(true))
+	}
 	bk, err := newBackupService(&c.backup, src, c.dataPath, log)
 	if err != nil {
 		if sq != nil {
