@@ -160,10 +160,7 @@ func compatDir(t *testing.T) (string, string) {
 	dir, _ := filepath.Abs("compat")
 	bun := filepath.Join(dir, "node_modules", ".bin", "bun")
 	if _, err := os.Stat(bun); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("compat packages missing in CI: run (cd compat && npm ci)")
-		}
-		t.Skip("compat packages not installed: run (cd compat && npm ci) to run the official-client suite")
+		needService(t, "compat packages (bun, the official bunqueue client) not installed", "(cd compat && npm ci)")
 	}
 	return dir, bun
 }
