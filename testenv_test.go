@@ -17,6 +17,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// serverEnv makes this test binary run queued's main instead of the tests
+// (queuedBinary): TestMain sets it for the processes the tests start.
+const serverEnv = "QUEUED_TEST_RUN_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	// Inherited by every process a test starts; only this binary reads it.
+	os.Setenv(serverEnv, "1")
+	os.Exit(m.Run())
+}
+
 // needService skips the test (fails it under CI=true) because what is
 // missing, naming how to provide it.
 func needService(t testing.TB, missing, provide string) {
