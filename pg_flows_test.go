@@ -177,6 +177,7 @@ func settle(t *testing.T, c *tclient, id string) map[string]any {
 // last child completes, then runs exactly once, and its children's values
 // are all there.
 func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const n = 300
 	kids := make([]string, n)
@@ -282,6 +283,7 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 // acknowledged at the same moment through two different brokers; every
 // parent is released exactly once.
 func TestPGFlowSimultaneousAcks(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const parents = 40
 	var jobs []any
@@ -362,6 +364,7 @@ func drainQueue(t *testing.T, cs []*tclient, queue string, want int) []string {
 // TestPGDependsOn: chains and fan-in across brokers, within a batch, on a
 // job already done, and the refusals; the same as the memory engine.
 func TestPGDependsOn(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		push := func(c *tclient, m map[string]any) {
@@ -435,6 +438,7 @@ func policyFlow(t *testing.T, cs []*tclient, policy, tag string) map[string]any 
 // TestPGFlowPolicies: each child failure policy, a failure passed up two
 // levels, the same as the memory engine.
 func TestPGFlowPolicies(t *testing.T) {
+	t.Parallel()
 	got := sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		for i, pol := range []string{"failParentOnFailure", "continueParentOnFailure", "ignoreDependencyOnFailure", "removeDependencyOnFailure", "none"} {
@@ -468,6 +472,7 @@ func TestPGFlowPolicies(t *testing.T) {
 // TestPGFlowPolicyOnStall: a child whose lease runs out, with no attempts
 // left, fails its parent through whichever broker reclaims it.
 func TestPGFlowPolicyOnStall(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSHF", "jobs": []any{
 		map[string]any{"id": "s1", "queue": "st", "input": map[string]any{"parentId": "SP", "maxAttempts": 1, "failParentOnFailure": true,
@@ -494,6 +499,7 @@ func TestPGFlowPolicyOnStall(t *testing.T) {
 // TestPGRepeatAcrossBrokers: a job repeating every 50 ms with a limit of
 // six runs six times, with workers on three brokers.
 func TestPGRepeatAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "rep", "name": "tick", "data": map[string]any{"x": 1},
 		"repeat": map[string]any{"every": 50, "limit": 6}})
@@ -555,6 +561,7 @@ func TestPGRepeatAcrossBrokers(t *testing.T) {
 // a dependency, removing unprocessed children, parking an active job to
 // wait for children; the same as the memory engine.
 func TestPGFlowCommands(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		job := func(id string) map[string]any {
@@ -633,6 +640,7 @@ func TestPGFlowCommands(t *testing.T) {
 // one broker is answered with the dependent when its dependency is
 // acknowledged through another.
 func TestPGDependentWakesLongPoll(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "first", "jobId": "a", "data": 1})
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "then", "jobId": "b", "data": 2, "dependsOn": []any{"a"}})
@@ -655,6 +663,7 @@ func TestPGDependentWakesLongPoll(t *testing.T) {
 // parent, at the same moment, through two brokers. Neither waits for the
 // other forever (no deadlock), and each parent is released once.
 func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const parents = 30
 	var jobs []any
@@ -702,6 +711,7 @@ func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
 // deadlock, and it runs again). Nothing is refused, and every pushed job
 // ends up waiting for exactly what is not done.
 func TestPGPushAndAckAtOnce(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const n = 40
 	for i := 0; i < n; i++ {
@@ -735,6 +745,7 @@ func TestPGPushAndAckAtOnce(t *testing.T) {
 // TestPGDedupReplaceKeepsDependedOn: a replacing push does not remove a
 // job that live jobs depend on: it is refused, and both jobs stay.
 func TestPGDedupReplaceKeepsDependedOn(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		dedup := map[string]any{"ttl": 60000, "replace": true}

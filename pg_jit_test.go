@@ -40,6 +40,7 @@ func explainHasJIT(t *testing.T, ctx context.Context, p *PG, tx pgx.Tx, queue st
 // while the same transaction with jit turned back on is: the database
 // would compile it, the engine's sessions do not let it.
 func TestPGSessionsWithoutJIT(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	c := dial(t, b.addr)
