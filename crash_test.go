@@ -315,7 +315,7 @@ func TestCrashCronSchedules(t *testing.T) {
 	if num(t, got["nextRun"]) != next || got["timezone"] != "Europe/Berlin" || got["schedule"] != "0 3 * * *" {
 		t.Fatalf("schedule after restart: %v (next run was %v)", got, next)
 	}
-	eventually(t, 3*time.Second, "the missed run fired", func() (bool, string) {
+	eventually(t, 15*time.Second, "the missed run fired", func() (bool, string) {
 		n := num(t, sub(t, c2.ok(map[string]any{"cmd": "GetJobCounts", "queue": "cq2"}), "counts")["waiting"])
 		return n >= 1, fmt.Sprint(n)
 	})
