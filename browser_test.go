@@ -161,10 +161,7 @@ func startBrowser(t *testing.T, extraArgs ...string) *wd {
 	chromium, err1 := exec.LookPath("chromium")
 	driver, err2 := exec.LookPath("chromedriver")
 	if err1 != nil || err2 != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium and chromedriver are required in CI: %s", browserInstall)
-		}
-		t.Skipf("chromium or chromedriver not installed; to run this test: %s", browserInstall)
+		needService(t, "chromium or chromedriver not installed", browserInstall)
 	}
 	port := freePort(t)
 	profile := t.TempDir() // made before the cleanup below, so removed after it

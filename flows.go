@@ -58,6 +58,7 @@ type flowState struct {
 
 	fmu   sync.Mutex
 	fq    []flowItem
+	fbusy int // items taken from fq and not yet applied (under fmu)
 	fkick chan struct{}
 	fstop chan struct{}
 	fdone chan struct{}
@@ -101,23 +102,25 @@ func (b *Broker) flowWorker() {
 		}
 		for {
 			var items []flowItem
-			locked(&b.fmu, func() { items, b.fq = b.fq, nil })
+			locked(&b.fmu, func() { items, b.fq = b.fq, nil; b.fbusy = len(items) })
 			if len(items) == 0 {
 				break
 			}
 			for i := range items {
 				b.flowApply(&items[i])
 			}
+			locked(&b.fmu, func() { b.fbusy = 0 })
 		}
 	}
 }
 
-// flowSettle waits until the flow goroutine has nothing queued; tests and
-// shutdown use it.
+// flowSettle waits until the flow goroutine has nothing queued and has
+// applied what it took (a child's value read right after its ACK is
+// there); tests and shutdown use it.
 func (b *Broker) flowSettle() {
 	for {
 		var n int
-		locked(&b.fmu, func() { n = len(b.fq) })
+		locked(&b.fmu, func() { n = len(b.fq) + b.fbusy })
 		if n == 0 {
 			return
 		}

@@ -191,3 +191,51 @@ func BenchmarkPushFlow100(b *testing.B) {
 		}
 	}
 }
+
+// TestFlowSettleWaitsForApplying: flowSettle (which GetChildrenValues
+// runs before it reads) returns only once the flow goroutine has applied
+// what it took, not as soon as its queue is empty: a child's value read
+// right after its ACK was sometimes missing (TestPGFlowCommands, memory
+// half, on a loaded machine).
+func TestFlowSettleWaitsForApplying(t *testing.T) {
+	b := NewBroker(4, nil)
+	defer b.Close()
+	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
+	b.Push("pq", []*Job{p})
+	b.withJob(p.ID, func(j *Job, _ *Shard) { j.Children = []string{"c"} })
+	// The parent's shard held: the flow goroutine takes the child's value
+	// and waits for the lock, mid-apply.
+	s := b.shardOf("pq")
+	s.mu.Lock()
+	held := true
+	defer func() {
+		if held {
+			s.mu.Unlock()
+		}
+	}()
+	b.flowPost(flowItem{kind: flowChildValue, parentID: p.ID, childID: "c", key: "cq:c", val: Raw(mustEnc(t, "v"))})
+	eventually(t, 10*time.Second, "the flow goroutine took the item", func() (bool, string) {
+		var n int
+		locked(&b.fmu, func() { n = len(b.fq) })
+		return n == 0, fmt.Sprint(n, " queued")
+	})
+	settled := make(chan struct{})
+	go func() { b.flowSettle(); close(settled) }()
+	select {
+	case <-settled:
+		t.Fatal("flowSettle returned while the flow goroutine was still applying a child's value")
+	case <-time.After(300 * time.Millisecond):
+	}
+	s.mu.Unlock()
+	held = false
+	select {
+	case <-settled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("flowSettle did not return within 10 s of the apply going on")
+	}
+	var vals []childKV
+	b.withJob(p.ID, func(j *Job, _ *Shard) { vals = j.childValues })
+	if len(vals) != 1 || vals[0].key != "cq:c" {
+		t.Fatalf("the parent's children values after flowSettle: %v", vals)
+	}
+}

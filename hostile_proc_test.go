@@ -37,6 +37,9 @@ var (
 // more than 8128 live goroutines, fewer than 10,000 connections need.
 func plainBinary(t *testing.T) string {
 	t.Helper()
+	if !raceEnabled {
+		return queuedBinary(t) // already one
+	}
 	plainOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "queued-plain")
 		if err != nil {

@@ -67,6 +67,7 @@ func countsOf(t *testing.T, c *tclient, queue string) map[string]any {
 // runs, logs, a cron schedule and queue settings, and has two brokers
 // serve them.
 func TestMigrateSQLiteToPostgres(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	path := filepath.Join(t.TempDir(), "queued.db")
 	srv := startBinary(t, "--data-path", path)
@@ -248,6 +249,7 @@ func pushFile(t *testing.T, path string, fill func(c *tclient)) {
 // each refusal leaves the namespace as it was. The environment names the
 // storage as for the server.
 func TestMigrateTargetAndRefusals(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one.db"), filepath.Join(dir, "two.db")
@@ -329,6 +331,7 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 // dependencies, groups, dedup ttls and queue policies runs after the
 // migration on two PostgreSQL brokers as it would have after a restart.
 func TestMigrateFlowsGroupsPolicies(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	path := filepath.Join(t.TempDir(), "queued.db")
 	srv := startBinary(t, "--data-path", path)

@@ -82,6 +82,7 @@ func dbNow(t *testing.T, p *PG) int64 {
 // no lease another broker handed out, claims no delayed job early and
 // fires no cron early; times either broker writes hold on the other.
 func TestPGClockSkewStealsNothing(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	b := startPGInProcess(t, testPGURL(), ns, func() int64 { return nowMs() + 40000 }, pgOptions{})
@@ -224,6 +225,7 @@ func newSlowProxy(t *testing.T, target string) *slowProxy {
 // answers only after 1.2 s), refuses claims with an error naming the
 // bound; once the database answers promptly it claims again.
 func TestPGClockUnmeasurable(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	u, err := url.Parse(testPGURL())
 	if err != nil {

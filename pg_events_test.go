@@ -15,6 +15,7 @@ import (
 // TestPGEventsAcrossBrokers: a subscriber hears what happens to a queue
 // through any broker, each event once, in the order one broker made them.
 func TestPGEventsAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
 	ca, cb := dial(t, a.addr()), dial(t, b.addr())
@@ -135,6 +136,7 @@ func TestRemoteEventRoundTrip(t *testing.T) {
 // (a subscriber that connected at once missed it: TestPGEventsAcrossBrokers
 // failed now and then on a busy machine).
 func TestPGListensBeforeServing(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -29,34 +29,46 @@ func threePG(t *testing.T) []*tclient {
 
 // sameAsMemory runs scenario against a memory server (three connections
 // to it) and against three PostgreSQL brokers, and requires the same
-// observations.
+// observations. The PostgreSQL half is the subtest "postgres", skipped
+// without the database (needPG); the memory half's observations are then
+// what the caller checks.
 func sameAsMemory(t *testing.T, scenario func(t *testing.T, cs []*tclient) map[string]any) map[string]any {
 	t.Helper()
 	ts := startServer(t, nil)
 	mem := scenario(t, []*tclient{dial(t, ts.addr), dial(t, ts.addr), dial(t, ts.addr)})
-	pg := scenario(t, threePG(t))
-	if !reflect.DeepEqual(mem, pg) {
-		var diff []string
-		for k := range mem {
-			if !reflect.DeepEqual(mem[k], pg[k]) {
-				diff = append(diff, fmt.Sprintf("%s: memory %v, postgres %v", k, mem[k], pg[k]))
+	var pg map[string]any
+	t.Run("postgres", func(t *testing.T) {
+		obs := scenario(t, threePG(t))
+		if !reflect.DeepEqual(mem, obs) {
+			var diff []string
+			for k := range mem {
+				if !reflect.DeepEqual(mem[k], obs[k]) {
+					diff = append(diff, fmt.Sprintf("%s: memory %v, postgres %v", k, mem[k], obs[k]))
+				}
 			}
-		}
-		for k := range pg {
-			if _, ok := mem[k]; !ok {
-				diff = append(diff, fmt.Sprintf("%s: memory none, postgres %v", k, pg[k]))
+			for k := range obs {
+				if _, ok := mem[k]; !ok {
+					diff = append(diff, fmt.Sprintf("%s: memory none, postgres %v", k, obs[k]))
+				}
 			}
+			sort.Strings(diff)
+			t.Fatalf("PostgreSQL mode differs from the memory engine:\n%s", strings.Join(diff, "\n"))
 		}
-		sort.Strings(diff)
-		t.Fatalf("PostgreSQL mode differs from the memory engine:\n%s", strings.Join(diff, "\n"))
+		keys := make([]string, 0, len(obs))
+		for k := range obs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			t.Logf("%s: %v", k, obs[k])
+		}
+		pg = obs
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
-	keys := make([]string, 0, len(pg))
-	for k := range pg {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t.Logf("%s: %v", k, pg[k])
+	if pg == nil {
+		return mem
 	}
 	return pg
 }
@@ -165,6 +177,7 @@ func settle(t *testing.T, c *tclient, id string) map[string]any {
 // last child completes, then runs exactly once, and its children's values
 // are all there.
 func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const n = 300
 	kids := make([]string, n)
@@ -270,6 +283,7 @@ func TestPGFlowManyChildrenThreeBrokers(t *testing.T) {
 // acknowledged at the same moment through two different brokers; every
 // parent is released exactly once.
 func TestPGFlowSimultaneousAcks(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const parents = 40
 	var jobs []any
@@ -350,6 +364,7 @@ func drainQueue(t *testing.T, cs []*tclient, queue string, want int) []string {
 // TestPGDependsOn: chains and fan-in across brokers, within a batch, on a
 // job already done, and the refusals; the same as the memory engine.
 func TestPGDependsOn(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		push := func(c *tclient, m map[string]any) {
@@ -423,6 +438,7 @@ func policyFlow(t *testing.T, cs []*tclient, policy, tag string) map[string]any 
 // TestPGFlowPolicies: each child failure policy, a failure passed up two
 // levels, the same as the memory engine.
 func TestPGFlowPolicies(t *testing.T) {
+	t.Parallel()
 	got := sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		for i, pol := range []string{"failParentOnFailure", "continueParentOnFailure", "ignoreDependencyOnFailure", "removeDependencyOnFailure", "none"} {
@@ -456,6 +472,7 @@ func TestPGFlowPolicies(t *testing.T) {
 // TestPGFlowPolicyOnStall: a child whose lease runs out, with no attempts
 // left, fails its parent through whichever broker reclaims it.
 func TestPGFlowPolicyOnStall(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSHF", "jobs": []any{
 		map[string]any{"id": "s1", "queue": "st", "input": map[string]any{"parentId": "SP", "maxAttempts": 1, "failParentOnFailure": true,
@@ -482,6 +499,7 @@ func TestPGFlowPolicyOnStall(t *testing.T) {
 // TestPGRepeatAcrossBrokers: a job repeating every 50 ms with a limit of
 // six runs six times, with workers on three brokers.
 func TestPGRepeatAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "rep", "name": "tick", "data": map[string]any{"x": 1},
 		"repeat": map[string]any{"every": 50, "limit": 6}})
@@ -543,6 +561,7 @@ func TestPGRepeatAcrossBrokers(t *testing.T) {
 // a dependency, removing unprocessed children, parking an active job to
 // wait for children; the same as the memory engine.
 func TestPGFlowCommands(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		job := func(id string) map[string]any {
@@ -621,6 +640,7 @@ func TestPGFlowCommands(t *testing.T) {
 // one broker is answered with the dependent when its dependency is
 // acknowledged through another.
 func TestPGDependentWakesLongPoll(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "first", "jobId": "a", "data": 1})
 	cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "then", "jobId": "b", "data": 2, "dependsOn": []any{"a"}})
@@ -643,6 +663,7 @@ func TestPGDependentWakesLongPoll(t *testing.T) {
 // parent, at the same moment, through two brokers. Neither waits for the
 // other forever (no deadlock), and each parent is released once.
 func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const parents = 30
 	var jobs []any
@@ -690,6 +711,7 @@ func TestPGFlowAckAndPolicyAtOnce(t *testing.T) {
 // deadlock, and it runs again). Nothing is refused, and every pushed job
 // ends up waiting for exactly what is not done.
 func TestPGPushAndAckAtOnce(t *testing.T) {
+	t.Parallel()
 	cs := threePG(t)
 	const n = 40
 	for i := 0; i < n; i++ {
@@ -723,6 +745,7 @@ func TestPGPushAndAckAtOnce(t *testing.T) {
 // TestPGDedupReplaceKeepsDependedOn: a replacing push does not remove a
 // job that live jobs depend on: it is refused, and both jobs stay.
 func TestPGDedupReplaceKeepsDependedOn(t *testing.T) {
+	t.Parallel()
 	sameAsMemory(t, func(t *testing.T, cs []*tclient) map[string]any {
 		obs := map[string]any{}
 		dedup := map[string]any{"ttl": 60000, "replace": true}

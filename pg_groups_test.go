@@ -153,6 +153,7 @@ func runGroupWorkers(t *testing.T, c []*tclient, queue string, group map[string]
 // once, one whose concurrency was set to 1 through another broker never
 // more than 1, and every job is done once.
 func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue = "gconc"
 	groups := []string{"A", "B", "C", "solo"}
@@ -231,6 +232,7 @@ func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
 // the engine counts them (a window opens at the first job after the last
 // one closed).
 func TestPGGroupRateLimitAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue, max, dur, total = "grate", 2, 300, 12
 	jobs := make([]any, total)
@@ -288,6 +290,7 @@ func TestPGGroupRateLimitAcrossBrokers(t *testing.T) {
 // all of them; a group's maxSize holds against pushes from three brokers
 // at once.
 func TestPGGroupPauseAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue = "gpause"
 	if a := c[0].ok(map[string]any{"cmd": "PauseGroup", "queue": queue, "groupId": "B"}); sub(t, a, "data")["changed"] != true {
@@ -369,6 +372,7 @@ func TestPGGroupPauseAcrossBrokers(t *testing.T) {
 // id and the holder is told of as duplicated; once the ttl runs out the
 // key makes a new job.
 func TestPGDedupTTLRace(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue, keys, ttl = "dedup-race", 20, 5000
 	sub0 := dial(t, c[0].peer())
@@ -450,6 +454,7 @@ func TestPGDedupTTLRace(t *testing.T) {
 // with the holder waiting and running; replace racing from three brokers
 // leaves one job; the keys are removed through another broker.
 func TestPGDedupReplaceExtend(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue = "dedup-policies"
 	push := func(cl *tclient, key string, data any, d map[string]any) map[string]any {
@@ -550,6 +555,7 @@ func TestPGDedupReplaceExtend(t *testing.T) {
 // reference, the server does not merge the pushes (the option is the
 // client's), which the test checks against a memory-mode server.
 func TestPGDebounce(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	mem := dial(t, startBinary(t, "--memory").addr())
 	run := func(push, get *tclient) (ids []string, job map[string]any) {
@@ -578,6 +584,7 @@ func TestPGDebounce(t *testing.T) {
 // claims (one job a group a round, as in memory mode), ungrouped jobs go
 // first, and a pull's affinity keeps it to one group or to ungrouped jobs.
 func TestPGGroupTurnsAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	c := threePG(t)
 	const queue = "gturns"
 	for i, g := range []string{"A", "B", "C"} {
@@ -625,6 +632,7 @@ func TestPGGroupTurnsAcrossBrokers(t *testing.T) {
 // TestPGGroupAndDedupAnswersMatchMemory: the group and dedup commands,
 // good and bad, answer in PostgreSQL mode exactly as in memory mode.
 func TestPGGroupAndDedupAnswersMatchMemory(t *testing.T) {
+	t.Parallel()
 	pg := dial(t, startPGBroker(t, pgTestNamespace(t)).addr())
 	mem := dial(t, startBinary(t, "--memory").addr())
 	const q = "same"

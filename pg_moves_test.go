@@ -167,6 +167,7 @@ func normAnswer(key string, v any) any {
 // TestPGMovesAnswerAsMemory: the same moves through two brokers of one
 // namespace answer as through one memory-mode server, field for field.
 func TestPGMovesAnswerAsMemory(t *testing.T) {
+	t.Parallel()
 	mem := startBinary(t, "--memory")
 	ma, mb := dial(t, mem.addr()), dial(t, mem.addr())
 	want := moveScript(t, ma, mb)
@@ -228,6 +229,7 @@ func listenWake(t *testing.T, ns string) (drain func(), wait func(queue string))
 // broker A notifies, in its transaction, and a long poll on broker B gets
 // the job.
 func TestPGMovesWakeOtherBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
 	a, b := dial(t, pa.addr()), dial(t, pb.addr())
@@ -295,6 +297,7 @@ func TestPGMovesWakeOtherBrokers(t *testing.T) {
 // (then stopped) is the one broker B's reaper applies, to jobs with and
 // without a lock; a queue without a policy keeps the defaults.
 func TestPGStallConfigAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	pa := startPGBroker(t, ns)
 	a := dial(t, pa.addr())
@@ -376,6 +379,7 @@ func TestPGStallConfigAcrossBrokers(t *testing.T) {
 // most limit jobs per call, oldest first, only those older than the
 // grace period, and each job once.
 func TestPGCleanLimitAndGrace(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
@@ -469,6 +473,7 @@ func TestPGCleanLimitAndGrace(t *testing.T) {
 // bounds the DLQ filled through others, expires its entries, and retries
 // them automatically, each retry once whichever broker's reaper runs it.
 func TestPGDlqConfigAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
@@ -556,6 +561,7 @@ func TestPGDlqConfigAcrossBrokers(t *testing.T) {
 
 // TestPGMoveBadInput: bad fields answer ok:false naming the field.
 func TestPGMoveBadInput(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	c := dial(t, startPGBroker(t, ns).addr())
 	for _, tc := range []struct {
@@ -637,6 +643,7 @@ func dashScript(t *testing.T, a, b *tclient) (fromA, fromB []string) {
 // TestPGDashboardFromTheDatabase: the dashboard commands answer the same
 // figures through every broker, and as memory mode does.
 func TestPGDashboardFromTheDatabase(t *testing.T) {
+	t.Parallel()
 	mem := startBinary(t, "--memory")
 	want, _ := dashScript(t, dial(t, mem.addr()), dial(t, mem.addr()))
 	ns := pgTestNamespace(t)
@@ -677,6 +684,7 @@ func TestPGDashboardFromTheDatabase(t *testing.T) {
 // TestPGDlqBoundUnderLoad: brokers failing jobs into one bounded DLQ at
 // once all succeed, and the DLQ ends at its bound.
 func TestPGDlqBoundUnderLoad(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	var c []*tclient

@@ -140,6 +140,7 @@ func health(t *testing.T, port int) (int, map[string]any) {
 // reconnect), the leases it handed out before still hold, the jobs whose
 // leases ran out meanwhile come back, and every job completes once.
 func TestPGDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	pgURL, err := url.Parse(testPGURL())
 	if err != nil {
@@ -323,6 +324,7 @@ func outageWorker(c *tclient, queue, owner string, led *ackLedger, stop <-chan s
 // acknowledge through it and through a second broker, then restores it:
 // every job is completed, none twice.
 func TestPGOutageUnderLoad(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	pgURL, err := url.Parse(testPGURL())
 	if err != nil {

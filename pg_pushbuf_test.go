@@ -10,6 +10,7 @@ import (
 // order they were sent, single pushes and batches alike, and every
 // answer names its own job.
 func TestPGPipelinedPushesKeepOrder(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	b := startPGBroker(t, ns)
 	c := dial(t, b.addr())
@@ -78,6 +79,7 @@ func TestPGPipelinedPushesKeepOrder(t *testing.T) {
 // connection than it may have waiting commands are all written and
 // answered (the connection stops reading until they are), none refused.
 func TestPGPushBurstBeyondAsyncLimit(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	b := startPGBroker(t, ns)
 	c := dial(t, b.addr())

@@ -10,6 +10,7 @@ import (
 // to workers on any broker; a renewed lock is left to run out; a finished
 // job is not touched.
 func TestPGReleaseOnDisconnect(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
 	ca, cb := dial(t, a.addr()), dial(t, b.addr())

@@ -12,6 +12,7 @@ import (
 // kept and the oldest forgotten with their logs, as memory mode's
 // retention does.
 func TestPGCompletedRetention(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	o := pgOptions{keepCompleted: 100}
 	brokers := []*pgInProcess{startPGInProcess(t, testPGURL(), ns, nil, o), startPGInProcess(t, testPGURL(), ns, nil, o)}

@@ -31,20 +31,16 @@ func testPGURL() string {
 }
 
 // pgTestNamespace makes a fresh namespace and drops its schema when the
-// test ends. The database must be there: PostgreSQL mode is tested for
-// real, never skipped.
+// test ends. Without the database the test is skipped, and fails under
+// CI=true (needPG). The PostgreSQL tests run in parallel with each other
+// (t.Parallel, -parallel of them at a time): each has a namespace and
+// servers of its own, and they mostly wait on timers and the database.
 func pgTestNamespace(t *testing.T) string {
 	t.Helper()
+	needPG(t)
 	var b [4]byte
 	rand.Read(b[:])
 	ns := "t" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatalf("PostgreSQL at %s is needed for this test: %v", testPGURL(), err)
-	}
-	conn.Close(ctx)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -155,13 +151,18 @@ func toFloat(v any) float64 {
 // workers on each, kills one broker with SIGKILL mid-run, and requires
 // every job completed, none twice.
 func TestPGThreeBrokersExactlyOnce(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	brokers := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	admin := make([]*tclient, 3)
 	for i, b := range brokers {
 		admin[i] = dial(t, b.addr())
 	}
-	const total = 20000
+	// 5,000 jobs show what 20,000 did (a kill a quarter of the way
+	// through, every job acknowledged exactly once) in a quarter of the
+	// time: 1,250 ACKs before the kill, leases held through the dead
+	// broker, thousands of claims racing across the other two.
+	const total = 5000
 	const queue = "exactly-once"
 	ids := pushMany(t, admin, queue, total, 500)
 	if len(ids) != total {
@@ -237,6 +238,7 @@ func TestPGThreeBrokersExactlyOnce(t *testing.T) {
 // job, the first worker's ACK and FAIL are refused; the second's applies,
 // once.
 func TestPGLeaseFence(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
 	ca, cb := dial(t, a.addr()), dial(t, b.addr())
@@ -279,6 +281,7 @@ func TestPGLeaseFence(t *testing.T) {
 // the others, and a resume or push through one wakes a long poll on
 // another.
 func TestPGPauseAndWakeAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
@@ -319,6 +322,7 @@ func TestPGPauseAndWakeAcrossBrokers(t *testing.T) {
 // TestPGSharedState: custom ids, unique keys, priorities, delays, retries,
 // the DLQ and queries behave the same through any broker.
 func TestPGSharedState(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
 	ca, cb := dial(t, a.addr()), dial(t, b.addr())
@@ -392,6 +396,7 @@ func TestPGSharedState(t *testing.T) {
 // TestPGSchemaNewerRefused: a broker leaves alone a namespace migrated by
 // a newer queued.
 func TestPGSchemaNewerRefused(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
@@ -442,6 +447,7 @@ func TestPGStorageFlags(t *testing.T) {
 // TestPGRateLimitAcrossBrokers: a rate limit set through one broker holds
 // for workers pulling through all three together.
 func TestPGRateLimitAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	admin := dial(t, ps[0].addr())
@@ -480,6 +486,7 @@ func TestPGRateLimitAcrossBrokers(t *testing.T) {
 // TestPGConcurrencyAcrossBrokers: a concurrency limit counts the jobs
 // active through every broker.
 func TestPGConcurrencyAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a, b := startPGBroker(t, ns), startPGBroker(t, ns)
 	ca, cb := dial(t, a.addr()), dial(t, b.addr())
@@ -510,6 +517,7 @@ func TestPGConcurrencyAcrossBrokers(t *testing.T) {
 // TestPGCronOncePerTick: with three brokers up, a schedule fires once per
 // run: five runs make five jobs, a run apart.
 func TestPGCronOncePerTick(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	ps := []*serverProc{startPGBroker(t, ns), startPGBroker(t, ns), startPGBroker(t, ns)}
 	c := dial(t, ps[1].addr())
@@ -527,10 +535,14 @@ func TestPGCronOncePerTick(t *testing.T) {
 	if len(jobs) != 5 {
 		t.Fatalf("%d jobs from five runs with three brokers", len(jobs))
 	}
+	// A run fired twice (by two brokers) makes two jobs a few ms apart.
+	// Runs keep the schedule's phase, so a run made late on a busy
+	// machine can be followed by one on time less than 300 ms later: the
+	// bound is a third of the interval, not the whole.
 	var prev float64
 	for i, j := range jobs {
 		at := num(t, j.(map[string]any)["createdAt"])
-		if i > 0 && at-prev < 200 {
+		if i > 0 && at-prev < 100 {
 			t.Fatalf("runs %d and %d only %vms apart", i, i+1, at-prev)
 		}
 		prev = at
@@ -558,6 +570,7 @@ func TestPGEveryCommandHandled(t *testing.T) {
 // order rather than sorting every ready row (which made a drain 5x
 // slower).
 func TestPGClaimReadsTheIndex(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	b := startPGBroker(t, ns)
 	c := dial(t, b.addr())

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -320,10 +319,7 @@ func TestHTTPMetrics(t *testing.T) {
 func TestPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool is required in CI: apt-get install -y prometheus")
-		}
-		t.Skip("promtool not installed; to run this test: apt-get install -y prometheus")
+		needService(t, "promtool not installed", "apt-get install -y prometheus")
 	}
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)

@@ -65,26 +65,29 @@ func TestCronCountLimit(t *testing.T) {
 		t.Fatalf("memory, replacing one at the limit: %v", err)
 	}
 
-	ns := pgTestNamespace(t)
-	c := dial(t, startPGBroker(t, ns).addr())
-	c.ok(map[string]any{"cmd": "Cron", "name": "first", "queue": "q", "repeatEvery": 3600000})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tbl := pgx.Identifier{"queued_" + ns, "crons"}.Sanitize()
-	if _, err := conn.Exec(ctx, `INSERT INTO `+tbl+` (name, next_run, record)
-		SELECT 'filler' || i, $1, (SELECT record FROM `+tbl+` WHERE name = 'first') FROM generate_series(2, $2) i`,
-		time.Now().Add(time.Hour).UnixMilli(), maxCrons); err != nil {
-		t.Fatal(err)
-	}
-	if msg := c.fail(map[string]any{"cmd": "Cron", "name": "one more", "queue": "q", "repeatEvery": 3600000}); msg != want {
-		t.Fatalf("PostgreSQL, past the limit: %q", msg)
-	}
-	c.ok(map[string]any{"cmd": "Cron", "name": "first", "queue": "q", "repeatEvery": 60000})
+	// PostgreSQL mode: skipped without the database (needPG).
+	t.Run("postgres", func(t *testing.T) {
+		ns := pgTestNamespace(t)
+		c := dial(t, startPGBroker(t, ns).addr())
+		c.ok(map[string]any{"cmd": "Cron", "name": "first", "queue": "q", "repeatEvery": 3600000})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, testPGURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		tbl := pgx.Identifier{"queued_" + ns, "crons"}.Sanitize()
+		if _, err := conn.Exec(ctx, `INSERT INTO `+tbl+` (name, next_run, record)
+			SELECT 'filler' || i, $1, (SELECT record FROM `+tbl+` WHERE name = 'first') FROM generate_series(2, $2) i`,
+			time.Now().Add(time.Hour).UnixMilli(), maxCrons); err != nil {
+			t.Fatal(err)
+		}
+		if msg := c.fail(map[string]any{"cmd": "Cron", "name": "one more", "queue": "q", "repeatEvery": 3600000}); msg != want {
+			t.Fatalf("PostgreSQL, past the limit: %q", msg)
+		}
+		c.ok(map[string]any{"cmd": "Cron", "name": "first", "queue": "q", "repeatEvery": 60000})
+	})
 }
 
 // TestQueueCountLimit: pushes to ever new queue names meet --max-queues,

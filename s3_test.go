@@ -837,10 +837,7 @@ func startS3rver(t testing.TB, buckets ...string) string {
 	t.Helper()
 	dir, _ := filepath.Abs("compat")
 	missing := func(what string) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing in CI: run (cd compat && npm ci)", what)
-		}
-		t.Skipf("%s missing: run (cd compat && npm ci) to test against s3rver", what)
+		needService(t, what+" missing (s3rver)", "(cd compat && npm ci)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@20minutes", "s3rver")); err != nil {
 		missing("compat/node_modules/@20minutes/s3rver")

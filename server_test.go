@@ -717,10 +717,12 @@ func TestServerLongPoll(t *testing.T) {
 	t.Run("woken by a push", func(t *testing.T) {
 		c, c2 := dial(t, ts.addr), dial(t, ts.addr)
 		start := time.Now()
-		pid, pch := c.send(M{"cmd": "PULL", "queue": "lp", "owner": "w", "timeout": 2000})
+		// A timeout long enough that a busy machine never reaches it
+		// before the push's wake-up does; reaching it is the failure.
+		pid, pch := c.send(M{"cmd": "PULL", "queue": "lp", "owner": "w", "timeout": 10000})
 		c.ok(M{"cmd": "Ping"}) // the PULL was read and is waiting
 		id := push(t, c2, "lp", nil)
-		a := c.await(pid, pch, callTimeout)
+		a := c.await(pid, pch, 2*callTimeout)
 		elapsed := time.Since(start)
 		if j, ok := a["job"].(M); a["ok"] != true || !ok || j["id"] != id {
 			t.Fatalf("long poll answered %v, want job %s", a, id)
@@ -728,8 +730,8 @@ func TestServerLongPoll(t *testing.T) {
 		if _, ok := a["token"].(string); !ok {
 			t.Errorf("no token: %v", a)
 		}
-		if elapsed >= 2000*time.Millisecond {
-			t.Errorf("long poll answered after %v, not before its 2000ms timeout", elapsed)
+		if elapsed >= 10000*time.Millisecond {
+			t.Errorf("long poll answered after %v, not before its 10000ms timeout", elapsed)
 		}
 	})
 

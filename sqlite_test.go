@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -468,13 +469,26 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	}
 	poison := mustJob(t, "good", map[string]any{"name": "p", "data": secret})
 	jobs = append(jobs[:150], append([]*Job{poison}, jobs[150:]...)...)
+	// Held, so that the pushes, the logs and the durable wait go to the
+	// disk in one flush: left to the 10 ms timer, a busy machine could
+	// flush them in two, or before the wait, and the wait would see one
+	// drop or none.
+	st.Hold()
 	b.Push("good", jobs)
 	// A job's logs over the limit too, and a good job's logs within it.
 	b.lmu.Lock()
 	b.logsChanged(jobs[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, secret))}})
 	b.logsChanged(jobs[1].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, "fine"))}})
 	b.lmu.Unlock()
-	if err := st.Sync(); err == nil || !strings.Contains(err.Error(), "2 changes could not be written") {
+	synced := make(chan error, 1)
+	go func() { synced <- st.Sync() }()
+	eventually(t, 10*time.Second, "the durable wait registered", func() (bool, string) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.barriers) == 1, fmt.Sprint(len(st.barriers), " waiting")
+	})
+	st.Release()
+	if err := <-synced; err == nil || !strings.Contains(err.Error(), "2 changes could not be written") {
 		t.Fatalf("a durable wait over the poisoned flush: %v", err)
 	}
 	if err := b.admit(); err != nil {

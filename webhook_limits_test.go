@@ -119,6 +119,7 @@ func TestWebhookLimitsSQLite(t *testing.T) {
 // In PostgreSQL mode webhooks are each broker's own (kept in its memory,
 // reached through the same handlers): the limits hold per broker.
 func TestPGWebhookLimits(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	c := dial(t, startPGBroker(t, ns).addr())
 	checkWebhookLimits(t, c)

@@ -281,7 +281,7 @@ func TestProtoWebhookRetries(t *testing.T) {
 	if g1 < 900*time.Millisecond || g1 > 1900*time.Millisecond || g2 < 1900*time.Millisecond || g2 > 2900*time.Millisecond {
 		t.Errorf("gaps between attempts %v, %v; want about 1 s then 2 s", g1, g2)
 	}
-	eventually(t, 2*time.Second, "failure counted", func() (bool, string) {
+	eventually(t, 10*time.Second, "failure counted", func() (bool, string) {
 		w := webhookList(t, c)[0]
 		return num(t, w["failureCount"]) == 1, ""
 	})
@@ -530,7 +530,9 @@ func TestWebhookQueueFullDrops(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		ls.ok(M{"cmd": "PUSH", "queue": "q", "data": i})
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// Held up by the stuck receiver they would wait until the test ends;
+	// the bound is far above what they take, for a busy machine.
+	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("50 pushes took %v with a stuck receiver", d)
 	}
 	// At most the senders plus the queue's two slots hold deliveries.

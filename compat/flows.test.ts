@@ -2,7 +2,7 @@
 // queues completes bottom-up with the children's values at each parent,
 // and each child failure policy gives the reference's outcome.
 import { Queue, Worker, FlowProducer } from 'bunqueue/client';
-import { conn, uniq, main, check, eq, waitFor, sleep } from './lib';
+import { conn, uniq, main, check, eq, waitFor } from './lib';
 
 await main('flows', async () => {
   const qa = uniq('flow-a'), qb = uniq('flow-b');
@@ -61,7 +61,15 @@ await main('flows', async () => {
       return j.name;
     }, { connection: conn });
     w.on('error', () => {});
-    await sleep(1200);
+    // Until the children are done and the parent has its outcome (none:
+    // it waits for its failed child for good), not for a fixed time: a
+    // loaded machine may take longer, an idle one much less.
+    const [bad, good] = t.children.map((c: any) => c.job.id);
+    await waitFor(async () => {
+      const [sb, sg, sp] = await Promise.all([Q.getJobState(bad), Q.getJobState(good), Q.getJobState(t.job.id)]);
+      const childrenDone = sb !== 'waiting' && sb !== 'active' && sb !== 'delayed' && sg !== 'waiting' && sg !== 'active';
+      return childrenDone && (policy === 'none' ? sp === 'waiting-children' : sp === 'completed' || sp === 'failed');
+    }, 15000, `the children and the parent settled under ${policy}`);
     await w.close();
     outcomes[policy] = await Q.getJobState(t.job.id);
     if (policy === 'continueParentOnFailure') eq(Object.values(failedSeen ?? {}), ['child broke'], 'failed children values');

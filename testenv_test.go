@@ -1,0 +1,83 @@
+package main
+
+// What the tests need from outside Go: PostgreSQL, the compat packages
+// (bun, the official client, s3rver), Chromium with chromedriver,
+// promtool. On a developer's machine a test whose service is missing is
+// skipped with the command that provides it, so `go test ./...` passes on
+// a fresh clone; under CI=true it fails instead, so CI never passes by
+// skipping.
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// serverEnv makes this test binary run queued's main instead of the tests
+// (queuedBinary): TestMain sets it for the processes the tests start.
+const serverEnv = "QUEUED_TEST_RUN_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	// Inherited by every process a test starts; only this binary reads it.
+	os.Setenv(serverEnv, "1")
+	// A race-enabled process sleeps a second before it exits, for races
+	// in goroutines still running then; a server the tests stop has ended
+	// its goroutines by then (every loop stops on shutdown), and the
+	// suite stops hundreds of them: minutes of sleeping.
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=50"))
+	}
+	os.Exit(m.Run())
+}
+
+// needService skips the test (fails it under CI=true) because what is
+// missing, naming how to provide it.
+func needService(t testing.TB, missing, provide string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s, required under CI=true: %s", missing, provide)
+	}
+	t.Skipf("%s; to run this test: %s", missing, provide)
+}
+
+// pgProvide says how to get the PostgreSQL the tests use.
+const pgProvide = "PostgreSQL at 127.0.0.1:5432, user postgres, trust auth, database test " +
+	"(on Debian: apt-get install -y postgresql && pg_ctlcluster $(ls /etc/postgresql) main start, " +
+	"then see README's Test it for trust auth and createdb), or another server named by QUEUED_TEST_POSTGRES_URL"
+
+var (
+	pgReachOnce sync.Once
+	pgReachErr  error
+)
+
+// needPG skips the test (fails it under CI=true) when the test database
+// cannot be reached. It connects once per test process: a suite without
+// PostgreSQL skips every PostgreSQL test at once instead of waiting on
+// each.
+func needPG(t testing.TB) string {
+	t.Helper()
+	pgReachOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, testPGURL())
+		if err != nil {
+			pgReachErr = err
+			return
+		}
+		defer conn.Close(ctx)
+		pgReachErr = conn.Ping(ctx)
+	})
+	if pgReachErr != nil {
+		u := testPGURL()
+		needService(t, redactIn("PostgreSQL at "+u+" is not reachable ("+pgReachErr.Error()+")", u), pgProvide)
+	}
+	return testPGURL()
+}
