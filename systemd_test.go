@@ -270,6 +270,9 @@ func startFromUnit(t *testing.T, stateRoot string, envFile []string) *unitRun {
 	for _, k := range order {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
+	// The server is this test binary (see TestMain): these two are what
+	// makes it one, not part of what systemd would pass.
+	cmd.Env = append(cmd.Env, serverEnv+"=1", "GORACE="+os.Getenv("GORACE"))
 	r := &unitRun{done: make(chan struct{})}
 	cmd.Stdout = &lockedWriter{&r.mu, &r.buf}
 	cmd.Stderr = cmd.Stdout
