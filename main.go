@@ -368,7 +368,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			b.Close()
 			return err
 		}
-		srv.pg, srv.cmds = pg, pgCommands()
+		srv.usePG(pg)
 		b.pgStatus = pg.storageState
 		prev := closeStore
 		closeStore = func() { pg.Close(); prev() }

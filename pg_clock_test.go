@@ -49,7 +49,7 @@ func startPGInProcessWith(t *testing.T, dbURL, ns string, clock func() int64, o 
 		t.Fatal(err)
 	}
 	srv := NewServer(b, nil, log)
-	srv.pg, srv.cmds = pg, pgCommands()
+	srv.usePG(pg)
 	b.pgStatus = pg.storageState
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

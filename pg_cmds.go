@@ -46,12 +46,6 @@ var pgHandlers = map[string]Handler{
 	"ClearLogs":    pgClearLogs,
 	"WaitJob":      pgWaitJob,
 
-	"Pause":      pgPauseCmd(true),
-	"Resume":     pgPauseCmd(false),
-	"IsPaused":   pgIsPaused,
-	"Drain":      pgDrain,
-	"Obliterate": pgObliterate,
-	"ListQueues": pgListQueues,
 	"Stats":      pgStats,
 
 	"RateLimit":        pgRateLimit,
@@ -122,25 +116,13 @@ var pgHandlers = map[string]Handler{
 	"DashboardQueue":       pgDashboardQueue,
 }
 
-// pgLocal are the memory handlers that are right in PostgreSQL mode too:
-// they touch only this broker and its connections.
-var pgLocal = map[string]bool{
-	"Auth": true, "Hello": true, "Ping": true, "SubscribeEvents": true, "UnsubscribeEvents": true,
-	"RegisterWorker": true, "UnregisterWorker": true, "Heartbeat": true, "ListWorkers": true,
-	"Metrics": true, "Prometheus": true, "TrimEvents": true, "CompactMemory": true,
-	"AddWebhook": true, "RemoveWebhook": true, "ListWebhooks": true, "SetWebhookEnabled": true,
-	"StorageStatus": true,
-}
-
-// pgCommands builds the PostgreSQL mode command table.
+// pgCommands builds the PostgreSQL mode command table: the command
+// table, with the handlers not yet moved onto the engine seam (engine.go)
+// replaced by their PostgreSQL twins.
 func pgCommands() map[string]Handler {
 	t := make(map[string]Handler, len(commands))
 	for name, h := range commands {
-		if pgLocal[name] {
-			t[name] = h
-		} else {
-			t[name] = pgUnavailable(name)
-		}
+		t[name] = h
 	}
 	for name, h := range pgHandlers {
 		t[name] = h
@@ -148,31 +130,9 @@ func pgCommands() map[string]Handler {
 	return t
 }
 
-func pgUnavailable(name string) Handler {
-	err := errors.New(name + " is not available in PostgreSQL mode yet")
-	return func(r *Req) error { return err }
-}
-
 // pgCtx bounds one command's database work.
 func pgCtx(r *Req) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.c.ctx, 30*time.Second)
-}
-
-// pgErr names the database in an error that reaches a client.
-func pgErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("storage error (postgres): %w", err)
-}
-
-// pgRefusedOr is a refusal as it is, anything else as the database's.
-func pgRefusedOr(err error) error {
-	var rf pgRefused
-	if errors.As(err, &rf) {
-		return rf.error
-	}
-	return pgErr(err)
 }
 
 // ---------------------------------------------------------------------------
@@ -1554,136 +1514,6 @@ func pgWaitJob(r *Req) error {
 		ar.field("completed").Bool(false)
 		return nil
 	})
-}
-
-// ---------------------------------------------------------------------------
-// Queues
-
-func (p *PG) setPaused(ctx context.Context, queue string, paused bool) error {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	var made bool
-	if err := tx.QueryRow(ctx, p.sql(`INSERT INTO {s}.queues (name, paused) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused RETURNING (xmax = 0)`), queue, paused).Scan(&made); err != nil {
-		return pgErr(fmt.Errorf("pause %s: %w", queue, err))
-	}
-	if made {
-		if err := p.queueMade(ctx, tx, queue); err != nil {
-			return pgRefusedOr(err)
-		}
-	}
-	if !paused {
-		if err := p.notify(ctx, tx, queue); err != nil {
-			return pgErr(err)
-		}
-	}
-	return pgErr(tx.Commit(ctx))
-}
-
-// pgPauseCmd is Pause (paused) and Resume.
-func pgPauseCmd(paused bool) Handler {
-	ev := evResumed
-	if paused {
-		ev = evPaused
-	}
-	return func(r *Req) error {
-		name, err := queueArg(r.m)
-		if err != nil {
-			return err
-		}
-		p := r.c.srv.pg
-		ctx, cancel := pgCtx(r)
-		defer cancel()
-		if err := p.setPaused(ctx, name, paused); err != nil {
-			return err
-		}
-		p.emit(name, ev, nil, p.now(), evArgs{})
-		return r.okID()
-	}
-}
-
-func pgIsPaused(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	var paused bool
-	if err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)`), name).Scan(&paused); err != nil {
-		return pgErr(err)
-	}
-	r.field("paused").Bool(paused)
-	return nil
-}
-
-// deleteJobs deletes a queue's jobs matching where, and their logs, and
-// answers how many jobs went.
-func (p *PG) deleteJobs(ctx context.Context, queue, where string) (int64, error) {
-	var n int64
-	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE queue = $1 AND (`+where+`) RETURNING id),
-		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
-		SELECT count(*) FROM gone`), queue).Scan(&n)
-	if err != nil {
-		return 0, pgErr(fmt.Errorf("delete jobs of %s: %w", queue, err))
-	}
-	return n, nil
-}
-
-func pgDrain(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	n, err := r.c.srv.pg.deleteJobs(ctx, name, "state = 1")
-	if err != nil {
-		return err
-	}
-	r.field("count").Int(n)
-	return nil
-}
-
-func pgObliterate(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	if _, err := p.deleteJobs(ctx, name, "true"); err != nil {
-		return err
-	}
-	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.queues WHERE name = $1`), name); err != nil {
-		return pgErr(err)
-	}
-	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.groups WHERE queue = $1`), name); err != nil {
-		return pgErr(err)
-	}
-	r.c.srv.mx.dropQueue(name)
-	return r.okID()
-}
-
-func pgListQueues(r *Req) error {
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	rows, err := p.pool.Query(ctx, p.sql(`SELECT name FROM {s}.queues ORDER BY created`))
-	if err != nil {
-		return pgErr(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return pgErr(err)
-	}
-	strArray(r.field("queues"), names)
-	return nil
 }
 
 func pgStats(r *Req) error {

@@ -964,3 +964,45 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	j.lease = nil
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 }
+
+// pgErr names the database in an error that reaches a client.
+func pgErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("storage error (postgres): %w", err)
+}
+
+// pgRefusedOr is a refusal as it is, anything else as the database's.
+func pgRefusedOr(err error) error {
+	var rf pgRefused
+	if errors.As(err, &rf) {
+		return rf.error
+	}
+	return pgErr(err)
+}
+
+// pgOpTimeout bounds one engine operation's database work.
+const pgOpTimeout = 30 * time.Second
+
+// opCtx bounds one engine operation's database work: by the caller's
+// context (the connection's) and by pgOpTimeout.
+func (p *PG) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, pgOpTimeout)
+}
+
+// inTx runs fn in a transaction, committed when fn returns nil and rolled
+// back otherwise. fn's error comes back as it is; failing to begin or to
+// commit is a storage error. Wake-ups fn sends go out after the commit
+// (pgTx). Wrap it in pgRetry when the transaction may deadlock.
+func (p *PG) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer tx.Rollback(context.Background())
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return pgErr(tx.Commit(ctx))
+}

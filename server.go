@@ -65,7 +65,13 @@ type Server struct {
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
 
 	cmds map[string]Handler // the command table: commands, or pgCommands()
+	eng  Engine             // storage: the broker itself, or pg
 	pg   *PG                // PostgreSQL mode's engine; nil in the other modes
+}
+
+// usePG makes pg the server's engine (PostgreSQL mode).
+func (s *Server) usePG(pg *PG) {
+	s.pg, s.eng, s.cmds = pg, pg, pgCommands()
 }
 
 const (
@@ -102,7 +108,7 @@ const (
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
-		mx: newMetrics(b), cmds: commands,
+		mx: newMetrics(b), cmds: commands, eng: b,
 		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
 	for _, t := range tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
@@ -890,8 +896,13 @@ type Req struct {
 	e     *Enc
 	reqID Raw
 	n     int
-	b     *Broker
+	b     *Broker // this broker: sessions, subscribers, workers, counters
+	eng   Engine  // storage (engine.go)
 }
+
+// ctx is the context engine calls run under: the connection's, which ends
+// when it closes or the server stops.
+func (r *Req) ctx() context.Context { return r.c.ctx }
 
 // field writes a key; the caller writes its value next.
 func (r *Req) field(k string) *Enc {
@@ -956,7 +967,7 @@ func (c *conn) handleFrame(body []byte) {
 // run executes a handler and frames its answer into e.
 func (c *conn) run(h Handler, m Map, e *Enc) {
 	start := len(e.B)
-	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b}
+	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b, eng: c.srv.eng}
 	at := e.BeginFrame()
 	mp := e.OpenMap()
 	e.Str("ok")

@@ -1,0 +1,144 @@
+package main
+
+// The memory engine's queue operations (QueueEngine): pause, drain,
+// obliterate, list. pg_queue.go answers the same in PostgreSQL mode.
+
+import (
+	"context"
+	"slices"
+)
+
+// withQueue runs fn on a queue under its shard lock; create makes the queue
+// when it does not exist yet.
+func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue, now int64)) error {
+	s := b.shardOf(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[name]
+	if q == nil {
+		if !create {
+			fn(s, nil, b.now())
+			return nil
+		}
+		var err error
+		if q, err = s.queueFor(name); err != nil {
+			return err
+		}
+	}
+	now := b.now()
+	s.promote(now)
+	fn(s, q, now)
+	return nil
+}
+
+func (b *Broker) SetPaused(_ context.Context, name string, paused bool) error {
+	return b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+		q.paused = paused
+		if paused {
+			q.listed = true
+			s.emit(q, evPaused, nil, now, evArgs{})
+		} else {
+			q.wakeAll()
+			s.emit(q, evResumed, nil, now, evArgs{})
+		}
+		b.queueChanged(q)
+	})
+}
+
+func (b *Broker) IsPaused(_ context.Context, name string) (bool, error) {
+	paused := false
+	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) { paused = q != nil && q.paused })
+	return paused, nil
+}
+
+// drain removes a queue's waiting and delayed jobs; s.mu is held.
+func (s *Shard) drain(q *Queue) int {
+	var gone []*Job
+	q.eachReady(func(j *Job) { gone = append(gone, j) })
+	s.delayed.Each(func(e *hent) bool {
+		if e.job.Queue == q.name {
+			gone = append(gone, e.job)
+		}
+		return true
+	})
+	for _, j := range gone {
+		s.unqueue(q, j)
+		s.releaseUnique(q, j)
+		s.b.dropLogs(j.ID)
+		s.forget(j)
+	}
+	return len(gone)
+}
+
+func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
+	n := 0
+	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		if q != nil {
+			n = s.drain(q)
+		}
+	})
+	return int64(n), nil
+}
+
+func (b *Broker) Obliterate(_ context.Context, name string) error {
+	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+		if q != nil {
+			s.obliterate(q)
+		}
+	})
+	return nil
+}
+
+// obliterate removes a queue and every job of it; s.mu is held.
+func (s *Shard) obliterate(q *Queue) {
+	s.drain(q)
+	var gone []*Job
+	s.leases.Each(func(e *hent) bool {
+		if e.job.Queue == q.name && e.job.state == StateActive {
+			gone = append(gone, e.job)
+		}
+		return true
+	})
+	for _, j := range gone {
+		s.deactivate(q, j)
+	}
+	for i := s.doneHead; i < len(s.done); i++ {
+		if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == q.name {
+			gone = append(gone, d.j)
+			s.undone(q, d.j)
+		}
+	}
+	gone = append(gone, q.dlq...)
+	q.dlq = nil
+	for _, j := range gone {
+		s.b.dropLogs(j.ID)
+		s.forget(j)
+	}
+	q.wakeAll()
+	delete(s.queues, q.name)
+	s.b.nQueues.Add(-1)
+	s.b.queueRemoved(q.name)
+}
+
+func (b *Broker) ListQueues(context.Context) ([]string, error) {
+	type named struct {
+		name string
+		seq  int64
+	}
+	var all []named
+	for _, s := range b.shards {
+		s.with(func() {
+			for _, q := range s.queues {
+				if q.listed {
+					all = append(all, named{q.name, q.created})
+				}
+			}
+		})
+	}
+	slices.SortFunc(all, func(a, b named) int { return cmpInt(a.seq, b.seq) })
+	names := make([]string, len(all))
+	for i, n := range all {
+		names[i] = n.name
+	}
+	return names, nil
+}
