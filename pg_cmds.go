@@ -46,7 +46,7 @@ var pgHandlers = map[string]Handler{
 	"ClearLogs":    pgClearLogs,
 	"WaitJob":      pgWaitJob,
 
-	"Stats":      pgStats,
+	"Stats": pgStats,
 
 	"RateLimit":        pgRateLimit,
 	"RateLimitClear":   pgRateLimitClear,
