@@ -24,7 +24,36 @@ import "context"
 
 // Engine is everything the protocol asks of storage.
 type Engine interface {
+	JobEngine
+	FlowEngine
+	ReadEngine
+	ControlEngine
 	QueueEngine
+	PolicyEngine
+	GroupEngine
+	DedupEngine
+	CronEngine
+	DashboardEngine
+}
+
+// JobEngine is the job lifecycle: push, pull, ack, fail, leases (jobs.go,
+// pg_jobs.go).
+type JobEngine interface {
+}
+
+// FlowEngine pushes flows and answers parents about their children
+// (flows.go, pg_flows.go).
+type FlowEngine interface {
+}
+
+// ReadEngine reads jobs, counts, progress and logs, and waits for results
+// (query.go, pg_query.go).
+type ReadEngine interface {
+}
+
+// ControlEngine moves jobs by hand: cancel, discard, promote, delay,
+// priority, update, clean, retry completed (control.go, pg_control.go).
+type ControlEngine interface {
 }
 
 // QueueEngine pauses, empties, removes and lists queues (queue.go,
@@ -41,6 +70,28 @@ type QueueEngine interface {
 	Obliterate(ctx context.Context, queue string) error
 	// ListQueues names the queues, oldest first.
 	ListQueues(ctx context.Context) ([]string, error)
+}
+
+// PolicyEngine keeps a queue's limits, stall and DLQ policy, and the
+// dead-letter queue itself (limits.go, dlq.go; pg_limits.go, pg_dlq.go).
+type PolicyEngine interface {
+}
+
+// GroupEngine keeps group settings and figures (groups.go, pg_groups.go).
+type GroupEngine interface {
+}
+
+// DedupEngine answers for deduplication keys (dedup.go, pg_dedup.go).
+type DedupEngine interface {
+}
+
+// CronEngine keeps the cron schedules (cron.go, pg_cron.go).
+type CronEngine interface {
+}
+
+// DashboardEngine answers the figures of Stats and the dashboard
+// commands (dashboard.go, pg_dashboard.go).
+type DashboardEngine interface {
 }
 
 var (
