@@ -136,15 +136,13 @@ func readBody(w http.ResponseWriter, r *http.Request, mode int) (Map, error) {
 // WaitJob) is waited for; the client hanging up or the server shutting
 // down ends it as a shutdown ends it on TCP, with an empty answer.
 func (a *httpAPI) exec(r *http.Request, m Map) Map {
-	name, _ := m.Get("cmd").Str()
-	h := a.srv.cmds[name]
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(a.ctx, cancel)()
 	async := make(chan []byte, 1)
 	c := newVirtualConn(a.srv, ctx, func(f []byte) { async <- f }, true)
 	var e Enc
-	c.run(h, m, &e)
+	c.dispatch(m, &e)
 	f := e.B
 	if len(f) == 0 {
 		f = <-async

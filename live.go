@@ -444,9 +444,6 @@ func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
 	case cmdRaw == nil || cmdRaw.IsNil() || (serr == nil && cmd == ""):
 		c.SendReply([]byte(`{"ok":false,"error":"Invalid command"}`))
 		return
-	case serr != nil:
-		c.SendReply(wsError("Invalid command", reqID))
-		return
 	case cmd == "Subscribe" || cmd == "Unsubscribe":
 		c.SendReply(l.subscription(sel, cmd == "Subscribe", m, reqID))
 		return
@@ -455,13 +452,8 @@ func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
 		c.SendReply(wsError("Unknown command: "+cmd, reqID))
 		return
 	}
-	h := l.srv.cmds[cmd]
-	if h == nil {
-		c.SendReply(wsError("Unknown command: "+cmd, reqID))
-		return
-	}
 	var e Enc
-	vc.run(h, m, &e)
+	vc.dispatch(m, &e)
 	if len(e.B) > 0 {
 		c.SendReply(frameToJSON(e.B))
 	}

@@ -946,22 +946,28 @@ func (c *conn) handleFrame(body []byte) {
 		c.answerError(m.Get("reqId"), msg)
 		return
 	}
+	c.dispatch(m, &c.rb)
+}
+
+// dispatch answers one request into e. It is the one path of every
+// transport: a TCP frame, an HTTP route's command, a WebSocket message.
+// A request without a command name, one other than Auth before the
+// session authenticated (a virtual connection's transport checked the
+// token already), or one naming no command is answered with an error, as
+// the reference does; anything else runs its handler.
+func (c *conn) dispatch(m Map, e *Enc) {
 	cmdRaw := m.Get("cmd")
 	cmd, cerr := cmdRaw.Str()
-	if cmdRaw.IsNil() || cerr != nil || cmd == "" {
-		c.answerError(m.Get("reqId"), "Invalid command")
-		return
+	switch {
+	case cmdRaw.IsNil() || cerr != nil || cmd == "":
+		appendError(e, m.Get("reqId"), "Invalid command")
+	case cmd != "Auth" && c.srv.authRequired() && !c.authed:
+		appendError(e, m.Get("reqId"), "Not authenticated")
+	case c.srv.cmds[cmd] == nil:
+		appendError(e, m.Get("reqId"), "Unknown command: "+cmd)
+	default:
+		c.run(c.srv.cmds[cmd], m, e)
 	}
-	if cmd != "Auth" && c.srv.authRequired() && !c.authed {
-		c.answerError(m.Get("reqId"), "Not authenticated")
-		return
-	}
-	h := c.srv.cmds[cmd]
-	if h == nil {
-		c.answerError(m.Get("reqId"), "Unknown command: "+cmd)
-		return
-	}
-	c.run(h, m, &c.rb)
 }
 
 // run executes a handler and frames its answer into e.
@@ -1008,8 +1014,10 @@ func safeCall(h Handler, r *Req) (err error) {
 	return h(r)
 }
 
-func (c *conn) answerError(reqID Raw, msg string) {
-	e := &c.rb
+func (c *conn) answerError(reqID Raw, msg string) { appendError(&c.rb, reqID, msg) }
+
+// appendError frames an error answer into e.
+func appendError(e *Enc, reqID Raw, msg string) {
 	at := e.BeginFrame()
 	e.MapHead(3)
 	e.Str("ok")
