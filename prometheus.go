@@ -275,11 +275,3 @@ func (srv *Server) prometheusText() []byte {
 	p.histogram("queued_job_processing_seconds", "Time from a job's pull to its completion", b.lat.proc.Snapshot())
 	return p.b
 }
-
-func cmdPrometheus(r *Req) error {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("metrics")
-	e.Str(string(r.c.srv.prometheusText()))
-	return nil
-}
