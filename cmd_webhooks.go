@@ -110,47 +110,14 @@ func cmdListWebhooks(r *Req) error {
 	if err != nil {
 		return err
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	list := h.snapshot()
 	e := r.field("data")
 	e.MapHead(2)
 	e.Str("webhooks")
-	e.ArrayHead(len(h.list))
+	e.ArrayHead(len(list))
 	enabled := 0
-	for _, w := range h.list {
-		state, pending, dropped := w.line.snapshot()
-		e.MapHead(12)
-		e.Str("id")
-		e.Str(w.ID)
-		e.Str("url")
-		e.Str(w.URL)
-		e.Str("events")
-		strArray(e, w.Events)
-		e.Str("queue")
-		optStr(e, w.Queue, w.Queue != "")
-		e.Str("createdAt")
-		e.Int(w.CreatedAt)
-		e.Str("lastTriggered")
-		if w.lastTriggered != 0 {
-			e.Int(w.lastTriggered)
-		} else {
-			e.Nil()
-		}
-		e.Str("successCount")
-		e.Int(w.success)
-		e.Str("failureCount")
-		e.Int(w.failure)
-		e.Str("enabled")
-		e.Bool(w.Enabled)
-		// Beyond the reference's nine fields (its clients show only
-		// theirs): the circuit, the deliveries waiting or in flight, and
-		// those dropped for a full backlog.
-		e.Str("circuit")
-		e.Str(state.String())
-		e.Str("pending")
-		e.Int(int64(pending))
-		e.Str("droppedCount")
-		e.Int(dropped)
+	for _, w := range list {
+		writeWebhook(e, w)
 		if w.Enabled {
 			enabled++
 		}
@@ -158,10 +125,45 @@ func cmdListWebhooks(r *Req) error {
 	e.Str("stats")
 	e.MapHead(2)
 	e.Str("total")
-	e.Int(int64(len(h.list)))
+	e.Int(int64(len(list)))
 	e.Str("enabled")
 	e.Int(int64(enabled))
 	return nil
+}
+
+func writeWebhook(e *Enc, w webhookView) {
+	e.MapHead(12)
+	e.Str("id")
+	e.Str(w.ID)
+	e.Str("url")
+	e.Str(w.URL)
+	e.Str("events")
+	strArray(e, w.Events)
+	e.Str("queue")
+	optStr(e, w.Queue, w.Queue != "")
+	e.Str("createdAt")
+	e.Int(w.CreatedAt)
+	e.Str("lastTriggered")
+	if w.lastTriggered != 0 {
+		e.Int(w.lastTriggered)
+	} else {
+		e.Nil()
+	}
+	e.Str("successCount")
+	e.Int(w.success)
+	e.Str("failureCount")
+	e.Int(w.failure)
+	e.Str("enabled")
+	e.Bool(w.Enabled)
+	// Beyond the reference's nine fields (its clients show only theirs):
+	// the circuit, the deliveries waiting or in flight, and those dropped
+	// for a full backlog.
+	e.Str("circuit")
+	e.Str(w.circuit.String())
+	e.Str("pending")
+	e.Int(int64(w.pending))
+	e.Str("droppedCount")
+	e.Int(w.dropped)
 }
 
 func cmdSetWebhookEnabled(r *Req) error {

@@ -391,3 +391,24 @@ func (h *Webhooks) setEnabled(id string, on bool) error {
 	w.line.mu.Unlock()
 	return nil
 }
+
+// webhookView is a webhook as ListWebhooks shows it, copied under the
+// registry's lock with its delivery line's state.
+type webhookView struct {
+	Webhook
+	circuit circuitState
+	pending int
+	dropped int64
+}
+
+// snapshot copies the registry for a listing.
+func (h *Webhooks) snapshot() []webhookView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]webhookView, len(h.list))
+	for i, w := range h.list {
+		st, pending, dropped := w.line.snapshot()
+		out[i] = webhookView{Webhook: *w, circuit: st, pending: pending, dropped: dropped}
+	}
+	return out
+}
