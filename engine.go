@@ -54,6 +54,21 @@ type ReadEngine interface {
 // ControlEngine moves jobs by hand: cancel, discard, promote, delay,
 // priority, update, clean, retry completed (control.go, pg_control.go).
 type ControlEngine interface {
+	// MoveJob moves one job by hand (Cancel, Discard, Promote,
+	// MoveToWait, MoveToDelayed, ChangeDelay, ChangePriority, Update).
+	// Both engines decide the move the same way (JobMove.plan); a job it
+	// does not apply to is refused with the move's own error.
+	MoveJob(ctx context.Context, id string, m JobMove) error
+	// PromoteJobs makes up to limit of a queue's delayed jobs ready now,
+	// oldest first, and says how many.
+	PromoteJobs(ctx context.Context, queue string, limit int) (int64, error)
+	// Clean removes up to a.limit of a queue's jobs in a.state, older
+	// than the grace, oldest first, and names them.
+	Clean(ctx context.Context, a cleanArgs) ([]string, error)
+	// RetryCompleted puts a queue's completed jobs (or the one a.id
+	// names) back to waiting, but for those whose unique key a live job
+	// holds, and says how many.
+	RetryCompleted(ctx context.Context, a retryCompletedArgs) (int64, error)
 }
 
 // QueueEngine pauses, empties, removes and lists queues (queue.go,

@@ -1,0 +1,481 @@
+package main
+
+// Moves by hand (ControlEngine): one job at a time (MoveJob), and a
+// queue's jobs in bulk (PromoteJobs, Clean, RetryCompleted).
+//
+// What a move does to a job in each state is decided once, here, for
+// both engines (JobMove.plan); the memory engine below and the PostgreSQL
+// engine (pg_control.go) each carry the plan out on their own storage.
+
+import (
+	"context"
+	"errors"
+	"slices"
+)
+
+// MoveKind names a move by hand of one job: one per command.
+type MoveKind uint8
+
+const (
+	MoveCancel         MoveKind = iota // Cancel: a queued job goes
+	MoveDiscard                        // Discard: to the DLQ
+	MovePromote                        // Promote: a delayed job runs now
+	MoveToWait                         // MoveToWait: back to waiting
+	MoveToDelayed                      // MoveToDelayed: run after a delay
+	MoveChangeDelay                    // ChangeDelay: the same, another refusal
+	MoveChangePriority                 // ChangePriority
+	MoveUpdate                         // Update: new data
+)
+
+// JobMove is a move by hand of one job, as its command asked for it.
+type JobMove struct {
+	Kind  MoveKind
+	Token string       // the lease token, when the job is active
+	Delay int64        // ms from now (MoveToDelayed, ChangeDelay)
+	Prio  priorityArgs // ChangePriority
+	Data  Raw          // Update: the job's new data
+}
+
+var (
+	errCannotCancel = errors.New("Job not found or cannot be cancelled")
+	errNotDelayed   = errors.New("Job not found or not delayed")
+	errChangeDelay  = errors.New("Job not found or cannot change delay")
+	errNotInQueue   = errors.New("Job not found or not in queue")
+	errCannotUpdate = errors.New("Job not found or cannot be updated")
+)
+
+// notFound is the answer of a move to a job that does not exist; the
+// reference gives the same to most jobs the move does not apply to.
+func (m JobMove) notFound() error {
+	switch m.Kind {
+	case MoveCancel:
+		return errCannotCancel
+	case MovePromote:
+		return errNotDelayed
+	case MoveChangeDelay:
+		return errChangeDelay
+	case MoveChangePriority:
+		return errNotInQueue
+	case MoveUpdate:
+		return errCannotUpdate
+	}
+	return errJobNotFound
+}
+
+// moveStep is what a move does to a job, in either engine.
+type moveStep uint8
+
+const (
+	stepKeep   moveStep = iota // nothing: the job already is where the move puts it
+	stepRemove                 // the job goes, with its logs
+	stepDLQ                    // the job dead-letters, its attempt recorded
+	stepQueue                  // the job queues again where JobMove.place says
+	stepRetry                  // the job leaves the DLQ for waiting, as a fresh job
+	stepData                   // the job's data is replaced, nothing else
+)
+
+// plan decides what the move does to j, whose state is current, or
+// refuses it.
+func (m JobMove) plan(j *Job, now int64) (moveStep, error) {
+	st := j.state
+	queued := st == StateWaiting || st == StatePrioritized || st == StateDelayed
+	switch m.Kind {
+	case MoveCancel:
+		if isQueued(st) {
+			return stepRemove, nil
+		}
+	case MoveDiscard:
+		if queued || st == StateActive {
+			return stepDLQ, nil
+		}
+	case MovePromote:
+		if st == StateDelayed {
+			return stepQueue, nil
+		}
+	case MoveToDelayed, MoveChangeDelay:
+		if queued || st == StateActive {
+			return stepQueue, nil
+		}
+		if m.Kind == MoveToDelayed {
+			return stepKeep, notActive(j, now)
+		}
+	case MoveToWait:
+		switch st {
+		case StateActive, StateDelayed:
+			return stepQueue, nil
+		case StateFailed:
+			return stepRetry, nil
+		case StateWaiting, StatePrioritized:
+			return stepKeep, nil
+		}
+		return stepKeep, errors.New("Cannot move job from state '" + st.String() + "' to waiting")
+	case MoveChangePriority:
+		if queued {
+			return stepQueue, nil
+		}
+	case MoveUpdate:
+		if isQueued(st) || st == StateActive {
+			return stepData, nil
+		}
+	}
+	return stepKeep, m.notFound()
+}
+
+// place sets where a job the move queues again goes: its run time, or
+// its priority.
+func (m JobMove) place(j *Job, now int64) {
+	switch m.Kind {
+	case MoveToDelayed, MoveChangeDelay:
+		j.RunAt = now + m.Delay
+	case MoveChangePriority:
+		m.Prio.apply(j)
+	default: // Promote, MoveToWait
+		j.RunAt = now
+	}
+}
+
+// activeEvent is the event of a move taking an active job back to the
+// queue; moves of queued jobs tell nothing, as in the reference.
+func (m JobMove) activeEvent() (evType, evArgs) {
+	if m.Kind == MoveToWait {
+		return evWaiting, evArgs{prev: "active"}
+	}
+	return evDelayed, evArgs{delay: m.Delay, hasDelay: true}
+}
+
+func isQueued(st State) bool {
+	return st == StateWaiting || st == StatePrioritized || st == StateDelayed || st == StateWaitingChildren
+}
+
+// ---------------------------------------------------------------------------
+// The memory engine: one job
+
+// onJob locks job id's shard, brings its delayed jobs due, and runs fn on
+// the job; notFound is the answer when there is no such job.
+func (b *Broker) onJob(id string, notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
+	j, s := b.lockJob(id)
+	if j == nil {
+		return notFound
+	}
+	defer s.mu.Unlock()
+	now := b.now()
+	s.promote(now)
+	return fn(s, s.queues[j.Queue], j, now)
+}
+
+// jobCmd locks the job named by the request's id and runs fn on it. Only
+// MoveToWaitingChildren (flows.go) still uses it, until flows move onto
+// the engine.
+func (r *Req) jobCmd(notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
+	id, err := jobIDArg(r)
+	if err != nil {
+		return err
+	}
+	return r.b.onJob(id, notFound, fn)
+}
+
+func (b *Broker) MoveJob(_ context.Context, id string, m JobMove) error {
+	return b.onJob(id, m.notFound(), func(s *Shard, q *Queue, j *Job, now int64) error {
+		step, err := m.plan(j, now)
+		if err != nil {
+			return err
+		}
+		return s.moveJob(q, j, m, step, now)
+	})
+}
+
+// moveJob carries out a planned move; s.mu is held.
+func (s *Shard) moveJob(q *Queue, j *Job, m JobMove, step moveStep, now int64) error {
+	active := j.state == StateActive
+	switch step {
+	case stepRemove:
+		s.unqueue(q, j)
+		s.releaseUnique(q, j)
+		s.forget(j)
+		s.emit(q, evRemoved, j, now, evArgs{prev: "waiting"})
+	case stepDLQ:
+		if active {
+			// The attempt the DLQ records is the one the move ended.
+			startedAt := j.StartedAt
+			if err := s.takeActive(q, j, m.Token); err != nil {
+				return err
+			}
+			j.StartedAt = startedAt
+		} else {
+			s.unqueue(q, j)
+			s.releaseUnique(q, j)
+		}
+		j.recordAttempt(j.StartedAt, now, "unknown", "", false)
+		s.toDLQ(q, j, "unknown", "", false, now)
+	case stepQueue:
+		if active {
+			if err := s.takeActive(q, j, m.Token); err != nil {
+				return err
+			}
+		} else {
+			s.unqueue(q, j)
+		}
+		m.place(j, now)
+		s.enqueue(q, j, now)
+		if active {
+			ev, a := m.activeEvent()
+			s.emit(q, ev, j, now, a)
+		}
+		s.b.persist(j)
+	case stepRetry:
+		if !s.retryDLQ(q, j, now, false) {
+			return errNoDLQ
+		}
+	case stepData:
+		return s.setData(j, m.Data)
+	}
+	return nil
+}
+
+// takeActive ends an active job's lease for a move by hand, after the same
+// token check as ACK.
+func (s *Shard) takeActive(q *Queue, j *Job, token string) error {
+	if err := checkLease(j, token); err != nil {
+		return err
+	}
+	s.deactivate(q, j)
+	s.releaseUnique(q, j)
+	j.StartedAt = 0
+	return nil
+}
+
+// setData replaces a job's data (Update); s.mu is held.
+func (s *Shard) setData(j *Job, data Raw) error {
+	nd, err := mergeFlowMeta(j.Data, data)
+	if err != nil {
+		return err
+	}
+	if err := setJobData(j, nd); err != nil {
+		return err
+	}
+	s.b.persist(j)
+	return nil
+}
+
+// mergeFlowMeta keeps a flow job's link keys (__parentId, ...) when its data
+// is replaced, and refuses new data that would set them itself.
+func mergeFlowMeta(old, nw Raw) (Raw, error) {
+	om, err := ParseMap(old, nil)
+	if err != nil {
+		return clone(nw), nil
+	}
+	var meta []Field
+	for _, f := range om.Fields {
+		switch string(f.Key) {
+		case "__parentId", "__parentQueue", "__childrenIds", "__flowParentId", "__flowParentIds":
+			meta = append(meta, f)
+		}
+	}
+	if len(meta) == 0 {
+		return clone(nw), nil
+	}
+	nm, err := ParseMap(nw, nil)
+	if err != nil {
+		return nil, errors.New("flow job data must be an object")
+	}
+	var e Enc
+	e.MapHead(len(nm.Fields) + len(meta))
+	for _, f := range nm.Fields {
+		if len(f.Key) >= 2 && f.Key[0] == '_' && f.Key[1] == '_' {
+			return nil, errors.New("flow job data key is reserved: " + string(f.Key))
+		}
+		e.Str(string(f.Key))
+		e.Raw(f.Val)
+	}
+	for _, f := range meta {
+		e.Str(string(f.Key))
+		e.Raw(f.Val)
+	}
+	return e.B, nil
+}
+
+// ---------------------------------------------------------------------------
+// The memory engine: a queue's jobs
+
+func (b *Broker) PromoteJobs(_ context.Context, queue string, limit int) (int64, error) {
+	n := 0
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil {
+			return
+		}
+		list := s.delayedOf(queue)
+		slices.SortFunc(list, byCreated)
+		n = min(limit, len(list))
+		for _, j := range list[:n] {
+			s.promoteJob(q, j, now)
+		}
+	})
+	return int64(n), nil
+}
+
+// delayedOf lists a queue's delayed jobs; s.mu is held.
+func (s *Shard) delayedOf(queue string) []*Job {
+	var list []*Job
+	s.delayed.Each(func(e *hent) bool {
+		if e.job.Queue == queue {
+			list = append(list, e.job)
+		}
+		return true
+	})
+	return list
+}
+
+// promoteJob makes a delayed job ready now.
+func (s *Shard) promoteJob(q *Queue, j *Job, now int64) {
+	s.unqueue(q, j)
+	j.RunAt = now
+	s.enqueue(q, j, now)
+	s.b.persist(j)
+}
+
+func byCreated(a, b *Job) int {
+	if c := cmpInt(a.CreatedAt, b.CreatedAt); c != 0 {
+		return c
+	}
+	return cmpStr(a.ID, b.ID)
+}
+
+func (b *Broker) Clean(_ context.Context, a cleanArgs) ([]string, error) {
+	var ids []string
+	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil || a.none() {
+			return
+		}
+		cutoff := a.cutoff(now)
+		switch a.state {
+		case "", "waiting", "delayed", "prioritized", "paused":
+			// As the reference does, every queued job is a candidate
+			// whatever the state asked for.
+			ids = s.cleanQueued(q, cutoff, a.limit)
+		case "completed":
+			ids = s.cleanCompleted(q, cutoff, a.limit)
+		case "failed":
+			ids = s.cleanFailed(q, cutoff, a.limit)
+		}
+	})
+	return ids, nil
+}
+
+// cleanQueued removes up to limit of a queue's waiting and delayed jobs
+// made at cutoff or before, oldest first; s.mu is held.
+func (s *Shard) cleanQueued(q *Queue, cutoff, limit int64) []string {
+	var list []*Job
+	q.eachReady(func(j *Job) { list = append(list, j) })
+	list = append(list, s.delayedOf(q.name)...)
+	list = slices.DeleteFunc(list, func(j *Job) bool { return j.CreatedAt > cutoff })
+	slices.SortFunc(list, byCreated)
+	var ids []string
+	for _, j := range list[:min(int64(len(list)), limit)] {
+		s.unqueue(q, j)
+		s.forget(j)
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+// cleanCompleted removes up to limit of a queue's jobs completed at cutoff
+// or before, oldest first; s.mu is held.
+func (s *Shard) cleanCompleted(q *Queue, cutoff, limit int64) []string {
+	var list []*Job
+	for i := s.doneHead; i < len(s.done); i++ {
+		if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == q.name && d.j.DoneAt <= cutoff {
+			list = append(list, d.j)
+		}
+	}
+	slices.SortFunc(list, func(a, b *Job) int {
+		if c := cmpInt(a.DoneAt, b.DoneAt); c != 0 {
+			return c
+		}
+		return cmpStr(a.ID, b.ID)
+	})
+	var ids []string
+	for _, j := range list[:min(int64(len(list)), limit)] {
+		s.undone(q, j)
+		s.b.dropLogs(j.ID)
+		s.forget(j)
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+// cleanFailed removes up to limit of a queue's DLQ entries made at cutoff
+// or before, oldest first; s.mu is held.
+func (s *Shard) cleanFailed(q *Queue, cutoff, limit int64) []string {
+	var list []*Job
+	for _, j := range q.dlq {
+		if int64(len(list)) >= limit {
+			break
+		}
+		if j.dlq.EnteredAt <= cutoff {
+			list = append(list, j)
+		}
+	}
+	var ids []string
+	for _, j := range list {
+		q.removeDLQ(j)
+		s.b.dropLogs(j.ID)
+		s.forget(j)
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+func (b *Broker) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64, error) {
+	n := 0
+	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil {
+			return
+		}
+		if a.id != "" {
+			if j := s.b.idxGet(a.id); j != nil && j.Queue == a.queue && j.state == StateCompleted && s.requeueCompleted(q, j, now) {
+				n = 1
+			}
+			return
+		}
+		limit := a.limit()
+		var list []*Job
+		for i := s.doneHead; i < len(s.done); i++ {
+			if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == a.queue && a.takes(d.j.DoneAt) {
+				list = append(list, d.j)
+			}
+		}
+		for _, j := range list {
+			if float64(n) >= limit {
+				break
+			}
+			if s.requeueCompleted(q, j, now) {
+				n++
+			}
+		}
+	})
+	return int64(n), nil
+}
+
+// requeueCompleted puts a completed job back to waiting; s.mu is held.
+func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
+	if j.UniqueKey != "" {
+		if e := q.holder(j.UniqueKey, now); e != nil && e.job != j {
+			return false
+		}
+	}
+	s.undone(q, j)
+	s.b.dropResult(j.ID)
+	resetCompleted(j, now)
+	s.holdUnique(q, j)
+	s.enqueue(q, j, now)
+	s.b.persist(j)
+	return true
+}
+
+// resetCompleted clears a completed job's run for another one.
+func resetCompleted(j *Job, now int64) {
+	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
+	j.RunAt, j.Heartbeat = now, now
+	j.Progress, j.ProgMsg, j.HasProgM = nil, "", false
+	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+}
