@@ -75,7 +75,7 @@ func init() {
 		"SetStallConfig":   cmdSetStallConfig,
 		"GetStallConfig":   cmdGetStallConfig,
 
-		// Flows (flows.go)
+		// Flows (cmd_flows.go, with PUSHF above)
 		"GetChildrenValues":          cmdGetChildrenValues,
 		"GetFailedChildrenValues":    cmdGetFailedChildrenValues,
 		"GetIgnoredChildrenFailures": cmdGetIgnoredChildrenFailures,

@@ -44,6 +44,35 @@ type JobEngine interface {
 // FlowEngine pushes flows and answers parents about their children
 // (flows.go, pg_flows.go).
 type FlowEngine interface {
+	// Now is the engine's clock in ms, which the jobs of a flow are
+	// stamped with when they are read (PostgreSQL mode: the database's).
+	Now() int64
+	// PushFlow admits a flow read by flowJobs, all of it or none, and
+	// answers its jobs as admitted, in the flow's order, for the caller
+	// to read.
+	PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error)
+	// ChildrenValues answers the results of a parent's completed
+	// children, by "queue:id"; none when there is no such job.
+	ChildrenValues(ctx context.Context, id string) ([]childKV, error)
+	// FailedChildren answers the errors of a parent's children that
+	// failed and let it continue (continueParentOnFailure), by
+	// "queue:id"; IgnoredChildren those of children whose failure it
+	// ignores (ignoreDependencyOnFailure). Only a parent yet to finish
+	// has them.
+	FailedChildren(ctx context.Context, id string) ([]childKV, error)
+	IgnoredChildren(ctx context.Context, id string) ([]childKV, error)
+	// RemoveChildDependency stops a parent waiting for the child id and
+	// unlinks them; false when the child is finished or its parent no
+	// longer waits for it. A parent left waiting for nothing runs.
+	RemoveChildDependency(ctx context.Context, id string) (bool, error)
+	// RemoveUnprocessedChildren removes the children of id still to run.
+	RemoveUnprocessedChildren(ctx context.Context, id string) error
+	// MoveToWaitingChildren parks an active job, whose lease token is
+	// given, until a child is linked to it.
+	MoveToWaitingChildren(ctx context.Context, id, token string) error
+	// UpdateParent links the child to the parent (the parent waits for
+	// it unless it has completed), or tells a declared child its parent.
+	UpdateParent(ctx context.Context, childID, parentID string) error
 }
 
 // ReadEngine reads jobs, counts, progress and logs, and waits for results

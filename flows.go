@@ -10,11 +10,14 @@ package main
 // rest to one flow goroutine that takes each dependent's shard lock in
 // turn: a parent is promoted a moment after its last child completes,
 // never under the child's lock.
+//
+// This is the memory engine's side of FlowEngine (engine.go); the handlers
+// are in cmd_flows.go, the PostgreSQL engine's side in pg_flows.go.
 
 import (
+	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -410,190 +413,41 @@ func strRaw(s string) Raw {
 // ---------------------------------------------------------------------------
 // PUSHF: a flow, all or nothing
 
+// flowJob is one job of a PUSHF, as flowJobs (cmd_flows.go) reads it.
 type flowJob struct {
 	job   *Job
 	queue string
 }
 
-// flowJobs reads and validates a PUSHF request. Checks and messages follow
-// the reference's order.
-func flowJobs(m Map, now int64) ([]flowJob, error) {
-	items, ok, err := m.Array("jobs")
-	if err != nil || !ok {
-		return nil, errors.New("flow jobs must be an array")
+// PushFlow admits a flow (read by flowJobs) all or nothing and answers its
+// jobs as they stand once it is written: copies, safe to read unlocked.
+func (b *Broker) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
+	if err := b.admit(); err != nil {
+		return nil, err
 	}
-	if len(items) > 10000 {
-		return nil, errors.New("flow exceeds the 10000 job limit")
+	if err := b.admitFlow(jobs); err != nil {
+		return nil, err
 	}
-	out := make([]flowJob, 0, len(items))
-	seen := map[string]bool{}
-	total := 0
-	for i, it := range items {
-		fm, err := ParseMap(it, nil)
-		if err != nil {
-			return nil, errors.New("flow jobs[" + itoa(int64(i)) + "] must be an object")
+	if b.store != nil && len(jobs) > 0 {
+		if err := b.store.Sync(); err != nil {
+			return nil, errors.New("durable write failed: " + err.Error())
 		}
-		id, idOK, err := fm.Str("id")
-		if err != nil || !idOK {
-			return nil, errors.New("flow job id must be a string")
-		}
-		if id == "" || len(id) > 1024 || !validUTF8(id) {
-			return nil, errors.New("flow job id is invalid or is not well-formed Unicode")
-		}
-		if strings.Contains(id, ":") {
-			return nil, errors.New("flow job id cannot contain a colon")
-		}
-		if seen[id] {
-			return nil, errors.New("duplicate flow job id: " + id)
-		}
-		seen[id] = true
-		queue, _, err := fm.Str("queue")
-		if err != nil || validQueueName(queue, true) != nil {
-			return nil, errors.New("invalid flow queue: " + queue)
-		}
-		in, ok, err := fm.Map("input")
-		if err != nil || !ok {
-			return nil, errors.New("flow job input is invalid: " + id)
-		}
-		if cid, ok, _ := in.Str("customId"); ok && cid != "" && cid != id {
-			return nil, errors.New("custom id does not match planned id: " + id)
-		}
-		for _, k := range []string{"repeat", "uniqueKey", "dedup", "debounceId", "debounceTtl"} {
-			if in.Has(k) {
-				switch k {
-				case "repeat":
-					return nil, errors.New("repeat is not supported inside an atomic flow")
-				case "uniqueKey", "dedup":
-					return nil, errors.New("deduplication is not supported inside an atomic flow")
-				default:
-					return nil, errors.New("debounce is not supported inside an atomic flow")
-				}
-			}
-		}
-		if d := in.Get("data"); d == nil || (d[0] < 0x80 || d[0] > 0x8f) && d[0] != 0xde && d[0] != 0xdf {
-			return nil, errors.New("flow job data must be an object")
-		}
-		j, err := parseJob(in, queue, "", now)
-		if err != nil {
-			return nil, err
-		}
-		j.ID = id
-		if cid, ok, _ := in.Str("customId"); ok {
-			j.CustomID = cid
-		}
-		policies := 0
-		for _, on := range []bool{j.FailParent, j.ContinueParent, j.IgnoreDepOnFail, j.RemoveDepOnFail} {
-			if on {
-				policies++
-			}
-		}
-		if policies > 1 {
-			return nil, errors.New("flow failure policies are mutually exclusive")
-		}
-		if policies == 1 && j.ParentID == "" {
-			return nil, errors.New("a flow failure policy requires a parent")
-		}
-		total += len(j.Data)
-		if total > 64<<20 {
-			return nil, errors.New("flow data is too large (max 64MB per atomic batch)")
-		}
-		out = append(out, flowJob{job: j, queue: queue})
 	}
-	return out, flowTopology(out)
+	out := make([]*Job, len(jobs))
+	for i, f := range jobs {
+		if !b.withJob(f.job.ID, func(j *Job, _ *Shard) { out[i] = j.wireCopy() }) {
+			// Already gone (completed with removeOnComplete, say): the
+			// answer is the admitted job as it was.
+			out[i] = f.job.wireCopy()
+		}
+	}
+	return out, nil
 }
 
-// flowTopology checks the edges of a flow: every dependency and child in
-// the batch, parent links reciprocal, no cycle.
-func flowTopology(jobs []flowJob) error {
-	byID := make(map[string]*Job, len(jobs))
-	for _, f := range jobs {
-		byID[f.job.ID] = f.job
-	}
-	for _, f := range jobs {
-		j := f.job
-		if hasDup(j.DependsOn) {
-			return errors.New("duplicate dependency in flow job: " + j.ID)
-		}
-		if hasDup(j.Children) {
-			return errors.New("duplicate child in flow job: " + j.ID)
-		}
-		for _, d := range j.DependsOn {
-			if byID[d] == nil {
-				return errors.New("flow dependency not found: " + d)
-			}
-			if d == j.ID {
-				return errors.New("flow job cannot depend on itself: " + j.ID)
-			}
-		}
-		for _, c := range j.Children {
-			if !slices.Contains(j.DependsOn, c) {
-				return errors.New("flow child is missing from dependencies: " + c)
-			}
-			cj := byID[c]
-			if cj == nil {
-				return errors.New("flow child not found: " + c)
-			}
-			if cj.ParentID != j.ID {
-				return errors.New("flow child " + c + " does not point back to parent " + j.ID)
-			}
-		}
-		if j.ParentID != "" {
-			p := byID[j.ParentID]
-			if p == nil {
-				return errors.New("flow parent not found: " + j.ParentID)
-			}
-			if !slices.Contains(p.Children, j.ID) {
-				return errors.New("flow parent " + j.ParentID + " does not own child " + j.ID)
-			}
-		}
-	}
-	// Kahn's algorithm over the dependency edges.
-	indeg := make(map[string]int, len(jobs))
-	next := map[string][]string{}
-	for _, f := range jobs {
-		indeg[f.job.ID] += 0
-		for _, d := range f.job.DependsOn {
-			indeg[f.job.ID]++
-			next[d] = append(next[d], f.job.ID)
-		}
-	}
-	var ready []string
-	for id, n := range indeg {
-		if n == 0 {
-			ready = append(ready, id)
-		}
-	}
-	seen := 0
-	for len(ready) > 0 {
-		id := ready[len(ready)-1]
-		ready = ready[:len(ready)-1]
-		seen++
-		for _, n := range next[id] {
-			if indeg[n]--; indeg[n] == 0 {
-				ready = append(ready, n)
-			}
-		}
-	}
-	if seen != len(jobs) {
-		return errors.New("flow contains a dependency cycle")
-	}
-	return nil
-}
-
-func hasDup(a []string) bool {
-	seen := make(map[string]bool, len(a))
-	for _, s := range a {
-		if seen[s] {
-			return true
-		}
-		seen[s] = true
-	}
-	return false
-}
-
-// PushFlow admits a validated flow. It locks every shard the flow touches,
-// in ascending order, so that nothing is admitted unless all of it is.
-func (b *Broker) PushFlow(jobs []flowJob) error {
+// admitFlow admits a validated flow. It locks every shard the flow
+// touches, in ascending order, so that nothing is admitted unless all of
+// it is.
+func (b *Broker) admitFlow(jobs []flowJob) error {
 	var idxs []int
 	for _, f := range jobs {
 		k := int(fnv1a(f.queue) & b.mask)
@@ -610,8 +464,39 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 			b.shards[k].mu.Unlock()
 		}
 	}()
+	if err := b.flowRoom(jobs); err != nil {
+		return err
+	}
+	if b.store != nil {
+		// One transaction for the whole flow.
+		b.store.Hold()
+		defer b.store.Release()
+	}
 	now := b.now()
 	batch := make(map[string]*Job, len(jobs))
+	for _, f := range jobs {
+		batch[f.job.ID] = f.job
+	}
+	for _, f := range jobs {
+		j := f.job
+		s := b.shardOf(j.Queue)
+		q := s.queue(j.Queue)
+		q.listed = true
+		j.seq = b.seq.Add(1)
+		b.idxPut(j)
+		j.Durable = true
+		j.pending = b.registerDeps(j, batch)
+		s.placeNew(q, j, now)
+		b.stats.pushed.Add(1)
+		s.emit(q, evPushed, j, now, evArgs{})
+		b.persist(j)
+	}
+	return nil
+}
+
+// flowRoom refuses a flow (whose shards the caller holds) that reuses a
+// known id, overflows a group's maxSize or makes queues past the limit.
+func (b *Broker) flowRoom(jobs []flowJob) error {
 	groupCount := map[[2]string]int{}
 	for _, f := range jobs {
 		j := f.job
@@ -623,7 +508,6 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 		if proven {
 			return errors.New("Flow job " + j.ID + " already exists")
 		}
-		batch[j.ID] = j
 		if j.GroupID != "" && j.groupMax > 0 && len(j.DependsOn) == 0 {
 			s := b.shardOf(j.Queue)
 			key := [2]string{j.Queue, j.GroupID}
@@ -643,29 +527,34 @@ func (b *Broker) PushFlow(jobs []flowJob) error {
 			newQueues = append(newQueues, f.job.Queue)
 		}
 	}
-	if err := b.queueRoom(len(newQueues)); err != nil {
-		return err
+	return b.queueRoom(len(newQueues))
+}
+
+// wireCopy copies what the wire shows of j (encodeJob's fields and its
+// state), for reading once its shard lock is let go. A plain copy of the
+// struct would also read the dependency flags, which another shard's
+// goroutine may be setting.
+func (j *Job) wireCopy() *Job {
+	return &Job{
+		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data,
+		Priority: j.Priority, CreatedAt: j.CreatedAt, RunAt: j.RunAt,
+		StartedAt: j.StartedAt, DoneAt: j.DoneAt,
+		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff, BackoffC: j.BackoffC,
+		TTL: j.TTL, Timeout: j.Timeout, UniqueKey: j.UniqueKey, CustomID: j.CustomID,
+		DependsOn: j.DependsOn, ParentID: j.ParentID, Children: j.Children, ChildDone: j.ChildDone,
+		Tags: j.Tags, GroupID: j.GroupID,
+		Progress: j.Progress, ProgMsg: j.ProgMsg, HasProgM: j.HasProgM,
+		Stack: j.Stack, Repeat: j.Repeat, Durable: j.Durable,
+		Heartbeat: j.Heartbeat, StallTO: j.StallTO, Stalls: j.Stalls, StackLim: j.StackLim,
+		KeepLogs: j.KeepLogs, SizeLimit: j.SizeLimit, Lifo: j.Lifo,
+		RemoveOnC: j.RemoveOnC, RemoveOnF: j.RemoveOnF,
+		FailParent: j.FailParent, RemoveDepOnFail: j.RemoveDepOnFail,
+		ContinueParent: j.ContinueParent, IgnoreDepOnFail: j.IgnoreDepOnFail,
+		DedupTTL: j.DedupTTL, DedupExtend: j.DedupExtend, DedupReplace: j.DedupReplace,
+		DebounceID: j.DebounceID, DebounceTTL: j.DebounceTTL,
+		Timeline: j.Timeline,
+		state:    j.state,
 	}
-	if b.store != nil {
-		// One transaction for the whole flow.
-		b.store.Hold()
-		defer b.store.Release()
-	}
-	for _, f := range jobs {
-		j := f.job
-		s := b.shardOf(j.Queue)
-		q := s.queue(j.Queue)
-		q.listed = true
-		j.seq = b.seq.Add(1)
-		b.idxPut(j)
-		j.Durable = true
-		j.pending = b.registerDeps(j, batch)
-		s.placeNew(q, j, now)
-		b.stats.pushed.Add(1)
-		s.emit(q, evPushed, j, now, evArgs{})
-		b.persist(j)
-	}
-	return nil
 }
 
 // placeNew puts a newly admitted job where it starts: waiting for its
@@ -678,44 +567,6 @@ func (s *Shard) placeNew(q *Queue, j *Job, now int64) {
 		s.enqueue(q, j, now)
 	}
 	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
-}
-
-func cmdPushFlow(r *Req) error {
-	now := r.b.now()
-	jobs, err := flowJobs(r.m, now)
-	if err != nil {
-		return err
-	}
-	if err := r.b.admit(); err != nil {
-		return err
-	}
-	if err := r.b.PushFlow(jobs); err != nil {
-		return err
-	}
-	if r.b.store != nil && len(jobs) > 0 {
-		if err := r.b.store.Sync(); err != nil {
-			return errors.New("durable write failed: " + err.Error())
-		}
-	}
-	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) {
-		if !r.b.withJob(f.job.ID, func(j *Job, _ *Shard) { encodeJob(e, j, jobPlain, "", nil) }) {
-			// Already gone (completed with removeOnComplete, say): the
-			// snapshot is the admitted job as it was.
-			encodeJob(e, f.job, jobPlain, "", nil)
-		}
-	})
-	return nil
-}
-
-// writeFlowJobs answers PUSHF with the admitted jobs, each written by enc.
-func writeFlowJobs(r *Req, jobs []flowJob, enc func(e *Enc, f flowJob)) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("jobs")
-	e.ArrayHead(len(jobs))
-	for _, f := range jobs {
-		enc(e, f)
-	}
 }
 
 // ---------------------------------------------------------------------------
@@ -877,28 +728,138 @@ func setDataKey(data Raw, key string, val Raw) Raw {
 	return e.B
 }
 
-// readUpdateParent reads UpdateParent's child and parent ids.
-func readUpdateParent(r *Req) (cid, pid string, err error) {
-	if cid, _, err = r.m.Str("childId"); err != nil {
-		return "", "", err
-	}
-	if pid, _, err = r.m.Str("parentId"); err != nil {
-		return "", "", err
-	}
-	if cid == pid {
-		return "", "", errors.New("A flow job cannot be its own parent")
-	}
-	return cid, pid, nil
+// ---------------------------------------------------------------------------
+// Reading and changing a flow
+
+// Now is the broker's clock in ms.
+func (b *Broker) Now() int64 { return b.now() }
+
+func (b *Broker) ChildrenValues(_ context.Context, id string) ([]childKV, error) {
+	return b.childRecords(id, childValuesOf), nil
 }
 
-func cmdUpdateParent(r *Req) error {
-	cid, pid, err := readUpdateParent(r)
-	if err != nil {
+func (b *Broker) FailedChildren(_ context.Context, id string) ([]childKV, error) {
+	return b.childRecords(id, failedKidsOf), nil
+}
+
+func (b *Broker) IgnoredChildren(_ context.Context, id string) ([]childKV, error) {
+	return b.childRecords(id, ignoredKidsOf), nil
+}
+
+// childRecords reads the records pick chooses of job id, once the flow
+// goroutine has applied what it was told (a child's value read right
+// after its ACK is there).
+func (b *Broker) childRecords(id string, pick func(j *Job) []childKV) []childKV {
+	b.flowSettle()
+	var vals []childKV
+	b.withJob(id, func(j *Job, _ *Shard) { vals = pick(j) })
+	return vals
+}
+
+// childValuesOf, failedKidsOf and ignoredKidsOf copy a parent's records of
+// its children, both engines' way. The failed and ignored ones only a
+// parent yet to finish (still to run, or running) answers.
+func childValuesOf(j *Job) []childKV { return slices.Clone(j.childValues) }
+func failedKidsOf(j *Job) []childKV  { return unfinishedRecords(j, j.failedKids) }
+func ignoredKidsOf(j *Job) []childKV { return unfinishedRecords(j, j.ignoredKids) }
+
+func unfinishedRecords(j *Job, kvs []childKV) []childKV {
+	if isQueued(j.state) || j.state == StateActive {
+		return slices.Clone(kvs)
+	}
+	return nil
+}
+
+func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, error) {
+	var pid string
+	var live bool
+	if !b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.ParentID, isQueued(c.state) || c.state == StateActive }) {
+		return false, errors.New("Job not found: " + cid)
+	}
+	if pid == "" {
+		return false, errors.New("Job " + cid + " has no parent")
+	}
+	if !live {
+		return false, nil
+	}
+	removed := false
+	b.withJob(pid, func(p *Job, ps *Shard) {
+		if p.state != StateWaitingChildren || !slices.Contains(p.DependsOn, cid) {
+			return
+		}
+		q := ps.queues[p.Queue]
+		now := b.now()
+		b.unregisterDep(cid, p)
+		dropChild(p, cid)
+		if p.pending > 0 {
+			p.pending--
+		}
+		if p.pending == 0 {
+			p.RunAt = now
+			ps.releaseWaiting(q, p, now, true)
+		}
+		b.persist(p)
+		removed = true
+	})
+	if removed {
+		b.withJob(cid, func(c *Job, _ *Shard) {
+			setParent(c, "", "")
+			b.persist(c)
+		})
+	}
+	return removed, nil
+}
+
+func (b *Broker) RemoveUnprocessedChildren(_ context.Context, id string) error {
+	var kids []string
+	b.withJob(id, func(p *Job, _ *Shard) { kids = slices.Clone(p.Children) })
+	for _, c := range kids {
+		b.withJob(c, func(j *Job, s *Shard) {
+			if !isQueued(j.state) {
+				return
+			}
+			q := s.queues[j.Queue]
+			now := b.now()
+			s.unqueue(q, j)
+			s.releaseUnique(q, j)
+			s.forget(j)
+			s.emit(q, evRemoved, j, now, evArgs{prev: "waiting"})
+		})
+	}
+	return nil
+}
+
+func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) error {
+	errNotActive := errors.New("Job is not active")
+	j, s := b.lockJob(id)
+	if j == nil {
+		return errNotActive
+	}
+	defer s.mu.Unlock()
+	now := b.now()
+	s.promote(now)
+	q := s.queues[j.Queue]
+	if j.state != StateActive {
+		return errNotActive
+	}
+	if err := s.takeActive(q, j, token); err != nil {
 		return err
 	}
+	// Parked until a child is linked to it; it does not check for
+	// children of its own, as in the reference.
+	j.state = StateWaitingChildren
+	q.addWC(j)
+	j.pending = 0
+	j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+	s.emit(q, evWaitingChildren, j, now, evArgs{prev: "active"})
+	b.persist(j)
+	return nil
+}
+
+func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 	var childQueue, owner string
 	var childState State
-	if !r.b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.ParentID }) {
+	if !b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.ParentID }) {
 		return errors.New("Child job not found: " + cid)
 	}
 	if owner != "" && owner != pid && owner != "pending" {
@@ -906,7 +867,7 @@ func cmdUpdateParent(r *Req) error {
 	}
 	var declared, linkable bool
 	var pqueue string
-	if !r.b.withJob(pid, func(p *Job, _ *Shard) {
+	if !b.withJob(pid, func(p *Job, _ *Shard) {
 		declared, linkable, pqueue = slices.Contains(p.Children, cid), isQueued(p.state), p.Queue
 	}) {
 		return errors.New("Parent job not found: " + pid)
@@ -915,193 +876,24 @@ func cmdUpdateParent(r *Req) error {
 		return errors.New("Parent job " + pid + " is not linkable")
 	}
 	// The child learns its parent (a backpatch when already declared).
-	r.b.withJob(cid, func(c *Job, cs *Shard) {
+	b.withJob(cid, func(c *Job, _ *Shard) {
 		setParent(c, pid, pqueue)
-		r.b.persist(c)
+		b.persist(c)
 	})
 	if !declared {
 		if childState == StateCompleted {
 			// Recorded, but the parent does not wait for a done child.
-			r.b.withJob(pid, func(p *Job, ps *Shard) {
+			b.withJob(pid, func(p *Job, _ *Shard) {
 				p.Children = append(slices.Clone(p.Children), cid)
 				p.DependsOn = append(slices.Clone(p.DependsOn), cid)
-				r.b.persist(p)
+				b.persist(p)
 			})
 		} else {
-			r.b.linkChild(pid, &Job{ID: cid}, childQueue)
+			b.linkChild(pid, &Job{ID: cid}, childQueue)
 		}
 	}
 	if childState == StateFailed {
-		r.b.withJob(cid, func(c *Job, cs *Shard) {
-			cs.childFailed(c, c.failErr)
-		})
-	}
-	return r.okID()
-}
-
-// ---------------------------------------------------------------------------
-// Reading and changing a flow
-
-func cmdGetChildrenValues(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	r.b.flowSettle()
-	var vals []childKV
-	r.b.withJob(id, func(j *Job, s *Shard) {
-		vals = slices.Clone(j.childValues)
-	})
-	writeChildValues(r, vals)
-	return nil
-}
-
-// writeChildValues answers GetChildrenValues.
-func writeChildValues(r *Req, vals []childKV) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("values")
-	encodeKVs(e, vals)
-}
-
-func encodeKVs(e *Enc, vals []childKV) {
-	e.MapHead(len(vals))
-	for _, kv := range vals {
-		e.Str(kv.key)
-		e.Raw(kv.val)
-	}
-}
-
-func cmdGetFailedChildrenValues(r *Req) error {
-	return r.childRecords(func(j *Job) []childKV { return j.failedKids })
-}
-
-func cmdGetIgnoredChildrenFailures(r *Req) error {
-	return r.childRecords(func(j *Job) []childKV { return j.ignoredKids })
-}
-
-func (r *Req) childRecords(pick func(j *Job) []childKV) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	r.b.flowSettle()
-	var vals []childKV
-	r.b.withJob(id, func(j *Job, s *Shard) {
-		vals = childRecordsOf(j, pick)
-	})
-	encodeKVs(r.field("values"), vals)
-	return nil
-}
-
-// childRecordsOf are a parent's failed or ignored children's records,
-// which only a parent still to run (or running) answers.
-func childRecordsOf(j *Job, pick func(j *Job) []childKV) []childKV {
-	if isQueued(j.state) || j.state == StateActive {
-		return slices.Clone(pick(j))
+		b.withJob(cid, func(c *Job, cs *Shard) { cs.childFailed(c, c.failErr) })
 	}
 	return nil
-}
-
-func cmdRemoveChildDependency(r *Req) error {
-	cid, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	var pid string
-	var live bool
-	if !r.b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.ParentID, isQueued(c.state) || c.state == StateActive }) {
-		return errors.New("Job not found: " + cid)
-	}
-	if pid == "" {
-		return errors.New("Job " + cid + " has no parent")
-	}
-	removed := false
-	if live {
-		r.b.withJob(pid, func(p *Job, ps *Shard) {
-			if p.state == StateWaitingChildren && slices.Contains(p.DependsOn, cid) {
-				q := ps.queues[p.Queue]
-				now := r.b.now()
-				r.b.unregisterDep(cid, p)
-				dropChild(p, cid)
-				if p.pending > 0 {
-					p.pending--
-				}
-				if p.pending == 0 {
-					p.RunAt = now
-					ps.releaseWaiting(q, p, now, true)
-				}
-				r.b.persist(p)
-				removed = true
-			}
-		})
-		if removed {
-			r.b.withJob(cid, func(c *Job, cs *Shard) {
-				setParent(c, "", "")
-				r.b.persist(c)
-			})
-		}
-	}
-	r.field("removed").Bool(removed)
-	return nil
-}
-
-func cmdRemoveUnprocessedChildren(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	var kids []string
-	r.b.withJob(id, func(p *Job, s *Shard) {
-		kids = slices.Clone(p.Children)
-	})
-	for _, c := range kids {
-		r.b.withJob(c, func(j *Job, s *Shard) {
-			if isQueued(j.state) {
-				q := s.queues[j.Queue]
-				now := r.b.now()
-				s.unqueue(q, j)
-				s.releaseUnique(q, j)
-				s.forget(j)
-				s.emit(q, evRemoved, j, now, evArgs{prev: "waiting"})
-			}
-		})
-	}
-	return r.okID()
-}
-
-func cmdMoveToWaitingChildren(r *Req) error {
-	tok, err := tokenArg(r.m)
-	if err != nil {
-		return err
-	}
-	errNotActive := errors.New("Job is not active")
-	if err := r.jobCmd(errNotActive, func(s *Shard, q *Queue, j *Job, now int64) error {
-		if j.state != StateActive {
-			return errNotActive
-		}
-		if err := s.takeActive(q, j, tok); err != nil {
-			return err
-		}
-		// Parked until a child is linked to it; it does not check for
-		// children of its own, as in the reference.
-		j.state = StateWaitingChildren
-		q.addWC(j)
-		j.pending = 0
-		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
-		s.emit(q, evWaitingChildren, j, now, evArgs{prev: "active"})
-		s.b.persist(j)
-		return nil
-	}); err != nil {
-		return err
-	}
-	writeMoved(r)
-	return nil
-}
-
-func writeMoved(r *Req) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("moved")
-	e.Bool(true)
 }

@@ -81,15 +81,6 @@ var pgHandlers = map[string]Handler{
 	"GetDeduplicationJobId":     pgGetDeduplicationJobID,
 	"RemoveDeduplicationKey":    pgRemoveDeduplicationKey,
 	"RemoveJobDeduplicationKey": pgRemoveJobDeduplicationKey,
-	// Flows and dependencies (pg_flows.go)
-	"PUSHF":                      pgPushFlow,
-	"GetChildrenValues":          pgGetChildrenValues,
-	"GetFailedChildrenValues":    pgGetFailedChildrenValues,
-	"GetIgnoredChildrenFailures": pgGetIgnoredChildrenFailures,
-	"MoveToWaitingChildren":      pgMoveToWaitingChildren,
-	"RemoveChildDependency":      pgRemoveChildDependency,
-	"RemoveUnprocessedChildren":  pgRemoveUnprocessedChildren,
-	"UpdateParent":               pgUpdateParent,
 	// Reads, dashboard, stall and DLQ policy (pg_moves.go, pg_dlq.go)
 	"GetCountsPerPriority": pgGetCountsPerPriority,
 	"GetJobByCustomId":     pgGetJobByCustomID,

@@ -554,14 +554,31 @@ func (p *PG) releaseWaiting(ctx context.Context, tx pgx.Tx, f *pgFlowTx, par *Jo
 }
 
 // ---------------------------------------------------------------------------
-// Commands
+// Flow operations (FlowEngine), as flows.go answers them in memory
 
-func pgPushFlow(r *Req) error {
-	p := r.c.srv.pg
-	jobs, err := flowJobs(r.m, p.now())
+// Now is the database's clock in ms.
+func (p *PG) Now() int64 { return p.now() }
+
+// flowTx runs fn in a transaction, again when it deadlocks, and tells the
+// events fn gathered once it commits. fn's errors come back as they are:
+// refusals, or storage errors already marked so (pgErr).
+func (p *PG) flowTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var f *pgFlowTx
+	var now int64
+	err := pgRetry(func() error {
+		f, now = &pgFlowTx{}, p.now()
+		return p.inTx(ctx, func(tx pgx.Tx) error { return fn(ctx, tx, f, now) })
+	})
 	if err != nil {
 		return err
 	}
+	f.after(p, now)
+	return nil
+}
+
+func (p *PG) PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error) {
 	ids := make([]string, len(jobs))
 	var queues []string
 	byQueue := map[string][]*Job{}
@@ -578,149 +595,255 @@ func pgPushFlow(r *Req) error {
 			waiters, deps = append(waiters, f.job.ID), append(deps, d)
 		}
 	}
-	exists := func(taken map[string]bool) error {
-		for _, id := range ids {
-			if taken[id] {
-				return errors.New("Flow job " + id + " already exists")
-			}
-		}
-		return nil
-	}
 	tl := make([]int, len(jobs))
 	for i, f := range jobs {
 		tl[i] = len(f.job.Timeline)
 	}
-	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+	err := p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		// A run that was rolled back left its entries on the timelines.
 		for i, fj := range jobs {
 			fj.job.Timeline = fj.job.Timeline[:tl[i]]
 		}
-		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
-		if err != nil {
-			return fault(err)
-		}
-		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fault(err)
-		}
-		taken := make(map[string]bool, len(have))
-		for _, id := range have {
-			taken[id] = true
-		}
-		if err := exists(taken); err != nil {
+		if err := p.flowIDsFree(ctx, tx, ids); err != nil {
 			return err
 		}
 		f.pushed = map[string][]*Job{}
 		for _, q := range queues {
-			_, made, err := p.insertTx(ctx, tx, q, byQueue[q])
-			var refused pgRefused
-			if errors.As(err, &refused) {
-				return refused.error // a queue past --max-queues, a group full
-			}
+			made, err := p.insertFlow(ctx, tx, q, byQueue[q])
 			if err != nil {
-				return fault(err)
-			}
-			if len(made) != len(byQueue[q]) {
-				// Another push took one of the ids meanwhile.
-				in := make(map[*Job]bool, len(made))
-				for _, j := range made {
-					in[j] = true
-				}
-				for _, j := range byQueue[q] {
-					if !in[j] {
-						return errors.New("Flow job " + j.ID + " already exists")
-					}
-				}
+				return err
 			}
 			f.pushed[q] = made
 		}
 		return p.addDeps(ctx, tx, waiters, deps, true)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeFlowJobs(r, jobs, func(e *Enc, f flowJob) { encodeJob(e, f.job, jobPlain, "", nil) })
+	out := make([]*Job, len(jobs))
+	for i, f := range jobs {
+		out[i] = f.job
+	}
+	return out, nil
+}
+
+// flowIDsFree refuses a flow one of whose ids a job already has.
+func (p *PG) flowIDsFree(ctx context.Context, tx pgx.Tx, ids []string) error {
+	rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), ids)
+	if err != nil {
+		return pgErr(fmt.Errorf("look up flow ids: %w", err))
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return pgErr(fmt.Errorf("look up flow ids: %w", err))
+	}
+	taken := make(map[string]bool, len(have))
+	for _, id := range have {
+		taken[id] = true
+	}
+	for _, id := range ids {
+		if taken[id] {
+			return errors.New("Flow job " + id + " already exists")
+		}
+	}
 	return nil
 }
 
-// pgChildValues reads the records pick chooses of the job the request
-// names; none when there is no such job.
-func pgChildValues(r *Req, pick func(j *Job) []childKV) ([]childKV, error) {
-	id, _, err := r.m.Str("id")
+// insertFlow inserts a flow's jobs of one queue and answers them, all of
+// them or a refusal.
+func (p *PG) insertFlow(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) ([]*Job, error) {
+	_, made, err := p.insertTx(ctx, tx, queue, jobs)
 	if err != nil {
-		return nil, err
+		// A queue past --max-queues, a group full, or the database.
+		return nil, pgRefusedOr(err)
 	}
-	ctx, cancel := pgCtx(r)
+	if len(made) != len(jobs) {
+		// Another push took one of the ids meanwhile.
+		in := make(map[*Job]bool, len(made))
+		for _, j := range made {
+			in[j] = true
+		}
+		for _, j := range jobs {
+			if !in[j] {
+				return nil, errors.New("Flow job " + j.ID + " already exists")
+			}
+		}
+	}
+	return made, nil
+}
+
+func (p *PG) ChildrenValues(ctx context.Context, id string) ([]childKV, error) {
+	return p.childRecords(ctx, id, childValuesOf)
+}
+
+func (p *PG) FailedChildren(ctx context.Context, id string) ([]childKV, error) {
+	return p.childRecords(ctx, id, failedKidsOf)
+}
+
+func (p *PG) IgnoredChildren(ctx context.Context, id string) ([]childKV, error) {
+	return p.childRecords(ctx, id, ignoredKidsOf)
+}
+
+// childRecords reads the records pick chooses of job id; none when there
+// is no such job.
+func (p *PG) childRecords(ctx context.Context, id string, pick func(j *Job) []childKV) ([]childKV, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	j, _, err := r.c.srv.pg.getJob(ctx, id)
+	j, _, err := p.getJob(ctx, id)
 	if err != nil || j == nil {
 		return nil, err
 	}
 	return pick(j), nil
 }
 
-func pgGetChildrenValues(r *Req) error {
-	vals, err := pgChildValues(r, func(j *Job) []childKV { return j.childValues })
+// lockOne locks one job row. When there is none it answers missing (nil
+// when the caller handles it).
+func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string, missing error) (*Job, error) {
+	locked, err := p.lockRows(ctx, tx, []string{id})
 	if err != nil {
-		return err
+		return nil, pgErr(fmt.Errorf("lock job %s: %w", id, err))
 	}
-	writeChildValues(r, vals)
-	return nil
-}
-
-func pgGetFailedChildrenValues(r *Req) error {
-	return pgChildRecords(r, func(j *Job) []childKV { return j.failedKids })
-}
-
-func pgGetIgnoredChildrenFailures(r *Req) error {
-	return pgChildRecords(r, func(j *Job) []childKV { return j.ignoredKids })
-}
-
-func pgChildRecords(r *Req, pick func(j *Job) []childKV) error {
-	vals, err := pgChildValues(r, func(j *Job) []childKV { return childRecordsOf(j, pick) })
-	if err != nil {
-		return err
+	if l := locked[id]; l != nil {
+		return l.j, nil
 	}
-	encodeKVs(r.field("values"), vals)
-	return nil
+	return nil, missing
 }
 
-// pgFlowCmd runs fn in a transaction and tells its events once it
-// commits.
-func pgFlowCmd(r *Req, fn func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error) error {
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	var f *pgFlowTx
-	var now int64
-	err := pgRetry(func() error {
-		tx, err := p.begin(ctx)
+func (p *PG) MoveToWaitingChildren(ctx context.Context, id, token string) error {
+	errNotActive := errors.New("Job is not active")
+	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		j, err := p.lockOne(ctx, tx, id, errNotActive)
 		if err != nil {
-			return fault(err)
-		}
-		defer tx.Rollback(context.Background())
-		f, now = &pgFlowTx{}, p.now()
-		if err := fn(ctx, tx, f, now); err != nil {
 			return err
 		}
-		return fault(tx.Commit(ctx))
-	})
-	if err != nil {
-		var pe *pgFault
-		if errors.As(err, &pe) {
-			return pgErr(pe.err)
+		if j.state != StateActive {
+			return errNotActive
 		}
-		return err
-	}
-	f.after(p, now)
-	return nil
+		if err := checkLease(j, token); err != nil {
+			return err
+		}
+		// Parked until a child is linked to it; it does not check for
+		// children of its own, as in the reference.
+		j.lease = nil
+		j.StartedAt = 0
+		j.state = StateWaitingChildren
+		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+		f.events = append(f.events, pgFlowEvent{j, evWaitingChildren, evArgs{prev: "active"}})
+		return pgErr(p.saveJobs(ctx, tx, []*Job{j}, nil))
+	})
 }
 
-// pgFault is a database error inside pgFlowCmd, told apart from a refusal.
-type pgFault struct{ err error }
+func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
+	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		// The child first, then the parent: the order an ACK takes them in.
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Child job not found: "+cid))
+		if err != nil {
+			return err
+		}
+		if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
+			return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
+		}
+		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
+		if err != nil {
+			return err
+		}
+		declared := slices.Contains(par.Children, cid)
+		if !declared && !isQueued(par.state) {
+			return errors.New("Parent job " + pid + " is not linkable")
+		}
+		setParent(c, pid, par.Queue)
+		save := []*Job{c}
+		if !declared {
+			if c.state == StateCompleted {
+				// Recorded, but the parent does not wait for a done child.
+				par.Children = append(slices.Clone(par.Children), cid)
+				par.DependsOn = append(slices.Clone(par.DependsOn), cid)
+			} else if err := p.linkChild(ctx, tx, par, c, now); err != nil {
+				return err // already a storage error
+			}
+			save = append(save, par)
+		}
+		if err := p.saveFlow(ctx, tx, save); err != nil {
+			return pgErr(err)
+		}
+		if c.state == StateFailed {
+			return pgErr(p.childFailed(ctx, tx, f, c, c.failErr, now))
+		}
+		return nil
+	})
+}
 
-func (e *pgFault) Error() string { return e.err.Error() }
-func (e *pgFault) Unwrap() error { return e.err }
+func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error) {
+	removed := false
+	err := p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		removed = false
+		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
+		if err != nil {
+			return err
+		}
+		pid := c.ParentID
+		if pid == "" {
+			return errors.New("Job " + cid + " has no parent")
+		}
+		if !isQueued(c.state) && c.state != StateActive {
+			return nil
+		}
+		par, err := p.lockOne(ctx, tx, pid, nil)
+		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.DependsOn, cid) {
+			return err
+		}
+		var left bool
+		if err := tx.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2)
+			SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1 AND dep_id <> $2)`), pid, cid).Scan(&left); err != nil {
+			return pgErr(fmt.Errorf("drop the dependency of %s on %s: %w", pid, cid, err))
+		}
+		dropChild(par, cid)
+		if !left {
+			if err := p.releaseWaiting(ctx, tx, f, par, now); err != nil {
+				return pgErr(err)
+			}
+		}
+		setParent(c, "", "")
+		removed = true
+		save := []*Job{c, par}
+		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
+		return pgErr(p.saveFlow(ctx, tx, save))
+	})
+	return removed, err
+}
+
+func (p *PG) RemoveUnprocessedChildren(ctx context.Context, id string) error {
+	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
+		par, _, err := p.getJob(ctx, id)
+		if err != nil || par == nil || len(par.Children) == 0 {
+			return err
+		}
+		locked, err := p.lockRows(ctx, tx, par.Children)
+		if err != nil {
+			return pgErr(fmt.Errorf("lock the children of %s: %w", id, err))
+		}
+		var gone []string
+		for _, c := range par.Children {
+			if l := locked[c]; l != nil && isQueued(l.j.state) {
+				gone = append(gone, c)
+				f.events = append(f.events, pgFlowEvent{l.j, evRemoved, evArgs{prev: "waiting"}})
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, p.sql(`WITH j AS (DELETE FROM {s}.jobs WHERE id = ANY($1)),
+			l AS (DELETE FROM {s}.job_logs WHERE job_id = ANY($1))
+			DELETE FROM {s}.deps WHERE job_id = ANY($1)`), gone)
+		if err != nil {
+			return pgErr(fmt.Errorf("remove the children of %s: %w", id, err))
+		}
+		return nil
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Deadlocks
 
 // pgRetry runs a transaction again, a few times, when PostgreSQL aborted
 // it to break a deadlock (or a serialization failure): jobs locked in
@@ -751,195 +874,4 @@ const pgRetries = 10
 // most 128 ms.
 func pgRetryPause(i int) time.Duration {
 	return time.Duration(rand.Int64N(int64(time.Millisecond) << min(i, 7)))
-}
-
-func fault(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &pgFault{err}
-}
-
-// lockOne locks one job row. When there is none it answers missing (nil
-// when the caller handles it).
-func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string, missing error) (*Job, error) {
-	locked, err := p.lockRows(ctx, tx, []string{id})
-	if err != nil {
-		return nil, fault(fmt.Errorf("lock job %s: %w", id, err))
-	}
-	if l := locked[id]; l != nil {
-		return l.j, nil
-	}
-	return nil, missing
-}
-
-func pgMoveToWaitingChildren(r *Req) error {
-	tok, err := tokenArg(r.m)
-	if err != nil {
-		return err
-	}
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	errNotActive := errors.New("Job is not active")
-	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		j, err := p.lockOne(ctx, tx, id, errNotActive)
-		if err != nil {
-			return err
-		}
-		if j.state != StateActive {
-			return errNotActive
-		}
-		if err := checkLease(j, tok); err != nil {
-			return err
-		}
-		// Parked until a child is linked to it; it does not check for
-		// children of its own, as in the reference.
-		j.lease = nil
-		j.StartedAt = 0
-		j.state = StateWaitingChildren
-		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
-		f.events = append(f.events, pgFlowEvent{j, evWaitingChildren, evArgs{prev: "active"}})
-		return fault(p.saveJobs(ctx, tx, []*Job{j}, nil))
-	})
-	if err != nil {
-		return err
-	}
-	writeMoved(r)
-	return nil
-}
-
-func pgUpdateParent(r *Req) error {
-	cid, pid, err := readUpdateParent(r)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		// The child first, then the parent: the order an ACK takes them in.
-		c, err := p.lockOne(ctx, tx, cid, errors.New("Child job not found: "+cid))
-		if err != nil {
-			return err
-		}
-		if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
-			return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
-		}
-		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
-		if err != nil {
-			return err
-		}
-		declared := slices.Contains(par.Children, cid)
-		if !declared && !isQueued(par.state) {
-			return errors.New("Parent job " + pid + " is not linkable")
-		}
-		setParent(c, pid, par.Queue)
-		save := []*Job{c}
-		if !declared {
-			if c.state == StateCompleted {
-				// Recorded, but the parent does not wait for a done child.
-				par.Children = append(slices.Clone(par.Children), cid)
-				par.DependsOn = append(slices.Clone(par.DependsOn), cid)
-			} else if err := p.linkChild(ctx, tx, par, c, now); err != nil {
-				return fault(err)
-			}
-			save = append(save, par)
-		}
-		if err := p.saveFlow(ctx, tx, save); err != nil {
-			return fault(err)
-		}
-		if c.state == StateFailed {
-			return fault(p.childFailed(ctx, tx, f, c, c.failErr, now))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return r.okID()
-}
-
-func pgRemoveChildDependency(r *Req) error {
-	cid, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	removed := false
-	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		removed = false
-		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
-		if err != nil {
-			return err
-		}
-		pid := c.ParentID
-		if pid == "" {
-			return errors.New("Job " + cid + " has no parent")
-		}
-		if !isQueued(c.state) && c.state != StateActive {
-			return nil
-		}
-		par, err := p.lockOne(ctx, tx, pid, nil)
-		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.DependsOn, cid) {
-			return err
-		}
-		var left bool
-		if err := tx.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2)
-			SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1 AND dep_id <> $2)`), pid, cid).Scan(&left); err != nil {
-			return fault(fmt.Errorf("drop the dependency of %s on %s: %w", pid, cid, err))
-		}
-		dropChild(par, cid)
-		if !left {
-			if err := p.releaseWaiting(ctx, tx, f, par, now); err != nil {
-				return fault(err)
-			}
-		}
-		setParent(c, "", "")
-		removed = true
-		save := []*Job{c, par}
-		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
-		return fault(p.saveFlow(ctx, tx, save))
-	})
-	if err != nil {
-		return err
-	}
-	r.field("removed").Bool(removed)
-	return nil
-}
-
-func pgRemoveUnprocessedChildren(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	err = pgFlowCmd(r, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		par, _, err := p.getJob(ctx, id)
-		if err != nil || par == nil || len(par.Children) == 0 {
-			return err
-		}
-		locked, err := p.lockRows(ctx, tx, par.Children)
-		if err != nil {
-			return fault(fmt.Errorf("lock the children of %s: %w", id, err))
-		}
-		var gone []string
-		for _, c := range par.Children {
-			if l := locked[c]; l != nil && isQueued(l.j.state) {
-				gone = append(gone, c)
-				f.events = append(f.events, pgFlowEvent{l.j, evRemoved, evArgs{prev: "waiting"}})
-			}
-		}
-		if len(gone) == 0 {
-			return nil
-		}
-		_, err = tx.Exec(ctx, p.sql(`WITH j AS (DELETE FROM {s}.jobs WHERE id = ANY($1)),
-			l AS (DELETE FROM {s}.job_logs WHERE job_id = ANY($1))
-			DELETE FROM {s}.deps WHERE job_id = ANY($1)`), gone)
-		return fault(err)
-	})
-	if err != nil {
-		return err
-	}
-	return r.okID()
 }
