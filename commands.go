@@ -66,7 +66,7 @@ func init() {
 		"RemoveDeduplicationKey":    cmdRemoveDeduplicationKey,
 		"RemoveJobDeduplicationKey": cmdRemoveJobDeduplicationKey,
 
-		// Limits and stall policy (limits.go)
+		// Limits and stall policy (cmd_limits.go)
 		"RateLimit":        cmdRateLimit,
 		"RateLimitClear":   cmdRateLimitClear,
 		"SetConcurrency":   cmdSetConcurrency,
@@ -106,7 +106,7 @@ func init() {
 		"IsGroupPaused":          cmdIsGroupPaused,
 		"RateLimitGroup":         cmdRateLimitGroup,
 
-		// The dead-letter queue (dlq.go)
+		// The dead-letter queue (cmd_dlq.go)
 		"Dlq":          cmdDlq,
 		"RetryDlq":     cmdRetryDlq,
 		"PurgeDlq":     cmdPurgeDlq,

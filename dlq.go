@@ -1,11 +1,14 @@
 package main
 
-// The dead-letter queue: where jobs end that failed for good, its per-queue
-// policy (auto-retry with backoff, maximum age, maximum entries), and its
-// commands.
+// The dead-letter queue: where jobs end that failed for good, and its
+// per-queue policy (auto-retry with backoff, maximum age, maximum
+// entries). Here too the memory engine's DLQ operations (PolicyEngine);
+// pg_dlq.go answers the same in PostgreSQL mode.
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 )
@@ -177,43 +180,6 @@ type dlqFilter struct {
 	hasOffset, hasLimit bool
 }
 
-func readDlqFilter(m Map) (*dlqFilter, error) {
-	fm, ok, err := m.Map("filter")
-	if err != nil || !ok {
-		return nil, err
-	}
-	f := &dlqFilter{retriable: -1, expired: -1}
-	if f.reason, _, err = fm.Str("reason"); err != nil {
-		return nil, &FieldError{Field: "filter.reason", Msg: "must be a string"}
-	}
-	if f.olderThan, _, err = fm.Int("olderThan"); err != nil {
-		return nil, err
-	}
-	if f.newerThan, _, err = fm.Int("newerThan"); err != nil {
-		return nil, err
-	}
-	if v, ok, _ := fm.Bool("retriable"); ok {
-		f.retriable = b2i(v)
-	}
-	if v, ok, _ := fm.Bool("expired"); ok {
-		f.expired = b2i(v)
-	}
-	f.offset, f.hasOffset, _ = fm.Int("offset")
-	f.limit, f.hasLimit, _ = fm.Int("limit")
-	return f, nil
-}
-
-func b2i(v bool) int8 {
-	if v {
-		return 1
-	}
-	return 0
-}
-
-func (f *dlqFilter) apply(q *Queue, now int64) []*Job {
-	return f.applyList(q.dlq, q.dlqCfg, now)
-}
-
 // applyList filters dead-lettered jobs under a queue's DLQ policy.
 func (f *dlqFilter) applyList(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 	var out []*Job
@@ -240,32 +206,12 @@ func (f *dlqFilter) applyList(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 	return out[lo:hi]
 }
 
-// dlqSelect is which DLQ entries a Dlq or RetryDlq request names, read
-// once for both engines.
+// dlqSelect is which DLQ entries a Dlq or RetryDlq request names.
 type dlqSelect struct {
-	queue    string
 	filter   *dlqFilter
 	jobID    string // RetryDlq only
 	count    int64
 	hasCount bool
-}
-
-func readDlqSelect(r *Req, withJobID bool) (dlqSelect, error) {
-	var d dlqSelect
-	var err error
-	if d.queue, err = queueArg(r.m); err != nil {
-		return d, err
-	}
-	if d.filter, err = readDlqFilter(r.m); err != nil {
-		return d, err
-	}
-	if withJobID {
-		if d.jobID, _, err = r.m.Str("jobId"); err != nil {
-			return d, err
-		}
-	}
-	d.count, d.hasCount, err = r.m.Int("count")
-	return d, err
 }
 
 // limit applies count to entries in DLQ order.
@@ -276,78 +222,60 @@ func (d dlqSelect) limit(sel []*Job) []*Job {
 	return sel
 }
 
-// writeDlq answers Dlq.
-func writeDlq(r *Req, sel []*Job) {
-	e := r.field("jobs")
-	e.ArrayHead(len(sel))
-	for _, j := range sel {
-		encodeJob(e, j, jobPlain, "", nil)
+// listed is the part of a queue's DLQ that Dlq shows: the entries the
+// filter selects, count of them at most.
+func (d dlqSelect) listed(dlq []*Job, cfg DLQConfig, now int64) []*Job {
+	if d.filter != nil {
+		dlq = d.filter.applyList(dlq, cfg, now)
 	}
-	e = r.field("entries")
-	e.ArrayHead(len(sel))
-	for _, j := range sel {
-		encodeDLQEntry(e, j)
-	}
+	return d.limit(dlq)
 }
 
-func cmdDlq(r *Req) error {
-	d, err := readDlqSelect(r, false)
-	if err != nil {
-		return err
-	}
-	r.b.withQueue(d.queue, false, func(s *Shard, q *Queue, now int64) {
-		var sel []*Job
-		if q != nil {
-			sel = q.dlq
-			if d.filter != nil {
-				sel = d.filter.apply(q, now)
+// toRetry is the part of a queue's DLQ that RetryDlq retries: the
+// entries the filter selects, or the job named, or the first count
+// entries (all without count). The result may share dlq's array.
+func (d dlqSelect) toRetry(dlq []*Job, cfg DLQConfig, now int64) []*Job {
+	switch {
+	case d.filter != nil:
+		return d.filter.applyList(dlq, cfg, now)
+	case d.jobID != "":
+		for _, j := range dlq {
+			if j.ID == d.jobID {
+				return []*Job{j}
 			}
 		}
-		writeDlq(r, d.limit(sel))
-	})
-	return nil
+		return nil
+	}
+	return d.limit(dlq)
 }
 
-func encodeDLQEntry(e *Enc, j *Job) {
-	d := j.dlq
-	e.MapHead(9)
-	e.Str("job")
-	encodeJob(e, j, jobPlain, "", nil)
-	e.Str("enteredAt")
-	e.Int(d.EnteredAt)
-	e.Str("reason")
-	e.Str(d.Reason)
-	e.Str("error")
-	optStr(e, d.Error, d.HasErr)
-	e.Str("attempts")
-	e.ArrayHead(len(j.history))
-	for _, a := range j.history {
-		e.MapHead(6)
-		e.Str("attempt")
-		e.Int(int64(a.Attempt))
-		e.Str("startedAt")
-		optTime(e, a.StartedAt)
-		e.Str("failedAt")
-		e.Int(a.FailedAt)
-		e.Str("reason")
-		e.Str(a.Reason)
-		e.Str("error")
-		optStr(e, a.Error, a.HasErr)
-		e.Str("duration")
-		if a.StartedAt > 0 {
-			e.Int(a.FailedAt - a.StartedAt)
-		} else {
-			e.Int(0)
+// copyJobs copies jobs through their storage record (record.go), which
+// keeps their DLQ entry and attempts: encoded under the shard lock,
+// decoded after it, so that an answer is written without the lock while
+// an auto-retry may change the live jobs.
+func copyJobs(recs [][]byte) ([]*Job, error) {
+	out := make([]*Job, len(recs))
+	for i, rec := range recs {
+		j, err := decodeRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("copy a dead-lettered job: %w", err)
 		}
+		out[i] = j
 	}
-	e.Str("retryCount")
-	e.Int(int64(d.RetryCount))
-	e.Str("lastRetryAt")
-	optTime(e, d.LastRetryAt)
-	e.Str("nextRetryAt")
-	optTime(e, d.NextRetryAt)
-	e.Str("expiresAt")
-	e.Int(d.ExpiresAt)
+	return out, nil
+}
+
+func (b *Broker) DLQ(_ context.Context, queue string, sel dlqSelect) ([]*Job, error) {
+	var recs [][]byte
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil {
+			return
+		}
+		for _, j := range sel.listed(q.dlq, q.dlqCfg, now) {
+			recs = append(recs, encodeRec(j))
+		}
+	})
+	return copyJobs(recs)
 }
 
 // retryDLQ puts a dead-lettered job back to waiting with fresh attempts;
@@ -382,46 +310,25 @@ func resetDLQ(j *Job, auto bool, now int64) {
 	j.addTimeline(TimelineEntry{State: "waiting", At: now})
 }
 
-func cmdRetryDlq(r *Req) error {
-	d, err := readDlqSelect(r, true)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.b.withQueue(d.queue, false, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64, error) {
+	n := int64(0)
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
-		var sel []*Job
-		switch {
-		case d.filter != nil:
-			sel = d.filter.apply(q, now)
-		case d.jobID != "":
-			for _, j := range q.dlq {
-				if j.ID == d.jobID {
-					sel = []*Job{j}
-				}
-			}
-		default:
-			sel = slices.Clone(d.limit(q.dlq))
-		}
-		for _, j := range sel {
+		// retryDLQ takes the jobs out of q.dlq, which toRetry may share.
+		for _, j := range slices.Clone(sel.toRetry(q.dlq, q.dlqCfg, now)) {
 			if s.retryDLQ(q, j, now, false) {
 				n++
 			}
 		}
 	})
-	r.field("count").Int(int64(n))
-	return nil
+	return n, nil
 }
 
-func cmdPurgeDlq(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
+func (b *Broker) PurgeDLQ(_ context.Context, queue string) (int64, error) {
 	n := 0
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
@@ -433,104 +340,76 @@ func cmdPurgeDlq(r *Req) error {
 		}
 		n = len(gone)
 	})
-	r.field("count").Int(int64(n))
-	return nil
+	return int64(n), nil
+}
+
+func (b *Broker) RemoveDLQJob(_ context.Context, queue, id string) (bool, error) {
+	removed := false
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil {
+			return
+		}
+		for _, j := range slices.Clone(q.dlq) {
+			if j.ID == id && q.removeDLQ(j) {
+				s.b.dropLogs(j.ID)
+				s.forget(j)
+				removed = true
+			}
+		}
+	})
+	return removed, nil
 }
 
 // ---------------------------------------------------------------------------
 // DLQ policy and figures
 
-func encodeDLQConfig(e *Enc, c DLQConfig) {
-	e.MapHead(5)
-	e.Str("autoRetry")
-	e.Bool(c.AutoRetry)
-	e.Str("autoRetryInterval")
-	e.Int(c.AutoRetryInterval)
-	e.Str("maxAutoRetries")
-	e.Int(int64(c.MaxAutoRetries))
-	e.Str("maxAge")
-	optInt(e, c.MaxAge)
-	e.Str("maxEntries")
-	e.Int(int64(c.MaxEntries))
-}
-
-// dlqPatch is a SetDlqConfig's settings: those given replace the queue's,
-// clamped as the reference clamps them; unknown keys are ignored.
+// dlqPatch is a SetDlqConfig's settings, read and clamped as the
+// reference clamps them: those given replace the queue's.
 type dlqPatch struct {
-	cfg Map
-	ok  bool
-}
-
-func readDlqPatch(r *Req) (string, dlqPatch, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return "", dlqPatch{}, err
-	}
-	cfg, ok, err := r.m.Map("config")
-	return name, dlqPatch{cfg, ok}, err
+	autoRetry                    *bool
+	interval, maxRetries, maxAge *int64
+	maxEntries                   *int64
+	noMaxAge                     bool // maxAge: null, entries never expire
 }
 
 func (p dlqPatch) apply(c DLQConfig) DLQConfig {
-	cfg := p.cfg
-	floorArg := func(key string) (int64, bool) {
-		f, ok, err := finiteArg(cfg, key)
-		if err != nil || !ok {
-			return 0, false
-		}
-		return int64(math.Floor(f)), true
+	if p.autoRetry != nil {
+		c.AutoRetry = *p.autoRetry
 	}
-	if v, ok, err := cfg.Bool("autoRetry"); err == nil && ok {
-		c.AutoRetry = v
+	if p.interval != nil {
+		c.AutoRetryInterval = max(*p.interval, 0)
 	}
-	if v, ok := floorArg("autoRetryInterval"); ok {
-		c.AutoRetryInterval = max(v, 0)
+	if p.maxRetries != nil {
+		c.MaxAutoRetries = int32(min(max(*p.maxRetries, 0), math.MaxInt32))
 	}
-	if v, ok := floorArg("maxAutoRetries"); ok {
-		c.MaxAutoRetries = int32(min(max(v, 0), math.MaxInt32))
-	}
-	if raw := cfg.Get("maxAge"); raw != nil && raw[0] == 0xc0 {
+	if p.noMaxAge {
 		c.MaxAge = none
-	} else if v, ok := floorArg("maxAge"); ok {
-		c.MaxAge = max(v, 0)
+	} else if p.maxAge != nil {
+		c.MaxAge = max(*p.maxAge, 0)
 	}
-	if v, ok := floorArg("maxEntries"); ok {
-		c.MaxEntries = int(max(v, 1))
+	if p.maxEntries != nil {
+		c.MaxEntries = int(max(*p.maxEntries, 1))
 	}
 	return c
 }
 
-func cmdSetDlqConfig(r *Req) error {
-	name, patch, err := readDlqPatch(r)
-	if err != nil {
-		return err
-	}
-	if !patch.ok {
-		return r.okID()
-	}
-	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) SetDLQConfig(_ context.Context, queue string, patch dlqPatch) error {
+	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.dlqCfg = patch.apply(q.dlqCfg)
 		q.listed = true
 		s.trimDLQ(q)
-		r.b.queueChanged(q)
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+		b.queueChanged(q)
+	})
 }
 
-func cmdGetDlqConfig(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
+func (b *Broker) GetDLQConfig(_ context.Context, queue string) (DLQConfig, error) {
 	c := defaultDLQ
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			c = q.dlqCfg
 		}
 	})
-	encodeDLQConfig(r.field("config"), c)
-	return nil
+	return c, nil
 }
 
 var dlqReasons = []string{"explicit_fail", "max_attempts_exceeded", "timeout", "stalled", "ttl_expired", "worker_lost", "unknown"}
@@ -564,13 +443,9 @@ func (st *dlqStats) add(e *DLQEntry, cfg DLQConfig, now int64) {
 	st.newest = max(st.newest, e.EnteredAt)
 }
 
-func cmdGetDlqStats(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
+func (b *Broker) DLQStats(_ context.Context, queue string) (dlqStats, error) {
 	var st dlqStats
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
@@ -578,77 +453,7 @@ func cmdGetDlqStats(r *Req) error {
 			st.add(j.dlq, q.dlqCfg, now)
 		}
 	})
-	writeDlqStats(r, name, st)
-	return nil
-}
-
-func writeDlqStats(r *Req, name string, st dlqStats) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("stats")
-	e.MapHead(7)
-	e.Str("total")
-	e.Int(int64(st.total))
-	e.Str("byReason")
-	e.MapHead(len(dlqReasons))
-	for _, k := range dlqReasons {
-		e.Str(k)
-		e.Int(int64(st.byReason[k]))
-	}
-	e.Str("byQueue")
-	if st.total > 0 {
-		e.MapHead(1)
-		e.Str(name)
-		e.Int(int64(st.total))
-	} else {
-		e.MapHead(0)
-	}
-	e.Str("pendingRetry")
-	e.Int(int64(st.pending))
-	e.Str("expired")
-	e.Int(int64(st.expired))
-	e.Str("oldestEntry")
-	optTime(e, st.oldest)
-	e.Str("newestEntry")
-	optTime(e, st.newest)
-}
-
-func readRemoveDlqJob(r *Req) (string, string, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return "", "", err
-	}
-	id, _, err := r.m.Str("jobId")
-	return name, id, err
-}
-
-func writeRemoved(r *Req, removed bool) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("removed")
-	e.Bool(removed)
-}
-
-func cmdRemoveDlqJob(r *Req) error {
-	name, id, err := readRemoveDlqJob(r)
-	if err != nil {
-		return err
-	}
-	removed := false
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
-		if q == nil {
-			return
-		}
-		for _, j := range slices.Clone(q.dlq) {
-			if j.ID == id && q.removeDLQ(j) {
-				s.b.dropLogs(j.ID)
-				s.forget(j)
-				removed = true
-			}
-		}
-	})
-	writeRemoved(r, removed)
-	return nil
+	return st, nil
 }
 
 var errNoDLQ = errors.New("Failed job not in DLQ")

@@ -118,7 +118,40 @@ type QueueEngine interface {
 
 // PolicyEngine keeps a queue's limits, stall and DLQ policy, and the
 // dead-letter queue itself (limits.go, dlq.go; pg_limits.go, pg_dlq.go).
+// Setting a policy makes the queue when it does not exist yet; clearing
+// one, or reading a queue that does not exist, does not.
 type PolicyEngine interface {
+	// SetRateLimit gives a queue a rate limit, its bucket full, and wakes
+	// the pulls waiting on it.
+	SetRateLimit(ctx context.Context, queue string, limit RateLimit) error
+	ClearRateLimit(ctx context.Context, queue string) error
+	// SetConcurrency bounds how many of a queue's jobs are active at once.
+	SetConcurrency(ctx context.Context, queue string, limit int64) error
+	ClearConcurrency(ctx context.Context, queue string) error
+	QueueLimits(ctx context.Context, queue string) (QueueLimits, error)
+	// SetStallConfig replaces the settings the patch gives of a queue's
+	// stall policy.
+	SetStallConfig(ctx context.Context, queue string, patch stallPatch) error
+	GetStallConfig(ctx context.Context, queue string) (StallConfig, error)
+
+	// DLQ answers the dead-lettered jobs sel selects, oldest first, each
+	// with its DLQ entry and failed attempts (copies: the caller may keep
+	// them).
+	DLQ(ctx context.Context, queue string, sel dlqSelect) ([]*Job, error)
+	// RetryDLQ puts the dead-lettered jobs sel selects back to waiting
+	// with fresh attempts, except those whose unique key a live job holds,
+	// and says how many went back.
+	RetryDLQ(ctx context.Context, queue string, sel dlqSelect) (int64, error)
+	// PurgeDLQ removes a queue's dead-lettered jobs and says how many.
+	PurgeDLQ(ctx context.Context, queue string) (int64, error)
+	// RemoveDLQJob removes one dead-lettered job and says whether it was
+	// there.
+	RemoveDLQJob(ctx context.Context, queue, id string) (bool, error)
+	// SetDLQConfig replaces the settings the patch gives of a queue's DLQ
+	// policy, and trims its DLQ to the new bound.
+	SetDLQConfig(ctx context.Context, queue string, patch dlqPatch) error
+	GetDLQConfig(ctx context.Context, queue string) (DLQConfig, error)
+	DLQStats(ctx context.Context, queue string) (dlqStats, error)
 }
 
 // GroupEngine keeps group settings and figures (groups.go, pg_groups.go).

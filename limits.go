@@ -2,9 +2,12 @@ package main
 
 // Queue-wide limits on claiming: a rate limit (a token bucket, as the
 // reference has it) and a concurrency limit. Both are checked in claim,
-// under the shard lock, so they hold across every connection.
+// under the shard lock, so they hold across every connection. Here too
+// the memory engine's limit and stall policy operations (PolicyEngine);
+// pg_limits.go and pg_dlq.go answer the same in PostgreSQL mode.
 
 import (
+	"context"
 	"errors"
 	"math"
 )
@@ -114,90 +117,47 @@ func finiteArg(m Map, key string) (float64, bool, error) {
 	return f, ok, nil
 }
 
-// rateLimitArgs are RateLimit's arguments, read once for both engines.
-type rateLimitArgs struct {
-	queue         string
-	limit         float64
-	duration, ttl int64
-}
-
-func readRateLimit(r *Req) (rateLimitArgs, error) {
-	var a rateLimitArgs
-	var err error
-	if a.queue, err = queueArg(r.m); err != nil {
-		return a, err
-	}
-	limit, ok, err := finiteArg(r.m, "limit")
-	if err != nil || !ok {
-		return a, errors.New("limit must be a finite number")
-	}
-	dur, _, err := finiteArg(r.m, "duration")
-	if err != nil {
-		return a, err
-	}
-	ttl, _, err := finiteArg(r.m, "ttl")
-	if err != nil {
-		return a, err
-	}
-	a.limit, a.duration, a.ttl = limit, int64(dur), int64(ttl)
-	return a, nil
+// RateLimit is a queue's rate limit as RateLimit sets it: Max claims per
+// Duration ms (1000 when not positive), dropped after TTL ms (0: kept).
+type RateLimit struct {
+	Max           float64
+	Duration, TTL int64
 }
 
 // bucket is the limit's token bucket, full, as of now.
-func (a rateLimitArgs) bucket(now int64) *bucket {
-	return newBucket(a.limit, a.duration, a.ttl, now)
+func (l RateLimit) bucket(now int64) *bucket {
+	return newBucket(l.Max, l.Duration, l.TTL, now)
 }
 
-// readConcurrency reads SetConcurrency's queue and limit.
-func readConcurrency(r *Req) (string, int64, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return "", 0, err
-	}
-	limit, ok, err := finiteArg(r.m, "limit")
-	if err != nil || !ok {
-		return "", 0, errors.New("limit must be a finite number")
-	}
-	return name, int64(limit), nil
+// QueueLimits is a queue's limits as GetQueueLimits shows them.
+type QueueLimits struct {
+	Rate        *bucket // a copy of the live bucket; nil: no rate limit
+	Concurrency *int64  // nil: no concurrency limit
+	Maxed       bool    // every concurrency slot is taken
+	At          int64   // when they were read: the bucket's waits count from then
 }
 
-func cmdRateLimit(r *Req) error {
-	a, err := readRateLimit(r)
-	if err != nil {
-		return err
-	}
-	if err := r.b.withQueue(a.queue, true, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) SetRateLimit(_ context.Context, queue string, l RateLimit) error {
+	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
-		q.rate = a.bucket(now)
+		q.rate = l.bucket(now)
 		q.wakeAll()
-		r.b.queueChanged(q)
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+		b.queueChanged(q)
+	})
 }
 
-func cmdRateLimitClear(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) ClearRateLimit(_ context.Context, queue string) error {
+	return b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			q.rate = nil
 			q.wakeAll()
-			r.b.queueChanged(q)
+			b.queueChanged(q)
 		}
 	})
-	return r.okID()
 }
 
-func cmdSetConcurrency(r *Req) error {
-	name, limit, err := readConcurrency(r)
-	if err != nil {
-		return err
-	}
-	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) SetConcurrency(_ context.Context, queue string, limit int64) error {
+	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
 		if q.concLimit == nil {
 			// A new limiter counts from zero: jobs already running were
@@ -206,84 +166,37 @@ func cmdSetConcurrency(r *Req) error {
 		}
 		q.concLimit = &limit
 		q.wakeAll()
-		r.b.queueChanged(q)
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+		b.queueChanged(q)
+	})
 }
 
-func cmdClearConcurrency(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) ClearConcurrency(_ context.Context, queue string) error {
+	return b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			q.concLimit, q.concActive = nil, 0
 			q.wakeAll()
-			r.b.queueChanged(q)
+			b.queueChanged(q)
 		}
 	})
-	return r.okID()
 }
 
-func cmdGetQueueLimits(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	maxJobs, hasMax, err := r.m.Num("maxJobs")
-	if err != nil {
-		return err
-	}
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
-		var rate *bucket
-		var conc *int64
-		if q != nil {
-			rate, conc = q.rateLimit(now), q.concLimit
+func (b *Broker) QueueLimits(_ context.Context, queue string) (QueueLimits, error) {
+	var l QueueLimits
+	err := b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
+		l.At = now
+		if q == nil {
+			return
 		}
-		writeQueueLimits(r, rate, conc, conc != nil && q.concActive >= *conc, maxJobs, hasMax, now)
+		if rate := q.rateLimit(now); rate != nil {
+			c := *rate
+			l.Rate = &c
+		}
+		if q.concLimit != nil {
+			c := *q.concLimit
+			l.Concurrency, l.Maxed = &c, q.concActive >= c
+		}
 	})
-	return nil
-}
-
-// writeQueueLimits answers GetQueueLimits. maxJobs (when given) asks
-// whether the bucket has room for that many: its ttl is then 0.
-func writeQueueLimits(r *Req, rate *bucket, conc *int64, maxed bool, maxJobs float64, hasMax bool, now int64) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("limits")
-	e.MapHead(4)
-	e.Str("rateLimit")
-	ttl := int64(-2)
-	if rate == nil {
-		e.Nil()
-	} else {
-		e.MapHead(2)
-		e.Str("max")
-		e.Num(rate.max)
-		e.Str("duration")
-		e.Int(rate.duration)
-		switch {
-		case rate.expires != 0:
-			ttl = max(0, rate.expires-now)
-		case hasMax && float64(rate.consumed) < maxJobs:
-			ttl = 0
-		default:
-			ttl = rate.waitMs(now)
-		}
-	}
-	e.Str("rateLimitTtl")
-	e.Int(ttl)
-	e.Str("concurrencyLimit")
-	if conc == nil {
-		e.Nil()
-	} else {
-		e.Int(*conc)
-	}
-	e.Str("maxed")
-	e.Bool(maxed)
+	return l, err
 }
 
 // ---------------------------------------------------------------------------
@@ -296,31 +209,7 @@ type stallPatch struct {
 	interval, grace, maxStall *float64
 }
 
-func readStallPatch(r *Req) (string, *stallPatch, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return "", nil, err
-	}
-	cfg, ok, err := r.m.Map("config")
-	if err != nil || !ok {
-		return name, nil, err
-	}
-	p := &stallPatch{}
-	if p.enabled, p.hasEnabled, err = cfg.Bool("enabled"); err != nil {
-		return "", nil, &FieldError{Field: "config.enabled", Msg: "must be a boolean"}
-	}
-	for _, f := range []struct {
-		key string
-		dst **float64
-	}{{"stallInterval", &p.interval}, {"gracePeriod", &p.grace}, {"maxStalls", &p.maxStall}} {
-		if v, ok, err := finiteArg(cfg, f.key); err == nil && ok {
-			*f.dst = &v
-		}
-	}
-	return name, p, nil
-}
-
-func (p *stallPatch) apply(c StallConfig) StallConfig {
+func (p stallPatch) apply(c StallConfig) StallConfig {
 	if p.hasEnabled {
 		c.Enabled = p.enabled
 	}
@@ -336,51 +225,23 @@ func (p *stallPatch) apply(c StallConfig) StallConfig {
 	return c
 }
 
-func cmdSetStallConfig(r *Req) error {
-	name, patch, err := readStallPatch(r)
-	if err != nil {
-		return err
-	}
-	if patch == nil {
-		return r.okID()
-	}
-	if err := r.b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) SetStallConfig(_ context.Context, queue string, patch stallPatch) error {
+	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		c := patch.apply(q.stall)
 		if c != defaultStall {
 			q.listed = true
 		}
 		q.stall = c
-		r.b.queueChanged(q)
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+		b.queueChanged(q)
+	})
 }
 
-func cmdGetStallConfig(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
+func (b *Broker) GetStallConfig(_ context.Context, queue string) (StallConfig, error) {
 	c := defaultStall
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	err := b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			c = q.stall
 		}
 	})
-	writeStallConfig(r, c)
-	return nil
-}
-
-func writeStallConfig(r *Req, c StallConfig) {
-	e := r.field("config")
-	e.MapHead(4)
-	e.Str("enabled")
-	e.Bool(c.Enabled)
-	e.Str("stallInterval")
-	e.Int(c.StallInterval)
-	e.Str("maxStalls")
-	e.Int(int64(c.MaxStalls))
-	e.Str("gracePeriod")
-	e.Int(c.GracePeriod)
+	return c, err
 }

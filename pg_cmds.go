@@ -48,20 +48,10 @@ var pgHandlers = map[string]Handler{
 
 	"Stats": pgStats,
 
-	"RateLimit":        pgRateLimit,
-	"RateLimitClear":   pgRateLimitClear,
-	"SetConcurrency":   pgSetConcurrency,
-	"ClearConcurrency": pgClearConcurrency,
-	"GetQueueLimits":   pgGetQueueLimits,
-
 	"Cron":       pgCron,
 	"CronGet":    pgCronGet,
 	"CronList":   pgCronList,
 	"CronDelete": pgCronDelete,
-
-	"Dlq":      pgDlq,
-	"RetryDlq": pgRetryDlq,
-	"PurgeDlq": pgPurgeDlq,
 
 	// Groups (pg_groups.go) and deduplication (pg_dedup.go)
 	"PauseGroup":                pgPauseGroup,
@@ -81,15 +71,9 @@ var pgHandlers = map[string]Handler{
 	"GetDeduplicationJobId":     pgGetDeduplicationJobID,
 	"RemoveDeduplicationKey":    pgRemoveDeduplicationKey,
 	"RemoveJobDeduplicationKey": pgRemoveJobDeduplicationKey,
-	// Reads, dashboard, stall and DLQ policy (pg_moves.go, pg_dlq.go)
+	// Reads and dashboard (pg_moves.go)
 	"GetCountsPerPriority": pgGetCountsPerPriority,
 	"GetJobByCustomId":     pgGetJobByCustomID,
-	"GetStallConfig":       pgGetStallConfig,
-	"SetStallConfig":       pgSetStallConfig,
-	"GetDlqConfig":         pgGetDlqConfig,
-	"SetDlqConfig":         pgSetDlqConfig,
-	"GetDlqStats":          pgGetDlqStats,
-	"RemoveDlqJob":         pgRemoveDlqJob,
 	"DashboardOverview":    pgDashboardOverview,
 	"DashboardQueues":      pgDashboardQueues,
 	"DashboardQueue":       pgDashboardQueue,
@@ -1526,125 +1510,5 @@ func pgStats(r *Req) error {
 	e.Num(push)
 	e.Str("pullPerSec")
 	e.Num(pull)
-	return nil
-}
-
-// ---------------------------------------------------------------------------
-// The dead-letter queue
-
-// dlqJobs reads a queue's dead-lettered jobs in the order they entered,
-// filtered as the DLQ commands' filter object says.
-func (p *PG) dlqJobs(ctx context.Context, q pgx.Tx, queue string, f *dlqFilter, count int64, hasCount bool, jobID string, lock bool) ([]*Job, error) {
-	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	rows, err := q.Query(ctx, p.sql(sql), queue)
-	if err != nil {
-		return nil, pgErr(fmt.Errorf("read the DLQ of %s: %w", queue, err))
-	}
-	all, err := scanJobs(rows)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	now := p.now()
-	var sel []*Job
-	switch {
-	case f != nil:
-		set, err := p.settings(ctx, q, []string{queue})
-		if err != nil {
-			return nil, pgErr(err)
-		}
-		sel = f.applyList(all, set[queue].dlqConfig(), now)
-	case jobID != "":
-		for _, j := range all {
-			if j.ID == jobID {
-				sel = append(sel, j)
-			}
-		}
-	default:
-		sel = all
-	}
-	if hasCount && f == nil {
-		sel = sel[:min(max(count, 0), int64(len(sel)))]
-	}
-	return sel, nil
-}
-
-func pgDlq(r *Req) error {
-	d, err := readDlqSelect(r, false)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	sel, err := p.dlqJobs(ctx, tx, d.queue, d.filter, 0, false, "", false)
-	if err != nil {
-		return err
-	}
-	writeDlq(r, d.limit(sel))
-	return nil
-}
-
-func pgRetryDlq(r *Req) error {
-	d, err := readDlqSelect(r, true)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	sel, err := p.dlqJobs(ctx, tx, d.queue, d.filter, d.count, d.hasCount, d.jobID, true)
-	if err != nil {
-		return err
-	}
-	now := p.now()
-	var back []*Job
-	for _, j := range sel {
-		// A job whose unique key a live job took meanwhile stays, as in
-		// memory mode.
-		held, err := p.uniqueHeld(ctx, tx, j)
-		if err != nil {
-			return pgErr(err)
-		}
-		if !held {
-			resetDLQ(j, false, now)
-			pgEnqueue(j, now)
-			back = append(back, j)
-		}
-	}
-	if err := p.requeue(ctx, tx, d.queue, back); err != nil {
-		return pgErr(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return pgErr(err)
-	}
-	r.field("count").Int(int64(len(back)))
-	return nil
-}
-
-func pgPurgeDlq(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	n, err := r.c.srv.pg.deleteJobs(ctx, name, "state = 6")
-	if err != nil {
-		return err
-	}
-	r.field("count").Int(n)
 	return nil
 }

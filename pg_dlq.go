@@ -2,7 +2,8 @@ package main
 
 // A queue's stall and DLQ policy in PostgreSQL mode, on its row, so that
 // every broker's reaper applies the same one; DLQ expiry and auto-retry
-// by whichever broker comes first; the DLQ figures from the database.
+// by whichever broker comes first; the DLQ itself and its figures from
+// the database (PolicyEngine, as limits.go and dlq.go answer in memory).
 
 import (
 	"context"
@@ -141,36 +142,36 @@ func (p *PG) leaseRenewals(ctx context.Context, q pgQuerier, jobs []*Job) (map[s
 	return out, rows.Err()
 }
 
-// updateSettings applies fn to a queue's policy under its row lock, the
-// row made if missing.
-func (p *PG) updateSettings(ctx context.Context, queue string, fn func(tx pgx.Tx, s *pgSettings) error) error {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	if err := p.registerQueue(ctx, tx, queue, false); err != nil {
-		return pgRefusedOr(err)
-	}
-	set, err := p.readSettings(ctx, tx, []string{queue}, true)
-	if err != nil {
-		return pgErr(err)
-	}
-	s := set[queue]
-	if s == nil {
-		s = &pgSettings{}
-	}
-	if err := fn(tx, s); err != nil {
-		return pgErr(err)
-	}
-	_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET stall_enabled = $2, stall_interval = $3, stall_grace = $4,
-		stall_max = $5, dlq_auto_retry = $6, dlq_retry_interval = $7, dlq_max_age = $8, dlq_max_retries = $9,
-		dlq_max_entries = $10 WHERE name = $1`), queue, s.stallEnabled, s.stallInterval, s.stallGrace, s.stallMax,
-		s.dlqAuto, s.dlqInterval, s.dlqMaxAge, s.dlqMaxRetries, s.dlqMaxEntries)
-	if err != nil {
-		return pgErr(fmt.Errorf("save the settings of %s: %w", queue, err))
-	}
-	return pgErr(tx.Commit(ctx))
+// updateSettings applies fn to a queue's policy under its row lock. With
+// create, a missing row is made first; without, a queue that does not exist
+// is left so.
+func (p *PG) updateSettings(ctx context.Context, queue string, create bool, fn func(tx pgx.Tx, s *pgSettings) error) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if create {
+			if err := p.registerQueue(ctx, tx, queue, false); err != nil {
+				return pgRefusedOr(err)
+			}
+		}
+		set, err := p.readSettings(ctx, tx, []string{queue}, true)
+		if err != nil {
+			return pgErr(err)
+		}
+		s := set[queue]
+		if s == nil {
+			return nil // no row, and none to make
+		}
+		if err := fn(tx, s); err != nil {
+			return pgErr(err)
+		}
+		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET stall_enabled = $2, stall_interval = $3, stall_grace = $4,
+			stall_max = $5, dlq_auto_retry = $6, dlq_retry_interval = $7, dlq_max_age = $8, dlq_max_retries = $9,
+			dlq_max_entries = $10 WHERE name = $1`), queue, s.stallEnabled, s.stallInterval, s.stallGrace, s.stallMax,
+			s.dlqAuto, s.dlqInterval, s.dlqMaxAge, s.dlqMaxRetries, s.dlqMaxEntries)
+		if err != nil {
+			return pgErr(fmt.Errorf("save the settings of %s: %w", queue, err))
+		}
+		return nil
+	})
 }
 
 func (s *pgSettings) setStall(c StallConfig) {
@@ -328,129 +329,167 @@ func (p *PG) snapshot(ctx context.Context) (pgx.Tx, error) {
 }
 
 // ---------------------------------------------------------------------------
-// Commands
+// The engine's operations (PolicyEngine)
 
-func pgSetStallConfig(r *Req) error {
-	name, patch, err := readStallPatch(r)
-	if err != nil {
-		return err
-	}
-	if patch == nil {
-		return r.okID()
-	}
-	ctx, cancel := pgCtx(r)
+// SetStallConfig makes no queue for a patch that leaves the defaults as
+// they are: memory mode lists no queue for it.
+func (p *PG) SetStallConfig(ctx context.Context, queue string, patch stallPatch) error {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	err = r.c.srv.pg.updateSettings(ctx, name, func(tx pgx.Tx, s *pgSettings) error {
+	create := patch.apply(defaultStall) != defaultStall
+	return p.updateSettings(ctx, queue, create, func(tx pgx.Tx, s *pgSettings) error {
 		s.setStall(patch.apply(s.stallConfig()))
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return r.okID()
 }
 
-// queueSettings reads the policy of the queue a request names.
-func queueSettings(r *Req) (*pgSettings, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return nil, err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+// queueSettings reads a queue's policy (nil: the defaults).
+func (p *PG) queueSettings(ctx context.Context, queue string) (*pgSettings, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	set, err := p.settings(ctx, p.pool, []string{name})
+	set, err := p.settings(ctx, p.pool, []string{queue})
 	if err != nil {
 		return nil, pgErr(err)
 	}
-	return set[name], nil
+	return set[queue], nil
 }
 
-func pgGetStallConfig(r *Req) error {
-	s, err := queueSettings(r)
+func (p *PG) GetStallConfig(ctx context.Context, queue string) (StallConfig, error) {
+	s, err := p.queueSettings(ctx, queue)
 	if err != nil {
-		return err
+		return StallConfig{}, err
 	}
-	writeStallConfig(r, s.stallConfig())
-	return nil
+	return s.stallConfig(), nil
 }
 
-func pgSetDlqConfig(r *Req) error {
-	name, patch, err := readDlqPatch(r)
-	if err != nil {
-		return err
-	}
-	if !patch.ok {
-		return r.okID()
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+func (p *PG) SetDLQConfig(ctx context.Context, queue string, patch dlqPatch) error {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	err = p.updateSettings(ctx, name, func(tx pgx.Tx, s *pgSettings) error {
+	return p.updateSettings(ctx, queue, true, func(tx pgx.Tx, s *pgSettings) error {
 		c := patch.apply(s.dlqConfig())
 		s.setDLQ(c)
-		return p.trimDLQ(ctx, tx, name, c)
+		return p.trimDLQ(ctx, tx, queue, c)
 	})
-	if err != nil {
-		return err
-	}
-	return r.okID()
 }
 
-func pgGetDlqConfig(r *Req) error {
-	s, err := queueSettings(r)
+func (p *PG) GetDLQConfig(ctx context.Context, queue string) (DLQConfig, error) {
+	s, err := p.queueSettings(ctx, queue)
 	if err != nil {
-		return err
+		return DLQConfig{}, err
 	}
-	encodeDLQConfig(r.field("config"), s.dlqConfig())
-	return nil
+	return s.dlqConfig(), nil
 }
 
-func pgGetDlqStats(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
+// dlqJobs reads a queue's dead-lettered jobs in the order they entered
+// (with lock, their rows locked for an update), and the queue's DLQ
+// policy when the selection needs it (a filter asks about retries).
+func (p *PG) dlqJobs(ctx context.Context, tx pgx.Tx, queue string, sel dlqSelect, lock bool) ([]*Job, DLQConfig, error) {
+	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
+	if lock {
+		sql += ` FOR UPDATE`
 	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+	rows, err := tx.Query(ctx, p.sql(sql), queue)
+	if err != nil {
+		return nil, DLQConfig{}, pgErr(fmt.Errorf("read the DLQ of %s: %w", queue, err))
+	}
+	all, err := scanJobs(rows)
+	if err != nil {
+		return nil, DLQConfig{}, pgErr(fmt.Errorf("read the DLQ of %s: %w", queue, err))
+	}
+	cfg := defaultDLQ
+	if sel.filter != nil {
+		set, err := p.settings(ctx, tx, []string{queue})
+		if err != nil {
+			return nil, cfg, pgErr(err)
+		}
+		cfg = set[queue].dlqConfig()
+	}
+	return all, cfg, nil
+}
+
+func (p *PG) DLQ(ctx context.Context, queue string, sel dlqSelect) ([]*Job, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
+	var out []*Job
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		all, cfg, err := p.dlqJobs(ctx, tx, queue, sel, false)
+		out = sel.listed(all, cfg, p.now())
+		return err
+	})
+	return out, err
+}
+
+func (p *PG) RetryDLQ(ctx context.Context, queue string, sel dlqSelect) (int64, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var n int64
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		all, cfg, err := p.dlqJobs(ctx, tx, queue, sel, true)
+		if err != nil {
+			return err
+		}
+		now := p.now()
+		var back []*Job
+		for _, j := range sel.toRetry(all, cfg, now) {
+			// A job whose unique key a live job took meanwhile stays, as in
+			// memory mode.
+			held, err := p.uniqueHeld(ctx, tx, j)
+			if err != nil {
+				return pgErr(err)
+			}
+			if !held {
+				resetDLQ(j, false, now)
+				pgEnqueue(j, now)
+				back = append(back, j)
+			}
+		}
+		n = int64(len(back))
+		return pgErr(p.requeue(ctx, tx, queue, back))
+	})
+	return n, err
+}
+
+func (p *PG) PurgeDLQ(ctx context.Context, queue string) (int64, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.deleteJobs(ctx, queue, "state = 6")
+}
+
+func (p *PG) RemoveDLQJob(ctx context.Context, queue, id string) (bool, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var n int64
+	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = $1 AND queue = $2 AND state = 6 RETURNING id),
+		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
+		SELECT count(*) FROM gone`), id, queue).Scan(&n)
+	if err != nil {
+		return false, pgErr(fmt.Errorf("remove DLQ job %s: %w", id, err))
+	}
+	return n > 0, nil
+}
+
+// DLQStats reads the DLQ and its policy in one snapshot, so that the
+// figures agree with each other.
+func (p *PG) DLQStats(ctx context.Context, queue string) (dlqStats, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var st dlqStats
 	tx, err := p.snapshot(ctx)
 	if err != nil {
-		return err
+		return st, err
 	}
 	defer tx.Rollback(context.Background())
-	set, err := p.settings(ctx, tx, []string{name})
+	set, err := p.settings(ctx, tx, []string{queue})
 	if err != nil {
-		return pgErr(err)
+		return st, pgErr(err)
 	}
-	jobs, err := p.dlqJobs(ctx, tx, name, nil, 0, false, "", false)
+	jobs, _, err := p.dlqJobs(ctx, tx, queue, dlqSelect{}, false)
 	if err != nil {
-		return err
+		return st, err
 	}
-	cfg, now := set[name].dlqConfig(), p.now()
-	var st dlqStats
+	cfg, now := set[queue].dlqConfig(), p.now()
 	for _, j := range jobs {
 		st.add(j.dlq, cfg, now)
 	}
-	writeDlqStats(r, name, st)
-	return nil
-}
-
-func pgRemoveDlqJob(r *Req) error {
-	name, id, err := readRemoveDlqJob(r)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	var n int64
-	err = p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = $1 AND queue = $2 AND state = 6 RETURNING id),
-		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
-		SELECT count(*) FROM gone`), id, name).Scan(&n)
-	if err != nil {
-		return pgErr(fmt.Errorf("remove DLQ job %s: %w", id, err))
-	}
-	writeRemoved(r, n > 0)
-	return nil
+	return st, nil
 }

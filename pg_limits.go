@@ -1,9 +1,10 @@
 package main
 
-// Rate and concurrency limits in PostgreSQL mode. A queue's limits live on
-// its row; a claim on a limited queue locks that row, so the brokers take
-// tokens and slots one after another and the limit holds across all of
-// them. Unlimited queues are claimed without touching it.
+// Rate and concurrency limits in PostgreSQL mode (PolicyEngine, as
+// limits.go answers them in memory). A queue's limits live on its row; a
+// claim on a limited queue locks that row, so the brokers take tokens and
+// slots one after another and the limit holds across all of them.
+// Unlimited queues are claimed without touching it.
 
 import (
 	"context"
@@ -110,110 +111,68 @@ func (p *PG) spend(ctx context.Context, tx pgx.Tx, queue string, b *bucket, k in
 	return nil
 }
 
-func (p *PG) setLimits(ctx context.Context, queue, set string, args ...any) error {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	if err := p.registerQueue(ctx, tx, queue, false); err != nil {
-		return pgRefusedOr(err)
-	}
-	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET `+set+` WHERE name = $1`), append([]any{queue}, args...)...); err != nil {
-		return pgErr(fmt.Errorf("set the limits of %s: %w", queue, err))
-	}
-	if err := p.notify(ctx, tx, queue); err != nil {
-		return pgErr(err)
-	}
-	return pgErr(tx.Commit(ctx))
+// setLimits sets a queue's limit columns (set, with args from $2) and
+// wakes the pulls waiting on the queue. With create, a missing row is made
+// first; without, a queue that does not exist is left so (clearing a
+// limit makes no queue, as in memory mode).
+func (p *PG) setLimits(ctx context.Context, queue string, create bool, set string, args ...any) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if create {
+			if err := p.registerQueue(ctx, tx, queue, false); err != nil {
+				return pgRefusedOr(err)
+			}
+		}
+		tag, err := tx.Exec(ctx, p.sql(`UPDATE {s}.queues SET `+set+` WHERE name = $1`), append([]any{queue}, args...)...)
+		if err != nil {
+			return pgErr(fmt.Errorf("set the limits of %s: %w", queue, err))
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		return pgErr(p.notify(ctx, tx, queue))
+	})
 }
 
-func pgRateLimit(r *Req) error {
-	a, err := readRateLimit(r)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	b := a.bucket(p.now())
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	err = p.setLimits(ctx, a.queue, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
+func (p *PG) SetRateLimit(ctx context.Context, queue string, l RateLimit) error {
+	b := l.bucket(p.now())
+	return p.setLimits(ctx, queue, true, `rate_max = $2, rate_duration = $3, rate_tokens = $4, rate_at = $5, rate_expires = $6, rate_consumed = 0`,
 		b.max, b.duration, b.tokens, b.last, b.expires)
-	if err != nil {
-		return err
-	}
-	return r.okID()
 }
 
-func pgRateLimitClear(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	err = r.c.srv.pg.setLimits(ctx, name, `rate_max = NULL, rate_duration = NULL, rate_tokens = NULL, rate_at = NULL,
+func (p *PG) ClearRateLimit(ctx context.Context, queue string) error {
+	return p.setLimits(ctx, queue, false, `rate_max = NULL, rate_duration = NULL, rate_tokens = NULL, rate_at = NULL,
 		rate_expires = NULL, rate_consumed = NULL`)
-	if err != nil {
-		return err
-	}
-	return r.okID()
 }
 
-func pgSetConcurrency(r *Req) error {
-	name, limit, err := readConcurrency(r)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = $2`, limit); err != nil {
-		return err
-	}
-	return r.okID()
+func (p *PG) SetConcurrency(ctx context.Context, queue string, limit int64) error {
+	return p.setLimits(ctx, queue, true, `conc_limit = $2`, limit)
 }
 
-func pgClearConcurrency(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	if err := r.c.srv.pg.setLimits(ctx, name, `conc_limit = NULL`); err != nil {
-		return err
-	}
-	return r.okID()
+func (p *PG) ClearConcurrency(ctx context.Context, queue string) error {
+	return p.setLimits(ctx, queue, false, `conc_limit = NULL`)
 }
 
-func pgGetQueueLimits(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	maxJobs, hasMax, err := r.m.Num("maxJobs")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+func (p *PG) QueueLimits(ctx context.Context, queue string) (QueueLimits, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	l, err := p.readLimits(ctx, tx, name, false)
-	if err != nil {
-		return pgErr(err)
-	}
-	var active int64
-	if l.conc != nil {
-		if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = 4`), name).Scan(&active); err != nil {
+	var out QueueLimits
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		l, err := p.readLimits(ctx, tx, queue, false)
+		if err != nil {
 			return pgErr(err)
 		}
-	}
-	now := p.now()
-	writeQueueLimits(r, l.bucket(now), l.conc, l.conc != nil && active >= *l.conc, maxJobs, hasMax, now)
-	return nil
+		now := p.now()
+		out = QueueLimits{Rate: l.bucket(now), Concurrency: l.conc, At: now}
+		if l.conc != nil {
+			var active int64
+			if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = 4`), queue).Scan(&active); err != nil {
+				return pgErr(fmt.Errorf("count active jobs of %s: %w", queue, err))
+			}
+			out.Maxed = active >= *l.conc
+		}
+		return nil
+	})
+	return out, err
 }

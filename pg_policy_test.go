@@ -1,0 +1,116 @@
+package main
+
+// Limits, stall and DLQ policy, and the DLQ commands: PostgreSQL mode
+// answers as memory mode, step by step.
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// policyScript drives the policy and DLQ commands through two connections
+// (a and b) and records every answer, normalised as moveScript's are.
+func policyScript(t *testing.T, a, b *tclient) []string {
+	t.Helper()
+	q := "policy"
+	steps := []struct {
+		c   *tclient
+		req map[string]any
+	}{
+		{a, M{"cmd": "GetQueueLimits", "queue": q}},
+		{a, M{"cmd": "GetStallConfig", "queue": q}},
+		{a, M{"cmd": "GetDlqConfig", "queue": q}},
+		{a, M{"cmd": "GetDlqStats", "queue": q}},
+		{a, M{"cmd": "Dlq", "queue": q}},
+		{b, M{"cmd": "RateLimit", "queue": q, "limit": 5, "duration": 1000}},
+		{b, M{"cmd": "RateLimit", "queue": q, "limit": "x"}},
+		{b, M{"cmd": "RateLimit", "queue": q}},
+		{a, M{"cmd": "SetConcurrency", "queue": q, "limit": 2}},
+		{a, M{"cmd": "SetConcurrency", "queue": q}},
+		{b, M{"cmd": "GetQueueLimits", "queue": q}},
+		{b, M{"cmd": "GetQueueLimits", "queue": q, "maxJobs": 3}},
+		{a, M{"cmd": "SetStallConfig", "queue": q, "config": M{"enabled": false, "gracePeriod": -5, "maxStalls": "x"}}},
+		{b, M{"cmd": "GetStallConfig", "queue": q}},
+		{a, M{"cmd": "SetStallConfig", "queue": q}},
+		{a, M{"cmd": "SetDlqConfig", "queue": q, "config": M{"maxAutoRetries": 1e12, "autoRetry": "yes", "maxEntries": 10, "maxAge": 3600000.7}}},
+		{b, M{"cmd": "GetDlqConfig", "queue": q}},
+		{a, M{"cmd": "PUSH", "queue": q, "data": 1, "jobId": "d1", "maxAttempts": 1}},
+		{a, M{"cmd": "PUSH", "queue": q, "data": 2, "jobId": "d2", "maxAttempts": 1}},
+		{a, M{"cmd": "PUSH", "queue": q, "data": 3, "jobId": "d3", "maxAttempts": 1}},
+		{b, M{"cmd": "PULL", "queue": q}},
+		{b, M{"cmd": "PULL", "queue": q}},
+		{a, M{"cmd": "GetQueueLimits", "queue": q}},
+		{b, M{"cmd": "FAIL", "id": "d1", "error": "one"}},
+		{b, M{"cmd": "FAIL", "id": "d2", "error": "two"}},
+		{a, M{"cmd": "ClearConcurrency", "queue": q}},
+		{a, M{"cmd": "RateLimitClear", "queue": q}},
+		{b, M{"cmd": "GetQueueLimits", "queue": q}},
+		{b, M{"cmd": "PULL", "queue": q}},
+		{b, M{"cmd": "FAIL", "id": "d3"}},
+		{a, M{"cmd": "Dlq", "queue": q}},
+		{a, M{"cmd": "Dlq", "queue": q, "count": 2}},
+		{b, M{"cmd": "Dlq", "queue": q, "filter": M{"offset": 1, "limit": 1}}},
+		{b, M{"cmd": "Dlq", "queue": q, "filter": M{"retriable": true}, "count": 1}},
+		{b, M{"cmd": "Dlq", "queue": q, "filter": M{"reason": "timeout"}}},
+		{a, M{"cmd": "Dlq", "queue": q, "filter": "x"}},
+		{a, M{"cmd": "GetDlqStats", "queue": q}},
+		// A job named is retried whatever count says.
+		{b, M{"cmd": "RetryDlq", "queue": q, "jobId": "d1", "count": 0}},
+		{a, M{"cmd": "GetState", "id": "d1"}},
+		{b, M{"cmd": "RetryDlq", "queue": q, "jobId": "nope"}},
+		{b, M{"cmd": "RetryDlq", "queue": q, "count": 1}},
+		{a, M{"cmd": "GetState", "id": "d2"}},
+		{a, M{"cmd": "RemoveDlqJob", "queue": q, "jobId": "d3"}},
+		{b, M{"cmd": "RemoveDlqJob", "queue": q, "jobId": "d3"}},
+		{a, M{"cmd": "PULL", "queue": q}},
+		{a, M{"cmd": "FAIL", "id": "d1", "error": "again"}},
+		{b, M{"cmd": "RetryDlq", "queue": q, "filter": M{"newerThan": 1}}},
+		{a, M{"cmd": "PULL", "queue": q}},
+		{a, M{"cmd": "FAIL", "id": "d2", "error": "again"}},
+		{b, M{"cmd": "PurgeDlq", "queue": q}},
+		{b, M{"cmd": "PurgeDlq", "queue": q}},
+		{a, M{"cmd": "GetDlqStats", "queue": q}},
+		{a, M{"cmd": "GetJobCounts", "queue": q}},
+		{b, M{"cmd": "PurgeDlq", "queue": "none"}},
+		{b, M{"cmd": "RetryDlq", "queue": "none"}},
+		{b, M{"cmd": "RemoveDlqJob", "queue": "none", "jobId": "d1"}},
+		{b, M{"cmd": "ClearConcurrency", "queue": "none"}},
+		{b, M{"cmd": "RateLimitClear", "queue": "none"}},
+		{a, M{"cmd": "SetStallConfig", "queue": "quiet", "config": M{"enabled": true}}},
+		{a, M{"cmd": "SetStallConfig", "queue": "loud", "config": M{"enabled": false}}},
+		{a, M{"cmd": "ListQueues"}},
+	}
+	var out []string
+	for i, s := range steps {
+		ans := s.c.call(s.req)
+		delete(ans, "reqId")
+		js, err := json.Marshal(normAnswer("", ans))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d %v: %s", i, s.req["cmd"], js))
+	}
+	return out
+}
+
+// TestPGPolicyAnswersAsMemory: the policy and DLQ commands through two
+// brokers of one namespace answer as through one memory-mode server,
+// field for field.
+func TestPGPolicyAnswersAsMemory(t *testing.T) {
+	t.Parallel()
+	mem := startBinary(t, "--memory")
+	want := policyScript(t, dial(t, mem.addr()), dial(t, mem.addr()))
+
+	ns := pgTestNamespace(t)
+	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
+	got := policyScript(t, dial(t, pa.addr()), dial(t, pb.addr()))
+	diffs := 0
+	for i := range want {
+		if got[i] != want[i] {
+			diffs++
+			t.Errorf("answer differs:\n memory:   %s\n postgres: %s", want[i], got[i])
+		}
+	}
+	t.Logf("%d answers compared, %d differ", len(want), diffs)
+}
