@@ -61,7 +61,7 @@ func init() {
 		"Clean":          cmdClean,
 		"RetryCompleted": cmdRetryCompleted,
 
-		// Deduplication (dedup.go)
+		// Deduplication (cmd_dedup.go)
 		"GetDeduplicationJobId":     cmdGetDeduplicationJobID,
 		"RemoveDeduplicationKey":    cmdRemoveDeduplicationKey,
 		"RemoveJobDeduplicationKey": cmdRemoveJobDeduplicationKey,
@@ -90,7 +90,7 @@ func init() {
 		"CronList":   cmdCronList,
 		"CronDelete": cmdCronDelete,
 
-		// Groups (groups.go)
+		// Groups (cmd_groups.go)
 		"GetGroupJobsCount":      cmdGetGroupJobsCount,
 		"GetGroupsJobsCount":     cmdGetGroupsJobsCount,
 		"GetGroupActiveCount":    cmdGetGroupActiveCount,

@@ -5,7 +5,10 @@ package main
 // (or, with a dedup ttl, until the ttl runs out); while it is held, pushes
 // with the same key return the holder's id.
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 type uniqueEnt struct {
 	job     *Job
@@ -124,68 +127,40 @@ func (s *Shard) hasLiveDependents(j *Job) bool {
 	return len(s.b.deps[j.ID]) > 0
 }
 
-// readDedupKey reads the queue and key of the commands on a dedup key.
-func readDedupKey(r *Req) (queue, key string, err error) {
-	if queue, err = queueArg(r.m); err != nil {
-		return "", "", err
-	}
-	key, _, err = r.m.Str("deduplicationId")
-	return queue, key, err
-}
+// The memory engine's dedup key operations (DedupEngine)
 
-func cmdGetDeduplicationJobID(r *Req) error {
-	name, key, err := readDedupKey(r)
-	if err != nil {
-		return err
-	}
+func (b *Broker) DedupJobID(_ context.Context, queue, key string) (string, error) {
 	id := ""
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			if e := q.holder(key, now); e != nil {
 				id = e.job.ID
 			}
 		}
 	})
-	writeDedupJobID(r, id)
-	return nil
+	return id, nil
 }
 
-// writeDedupJobID answers GetDeduplicationJobId ("": no holder).
-func writeDedupJobID(r *Req, id string) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("jobId")
-	optStr(e, id, id != "")
-}
-
-func cmdRemoveDeduplicationKey(r *Req) error {
-	name, key, err := readDedupKey(r)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) RemoveDedupKey(_ context.Context, queue, key string) (bool, error) {
+	removed := false
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil && q.holder(key, now) != nil {
 			delete(q.unique, key)
-			n = 1
+			removed = true
 		}
 	})
-	return r.dataInt("count", int64(n))
+	return removed, nil
 }
 
-func cmdRemoveJobDeduplicationKey(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
+func (b *Broker) RemoveJobDedupKey(_ context.Context, id string) (bool, error) {
 	removed := false
-	r.b.withJob(id, func(j *Job, s *Shard) {
+	b.withJob(id, func(j *Job, s *Shard) {
 		if q := s.queues[j.Queue]; q != nil && j.UniqueKey != "" {
-			if e := q.holder(j.UniqueKey, r.b.now()); e != nil && e.job == j {
+			if e := q.holder(j.UniqueKey, b.now()); e != nil && e.job == j {
 				delete(q.unique, j.UniqueKey)
 				removed = true
 			}
 		}
 	})
-	return r.dataBool("removed", removed)
+	return removed, nil
 }

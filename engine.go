@@ -155,11 +155,58 @@ type PolicyEngine interface {
 }
 
 // GroupEngine keeps group settings and figures (groups.go, pg_groups.go).
+// A group is named by its queue and its id. Reading a group that does not
+// exist answers as for one with nothing set; the setters make the queue
+// and the group when missing, within the queue's room for groups with
+// settings (maxGroupSettings), and wake the queue's pulls.
 type GroupEngine interface {
+	// GroupJobsCount counts a group's queued (waiting or delayed) jobs.
+	GroupJobsCount(ctx context.Context, queue, group string) (int64, error)
+	// GroupsJobsCount counts the queued jobs of all a queue's groups
+	// together (not a number of groups, as the reference answers it).
+	GroupsJobsCount(ctx context.Context, queue string) (int64, error)
+	// GroupActiveCount counts a group's active jobs.
+	GroupActiveCount(ctx context.Context, queue, group string) (int64, error)
+
+	// SetGroupRateLimit gives a group a rate limit of its own, in place
+	// of the one its pulls ask for; the group's window starts afresh.
+	SetGroupRateLimit(ctx context.Context, queue, group string, l groupLimit) error
+	// GroupRateLimit is the group's own rate limit (nil: none).
+	GroupRateLimit(ctx context.Context, queue, group string) (*groupLimit, error)
+	// RemoveGroupRateLimit says whether the group had one to remove.
+	RemoveGroupRateLimit(ctx context.Context, queue, group string) (bool, error)
+	// GroupRateLimitTTL is how long the group is held back (by
+	// RateLimitGroup or a full window), 0 when a pull of maxJobs (if
+	// hasMax) would still fit, -2 when nothing holds it.
+	GroupRateLimitTTL(ctx context.Context, queue, group string, maxJobs float64, hasMax bool) (int64, error)
+
+	// SetGroupConcurrency gives a group a concurrency of its own, in
+	// place of the one its pulls ask for.
+	SetGroupConcurrency(ctx context.Context, queue, group string, c int64) error
+	// GroupConcurrency is the group's own concurrency (0: none).
+	GroupConcurrency(ctx context.Context, queue, group string) (int64, error)
+	// RemoveGroupConcurrency says whether the group had one to remove.
+	RemoveGroupConcurrency(ctx context.Context, queue, group string) (bool, error)
+
+	// SetGroupPaused pauses (paused) or resumes a group and says whether
+	// that changed it. Only pausing makes the group.
+	SetGroupPaused(ctx context.Context, queue, group string, paused bool) (bool, error)
+	IsGroupPaused(ctx context.Context, queue, group string) (bool, error)
+	// RateLimitGroup holds a group back for d milliseconds.
+	RateLimitGroup(ctx context.Context, queue, group string, d int64) error
 }
 
 // DedupEngine answers for deduplication keys (dedup.go, pg_dedup.go).
+// A key is held by a live job until the job finishes, the key is
+// removed, or its dedup ttl runs out.
 type DedupEngine interface {
+	// DedupJobID names the job holding a queue's key ("": none).
+	DedupJobID(ctx context.Context, queue, key string) (string, error)
+	// RemoveDedupKey frees a queue's key and says whether it was held.
+	RemoveDedupKey(ctx context.Context, queue, key string) (bool, error)
+	// RemoveJobDedupKey frees the key a job holds and says whether it
+	// held one.
+	RemoveJobDedupKey(ctx context.Context, id string) (bool, error)
 }
 
 // CronEngine keeps the cron schedules (cron.go, pg_cron.go).

@@ -9,9 +9,9 @@ package main
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"math"
-	"unicode/utf8"
 )
 
 // maxGroupSettings bounds the groups of a queue that carry settings
@@ -459,101 +459,26 @@ func positiveSafeInt(m Map, key string) (int64, error) {
 }
 
 // ---------------------------------------------------------------------------
-// Group commands
+// The memory engine's group operations (GroupEngine)
 
-func validGroupID(m Map) (string, error) {
-	raw := m.Get("groupId")
-	if raw == nil {
-		return "", errors.New("groupId is required")
-	}
-	g, err := raw.Str()
-	switch {
-	case err != nil:
-		return "", errors.New("groupId must be a string")
-	case g == "":
-		return "", errors.New("groupId must be a non-empty string")
-	case utf8.RuneCountInString(g) > maxGroupID:
-		return "", errors.New("groupId must be at most 256 characters")
-	case containsNUL(g):
-		return "", errors.New("groupId must not contain NUL characters")
-	}
-	return g, nil
-}
-
-// groupArgs name a queue's group, as every group command does.
-type groupArgs struct{ queue, group string }
-
-func readGroupArgs(r *Req) (groupArgs, error) {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return groupArgs{}, err
-	}
-	gid, err := validGroupID(r.m)
-	if err != nil {
-		return groupArgs{}, err
-	}
-	return groupArgs{name, gid}, nil
-}
-
-// readGroupRateLimit reads SetGroupRateLimit (its limit is checked first,
-// as the reference does).
-func readGroupRateLimit(r *Req) (groupArgs, groupLimit, error) {
-	mx, err := positiveSafeInt(r.m, "max")
-	if err != nil {
-		return groupArgs{}, groupLimit{}, err
-	}
-	d, err := positiveSafeInt(r.m, "duration")
-	if err != nil {
-		return groupArgs{}, groupLimit{}, err
-	}
-	a, err := readGroupArgs(r)
-	return a, groupLimit{max: mx, duration: d}, err
-}
-
-// readGroupNumber reads a group command with one positive safe integer
-// (SetGroupConcurrency's concurrency, RateLimitGroup's duration).
-func readGroupNumber(r *Req, key string) (groupArgs, int64, error) {
-	v, err := positiveSafeInt(r.m, key)
-	if err != nil {
-		return groupArgs{}, 0, err
-	}
-	a, err := readGroupArgs(r)
-	return a, v, err
-}
-
-// groupTTLArgs are GetGroupRateLimitTtl's.
-type groupTTLArgs struct {
-	groupArgs
-	maxJobs float64
-	hasMax  bool
-}
-
-func readGroupTTL(r *Req) (groupTTLArgs, error) {
-	maxJobs, hasMax, err := r.m.Num("maxJobs")
-	if err != nil {
-		return groupTTLArgs{}, err
-	}
-	a, err := readGroupArgs(r)
-	return groupTTLArgs{a, maxJobs, hasMax}, err
-}
-
-// groupCmd runs fn on a queue's group. create is for the commands that
-// set something on the group: they make the queue and the group when
-// missing, within the queue's room for groups with settings. After fn the
-// group is forgotten if nothing is left of it.
-func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
+// withGroup runs fn on a queue's group under its shard lock (g nil when
+// there is none). create is for the operations that set something on the
+// group: they make the queue and the group when missing, within the
+// queue's room for groups with settings, and write the queue through.
+// After fn the group is forgotten if nothing is left of it.
+func (b *Broker) withGroup(queue, group string, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
 	var refused error
-	err := r.b.withQueue(a.queue, create, func(s *Shard, q *Queue, now int64) {
+	err := b.withQueue(queue, create, func(s *Shard, q *Queue, now int64) {
 		var g *Group
 		if q != nil {
-			g = q.groups[a.group]
+			g = q.groups[group]
 		}
 		if create {
 			if refused = q.settingsRoom(g, now); refused != nil {
 				return
 			}
 			if g == nil {
-				g = q.group(a.group)
+				g = q.group(group)
 			}
 		}
 		fn(s, q, g, now)
@@ -561,7 +486,7 @@ func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *
 			s.tidyGroup(q, g, now)
 		}
 		if q != nil && create {
-			r.b.queueChanged(q)
+			b.queueChanged(q)
 		}
 	})
 	if err != nil {
@@ -570,128 +495,73 @@ func (r *Req) groupCmd(a groupArgs, create bool, fn func(s *Shard, q *Queue, g *
 	return refused
 }
 
-func (r *Req) dataInt(key string, v int64) error {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str(key)
-	e.Int(v)
-	return nil
+// readGroup runs fn to read a group under its shard lock (g nil: the
+// group does not exist).
+func (b *Broker) readGroup(queue, group string, fn func(g *Group, now int64)) {
+	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) { fn(g, now) })
 }
 
-func (r *Req) dataBool(key string, v bool) error {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str(key)
-	e.Bool(v)
-	return nil
-}
-
-func cmdGetGroupJobsCount(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) GroupJobsCount(_ context.Context, queue, group string) (int64, error) {
+	var n int64
+	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
-			n = g.queued
+			n = int64(g.queued)
 		}
 	})
-	return r.dataInt("count", int64(n))
+	return n, nil
 }
 
-// GetGroupsJobsCount is the queue's queued grouped jobs, as the reference
-// answers it (not a number of groups).
-func cmdGetGroupsJobsCount(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
+func (b *Broker) GroupsJobsCount(_ context.Context, queue string) (int64, error) {
+	var n int64
+	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			for _, g := range q.groups {
-				n += g.queued
+				n += int64(g.queued)
 			}
 		}
 	})
-	return r.dataInt("count", int64(n))
+	return n, nil
 }
 
-func cmdGetGroupActiveCount(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) GroupActiveCount(_ context.Context, queue, group string) (int64, error) {
+	var n int64
+	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
-			n = g.active
+			n = int64(g.active)
 		}
 	})
-	return r.dataInt("count", int64(n))
+	return n, nil
 }
 
-func cmdSetGroupRateLimit(r *Req) error {
-	a, l, err := readGroupRateLimit(r)
-	if err != nil {
-		return err
-	}
-	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) SetGroupRateLimit(_ context.Context, queue, group string, l groupLimit) error {
+	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.rateOverride = &l
 		g.window = groupWindow{}
 		q.wakeAll()
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+	})
 }
 
-func cmdGetGroupRateLimit(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
+func (b *Broker) GroupRateLimit(_ context.Context, queue, group string) (*groupLimit, error) {
 	var l *groupLimit
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
-		if g != nil {
-			l = g.rateOverride
-		}
-	})
-	writeGroupRateLimit(r, l)
-	return nil
-}
-
-// writeGroupRateLimit answers GetGroupRateLimit (nil: none set).
-func writeGroupRateLimit(r *Req, l *groupLimit) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("limit")
-	if l == nil {
-		e.Nil()
-	} else {
-		e.MapHead(2)
-		e.Str("max")
-		e.Int(l.max)
-		e.Str("duration")
-		e.Int(l.duration)
-	}
-}
-
-func cmdRemoveGroupRateLimit(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil && g.rateOverride != nil {
-			g.rateOverride, g.window, n = nil, groupWindow{}, 1
-			q.wakeAll()
-			r.b.queueChanged(q)
+			c := *g.rateOverride
+			l = &c
 		}
 	})
-	return r.dataInt("removed", int64(n))
+	return l, nil
+}
+
+func (b *Broker) RemoveGroupRateLimit(_ context.Context, queue, group string) (bool, error) {
+	removed := false
+	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
+		if g != nil && g.rateOverride != nil {
+			g.rateOverride, g.window, removed = nil, groupWindow{}, true
+			q.wakeAll()
+			b.queueChanged(q)
+		}
+	})
+	return removed, nil
 }
 
 // rateTTL is what GetGroupRateLimitTtl answers for a group: how long it
@@ -710,134 +580,82 @@ func (g *Group) rateTTL(now int64, maxJobs float64, hasMax bool) int64 {
 	return w.start + w.duration - now
 }
 
-func cmdGetGroupRateLimitTTL(r *Req) error {
-	a, err := readGroupTTL(r)
-	if err != nil {
-		return err
-	}
+func (b *Broker) GroupRateLimitTTL(_ context.Context, queue, group string, maxJobs float64, hasMax bool) (int64, error) {
 	ttl := int64(-2)
-	r.groupCmd(a.groupArgs, false, func(s *Shard, q *Queue, g *Group, now int64) {
+	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
-			ttl = g.rateTTL(now, a.maxJobs, a.hasMax)
+			ttl = g.rateTTL(now, maxJobs, hasMax)
 		}
 	})
-	return r.dataInt("ttl", ttl)
+	return ttl, nil
 }
 
-func cmdSetGroupConcurrency(r *Req) error {
-	a, c, err := readGroupNumber(r, "concurrency")
-	if err != nil {
-		return err
-	}
-	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) SetGroupConcurrency(_ context.Context, queue, group string, c int64) error {
+	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.concOverride = c
 		q.wakeAll()
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+	})
 }
 
-func cmdGetGroupConcurrency(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	c := int64(0)
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) GroupConcurrency(_ context.Context, queue, group string) (int64, error) {
+	var c int64
+	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
 			c = g.concOverride
 		}
 	})
-	writeGroupConcurrency(r, c)
-	return nil
+	return c, nil
 }
 
-// writeGroupConcurrency answers GetGroupConcurrency (0: none set).
-func writeGroupConcurrency(r *Req, c int64) {
-	e := r.field("data")
-	e.MapHead(1)
-	e.Str("concurrency")
-	if c == 0 {
-		e.Nil()
-	} else {
-		e.Int(c)
-	}
-}
-
-func cmdRemoveGroupConcurrency(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n := 0
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+func (b *Broker) RemoveGroupConcurrency(_ context.Context, queue, group string) (bool, error) {
+	removed := false
+	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.concOverride != 0 {
-			g.concOverride, n = 0, 1
+			g.concOverride, removed = 0, true
 			q.wakeAll()
-			r.b.queueChanged(q)
+			b.queueChanged(q)
 		}
 	})
-	return r.dataInt("removed", int64(n))
+	return removed, nil
 }
 
-func cmdPauseGroup(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
+func (b *Broker) SetGroupPaused(_ context.Context, queue, group string, paused bool) (bool, error) {
+	if !paused {
+		return b.resumeGroup(queue, group), nil
 	}
 	changed := false
-	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+	err := b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		if !g.paused {
 			g.paused, changed = true, true
 			q.ringRemove(g)
 		}
-	}); err != nil {
-		return err
-	}
-	return r.dataBool("changed", changed)
+	})
+	return changed, err
 }
 
-func cmdResumeGroup(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
+// resumeGroup resumes a paused group, back to its turn in the ring.
+func (b *Broker) resumeGroup(queue, group string) bool {
 	changed := false
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
+	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.paused {
 			g.paused, changed = false, true
 			q.ringAdd(g)
 			q.wakeAll()
-			r.b.queueChanged(q)
+			b.queueChanged(q)
 		}
 	})
-	return r.dataBool("changed", changed)
+	return changed
 }
 
-func cmdIsGroupPaused(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
+func (b *Broker) IsGroupPaused(_ context.Context, queue, group string) (bool, error) {
 	paused := false
-	r.groupCmd(a, false, func(s *Shard, q *Queue, g *Group, now int64) {
-		paused = g != nil && g.paused
-	})
-	return r.dataBool("paused", paused)
+	b.readGroup(queue, group, func(g *Group, now int64) { paused = g != nil && g.paused })
+	return paused, nil
 }
 
-// RateLimitGroup holds a group back for a while (not persisted, as in the
-// reference).
-func cmdRateLimitGroup(r *Req) error {
-	a, d, err := readGroupNumber(r, "duration")
-	if err != nil {
-		return err
-	}
-	if err := r.groupCmd(a, true, func(s *Shard, q *Queue, g *Group, now int64) {
+// RateLimitGroup's hold is not persisted, as in the reference.
+func (b *Broker) RateLimitGroup(_ context.Context, queue, group string, d int64) error {
+	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.manualUntil = now + d
-	}); err != nil {
-		return err
-	}
-	return r.okID()
+	})
 }

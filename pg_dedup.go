@@ -197,53 +197,40 @@ func heldSQL(n string) string {
 	return `state IN (1, 4, 7) AND (unique_expires IS NULL OR unique_expires > ` + n + `)`
 }
 
-// pgDedupKeyCmd runs fn on the queue and key a dedup key command names.
-func pgDedupKeyCmd(r *Req, fn func(ctx context.Context, p *PG, queue, key string) error) error {
-	name, key, err := readDedupKey(r)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
+// ---------------------------------------------------------------------------
+// The PostgreSQL engine's dedup key operations (DedupEngine), as dedup.go
+// answers them in memory.
+
+func (p *PG) DedupJobID(ctx context.Context, queue, key string) (string, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	return fn(ctx, r.c.srv.pg, name, key)
-}
-
-func pgGetDeduplicationJobID(r *Req) error {
-	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
-		var id string
-		err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
-			queue, key, p.now()).Scan(&id)
-		if err != nil {
-			return pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
-		}
-		writeDedupJobID(r, id)
-		return nil
-	})
-}
-
-func pgRemoveDeduplicationKey(r *Req) error {
-	return pgDedupKeyCmd(r, func(ctx context.Context, p *PG, queue, key string) error {
-		tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
-			WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.now())
-		if err != nil {
-			return pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
-		}
-		return r.dataInt("count", tag.RowsAffected())
-	})
-}
-
-func pgRemoveJobDeduplicationKey(r *Req) error {
-	id, _, err := r.m.Str("id")
+	var id string
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")+`), '')`),
+		queue, key, p.now()).Scan(&id)
 	if err != nil {
-		return err
+		return "", pgErr(fmt.Errorf("find the holder of %q: %w", key, err))
 	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+	return id, nil
+}
+
+func (p *PG) RemoveDedupKey(ctx context.Context, queue, key string) (bool, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
+		WHERE queue = $1 AND unique_key = $2 AND `+heldSQL("$3")), queue, key, p.now())
+	if err != nil {
+		return false, pgErr(fmt.Errorf("remove unique key %q: %w", key, err))
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+func (p *PG) RemoveJobDedupKey(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
 		WHERE id = $1 AND unique_key IS NOT NULL AND `+heldSQL("$2")), id, p.now())
 	if err != nil {
-		return pgErr(fmt.Errorf("remove the unique key of %s: %w", id, err))
+		return false, pgErr(fmt.Errorf("remove the unique key of %s: %w", id, err))
 	}
-	return r.dataBool("removed", tag.RowsAffected() > 0)
+	return tag.RowsAffected() > 0, nil
 }

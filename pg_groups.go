@@ -308,53 +308,63 @@ func (p *PG) saveGroupTurns(ctx context.Context, tx pgx.Tx, queue string, groups
 }
 
 // ---------------------------------------------------------------------------
-// Group commands
+// The PostgreSQL engine's group operations (GroupEngine), as groups.go
+// answers them in memory.
 
 // readGroup reads a group's row; nil when it has none.
-func (p *PG) readGroup(ctx context.Context, a groupArgs) (*Group, error) {
+func (p *PG) readGroup(ctx context.Context, queue, group string) (*Group, error) {
 	g, err := scanGroup(p.pool.QueryRow(ctx, p.sql(`SELECT `+pgGroupCols+` FROM {s}.groups WHERE queue = $1 AND group_id = $2`),
-		a.queue, a.group))
+		queue, group))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, pgErr(fmt.Errorf("read group %s of %s: %w", a.group, a.queue, err))
+		return nil, pgErr(fmt.Errorf("read group %s of %s: %w", group, queue, err))
 	}
 	return g, nil
 }
 
+// groupRead runs fn on a group read from its row (nil: it has none), at
+// the database's now.
+func (p *PG) groupRead(ctx context.Context, queue, group string, fn func(g *Group, now int64)) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	g, err := p.readGroup(ctx, queue, group)
+	if err != nil {
+		return err
+	}
+	fn(g, p.now())
+	return nil
+}
+
 // updateGroup sets a group's columns where cond holds ($1 queue, $2
 // group, then args), making its row first when create is set, and wakes
-// the queue's pulls on every broker. It answers how many rows changed.
-func (p *PG) updateGroup(ctx context.Context, a groupArgs, create bool, set, cond string, args ...any) (int64, error) {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return 0, pgErr(err)
-	}
-	defer tx.Rollback(context.Background())
-	if create {
-		if err := p.groupRoom(ctx, tx, a); err != nil {
-			return 0, pgRefusedOr(err)
+// the queue's pulls on every broker. It says whether the row changed.
+func (p *PG) updateGroup(ctx context.Context, queue, group string, create bool, set, cond string, args ...any) (bool, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var changed bool
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		if create {
+			if err := p.groupRoom(ctx, tx, queue, group); err != nil {
+				return pgRefusedOr(err)
+			}
+			if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served) VALUES ($1, $2, nextval('{s}.group_turns'))
+				ON CONFLICT DO NOTHING`), queue, group); err != nil {
+				return pgErr(fmt.Errorf("register group %s: %w", group, err))
+			}
 		}
-		if _, err := tx.Exec(ctx, p.sql(`INSERT INTO {s}.groups (queue, group_id, served) VALUES ($1, $2, nextval('{s}.group_turns'))
-			ON CONFLICT DO NOTHING`), a.queue, a.group); err != nil {
-			return 0, pgErr(fmt.Errorf("register group %s: %w", a.group, err))
+		tag, err := tx.Exec(ctx, p.sql(`UPDATE {s}.groups SET `+set+` WHERE queue = $1 AND group_id = $2 AND (`+cond+`)`),
+			append([]any{queue, group}, args...)...)
+		if err != nil {
+			return pgErr(fmt.Errorf("update group %s of %s: %w", group, queue, err))
 		}
-	}
-	tag, err := tx.Exec(ctx, p.sql(`UPDATE {s}.groups SET `+set+` WHERE queue = $1 AND group_id = $2 AND (`+cond+`)`),
-		append([]any{a.queue, a.group}, args...)...)
-	if err != nil {
-		return 0, pgErr(fmt.Errorf("update group %s of %s: %w", a.group, a.queue, err))
-	}
-	if tag.RowsAffected() > 0 {
-		if err := p.notify(ctx, tx, a.queue); err != nil {
-			return 0, pgErr(err)
+		if changed = tag.RowsAffected() > 0; changed {
+			return pgErr(p.notify(ctx, tx, queue))
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, pgErr(err)
-	}
-	return tag.RowsAffected(), nil
+		return nil
+	})
+	return changed, err
 }
 
 // pgGroupHasSettings is the condition of a group row with settings, as
@@ -373,28 +383,28 @@ const (
 // and, for a group without settings yet, room for one more in the queue
 // (maxGroupSettings). Commands on one queue racing through several
 // brokers may pass the limit by as many as run at that instant.
-func (p *PG) groupRoom(ctx context.Context, tx pgx.Tx, a groupArgs) error {
-	if err := p.registerQueue(ctx, tx, a.queue, false); err != nil {
+func (p *PG) groupRoom(ctx context.Context, tx pgx.Tx, queue, group string) error {
+	if err := p.registerQueue(ctx, tx, queue, false); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, p.sql(`SELECT 1 FROM {s}.queues WHERE name = $1 FOR KEY SHARE`), a.queue); err != nil {
-		return fmt.Errorf("lock queue %s: %w", a.queue, err)
+	if _, err := tx.Exec(ctx, p.sql(`SELECT 1 FROM {s}.queues WHERE name = $1 FOR KEY SHARE`), queue); err != nil {
+		return fmt.Errorf("lock queue %s: %w", queue, err)
 	}
 	now := p.now()
 	var has bool
 	err := tx.QueryRow(ctx, p.sql(`SELECT `+pgGroupHasSettings+` FROM {s}.groups WHERE queue = $1 AND group_id = $3`),
-		a.queue, now, a.group).Scan(&has)
+		queue, now, group).Scan(&has)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("read group %s of %s: %w", a.group, a.queue, err)
+		return fmt.Errorf("read group %s of %s: %w", group, queue, err)
 	}
 	if has {
 		return nil
 	}
 	var n int
 	err = tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.groups WHERE queue = $1 AND `+pgGroupSettingsIndexed+` AND `+pgGroupHasSettings),
-		a.queue, now).Scan(&n)
+		queue, now).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("count the groups of %s: %w", a.queue, err)
+		return fmt.Errorf("count the groups of %s: %w", queue, err)
 	}
 	if n >= maxGroupSettings {
 		return pgRefused{errTooManyGroupSettings}
@@ -402,184 +412,98 @@ func (p *PG) groupRoom(ctx context.Context, tx pgx.Tx, a groupArgs) error {
 	return nil
 }
 
-// groupCount counts a queue's jobs in a state: of one group, or of all
+// groupJobs counts a queue's jobs in a state: of one group, or of all
 // groups when group is "".
-func (p *PG) groupCount(r *Req, queue, group string, state int16) error {
-	ctx, cancel := pgCtx(r)
+func (p *PG) groupJobs(ctx context.Context, queue, group string, state int16) (int64, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	var n int64
 	err := p.pool.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = $2
 		AND group_id IS NOT NULL AND ($3 = '' OR group_id = $3)`), queue, state, group).Scan(&n)
 	if err != nil {
-		return pgErr(fmt.Errorf("count group jobs: %w", err))
+		return 0, pgErr(fmt.Errorf("count group jobs: %w", err))
 	}
-	return r.dataInt("count", n)
+	return n, nil
 }
 
-func pgGetGroupJobsCount(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	return r.c.srv.pg.groupCount(r, a.queue, a.group, pgQueued)
+func (p *PG) GroupJobsCount(ctx context.Context, queue, group string) (int64, error) {
+	return p.groupJobs(ctx, queue, group, pgQueued)
 }
 
-func pgGetGroupsJobsCount(r *Req) error {
-	name, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	return r.c.srv.pg.groupCount(r, name, "", pgQueued)
+func (p *PG) GroupsJobsCount(ctx context.Context, queue string) (int64, error) {
+	return p.groupJobs(ctx, queue, "", pgQueued)
 }
 
-func pgGetGroupActiveCount(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	return r.c.srv.pg.groupCount(r, a.queue, a.group, pgActive)
+func (p *PG) GroupActiveCount(ctx context.Context, queue, group string) (int64, error) {
+	return p.groupJobs(ctx, queue, group, pgActive)
 }
 
-// pgGroupRead runs fn on a group read from its row (nil: it has none).
-func pgGroupRead(r *Req, a groupArgs, fn func(g *Group, now int64) error) error {
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	g, err := p.readGroup(ctx, a)
-	if err != nil {
-		return err
-	}
-	return fn(g, p.now())
+func (p *PG) SetGroupRateLimit(ctx context.Context, queue, group string, l groupLimit) error {
+	_, err := p.updateGroup(ctx, queue, group, true,
+		`rate_max = $3, rate_duration = $4, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`, `true`, l.max, l.duration)
+	return err
 }
 
-func pgGroupUpdate(r *Req, a groupArgs, create bool, set, cond string, args ...any) (int64, error) {
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	return r.c.srv.pg.updateGroup(ctx, a, create, set, cond, args...)
-}
-
-func pgSetGroupRateLimit(r *Req) error {
-	a, l, err := readGroupRateLimit(r)
-	if err != nil {
-		return err
-	}
-	if _, err := pgGroupUpdate(r, a, true, `rate_max = $3, rate_duration = $4, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
-		`true`, l.max, l.duration); err != nil {
-		return err
-	}
-	return r.okID()
-}
-
-func pgGetGroupRateLimit(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	return pgGroupRead(r, a, func(g *Group, now int64) error {
-		var l *groupLimit
+func (p *PG) GroupRateLimit(ctx context.Context, queue, group string) (*groupLimit, error) {
+	var l *groupLimit
+	err := p.groupRead(ctx, queue, group, func(g *Group, now int64) {
 		if g != nil {
 			l = g.rateOverride
 		}
-		writeGroupRateLimit(r, l)
-		return nil
 	})
+	return l, err
 }
 
-func pgRemoveGroupRateLimit(r *Req) error {
-	return pgGroupChange(r, false, "removed", `rate_max = NULL, rate_duration = NULL, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`,
-		`rate_max IS NOT NULL`)
+func (p *PG) RemoveGroupRateLimit(ctx context.Context, queue, group string) (bool, error) {
+	return p.updateGroup(ctx, queue, group, false,
+		`rate_max = NULL, rate_duration = NULL, win_start = 0, win_count = 0, win_max = 0, win_duration = 0`, `rate_max IS NOT NULL`)
 }
 
-// pgGroupChange sets a group's columns where cond holds and answers, as
-// key, how many rows changed (a count for "removed", a boolean for
-// "changed").
-func pgGroupChange(r *Req, create bool, key, set, cond string) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	n, err := pgGroupUpdate(r, a, create, set, cond)
-	if err != nil {
-		return err
-	}
-	if key == "changed" {
-		return r.dataBool(key, n > 0)
-	}
-	return r.dataInt(key, n)
-}
-
-func pgGetGroupRateLimitTTL(r *Req) error {
-	a, err := readGroupTTL(r)
-	if err != nil {
-		return err
-	}
-	return pgGroupRead(r, a.groupArgs, func(g *Group, now int64) error {
-		ttl := int64(-2)
+func (p *PG) GroupRateLimitTTL(ctx context.Context, queue, group string, maxJobs float64, hasMax bool) (int64, error) {
+	ttl := int64(-2)
+	err := p.groupRead(ctx, queue, group, func(g *Group, now int64) {
 		if g != nil {
-			ttl = g.rateTTL(now, a.maxJobs, a.hasMax)
+			ttl = g.rateTTL(now, maxJobs, hasMax)
 		}
-		return r.dataInt("ttl", ttl)
 	})
+	return ttl, err
 }
 
-func pgSetGroupConcurrency(r *Req) error {
-	a, c, err := readGroupNumber(r, "concurrency")
-	if err != nil {
-		return err
-	}
-	if _, err := pgGroupUpdate(r, a, true, `conc_limit = $3`, `true`, c); err != nil {
-		return err
-	}
-	return r.okID()
+func (p *PG) SetGroupConcurrency(ctx context.Context, queue, group string, c int64) error {
+	_, err := p.updateGroup(ctx, queue, group, true, `conc_limit = $3`, `true`, c)
+	return err
 }
 
-func pgGetGroupConcurrency(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
-	}
-	return pgGroupRead(r, a, func(g *Group, now int64) error {
-		var c int64
+func (p *PG) GroupConcurrency(ctx context.Context, queue, group string) (int64, error) {
+	var c int64
+	err := p.groupRead(ctx, queue, group, func(g *Group, now int64) {
 		if g != nil {
 			c = g.concOverride
 		}
-		writeGroupConcurrency(r, c)
-		return nil
 	})
+	return c, err
 }
 
-func pgRemoveGroupConcurrency(r *Req) error {
-	return pgGroupChange(r, false, "removed", `conc_limit = NULL`, `conc_limit IS NOT NULL`)
+func (p *PG) RemoveGroupConcurrency(ctx context.Context, queue, group string) (bool, error) {
+	return p.updateGroup(ctx, queue, group, false, `conc_limit = NULL`, `conc_limit IS NOT NULL`)
 }
 
-func pgPauseGroup(r *Req) error {
-	return pgGroupChange(r, true, "changed", `paused = true`, `NOT paused`)
-}
-
-func pgResumeGroup(r *Req) error {
-	return pgGroupChange(r, false, "changed", `paused = false`, `paused`)
-}
-
-func pgIsGroupPaused(r *Req) error {
-	a, err := readGroupArgs(r)
-	if err != nil {
-		return err
+func (p *PG) SetGroupPaused(ctx context.Context, queue, group string, paused bool) (bool, error) {
+	if paused {
+		return p.updateGroup(ctx, queue, group, true, `paused = true`, `NOT paused`)
 	}
-	return pgGroupRead(r, a, func(g *Group, now int64) error {
-		return r.dataBool("paused", g != nil && g.paused)
-	})
+	return p.updateGroup(ctx, queue, group, false, `paused = false`, `paused`)
 }
 
-// RateLimitGroup holds a group back for a while; unlike the reference's,
-// the hold is on the group's row, so every broker keeps to it.
-func pgRateLimitGroup(r *Req) error {
-	a, d, err := readGroupNumber(r, "duration")
-	if err != nil {
-		return err
-	}
-	now := r.c.srv.pg.now()
-	if _, err := pgGroupUpdate(r, a, true, `manual_until = $3`, `true`, min(now+d, math.MaxInt64/2)); err != nil {
-		return err
-	}
-	return r.okID()
+func (p *PG) IsGroupPaused(ctx context.Context, queue, group string) (bool, error) {
+	paused := false
+	err := p.groupRead(ctx, queue, group, func(g *Group, now int64) { paused = g != nil && g.paused })
+	return paused, err
+}
+
+// RateLimitGroup: unlike the reference's, the hold is on the group's row,
+// so every broker keeps to it.
+func (p *PG) RateLimitGroup(ctx context.Context, queue, group string, d int64) error {
+	_, err := p.updateGroup(ctx, queue, group, true, `manual_until = $3`, `true`, min(p.now()+d, math.MaxInt64/2))
+	return err
 }
