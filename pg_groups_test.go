@@ -374,7 +374,10 @@ func TestPGGroupPauseAcrossBrokers(t *testing.T) {
 func TestPGDedupTTLRace(t *testing.T) {
 	t.Parallel()
 	c := threePG(t)
-	const queue, keys, ttl = "dedup-race", 20, 5000
+	// The ttl is long enough for the pushes below to finish well within it
+	// on a loaded machine (they raced their holders' expiry at 5 s).
+	const queue, keys, ttl = "dedup-race", 20, 15000
+	start := time.Now()
 	sub0 := dial(t, c[0].peer())
 	sub0.ok(map[string]any{"cmd": "SubscribeEvents", "queue": queue})
 	type ans struct {
@@ -415,6 +418,9 @@ func TestPGDedupTTLRace(t *testing.T) {
 	counts := sub(t, c[1].ok(map[string]any{"cmd": "GetJobCounts", "queue": queue}), "counts")
 	if num(t, counts["waiting"]) != keys {
 		t.Fatalf("%v jobs made for %d keys", counts["waiting"], keys)
+	}
+	if time.Since(start) > ttl*time.Millisecond*3/4 {
+		t.Fatalf("the pushes took %v, too close to the ttl (%d ms) to judge", time.Since(start), ttl)
 	}
 	for k := range keys {
 		d := sub(t, c[k%3].ok(map[string]any{"cmd": "GetDeduplicationJobId", "queue": queue, "deduplicationId": fmt.Sprint("k", k)}), "data")
