@@ -724,71 +724,51 @@ func checkDatabase(ctx context.Context, path string) (int64, error) {
 // ---------------------------------------------------------------------------
 // Commands: queued backups list, queued restore, queued backup --s3
 
-// cmdS3 runs `queued backups list` and `queued restore`.
-func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
-	var s s3Settings
-	var from, dataPath string
-	usage := "Usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags]\n\n" +
-		"Lists the backups in an S3 bucket, newest first, with the URL queued restore takes.\n\nFlags:\n"
-	if cmd == "restore" {
-		usage = "Usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]\n\n" +
-			"Downloads a backup from S3 into a new database file, verifying its checksums;\n" +
-			"start a server on it with queued --data-path FILE.\n\nFlags:\n"
-	}
-	if cmd == "backups" {
-		switch {
-		case len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help"):
-			// Help without the subcommand word.
-		case len(args) == 0 || args[0] != "list":
-			fmt.Fprintln(stderr, "usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags] (see queued help backups)")
-			return 2
-		default:
-			args = args[1:]
-		}
-	}
+const backupsUsage = "Usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags]\n\n" +
+	"Lists the backups in an S3 bucket, newest first, with the URL queued restore takes.\n\nFlags:\n"
+
+const restoreUsage = "Usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]\n\n" +
+	"Downloads a backup from S3 into a new database file, verifying its checksums;\n" +
+	"start a server on it with queued --data-path FILE.\n\nFlags:\n"
+
+// s3CommandFlags are the flags of queued backups and queued restore: the
+// S3 settings, with usage as their help.
+func s3CommandFlags(cmd, usage string, s *s3Settings, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("queued "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	addS3Flags(fs, &s)
-	if cmd == "restore" {
-		fs.StringVar(&from, "from", "", "the backup: s3://bucket/key, or s3://bucket/prefix/ for the newest under it")
-		fs.StringVar(&dataPath, "data-path", "", "the database file to create (must not exist)")
+	addS3Flags(fs, s)
+	return fs
+}
+
+// s3CommandLog is the S3 client's logger in a command: warnings and
+// errors, on stderr.
+func s3CommandLog(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// runBackups is `queued backups list`: the backups in a bucket, newest
+// first.
+func runBackups(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help"):
+		// Help without the subcommand word.
+	case len(args) == 0 || args[0] != "list":
+		fmt.Fprintln(stderr, "usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags] (see queued help backups)")
+		return 2
+	default:
+		args = args[1:]
 	}
+	var s s3Settings
+	fs := s3CommandFlags("backups", backupsUsage, &s, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx := context.Background()
-	if cmd == "restore" {
-		if from == "" || dataPath == "" {
-			fmt.Fprintln(stderr, "usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]")
-			return 2
-		}
-		bucket, key, err := parseS3URL(from)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 2
-		}
-		s.bucket = bucket
-		c, err := s.client(log)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 2
-		}
-		rep, err := restoreBackup(ctx, c, key, dataPath)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "restored s3://%s/%s to %s (%d bytes downloaded, %d bytes of database, %d jobs, checksums verified)\nstart it with: queued --data-path %s\n",
-			bucket, rep.Key, dataPath, rep.Bytes, rep.DBBytes, rep.Jobs, dataPath)
-		return 0
 	}
 	if s.bucket == "" {
 		fmt.Fprintln(stderr, "queued backups list: --s3-bucket (S3_BUCKET) is required")
@@ -797,12 +777,12 @@ func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
 	if s.prefix != "" && !strings.HasSuffix(s.prefix, "/") {
 		s.prefix += "/"
 	}
-	c, err := s.client(log)
+	c, err := s.client(s3CommandLog(stderr))
 	if err != nil {
 		fmt.Fprintln(stderr, "queued backups list:", err)
 		return 2
 	}
-	list, err := listBackups(ctx, c, s.prefix)
+	list, err := listBackups(context.Background(), c, s.prefix)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued backups list:", err)
 		return 1
@@ -817,6 +797,45 @@ func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%d\ts3://%s/%s\n", b.Taken.UTC().Format("2006-01-02 15:04:05"), b.Size, s.bucket, b.Key)
 	}
 	tw.Flush()
+	return 0
+}
+
+// runRestore is `queued restore`: a backup from S3 into a new database
+// file (restoreBackup).
+func runRestore(args []string, stdout, stderr io.Writer) int {
+	var s s3Settings
+	var from, dataPath string
+	fs := s3CommandFlags("restore", restoreUsage, &s, stderr)
+	fs.StringVar(&from, "from", "", "the backup: s3://bucket/key, or s3://bucket/prefix/ for the newest under it")
+	fs.StringVar(&dataPath, "data-path", "", "the database file to create (must not exist)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if from == "" || dataPath == "" {
+		fmt.Fprintln(stderr, "usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]")
+		return 2
+	}
+	bucket, key, err := parseS3URL(from)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued restore:", err)
+		return 2
+	}
+	s.bucket = bucket
+	c, err := s.client(s3CommandLog(stderr))
+	if err != nil {
+		fmt.Fprintln(stderr, "queued restore:", err)
+		return 2
+	}
+	rep, err := restoreBackup(context.Background(), c, key, dataPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued restore:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "restored s3://%s/%s to %s (%d bytes downloaded, %d bytes of database, %d jobs, checksums verified)\nstart it with: queued --data-path %s\n",
+		bucket, rep.Key, dataPath, rep.Bytes, rep.DBBytes, rep.Jobs, dataPath)
 	return 0
 }
 

@@ -59,7 +59,9 @@ type benchOpts struct {
 	progress    bool
 }
 
-func cmdBench(args []string, stdout, stderr io.Writer) int {
+// runBench is `queued bench`: it reads the options, runs the workloads
+// and prints their figures.
+func runBench(args []string, stdout, stderr io.Writer) int {
 	// The global client options (host, port, token, TLS, json) are read
 	// the same way as for every client command.
 	g, rest, err := parseGlobal(args)
@@ -151,7 +153,7 @@ Example:
 	// queue.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	results, err := runBench(ctx, o, stdout)
+	results, err := benchWorkloads(ctx, o, stdout)
 	if o.cli.json {
 		doc := map[string]any{"server": o.cli.addr(), "connections": o.connections, "pipeline": o.pipeline,
 			"batch": o.batch, "payload": o.payload, "results": results}
@@ -205,7 +207,8 @@ type verifyStats struct {
 	LeftOnSrv  int64 `json:"leftOnServer"`
 }
 
-func runBench(ctx context.Context, o benchOpts, stdout io.Writer) ([]benchResult, error) {
+// benchWorkloads runs the chosen workloads one after the other.
+func benchWorkloads(ctx context.Context, o benchOpts, stdout io.Writer) ([]benchResult, error) {
 	var results []benchResult
 	runID := strconv.FormatInt(time.Now().UnixNano()%1e12, 36) + "-" + strconv.Itoa(os.Getpid())
 	for _, w := range o.workloads {

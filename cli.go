@@ -28,14 +28,14 @@ import (
 var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"serve":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
 	"start":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
-	"help":    cmdHelp,
-	"version": cmdVersion,
-	"doctor":  cmdDoctor,
-	"bench":   cmdBench,
-	"backup":  cmdBackupCLI,
-	"backups": func(a []string, o, e io.Writer) int { return cmdS3("backups", a, o, e) },
-	"restore": func(a []string, o, e io.Writer) int { return cmdS3("restore", a, o, e) },
-	"migrate": cmdMigrate,
+	"help":    runHelp,
+	"version": runVersion,
+	"doctor":  runDoctor,
+	"bench":   runBench,
+	"backup":  runBackup,
+	"backups": runBackups,
+	"restore": runRestore,
+	"migrate": runMigrate,
 }
 
 // cliMain runs a command whose line starts with global options (a line
@@ -79,8 +79,8 @@ func cliMain(args []string, stdout, stderr io.Writer) int {
 	return runClientCommand(o, cmd, sub, req, stdout, stderr)
 }
 
-// cmdHelp is `queued help [COMMAND]`; global options may stand around it.
-func cmdHelp(args []string, stdout, stderr io.Writer) int {
+// runHelp is `queued help [COMMAND]`; global options may stand around it.
+func runHelp(args []string, stdout, stderr io.Writer) int {
 	_, rest, err := parseGlobal(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
@@ -110,11 +110,13 @@ func serverCheck(name string, args []string, stdout, stderr io.Writer, do func(c
 	return do(o)
 }
 
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
+// runVersion is `queued version`: this binary's version and the server's.
+func runVersion(args []string, stdout, stderr io.Writer) int {
 	return serverCheck("version", args, stdout, stderr, func(o cliOpts) int { return cliVersion(o, stdout) })
 }
 
-func cmdDoctor(args []string, stdout, stderr io.Writer) int {
+// runDoctor is `queued doctor`: checks of a running server.
+func runDoctor(args []string, stdout, stderr io.Writer) int {
 	return serverCheck("doctor", args, stdout, stderr, func(o cliOpts) int { return cliDoctor(o, stdout, stderr) })
 }
 
@@ -378,12 +380,12 @@ Options:
   --tls-no-verify      HTTPS without verifying the server (testing only)
 `
 
-// cmdBackupCLI fetches a consistent copy of a running server's database
+// runBackup fetches a consistent copy of a running server's database
 // over HTTP and writes it to a file, refusing to overwrite one. It takes
 // the server's address as every command does (-H, -p: the TCP port, HTTP
 // being the next one, as version and doctor find it), so that one line of
 // global options reaches the same server whatever the command.
-func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
+func runBackup(args []string, stdout, stderr io.Writer) int {
 	g, rest, err := parseGlobal(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued backup:", err)

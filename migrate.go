@@ -66,7 +66,9 @@ type migrateOpts struct {
 	appendTo             bool
 }
 
-func cmdMigrate(args []string, stdout, stderr io.Writer) int {
+// runMigrate is `queued migrate`: it reads the options and runs
+// migrateSQLite.
+func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("queued migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o migrateOpts
