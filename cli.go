@@ -1,7 +1,7 @@
 package main
 
 // Client-side subcommands of the binary: the operator's commands, spoken
-// over the wire protocol (see clicmds.go for what each sends), and the
+// over the wire protocol (see cli_cmds.go for what each sends), and the
 // HTTP backup.
 
 import (
@@ -22,7 +22,7 @@ import (
 )
 
 // toolCommands are the commands other than the client commands of
-// clientCommands (clicmds.go). Each is given the rest of its line, with
+// clientCommands (cli_cmds.go). Each is given the rest of its line, with
 // the global options that stood before its word: those that talk to a
 // server read them, the others refuse them as unknown flags.
 var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
