@@ -624,27 +624,52 @@ func restoreBackup(ctx context.Context, c *S3Client, key, dst string) (restoreRe
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, fmt.Errorf("restore target folder: %w", err)
 	}
+	tmpPath, err := fetchBackup(ctx, c, key, dir, &rep)
+	if tmpPath != "" {
+		defer os.Remove(tmpPath)
+	}
+	if err != nil {
+		return rep, err
+	}
+	if rep.Jobs, err = checkDatabase(ctx, tmpPath); err != nil {
+		return rep, fmt.Errorf("s3://%s/%s: %w; nothing restored", c.bucket, key, err)
+	}
+	// A link fails if dst appeared meanwhile: never overwrite.
+	if err := os.Link(tmpPath, dst); err != nil {
+		return rep, fmt.Errorf("restore: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return rep, nil
+}
+
+// fetchBackup downloads s3://bucket/key, unzipped, into a new temporary
+// file in dir, and checks the object's and the database's SHA-256 against
+// the metadata written at backup time. It answers the file's path (the
+// caller removes it) once the file is made, and counts the bytes in rep.
+func fetchBackup(ctx context.Context, c *S3Client, key, dir string, rep *restoreReport) (string, error) {
 	body, hdr, err := c.GetObject(ctx, key)
 	if err != nil {
-		return rep, fmt.Errorf("downloading the backup: %w", err)
+		return "", fmt.Errorf("downloading the backup: %w", err)
 	}
 	defer body.Close()
 	wantGz, wantDB := hdr.Get("X-Amz-Meta-Sha256"), hdr.Get("X-Amz-Meta-Db-Sha256")
 	if len(wantGz) != 64 || len(wantDB) != 64 {
-		return rep, fmt.Errorf("s3://%s/%s has no checksum metadata; it is not a backup made by queued", c.bucket, key)
+		return "", fmt.Errorf("s3://%s/%s has no checksum metadata; it is not a backup made by queued", c.bucket, key)
 	}
 	tmp, err := os.CreateTemp(dir, ".queued-restore-*")
 	if err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
+		return "", fmt.Errorf("restore: %w", err)
 	}
 	tmpPath := tmp.Name()
-	defer os.Remove(tmpPath)
 	gzH, dbH := sha256.New(), sha256.New()
 	cr := &countReader{r: io.TeeReader(body, gzH)}
 	zr, err := gzip.NewReader(cr)
 	if err != nil {
 		tmp.Close()
-		return rep, fmt.Errorf("s3://%s/%s is not gzip data: %w", c.bucket, key, err)
+		return tmpPath, fmt.Errorf("s3://%s/%s is not gzip data: %w", c.bucket, key, err)
 	}
 	rep.DBBytes, err = io.Copy(io.MultiWriter(tmp, dbH), zr)
 	// The rest of the object (anything after the gzip stream, or all that
@@ -663,27 +688,16 @@ func restoreBackup(ctx context.Context, c *S3Client, key, dst string) (restoreRe
 	}
 	rep.Bytes = cr.n
 	if mismatch {
-		return rep, fmt.Errorf("s3://%s/%s: checksum mismatch (object sha256 %x, recorded %s): the object is damaged; nothing restored",
+		return tmpPath, fmt.Errorf("s3://%s/%s: checksum mismatch (object sha256 %x, recorded %s): the object is damaged; nothing restored",
 			c.bucket, key, gzH.Sum(nil), wantGz)
 	}
 	if err != nil {
-		return rep, fmt.Errorf("downloading s3://%s/%s: %w", c.bucket, key, err)
+		return tmpPath, fmt.Errorf("downloading s3://%s/%s: %w", c.bucket, key, err)
 	}
 	if got := hex.EncodeToString(dbH.Sum(nil)); got != wantDB {
-		return rep, fmt.Errorf("s3://%s/%s: database checksum mismatch (%s, recorded %s); nothing restored", c.bucket, key, got, wantDB)
+		return tmpPath, fmt.Errorf("s3://%s/%s: database checksum mismatch (%s, recorded %s); nothing restored", c.bucket, key, got, wantDB)
 	}
-	if rep.Jobs, err = checkDatabase(ctx, tmpPath); err != nil {
-		return rep, fmt.Errorf("s3://%s/%s: %w; nothing restored", c.bucket, key, err)
-	}
-	// A link fails if dst appeared meanwhile: never overwrite.
-	if err := os.Link(tmpPath, dst); err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return rep, nil
+	return tmpPath, nil
 }
 
 type countReader struct {

@@ -181,10 +181,33 @@ func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []b
 func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource, error) {
 	src := &sqliteSource{before: queueCounts{}, expected: queueCounts{}, done: map[string]bool{},
 		firstSeq: map[string]int64{}, groups: map[string][]string{}, queues: map[string]*Queue{}}
+	// The groups of each queue, as they came: from its jobs, then from its
+	// settings.
+	seenGroup := map[[2]string]bool{}
+	if err := src.readJobs(ctx, sq, now, seenGroup); err != nil {
+		return nil, err
+	}
+	if err := src.readQueues(ctx, sq, seenGroup); err != nil {
+		return nil, err
+	}
+	if err := src.readCrons(ctx, sq, now); err != nil {
+		return nil, err
+	}
+	if err := src.countLogs(ctx, sq); err != nil {
+		return nil, err
+	}
+	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
+		return nil, fmt.Errorf("read webhooks: %w", err)
+	}
+	return src, nil
+}
+
+// readJobs counts the jobs as stored and as they will be, and finds the
+// dependencies still to wait for.
+func (src *sqliteSource) readJobs(ctx context.Context, sq *SQLiteStore, now int64, seenGroup map[[2]string]bool) error {
 	var seq int64
 	// Jobs waiting for others are decided once every job's state is known.
 	var waiting []*Job
-	seenGroup := map[[2]string]bool{}
 	bad, err := sqliteJobs(ctx, sq, func(j *Job, _ []byte) error {
 		seq++
 		src.before.add(j.Queue, j.stateAt(now))
@@ -208,7 +231,7 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	src.bad = bad
 	for _, j := range waiting {
@@ -221,22 +244,27 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 		}
 		src.expected.add(j.Queue, j.stateAt(now))
 	}
+	return nil
+}
 
+// readQueues reads the queues' settings, and the groups that have
+// settings and no jobs.
+func (src *sqliteSource) readQueues(ctx context.Context, sq *SQLiteStore, seenGroup map[[2]string]bool) error {
 	rows, err := sq.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
 	if err != nil {
-		return nil, fmt.Errorf("read queues: %w", err)
+		return fmt.Errorf("read queues: %w", err)
 	}
 	for rows.Next() {
 		var name string
 		var settings []byte
 		if err := rows.Scan(&name, &settings); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read queues: %w", err)
+			return fmt.Errorf("read queues: %w", err)
 		}
 		q := &Queue{name: name, stall: defaultStall, dlqCfg: defaultDLQ}
 		if err := decodeQueueSettings(q, settings); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("queue %s: settings unreadable: %w", name, err)
+			return fmt.Errorf("queue %s: settings unreadable: %w", name, err)
 		}
 		src.queues[name] = q
 		// Groups with settings and no jobs keep them, as at a restart.
@@ -249,28 +277,33 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read queues: %w", err)
+		return fmt.Errorf("read queues: %w", err)
 	}
+	return nil
+}
 
-	rows, err = sq.db.QueryContext(ctx, `SELECT record FROM crons`)
+// readCrons reads the cron schedules, as a restart would recover them;
+// those that have used up their runs are left out.
+func (src *sqliteSource) readCrons(ctx context.Context, sq *SQLiteStore, now int64) error {
+	rows, err := sq.db.QueryContext(ctx, `SELECT record FROM crons`)
 	if err != nil {
-		return nil, fmt.Errorf("read cron schedules: %w", err)
+		return fmt.Errorf("read cron schedules: %w", err)
 	}
 	for rows.Next() {
 		var rec []byte
 		if err := rows.Scan(&rec); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read cron schedules: %w", err)
+			return fmt.Errorf("read cron schedules: %w", err)
 		}
 		s, err := decodeCronRecord(rec)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cron schedule unreadable: %w", err)
+			return fmt.Errorf("cron schedule unreadable: %w", err)
 		}
 		ended, _, err := s.recover(now)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cron schedule %q: %w", s.Name, err)
+			return fmt.Errorf("cron schedule %q: %w", s.Name, err)
 		}
 		if ended {
 			src.ended = append(src.ended, s.Name)
@@ -280,19 +313,23 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read cron schedules: %w", err)
+		return fmt.Errorf("read cron schedules: %w", err)
 	}
 	slices.SortFunc(src.crons, func(a, b CronSchedule) int { return strings.Compare(a.Name, b.Name) })
+	return nil
+}
 
-	rows, err = sq.db.QueryContext(ctx, `SELECT job_id FROM job_logs`)
+// countLogs counts the jobs' logs, and those of jobs no longer in the file.
+func (src *sqliteSource) countLogs(ctx context.Context, sq *SQLiteStore) error {
+	rows, err := sq.db.QueryContext(ctx, `SELECT job_id FROM job_logs`)
 	if err != nil {
-		return nil, fmt.Errorf("read logs: %w", err)
+		return fmt.Errorf("read logs: %w", err)
 	}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read logs: %w", err)
+			return fmt.Errorf("read logs: %w", err)
 		}
 		if _, ok := src.done[id]; ok {
 			src.logs++
@@ -302,12 +339,9 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read logs: %w", err)
+		return fmt.Errorf("read logs: %w", err)
 	}
-	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
-		return nil, fmt.Errorf("read webhooks: %w", err)
-	}
-	return src, nil
+	return nil
 }
 
 // queueOrder lists the queues as they came: by their oldest job, then the
@@ -425,33 +459,89 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	if _, err := tx.Exec(ctx, p.sql(`LOCK TABLE {s}.jobs, {s}.queues, {s}.crons, {s}.job_logs, {s}.deps, {s}.groups IN EXCLUSIVE MODE`)); err != nil {
 		return nil, fmt.Errorf("lock the namespace's tables: %w", err)
 	}
-	prior, err := p.readBack(ctx, tx, now)
+	prior, existingCrons, err := p.loadPrior(ctx, tx, appendTo, now)
 	if err != nil {
 		return nil, err
+	}
+	// Queues first, in the order they came, so that ListQueues keeps it.
+	if err := p.loadQueues(ctx, tx, src, now); err != nil {
+		return nil, err
+	}
+	if err := p.loadJobs(ctx, tx, sq, src, schema, now); err != nil {
+		return nil, err
+	}
+	// Every job is in: the dependencies can be marked on their rows.
+	if err := p.addDeps(ctx, tx, src.waiters, src.deps, false); err != nil {
+		return nil, err
+	}
+	if err := p.copyLogs(ctx, tx, sq, src, schema); err != nil {
+		return nil, err
+	}
+	replaced := 0
+	for i := range src.crons {
+		if existingCrons[src.crons[i].Name] {
+			replaced++
+		}
+		if err := p.saveCron(ctx, tx, &src.crons[i]); err != nil {
+			return nil, err
+		}
+	}
+
+	after, err := p.readBack(ctx, tx, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMigrated(src, prior, after, replaced); err != nil {
+		return nil, err
+	}
+	for _, q := range src.queueOrder() {
+		if c := src.expected[q]; c != nil && jobTotal(c) > 0 {
+			if err := p.notify(ctx, tx, q); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return after, nil
+}
+
+// loadPrior reads what the namespace holds before the migration, and the
+// names of its schedules; a namespace with jobs or schedules is refused
+// unless appendTo.
+func (p *PG) loadPrior(ctx context.Context, tx pgx.Tx, appendTo bool, now int64) (*pgReadBack, map[string]bool, error) {
+	prior, err := p.readBack(ctx, tx, now)
+	if err != nil {
+		return nil, nil, err
 	}
 	var held int
 	for _, c := range prior.counts {
 		held += jobTotal(c)
 	}
 	if (held > 0 || prior.crons > 0) && !appendTo {
-		return nil, fmt.Errorf("namespace already holds %d jobs and %d cron schedules; --append adds to them", held, prior.crons)
+		return nil, nil, fmt.Errorf("namespace already holds %d jobs and %d cron schedules; --append adds to them", held, prior.crons)
 	}
 	existingCrons := map[string]bool{}
 	if prior.crons > 0 {
 		rows, err := tx.Query(ctx, p.sql(`SELECT name FROM {s}.crons`))
 		if err != nil {
-			return nil, fmt.Errorf("read schedules: %w", err)
+			return nil, nil, fmt.Errorf("read schedules: %w", err)
 		}
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return nil, fmt.Errorf("read schedules: %w", err)
+			return nil, nil, fmt.Errorf("read schedules: %w", err)
 		}
 		for _, n := range names {
 			existingCrons[n] = true
 		}
 	}
+	return prior, existingCrons, nil
+}
 
-	// Queues first, in the order they came, so that ListQueues keeps it.
+// loadQueues writes the queues' rows with their settings and policies,
+// and their groups.
+func (p *PG) loadQueues(ctx context.Context, tx pgx.Tx, src *sqliteSource, now int64) error {
 	for _, name := range src.queueOrder() {
 		r := src.queueRow(name)
 		var rmax, rtok *float64
@@ -489,15 +579,19 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 			pol.stallEnabled, pol.stallInterval, pol.stallGrace, pol.stallMax,
 			pol.dlqAuto, pol.dlqInterval, pol.dlqMaxAge, pol.dlqMaxRetries, pol.dlqMaxEntries)
 		if err != nil {
-			return nil, fmt.Errorf("queue %s: %w", name, err)
+			return fmt.Errorf("queue %s: %w", name, err)
 		}
 		if err := p.loadGroups(ctx, tx, name, src); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Jobs, streamed from the file in admission order: the rows' sequence
-	// numbers keep FIFO order among jobs of one priority and run time.
+// loadJobs copies the jobs, streamed from the file in admission order: the
+// rows' sequence numbers keep FIFO order among jobs of one priority and
+// run time.
+func (p *PG) loadJobs(ctx context.Context, tx pgx.Tx, sq *SQLiteStore, src *sqliteSource, schema string, now int64) error {
 	jobs := make(chan []any, 256)
 	readErr := make(chan error, 1)
 	rctx, stopRead := context.WithCancel(ctx)
@@ -529,47 +623,12 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 		err = rerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("copy jobs: %w", err)
+		return fmt.Errorf("copy jobs: %w", err)
 	}
 	if n != int64(len(src.done)) {
-		return nil, fmt.Errorf("copied %d jobs, the file has %d", n, len(src.done))
+		return fmt.Errorf("copied %d jobs, the file has %d", n, len(src.done))
 	}
-
-	// Every job is in: the dependencies can be marked on their rows.
-	if err := p.addDeps(ctx, tx, src.waiters, src.deps, false); err != nil {
-		return nil, err
-	}
-	if err := p.copyLogs(ctx, tx, sq, src, schema); err != nil {
-		return nil, err
-	}
-	replaced := 0
-	for i := range src.crons {
-		if existingCrons[src.crons[i].Name] {
-			replaced++
-		}
-		if err := p.saveCron(ctx, tx, &src.crons[i]); err != nil {
-			return nil, err
-		}
-	}
-
-	after, err := p.readBack(ctx, tx, now)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkMigrated(src, prior, after, replaced); err != nil {
-		return nil, err
-	}
-	for _, q := range src.queueOrder() {
-		if c := src.expected[q]; c != nil && jobTotal(c) > 0 {
-			if err := p.notify(ctx, tx, q); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return after, nil
+	return nil
 }
 
 // loadGroups makes the rows of a queue's groups, which take their turns in
