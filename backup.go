@@ -4,7 +4,7 @@ package main
 // database (SQLite's VACUUM INTO, through the store's Backup), gzipped,
 // uploaded under a time-stamped key with SHA-256 checksums in the object's
 // metadata; on a schedule and on demand; the newest N kept; listed and
-// restored from the command line.
+// restored from the command line (cli_backup.go).
 //
 // A backup runs on its own goroutine and only reads the database (the
 // snapshot is a read transaction, and WAL mode lets the writer go on), so
@@ -15,10 +15,8 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,7 +29,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 )
 
@@ -627,27 +624,52 @@ func restoreBackup(ctx context.Context, c *S3Client, key, dst string) (restoreRe
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, fmt.Errorf("restore target folder: %w", err)
 	}
+	tmpPath, err := fetchBackup(ctx, c, key, dir, &rep)
+	if tmpPath != "" {
+		defer os.Remove(tmpPath)
+	}
+	if err != nil {
+		return rep, err
+	}
+	if rep.Jobs, err = checkDatabase(ctx, tmpPath); err != nil {
+		return rep, fmt.Errorf("s3://%s/%s: %w; nothing restored", c.bucket, key, err)
+	}
+	// A link fails if dst appeared meanwhile: never overwrite.
+	if err := os.Link(tmpPath, dst); err != nil {
+		return rep, fmt.Errorf("restore: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return rep, nil
+}
+
+// fetchBackup downloads s3://bucket/key, unzipped, into a new temporary
+// file in dir, and checks the object's and the database's SHA-256 against
+// the metadata written at backup time. It answers the file's path (the
+// caller removes it) once the file is made, and counts the bytes in rep.
+func fetchBackup(ctx context.Context, c *S3Client, key, dir string, rep *restoreReport) (string, error) {
 	body, hdr, err := c.GetObject(ctx, key)
 	if err != nil {
-		return rep, fmt.Errorf("downloading the backup: %w", err)
+		return "", fmt.Errorf("downloading the backup: %w", err)
 	}
 	defer body.Close()
 	wantGz, wantDB := hdr.Get("X-Amz-Meta-Sha256"), hdr.Get("X-Amz-Meta-Db-Sha256")
 	if len(wantGz) != 64 || len(wantDB) != 64 {
-		return rep, fmt.Errorf("s3://%s/%s has no checksum metadata; it is not a backup made by queued", c.bucket, key)
+		return "", fmt.Errorf("s3://%s/%s has no checksum metadata; it is not a backup made by queued", c.bucket, key)
 	}
 	tmp, err := os.CreateTemp(dir, ".queued-restore-*")
 	if err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
+		return "", fmt.Errorf("restore: %w", err)
 	}
 	tmpPath := tmp.Name()
-	defer os.Remove(tmpPath)
 	gzH, dbH := sha256.New(), sha256.New()
 	cr := &countReader{r: io.TeeReader(body, gzH)}
 	zr, err := gzip.NewReader(cr)
 	if err != nil {
 		tmp.Close()
-		return rep, fmt.Errorf("s3://%s/%s is not gzip data: %w", c.bucket, key, err)
+		return tmpPath, fmt.Errorf("s3://%s/%s is not gzip data: %w", c.bucket, key, err)
 	}
 	rep.DBBytes, err = io.Copy(io.MultiWriter(tmp, dbH), zr)
 	// The rest of the object (anything after the gzip stream, or all that
@@ -666,27 +688,16 @@ func restoreBackup(ctx context.Context, c *S3Client, key, dst string) (restoreRe
 	}
 	rep.Bytes = cr.n
 	if mismatch {
-		return rep, fmt.Errorf("s3://%s/%s: checksum mismatch (object sha256 %x, recorded %s): the object is damaged; nothing restored",
+		return tmpPath, fmt.Errorf("s3://%s/%s: checksum mismatch (object sha256 %x, recorded %s): the object is damaged; nothing restored",
 			c.bucket, key, gzH.Sum(nil), wantGz)
 	}
 	if err != nil {
-		return rep, fmt.Errorf("downloading s3://%s/%s: %w", c.bucket, key, err)
+		return tmpPath, fmt.Errorf("downloading s3://%s/%s: %w", c.bucket, key, err)
 	}
 	if got := hex.EncodeToString(dbH.Sum(nil)); got != wantDB {
-		return rep, fmt.Errorf("s3://%s/%s: database checksum mismatch (%s, recorded %s); nothing restored", c.bucket, key, got, wantDB)
+		return tmpPath, fmt.Errorf("s3://%s/%s: database checksum mismatch (%s, recorded %s); nothing restored", c.bucket, key, got, wantDB)
 	}
-	if rep.Jobs, err = checkDatabase(ctx, tmpPath); err != nil {
-		return rep, fmt.Errorf("s3://%s/%s: %w; nothing restored", c.bucket, key, err)
-	}
-	// A link fails if dst appeared meanwhile: never overwrite.
-	if err := os.Link(tmpPath, dst); err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return rep, nil
+	return tmpPath, nil
 }
 
 type countReader struct {
@@ -719,146 +730,4 @@ func checkDatabase(ctx context.Context, path string) (int64, error) {
 		return 0, fmt.Errorf("not a queued database: %w", err)
 	}
 	return n, nil
-}
-
-// ---------------------------------------------------------------------------
-// Commands: queued backups list, queued restore, queued backup --s3
-
-// cmdS3 runs `queued backups list` and `queued restore`.
-func cmdS3(cmd string, args []string, stdout, stderr io.Writer) int {
-	var s s3Settings
-	var from, dataPath string
-	usage := "Usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags]\n\n" +
-		"Lists the backups in an S3 bucket, newest first, with the URL queued restore takes.\n\nFlags:\n"
-	if cmd == "restore" {
-		usage = "Usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]\n\n" +
-			"Downloads a backup from S3 into a new database file, verifying its checksums;\n" +
-			"start a server on it with queued --data-path FILE.\n\nFlags:\n"
-	}
-	if cmd == "backups" {
-		switch {
-		case len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help"):
-			// Help without the subcommand word.
-		case len(args) == 0 || args[0] != "list":
-			fmt.Fprintln(stderr, "usage: queued backups list [--s3-bucket B] [--s3-prefix P] [S3 flags] (see queued help backups)")
-			return 2
-		default:
-			args = args[1:]
-		}
-	}
-	fs := flag.NewFlagSet("queued "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	addS3Flags(fs, &s)
-	if cmd == "restore" {
-		fs.StringVar(&from, "from", "", "the backup: s3://bucket/key, or s3://bucket/prefix/ for the newest under it")
-		fs.StringVar(&dataPath, "data-path", "", "the database file to create (must not exist)")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx := context.Background()
-	if cmd == "restore" {
-		if from == "" || dataPath == "" {
-			fmt.Fprintln(stderr, "usage: queued restore --from s3://bucket/key --data-path FILE [S3 flags]")
-			return 2
-		}
-		bucket, key, err := parseS3URL(from)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 2
-		}
-		s.bucket = bucket
-		c, err := s.client(log)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 2
-		}
-		rep, err := restoreBackup(ctx, c, key, dataPath)
-		if err != nil {
-			fmt.Fprintln(stderr, "queued restore:", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "restored s3://%s/%s to %s (%d bytes downloaded, %d bytes of database, %d jobs, checksums verified)\nstart it with: queued --data-path %s\n",
-			bucket, rep.Key, dataPath, rep.Bytes, rep.DBBytes, rep.Jobs, dataPath)
-		return 0
-	}
-	if s.bucket == "" {
-		fmt.Fprintln(stderr, "queued backups list: --s3-bucket (S3_BUCKET) is required")
-		return 2
-	}
-	if s.prefix != "" && !strings.HasSuffix(s.prefix, "/") {
-		s.prefix += "/"
-	}
-	c, err := s.client(log)
-	if err != nil {
-		fmt.Fprintln(stderr, "queued backups list:", err)
-		return 2
-	}
-	list, err := listBackups(ctx, c, s.prefix)
-	if err != nil {
-		fmt.Fprintln(stderr, "queued backups list:", err)
-		return 1
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(stdout, "no backups in s3://%s/%s\n", s.bucket, s.prefix)
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAKEN (UTC)\tBYTES\tURL")
-	for _, b := range list {
-		fmt.Fprintf(tw, "%s\t%d\ts3://%s/%s\n", b.Taken.UTC().Format("2006-01-02 15:04:05"), b.Size, s.bucket, b.Key)
-	}
-	tw.Flush()
-	return 0
-}
-
-// backupS3Remote asks a running server for an S3 backup (POST /backup/s3);
-// the server uses its own bucket and credentials.
-func backupS3Remote(base, token string, tcfg *tls.Config, stdout, stderr io.Writer) int {
-	req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/backup/s3", nil)
-	if err != nil {
-		fmt.Fprintln(stderr, "queued backup:", err)
-		return 2
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	hc := &http.Client{Timeout: 2 * time.Hour, Transport: &http.Transport{TLSClientConfig: tcfg, Proxy: http.ProxyFromEnvironment}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "queued backup: asking %s for an S3 backup: %v\n", redactURL(base), err)
-		return 1
-	}
-	defer resp.Body.Close()
-	var out struct {
-		OK     bool   `json:"ok"`
-		Error  string `json:"error"`
-		URL    string `json:"url"`
-		Bytes  int64  `json:"bytes"`
-		DB     int64  `json:"dbBytes"`
-		SHA    string `json:"sha256"`
-		TookMs int64  `json:"tookMs"`
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err := json.Unmarshal(body, &out); err != nil {
-		// Not queued answering (an older version, or something else on
-		// that port): show what it said.
-		fmt.Fprintf(stderr, "queued backup: %s answered %s: %.200s\n", redactURL(base), resp.Status, strings.TrimSpace(string(body)))
-		return 1
-	}
-	if !out.OK {
-		fmt.Fprintf(stderr, "queued backup: server answered %s: %s\n", resp.Status, out.Error)
-		return 1
-	}
-	fmt.Fprintf(stdout, "backup uploaded to %s (%d bytes, %d bytes of database, sha256 %s, %d ms)\n", out.URL, out.Bytes, out.DB, out.SHA, out.TookMs)
-	return 0
 }

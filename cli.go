@@ -1,41 +1,38 @@
 package main
 
-// Client-side subcommands of the binary: the operator's commands, spoken
-// over the wire protocol (see clicmds.go for what each sends), and the
-// HTTP backup.
+// Client-side subcommands of the binary: the dispatch of every command
+// line, and the operator's commands, spoken over the wire protocol (see
+// cli_cmds.go for what each sends). The other tools have files of their
+// own: cli_bench.go, cli_backup.go, cli_migrate.go.
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // toolCommands are the commands other than the client commands of
-// clientCommands (clicmds.go). Each is given the rest of its line, with
+// clientCommands (cli_cmds.go). Each is given the rest of its line, with
 // the global options that stood before its word: those that talk to a
 // server read them, the others refuse them as unknown flags.
 var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"serve":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
 	"start":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
-	"help":    cmdHelp,
-	"version": cmdVersion,
-	"doctor":  cmdDoctor,
-	"bench":   cmdBench,
-	"backup":  cmdBackupCLI,
-	"backups": func(a []string, o, e io.Writer) int { return cmdS3("backups", a, o, e) },
-	"restore": func(a []string, o, e io.Writer) int { return cmdS3("restore", a, o, e) },
-	"migrate": cmdMigrate,
+	"help":    runHelp,
+	"version": runVersion,
+	"doctor":  runDoctor,
+	"bench":   runBench,
+	"backup":  runBackup,
+	"backups": runBackups,
+	"restore": runRestore,
+	"migrate": runMigrate,
 }
 
 // cliMain runs a command whose line starts with global options (a line
@@ -79,8 +76,8 @@ func cliMain(args []string, stdout, stderr io.Writer) int {
 	return runClientCommand(o, cmd, sub, req, stdout, stderr)
 }
 
-// cmdHelp is `queued help [COMMAND]`; global options may stand around it.
-func cmdHelp(args []string, stdout, stderr io.Writer) int {
+// runHelp is `queued help [COMMAND]`; global options may stand around it.
+func runHelp(args []string, stdout, stderr io.Writer) int {
 	_, rest, err := parseGlobal(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
@@ -110,11 +107,13 @@ func serverCheck(name string, args []string, stdout, stderr io.Writer, do func(c
 	return do(o)
 }
 
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
+// runVersion is `queued version`: this binary's version and the server's.
+func runVersion(args []string, stdout, stderr io.Writer) int {
 	return serverCheck("version", args, stdout, stderr, func(o cliOpts) int { return cliVersion(o, stdout) })
 }
 
-func cmdDoctor(args []string, stdout, stderr io.Writer) int {
+// runDoctor is `queued doctor`: checks of a running server.
+func runDoctor(args []string, stdout, stderr io.Writer) int {
 	return serverCheck("doctor", args, stdout, stderr, func(o cliOpts) int { return cliDoctor(o, stdout, stderr) })
 }
 
@@ -353,153 +352,4 @@ func cliVersion(o cliOpts, stdout io.Writer) int {
 		fmt.Fprintf(stdout, "Server: %s %s at %s\n", name, ver, o.httpBase())
 	}
 	return 0
-}
-
-const backupUsage = `Usage: queued backup --out FILE [-H HOST] [-p PORT] [--token T] [--tls ...]
-       queued backup --s3 [-H HOST] [-p PORT] [--token T] [--tls ...]
-
-Copies a running server's SQLite database, consistently, to FILE (which must
-not exist), over the server's HTTP port (GET /backup); or, with --s3, has the
-server upload a backup to its own S3 bucket (POST /backup/s3).
-
-Options:
-  --out FILE           the file to write
-  --s3                 ask for an S3 backup instead
-  -H, --host HOST      server host (default localhost) [HOST, BUNQUEUE_HOST, BQ_HOST]
-  -p, --port PORT      the server's TCP port, as for every command (default 6789)
-                       [TCP_PORT]; its HTTP port is taken to be PORT+1 (6790)
-  --http-port PORT     the server's HTTP port, when it is not PORT+1
-  --url URL            the whole HTTP address instead, such as http://host:6790
-                       (the older spelling, kept) [QUEUED_HTTP_URL]
-  -t, --token TOKEN    auth token, when the server has AUTH_TOKENS
-                       [BQ_TOKEN, BUNQUEUE_TOKEN, QUEUED_TOKEN]
-  --tls                HTTPS, verifying the server with the system roots
-  --tls-ca FILE        HTTPS, verifying the server with this CA certificate
-  --tls-no-verify      HTTPS without verifying the server (testing only)
-`
-
-// cmdBackupCLI fetches a consistent copy of a running server's database
-// over HTTP and writes it to a file, refusing to overwrite one. It takes
-// the server's address as every command does (-H, -p: the TCP port, HTTP
-// being the next one, as version and doctor find it), so that one line of
-// global options reaches the same server whatever the command.
-func cmdBackupCLI(args []string, stdout, stderr io.Writer) int {
-	g, rest, err := parseGlobal(args)
-	if err != nil {
-		fmt.Fprintln(stderr, "queued backup:", err)
-		return 2
-	}
-	if g.help {
-		fmt.Fprint(stdout, backupUsage)
-		return 0
-	}
-	fs := flag.NewFlagSet("queued backup", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	out := fs.String("out", "", "")
-	toS3 := fs.Bool("s3", false, "")
-	var url string
-	fs.Var(dsnFlag{&url}, "url", "")
-	httpPort := fs.Int("http-port", 0, "")
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, backupUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "queued backup: %v\nSee: queued help backup\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "queued backup: unexpected argument %q\nSee: queued help backup\n", fs.Arg(0))
-		return 2
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["http-port"] && (*httpPort < 1 || *httpPort > 65535) {
-		fmt.Fprintf(stderr, "queued backup: invalid --http-port %d: want a number from 1 to 65535\n", *httpPort)
-		return 2
-	}
-	base := g.httpBase()
-	if set["http-port"] {
-		base = g.httpBaseAt(*httpPort)
-	}
-	switch {
-	case set["url"] && (g.hostSet || g.portSet || set["http-port"]):
-		fmt.Fprintln(stderr, "queued backup: --url names the whole address: give it, or -H/-p/--http-port, not both")
-		return 2
-	case set["url"]:
-	case g.hostSet || g.portSet || set["http-port"]:
-		url = base
-	default:
-		url = envOr([]string{"QUEUED_HTTP_URL"}, base)
-	}
-	if g.token == "" {
-		// What this command read before it took BQ_TOKEN as the others
-		// do; still read, last.
-		g.token = envOr([]string{"QUEUED_TOKEN"}, "")
-	}
-	tcfg, err := clientTLS(g.tls, g.tlsCA, g.tlsNoVerify)
-	if err != nil {
-		fmt.Fprintln(stderr, "queued backup:", err)
-		return 2
-	}
-	if *toS3 {
-		return backupS3Remote(url, g.token, tcfg, stdout, stderr)
-	}
-	if *out == "" {
-		fmt.Fprintln(stderr, "queued backup: --out FILE is required (or --s3)\nSee: queued help backup")
-		return 2
-	}
-	if err := backupTo(url, g.token, *out, tcfg); err != nil {
-		fmt.Fprintln(stderr, "queued backup:", err)
-		return 1
-	}
-	fi, _ := os.Stat(*out)
-	fmt.Fprintf(stdout, "backup written to %s (%d bytes)\n", *out, fi.Size())
-	return 0
-}
-
-func backupTo(base, token, out string, tcfg *tls.Config) error {
-	if _, err := os.Stat(out); err == nil {
-		return fmt.Errorf("%s exists; choose another file", out)
-	}
-	req, err := http.NewRequest("GET", strings.TrimSuffix(base, "/")+"/backup", nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	hc := &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{TLSClientConfig: tcfg, Proxy: http.ProxyFromEnvironment}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("asking %s for a backup: %w", redactURL(base), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("server answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".queued-backup-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, resp.Body)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("receiving the backup: %w", err)
-	}
-	// A backup that is not a whole SQLite file is not kept.
-	head := make([]byte, 16)
-	if f, err := os.Open(tmp.Name()); err == nil {
-		io.ReadFull(f, head)
-		f.Close()
-	}
-	if string(head) != "SQLite format 3\x00" || (resp.ContentLength >= 0 && n != resp.ContentLength) {
-		return fmt.Errorf("received %d bytes that are not a complete SQLite database", n)
-	}
-	return os.Rename(tmp.Name(), out)
 }

@@ -466,7 +466,7 @@ func checkQueuedLine(args []string) error {
 		case "serve", "start":
 			return serveLine(rest)
 		case "help":
-			if code := cmdHelp(rest, io.Discard, io.Discard); code != 0 {
+			if code := runHelp(rest, io.Discard, io.Discard); code != 0 {
 				return fmt.Errorf("help exits %d", code)
 			}
 		}

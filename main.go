@@ -272,23 +272,85 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
 	}
-	var certs *certReloader
-	if c.tlsCert != "" || c.tlsKey != "" {
-		// A bad path or pair stops the start, rather than failing every
-		// handshake later.
-		var err error
-		if certs, err = newCertReloader(c.tlsCert, c.tlsKey); err != nil {
-			return err
-		}
+	s := &serverRun{c: c, log: log}
+	if err := s.loadCertificate(); err != nil {
+		return err
 	}
-	var store Store
-	var sq *SQLiteStore
-	storage := "memory"
+	err := s.openStorage()
+	if s.unlock != nil {
+		// After the database is closed: see datalock.go.
+		defer s.unlock()
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.startBroker(); err != nil {
+		return err
+	}
+	if err := s.startServer(ctx); err != nil {
+		return err
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
+	errc := s.serve()
+	// SIGHUP rereads the certificate; without TLS it is logged and
+	// ignored rather than ending the server, as it would by default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	s.announce(ready)
+	runErr := s.wait(ctx, errc, hup)
+	s.shutdown()
+	return runErr
+}
+
+// serverRun is a running server's parts, made in runServer's steps in
+// this order; shutdown stops them in reverse.
+type serverRun struct {
+	c   *config
+	log *slog.Logger
+
+	certs   *certReloader
+	sq      *SQLiteStore // SQLite mode only
+	store   Store
+	storage string // how the start line names the storage
+	unlock  func() // the data file's lock, SQLite mode only
+	bk      *BackupService
+	b       *Broker
+	srv     *Server
+	pg      *PG // PostgreSQL mode only
+	hooks   *Webhooks
+	ln      net.Listener // TCP, as bound
+	tcpLn   net.Listener // TCP, with TLS when on
+	hln     net.Listener // HTTP, when on
+	hs      *http.Server
+	lv      *live
+	api     *httpAPI
+}
+
+// loadCertificate reads --tls-cert and --tls-key: a bad path or pair
+// stops the start, rather than failing every handshake later.
+func (s *serverRun) loadCertificate() error {
+	if s.c.tlsCert == "" && s.c.tlsKey == "" {
+		return nil
+	}
+	var err error
+	s.certs, err = newCertReloader(s.c.tlsCert, s.c.tlsKey)
+	return err
+}
+
+// openStorage opens the SQLite data file and takes its lock (memory and
+// PostgreSQL mode have no store here: PostgreSQL is opened with the
+// server), then the backup service, which needs SQLite.
+func (s *serverRun) openStorage() error {
+	c := s.c
+	s.storage = "memory"
 	if c.pgURL != "" {
-		storage = "postgres:" + c.pgNamespace
+		s.storage = "postgres:" + c.pgNamespace
 	} else if !c.memory {
-		var err error
-		if sq, err = OpenSQLite(c.dataPath, c.syncMode, log); err != nil {
+		sq, err := OpenSQLite(c.dataPath, c.syncMode, s.log)
+		if err != nil {
 			return err
 		}
 		unlock, err := lockDataFile(c.dataPath)
@@ -296,26 +358,33 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			sq.Close()
 			return err
 		}
-		// After the database is closed: see datalock.go.
-		defer unlock()
-		removeStaleDownloads(c.dataPath, log)
-		store, storage = sq, "sqlite:"+c.dataPath
+		s.sq, s.unlock = sq, unlock
+		removeStaleDownloads(c.dataPath, s.log)
+		s.store, s.storage = sq, "sqlite:"+c.dataPath
 	}
 	var src backupSource
-	if sq != nil {
-		src = sq
+	if s.sq != nil {
+		src = s.sq
 	}
 	if c.pgURL != "" && c.backup.bucket != "" {
 		return errors.New("S3 backups need SQLite storage; " + noSQLiteBackup(true))
 	}
-	bk, err := newBackupService(&c.backup, src, c.dataPath, log)
+	bk, err := newBackupService(&c.backup, src, c.dataPath, s.log)
 	if err != nil {
-		if sq != nil {
-			sq.Close()
+		if s.sq != nil {
+			s.sq.Close()
 		}
 		return fmt.Errorf("backups: %w", err)
 	}
-	b := NewBroker(c.shards, store)
+	s.bk = bk
+	return nil
+}
+
+// startBroker makes the broker and, in SQLite mode, recovers it from the
+// data file and starts the file's writer.
+func (s *serverRun) startBroker() error {
+	c, log := s.c, s.log
+	b := NewBroker(c.shards, s.store)
 	b.maxQueues = c.maxQueues
 	if c.rateEvery > 0 {
 		now := c.rateNow
@@ -325,27 +394,41 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		b.rates.restart(c.rateEvery, now)
 	}
 	b.log = log
-	if sq != nil {
-		st, err := sq.Load(b)
-		if err != nil && st.Took == 0 {
-			sq.Close()
-			return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
-		}
-		if err != nil {
-			log.Error("recovery incomplete", "path", c.dataPath, "err", err)
-		}
-		log.Info("recovered", "path", c.dataPath, "waiting", st.Waiting, "delayed", st.Delayed,
-			"active_requeued", st.Active, "completed", st.Completed, "dlq", st.Failed, "logs", st.Logs,
-			"queues", st.Queues, "crons", st.Crons, "took", st.Took.Round(time.Millisecond).String())
-		sq.Start()
+	s.b = b
+	if s.sq == nil {
+		return nil
 	}
-	closeStore := func() {
-		if sq != nil {
-			if err := sq.Close(); err != nil {
-				log.Error("storage close", "err", err)
-			}
+	st, err := s.sq.Load(b)
+	if err != nil && st.Took == 0 {
+		s.sq.Close()
+		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
+	}
+	if err != nil {
+		log.Error("recovery incomplete", "path", c.dataPath, "err", err)
+	}
+	log.Info("recovered", "path", c.dataPath, "waiting", st.Waiting, "delayed", st.Delayed,
+		"active_requeued", st.Active, "completed", st.Completed, "dlq", st.Failed, "logs", st.Logs,
+		"queues", st.Queues, "crons", st.Crons, "took", st.Took.Round(time.Millisecond).String())
+	s.sq.Start()
+	return nil
+}
+
+// closeStore closes PostgreSQL and the SQLite file, whichever is open.
+func (s *serverRun) closeStore() {
+	if s.pg != nil {
+		s.pg.Close()
+	}
+	if s.sq != nil {
+		if err := s.sq.Close(); err != nil {
+			s.log.Error("storage close", "err", err)
 		}
 	}
+}
+
+// startServer makes the protocol server over the broker, opens
+// PostgreSQL in that mode, and starts the webhooks.
+func (s *serverRun) startServer(ctx context.Context) error {
+	c, log, b := s.c, s.log, s.b
 	srv := NewServer(b, splitTokens(c.authTokens), log)
 	srv.maxConns = c.maxConns
 	if srv.maxConns <= 0 {
@@ -360,6 +443,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	if c.stallTimeout > 0 {
 		srv.stallTimeout = c.stallTimeout
 	}
+	s.srv = srv
 	if c.pgURL != "" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		pg, err := OpenPG(octx, c.pgURL, c.pgNamespace, b, log)
@@ -370,144 +454,164 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		}
 		srv.usePG(pg)
 		b.pgStatus = pg.storageState
-		prev := closeStore
-		closeStore = func() { pg.Close(); prev() }
+		s.pg = pg
 	}
 	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log}
-	if sq != nil {
-		hopts.store = sq
+	if s.sq != nil {
+		hopts.store = s.sq
 	}
 	hooks, err := newWebhooks(b, hopts)
 	if err != nil {
 		b.Close()
-		closeStore()
+		s.closeStore()
 		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
 	}
 	srv.hooks = hooks
+	s.hooks = hooks
+	return nil
+}
+
+// listen binds the TCP port and, unless it is off, the HTTP port with
+// the HTTP API and live events on it.
+func (s *serverRun) listen() error {
+	c, log := s.c, s.log
 	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
 	ln, err := net.Listen("tcp", tcpAddr)
 	if err != nil {
-		hooks.Close()
-		b.Close()
-		closeStore()
+		s.hooks.Close()
+		s.b.Close()
+		s.closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
 	}
-	var tcpLn net.Listener = ln
-	if certs != nil {
-		tcpLn = tls.NewListener(ln, certs.serverTLSConfig())
+	s.ln, s.tcpLn = ln, ln
+	if s.certs != nil {
+		s.tcpLn = tls.NewListener(ln, s.certs.serverTLSConfig())
 	}
-	var hs *http.Server
-	var hln net.Listener
-	var lv *live
-	var api *httpAPI
-	if c.httpPort >= 0 {
-		httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
-		if hln, err = net.Listen("tcp", httpAddr); err != nil {
-			ln.Close()
-			hooks.Close()
-			b.Close()
-			closeStore()
-			return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
-		}
-		hln = newRetryListener(hln, "http", log)
-		lv = newLive(srv, log, c.liveEvery)
-		hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
-			listenHost: c.host, live: lv}
-		if sq != nil {
-			hcfg.dataPath = c.dataPath
-		}
-		api = newHTTPAPI(b, srv, bk, hcfg)
-		hs = newHTTPServer(httpAddr, api)
-		if certs != nil {
-			hs.TLSConfig = certs.serverTLSConfig()
-		}
-		// Failed handshakes (scanners, plain HTTP on the HTTPS port) are
-		// the client's problem: debug lines, not the standard logger's.
-		hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	if c.httpPort < 0 {
+		return nil
 	}
+	httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
+	hln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		ln.Close()
+		s.hooks.Close()
+		s.b.Close()
+		s.closeStore()
+		return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
+	}
+	s.hln = newRetryListener(hln, "http", log)
+	s.lv = newLive(s.srv, log, c.liveEvery)
+	hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
+		listenHost: c.host, live: s.lv}
+	if s.sq != nil {
+		hcfg.dataPath = c.dataPath
+	}
+	s.api = newHTTPAPI(s.b, s.srv, s.bk, hcfg)
+	s.hs = newHTTPServer(httpAddr, s.api)
+	if s.certs != nil {
+		s.hs.TLSConfig = s.certs.serverTLSConfig()
+	}
+	// Failed handshakes (scanners, plain HTTP on the HTTPS port) are
+	// the client's problem: debug lines, not the standard logger's.
+	s.hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	return nil
+}
+
+// serve starts serving TCP and HTTP; the channel gets the error that ends
+// either.
+func (s *serverRun) serve() <-chan error {
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(tcpLn) }()
-	if hs != nil {
+	go func() { errc <- s.srv.Serve(s.tcpLn) }()
+	if s.hs != nil {
 		go func() {
 			var err error
-			if certs != nil {
-				err = hs.ServeTLS(hln, "", "")
+			if s.certs != nil {
+				err = s.hs.ServeTLS(s.hln, "", "")
 			} else {
-				err = hs.Serve(hln)
+				err = s.hs.Serve(s.hln)
 			}
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("http: %w", err)
 			}
 		}()
 	}
-	attrs := []any{"tcp", ln.Addr().String(), "shards", len(b.shards), "storage", storage,
-		"auth", len(srv.tokens) > 0, "tls", certs != nil, "max_connections", srv.maxConns, "version", version}
+	return errc
+}
+
+// announce logs the start, starts the backup schedule, and tells ready
+// and systemd.
+func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
+	c, log := s.c, s.log
+	attrs := []any{"tcp", s.ln.Addr().String(), "shards", len(s.b.shards), "storage", s.storage,
+		"auth", len(s.srv.tokens) > 0, "tls", s.certs != nil, "max_connections", s.srv.maxConns, "version", version}
 	if c.webhookAllowPrivate {
 		attrs = append(attrs, "webhook_allow_private", true)
 	}
-	if hln != nil {
-		attrs = append(attrs, "http", hln.Addr().String())
+	if s.hln != nil {
+		attrs = append(attrs, "http", s.hln.Addr().String())
 	}
-	// SIGHUP rereads the certificate; without TLS it is logged and
-	// ignored rather than ending the server, as it would by default.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	log.Info("queued started", attrs...)
-	if bk != nil {
-		bk.Start()
+	if s.bk != nil {
+		s.bk.Start()
 	}
 	if ready != nil {
 		var ha net.Addr
-		if hln != nil {
-			ha = hln.Addr()
+		if s.hln != nil {
+			ha = s.hln.Addr()
 		}
-		ready(ln.Addr(), ha)
+		ready(s.ln.Addr(), ha)
 	}
-	if err := sdNotify("READY=1\nSTATUS=serving on " + ln.Addr().String()); err != nil {
+	if err := sdNotify("READY=1\nSTATUS=serving on " + s.ln.Addr().String()); err != nil {
 		log.Warn("systemd readiness", "err", err)
 	}
-	var runErr error
-wait:
+}
+
+// wait blocks until ctx ends or serving fails (that error is answered),
+// rereading the certificate on each SIGHUP.
+func (s *serverRun) wait(ctx context.Context, errc <-chan error, hup <-chan os.Signal) error {
 	for {
 		select {
 		case <-ctx.Done():
-			break wait
-		case runErr = <-errc:
-			break wait
+			return nil
+		case err := <-errc:
+			return err
 		case <-hup:
-			if certs == nil {
-				log.Info("SIGHUP: nothing to reload (no TLS)")
-			} else if err := certs.reload(); err != nil {
-				log.Error("SIGHUP: certificate not reloaded; the previous one stays in use", "err", err)
+			if s.certs == nil {
+				s.log.Info("SIGHUP: nothing to reload (no TLS)")
+			} else if err := s.certs.reload(); err != nil {
+				s.log.Error("SIGHUP: certificate not reloaded; the previous one stays in use", "err", err)
 			} else {
-				log.Info("SIGHUP: certificate reloaded", "cert", c.tlsCert)
+				s.log.Info("SIGHUP: certificate reloaded", "cert", s.c.tlsCert)
 			}
 		}
 	}
+}
+
+// shutdown stops everything, in the reverse order of the start.
+func (s *serverRun) shutdown() {
+	log := s.log
 	if err := sdNotify("STOPPING=1"); err != nil {
 		log.Warn("systemd stopping", "err", err)
 	}
 	log.Info("shutting down")
-	if bk != nil {
+	if s.bk != nil {
 		// Before the database closes: a backup in progress is abandoned.
-		bk.Close()
+		s.bk.Close()
 	}
-	if hs != nil {
+	if s.hs != nil {
 		// Event streams and waiting requests first: Shutdown waits for
 		// every handler to return.
-		lv.Close()
-		api.Close()
+		s.lv.Close()
+		s.api.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := hs.Shutdown(sctx); err != nil {
+		if err := s.hs.Shutdown(sctx); err != nil {
 			log.Warn("http shutdown", "err", err)
 		}
 		cancel()
 	}
-	srv.Close()
-	hooks.Close()
-	b.Close()
-	closeStore()
+	s.srv.Close()
+	s.hooks.Close()
+	s.b.Close()
+	s.closeStore()
 	log.Info("stopped")
-	return runErr
 }

@@ -1,4 +1,4 @@
-// Starts a fake S3 server for the Go tests (s3_test.go, backup_test.go).
+// Starts a fake S3 server for the Go tests (backup_s3_test.go, backup_test.go).
 // @20minutes/s3rver is used rather than s3rver: s3rver 3.7.1 accepts any
 // well-formed Signature Version 4 header without checking it, and the
 // point of the tests is a server that refuses a wrong signature.

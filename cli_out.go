@@ -52,38 +52,49 @@ func (v *view) check() error {
 	return nil
 }
 
+// render prints the answer for a person; "OK" for a command that has
+// nothing else to say.
 func (v *view) render(w io.Writer) {
+	cmd, _ := v.req["cmd"].(string)
+	if !v.renderJob(w, cmd) && !v.renderQueue(w, cmd) && !v.renderServer(w, cmd) {
+		fmt.Fprintln(w, "OK")
+	}
+}
+
+// renderJob prints the answer of a command on jobs; false when cmd is
+// not one.
+func (v *view) renderJob(w io.Writer, cmd string) bool {
 	a := v.ans
 	id, _ := v.req["id"].(string)
 	queue, _ := v.req["queue"].(string)
 	applied := a["applied"] != false
-	switch v.req["cmd"] {
+	switch cmd {
 	case "PUSH":
 		fmt.Fprintf(w, "Job created: %s\n", jsStr(a["id"], "?"))
 	case "PULL":
 		job, ok := a["job"].(map[string]any)
 		if !ok {
 			fmt.Fprintf(w, "No job available in %s\n", queue)
-			return
+			return true
 		}
 		v.job(w, job)
 	case "ACK":
 		if !applied {
 			fmt.Fprintf(w, "Job %s was already finished (%s); nothing changed\n", id, jsStr(a["reason"], "not applied"))
-			return
+			return true
 		}
 		fmt.Fprintf(w, "Job %s completed\n", id)
 	case "FAIL":
 		if !applied {
 			fmt.Fprintf(w, "Job %s was already finished (%s); nothing changed\n", id, jsStr(a["reason"], "not applied"))
-			return
+			return true
 		}
 		v.failed(w, id)
 	case "GetJob":
 		job, ok := a["job"].(map[string]any)
 		if !ok {
 			fmt.Fprintf(w, "Job %s: not found\n", id)
-			return
+			return true
 		}
 		v.job(w, job)
 	case "GetState":
@@ -95,7 +106,7 @@ func (v *view) render(w io.Writer) {
 		r, has := a["result"]
 		if _, undef := r.(Undefined); !has || undef || r == nil {
 			fmt.Fprintln(w, "No result (the job has not completed, or its result was removed)")
-			return
+			return true
 		}
 		b, _ := json.MarshalIndent(toJSON(r), "", "  ")
 		fmt.Fprintf(w, "Result: %s\n", b)
@@ -122,11 +133,23 @@ func (v *view) render(w io.Writer) {
 		fmt.Fprintf(w, "Job %s delayed by %s\n", id, humanMs(d))
 	case "Discard":
 		fmt.Fprintf(w, "Job %s discarded to the dead-letter queue\n", id)
+	default:
+		return false
+	}
+	return true
+}
+
+// renderQueue prints the answer of a command on a queue or its
+// dead-letter queue; false when cmd is not one.
+func (v *view) renderQueue(w io.Writer, cmd string) bool {
+	a := v.ans
+	queue, _ := v.req["queue"].(string)
+	switch cmd {
 	case "ListQueues":
 		qs, _ := a["queues"].([]any)
 		if len(qs) == 0 {
 			fmt.Fprintln(w, "No queues")
-			return
+			return true
 		}
 		rows := [][]string{{"QUEUE"}}
 		for _, q := range qs {
@@ -173,6 +196,17 @@ func (v *view) render(w io.Writer) {
 		fmt.Fprintf(w, "Retried %s jobs from the dead-letter queue of %s\n", countOf(a), queue)
 	case "PurgeDlq":
 		fmt.Fprintf(w, "Purged %s jobs from the dead-letter queue of %s\n", countOf(a), queue)
+	default:
+		return false
+	}
+	return true
+}
+
+// renderServer prints the answer of a command on the server: crons,
+// workers, webhooks, figures, ping; false when cmd is not one.
+func (v *view) renderServer(w io.Writer, cmd string) bool {
+	a := v.ans
+	switch cmd {
 	case "CronList":
 		v.crons(w)
 	case "Cron":
@@ -213,7 +247,7 @@ func (v *view) render(w io.Writer) {
 			if !strings.HasSuffix(m, "\n") {
 				fmt.Fprintln(w)
 			}
-			return
+			return true
 		}
 		v.keyValues(w, a["metrics"])
 	case "Metrics":
@@ -221,8 +255,9 @@ func (v *view) render(w io.Writer) {
 	case "Ping":
 		fmt.Fprintf(w, "PONG from %s in %s\n", v.o.addr(), v.rtt.Round(10*time.Microsecond))
 	default:
-		fmt.Fprintln(w, "OK")
+		return false
 	}
+	return true
 }
 
 func countOf(a map[string]any) string {
@@ -632,75 +667,9 @@ func max0(x float64) float64 { return math.Max(x, 0) }
 // HTTP (the TCP port plus one, as the reference finds it) and a round trip
 // on the wire protocol, which also proves the token and TLS settings.
 func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
-	type check struct {
-		Name   string `json:"name"`
-		OK     bool   `json:"ok"`
-		Warn   bool   `json:"warning,omitempty"` // worth knowing, not a fault
-		Detail string `json:"detail"`
-	}
-	var checks []check
-	add := func(name string, ok bool, detail string) {
-		checks = append(checks, check{Name: name, OK: ok, Detail: detail})
-	}
-
-	doc, herr := fetchHealth(o, 5*time.Second)
-	if herr != nil {
-		add("http", false, fmt.Sprintf("not reachable at %s: %v", o.httpBase(), herr))
-	} else {
-		add("http", true, "reachable at "+o.httpBase())
-		// Another version (the reference server, or another queued) is
-		// worth knowing but not a fault: the protocol is the same.
-		switch name, sv := serverIdentity(doc); {
-		case sv == "":
-		case name == "queued" && sv == version:
-			add("version", true, fmt.Sprintf("server and this client are both queued %s", version))
-		default:
-			checks = append(checks, check{Name: "version", OK: true, Warn: true,
-				Detail: fmt.Sprintf("server %s %s, this client queued %s (bunqueue protocol %d)", name, sv, version, protocolVersion)})
-		}
-		add("status", doc["status"] == "healthy", "status "+jsStr(doc["status"], "unknown"))
-		if doc["version"] == nil && doc["storage"] == nil {
-			// A server with tokens answers {ok, status} to a caller without one.
-			checks = append(checks, check{Name: "details", OK: true, Warn: true,
-				Detail: "the server shows its details only with its token (--token, BQ_TOKEN)"})
-		}
-		if st, ok := doc["storage"].(map[string]any); ok {
-			detail := jsStr(st["driver"], "?")
-			if p := jsStr(st["path"], ""); p != "" {
-				detail += " at " + p
-			}
-			if e := jsStr(st["error"], ""); e != "" {
-				detail += ": " + e
-			}
-			add("storage", st["ok"] != false, detail)
-		}
-		if q, ok := doc["queues"].(map[string]any); ok {
-			dlq, _ := numOf(q["dlq"])
-			add("dlq", dlq == 0, fmt.Sprintf("%s dead-lettered jobs", jsStr(q["dlq"], "0")))
-			add("queues", true, fmt.Sprintf("%s waiting, %s active, %s delayed, %s completed",
-				jsStr(q["waiting"], "0"), jsStr(q["active"], "0"), jsStr(q["delayed"], "0"), jsStr(q["completed"], "0")))
-		}
-		if up, ok := numOf(doc["uptime"]); ok {
-			add("uptime", true, humanMs(up*1000))
-		}
-	}
-	if cfg, err := o.clientConfig(); err != nil {
-		add("tcp", false, err.Error())
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		start := time.Now()
-		c, err := Dial(ctx, cfg)
-		if err == nil {
-			_, err = c.Call(ctx, map[string]any{"cmd": "Ping"})
-			c.Close()
-		}
-		cancel()
-		if err != nil {
-			add("tcp", false, fmt.Sprintf("%s: %v", o.addr(), err))
-		} else {
-			add("tcp", true, fmt.Sprintf("%s answered Ping in %s", o.addr(), time.Since(start).Round(10*time.Microsecond)))
-		}
-	}
+	var checks doctorChecks
+	checks.health(o)
+	checks.ping(o)
 	issues := 0
 	for _, c := range checks {
 		if !c.OK {
@@ -732,4 +701,89 @@ func cliDoctor(o cliOpts, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// doctorCheck is one line of doctor's report.
+type doctorCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Warn   bool   `json:"warning,omitempty"` // worth knowing, not a fault
+	Detail string `json:"detail"`
+}
+
+// doctorChecks is doctor's report, in the order the checks ran.
+type doctorChecks []doctorCheck
+
+func (cs *doctorChecks) add(name string, ok bool, detail string) {
+	*cs = append(*cs, doctorCheck{Name: name, OK: ok, Detail: detail})
+}
+
+// warn adds a check that passes with something worth knowing.
+func (cs *doctorChecks) warn(name, detail string) {
+	*cs = append(*cs, doctorCheck{Name: name, OK: true, Warn: true, Detail: detail})
+}
+
+// health checks the server's /health document.
+func (cs *doctorChecks) health(o cliOpts) {
+	doc, herr := fetchHealth(o, 5*time.Second)
+	if herr != nil {
+		cs.add("http", false, fmt.Sprintf("not reachable at %s: %v", o.httpBase(), herr))
+		return
+	}
+	cs.add("http", true, "reachable at "+o.httpBase())
+	// Another version (the reference server, or another queued) is
+	// worth knowing but not a fault: the protocol is the same.
+	switch name, sv := serverIdentity(doc); {
+	case sv == "":
+	case name == "queued" && sv == version:
+		cs.add("version", true, fmt.Sprintf("server and this client are both queued %s", version))
+	default:
+		cs.warn("version", fmt.Sprintf("server %s %s, this client queued %s (bunqueue protocol %d)", name, sv, version, protocolVersion))
+	}
+	cs.add("status", doc["status"] == "healthy", "status "+jsStr(doc["status"], "unknown"))
+	if doc["version"] == nil && doc["storage"] == nil {
+		// A server with tokens answers {ok, status} to a caller without one.
+		cs.warn("details", "the server shows its details only with its token (--token, BQ_TOKEN)")
+	}
+	if st, ok := doc["storage"].(map[string]any); ok {
+		detail := jsStr(st["driver"], "?")
+		if p := jsStr(st["path"], ""); p != "" {
+			detail += " at " + p
+		}
+		if e := jsStr(st["error"], ""); e != "" {
+			detail += ": " + e
+		}
+		cs.add("storage", st["ok"] != false, detail)
+	}
+	if q, ok := doc["queues"].(map[string]any); ok {
+		dlq, _ := numOf(q["dlq"])
+		cs.add("dlq", dlq == 0, fmt.Sprintf("%s dead-lettered jobs", jsStr(q["dlq"], "0")))
+		cs.add("queues", true, fmt.Sprintf("%s waiting, %s active, %s delayed, %s completed",
+			jsStr(q["waiting"], "0"), jsStr(q["active"], "0"), jsStr(q["delayed"], "0"), jsStr(q["completed"], "0")))
+	}
+	if up, ok := numOf(doc["uptime"]); ok {
+		cs.add("uptime", true, humanMs(up*1000))
+	}
+}
+
+// ping checks a round trip on the wire protocol.
+func (cs *doctorChecks) ping(o cliOpts) {
+	cfg, err := o.clientConfig()
+	if err != nil {
+		cs.add("tcp", false, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	start := time.Now()
+	c, err := Dial(ctx, cfg)
+	if err == nil {
+		_, err = c.Call(ctx, map[string]any{"cmd": "Ping"})
+		c.Close()
+	}
+	cancel()
+	if err != nil {
+		cs.add("tcp", false, fmt.Sprintf("%s: %v", o.addr(), err))
+	} else {
+		cs.add("tcp", true, fmt.Sprintf("%s answered Ping in %s", o.addr(), time.Since(start).Round(10*time.Microsecond)))
+	}
 }

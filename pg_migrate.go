@@ -1,7 +1,7 @@
 package main
 
-// queued migrate: a SQLite deployment moves into a PostgreSQL namespace in
-// one command. The data file must not be live: a running server holds its
+// queued migrate (cli_migrate.go): a SQLite deployment moves into a
+// PostgreSQL namespace in one command. This file is the copy. The data file must not be live: a running server holds its
 // lock (datalock.go), and the migration takes that lock for itself while it
 // reads, so no server starts on the file meanwhile.
 //
@@ -18,94 +18,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
-	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
-	"text/tabwriter"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-const migrateUsage = `Usage: queued migrate --from FILE --postgres-url URL [--postgres-namespace NS] [--append]
-
-Moves a SQLite deployment into a PostgreSQL namespace: jobs in every state
-(active jobs wait again, with their attempts kept, as after a restart),
-results, the dead-letter queue, logs, cron schedules, queue settings
-(paused, rate and concurrency limits, stall and dead-letter policies),
-groups with their settings, flows (the dependencies and children jobs
-still wait for) and dedup keys (a ttl starts again, as at a restart).
-Stop the server first: a data file a running server holds is refused.
-
-Everything is written in one transaction. The counts per queue and state
-are printed from SQLite before and read back from PostgreSQL after; when
-they differ nothing is committed and the exit status is 1.
-
-A namespace that already holds jobs or schedules is refused, unless
---append: the jobs are then added to those there (a job id already in the
-namespace fails the migration), schedules of the same name and the
-settings of queues in the file are replaced by the file's.
-
-Webhooks are not moved: in PostgreSQL mode each broker has its own.
-
-Options:
-`
-
-// migrateOpts are queued migrate's arguments.
-type migrateOpts struct {
-	from, url, namespace string
-	appendTo             bool
-}
-
-func cmdMigrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("queued migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o migrateOpts
-	fs.StringVar(&o.from, "from", envOr(dataPathEnv, defaultDataPath), "the SQLite data file [DATA_PATH, BUNQUEUE_DATA_PATH]")
-	o.url = pgURLFromEnv()
-	fs.Var(dsnFlag{&o.url}, "postgres-url", "the PostgreSQL database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
-	fs.StringVar(&o.namespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"), "the namespace to fill [BUNQUEUE_POSTGRES_NAMESPACE]")
-	fs.BoolVar(&o.appendTo, "append", false, "add to a namespace that already holds jobs")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), migrateUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "queued migrate: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if o.url == "" {
-		fmt.Fprintln(stderr, "queued migrate: --postgres-url (or BUNQUEUE_POSTGRES_URL) is required")
-		return 2
-	}
-	if _, err := pgNamespace(o.namespace); err != nil {
-		fmt.Fprintln(stderr, "queued migrate:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := migrateSQLite(ctx, o, stdout, log); err != nil {
-		fmt.Fprintln(stderr, "queued migrate:", err)
-		return 1
-	}
-	return 0
-}
 
 // queueCounts are jobs by queue and state.
 type queueCounts map[string]*JobCounts
@@ -261,10 +181,33 @@ func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []b
 func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource, error) {
 	src := &sqliteSource{before: queueCounts{}, expected: queueCounts{}, done: map[string]bool{},
 		firstSeq: map[string]int64{}, groups: map[string][]string{}, queues: map[string]*Queue{}}
+	// The groups of each queue, as they came: from its jobs, then from its
+	// settings.
+	seenGroup := map[[2]string]bool{}
+	if err := src.readJobs(ctx, sq, now, seenGroup); err != nil {
+		return nil, err
+	}
+	if err := src.readQueues(ctx, sq, seenGroup); err != nil {
+		return nil, err
+	}
+	if err := src.readCrons(ctx, sq, now); err != nil {
+		return nil, err
+	}
+	if err := src.countLogs(ctx, sq); err != nil {
+		return nil, err
+	}
+	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
+		return nil, fmt.Errorf("read webhooks: %w", err)
+	}
+	return src, nil
+}
+
+// readJobs counts the jobs as stored and as they will be, and finds the
+// dependencies still to wait for.
+func (src *sqliteSource) readJobs(ctx context.Context, sq *SQLiteStore, now int64, seenGroup map[[2]string]bool) error {
 	var seq int64
 	// Jobs waiting for others are decided once every job's state is known.
 	var waiting []*Job
-	seenGroup := map[[2]string]bool{}
 	bad, err := sqliteJobs(ctx, sq, func(j *Job, _ []byte) error {
 		seq++
 		src.before.add(j.Queue, j.stateAt(now))
@@ -288,7 +231,7 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	src.bad = bad
 	for _, j := range waiting {
@@ -301,22 +244,27 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 		}
 		src.expected.add(j.Queue, j.stateAt(now))
 	}
+	return nil
+}
 
+// readQueues reads the queues' settings, and the groups that have
+// settings and no jobs.
+func (src *sqliteSource) readQueues(ctx context.Context, sq *SQLiteStore, seenGroup map[[2]string]bool) error {
 	rows, err := sq.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
 	if err != nil {
-		return nil, fmt.Errorf("read queues: %w", err)
+		return fmt.Errorf("read queues: %w", err)
 	}
 	for rows.Next() {
 		var name string
 		var settings []byte
 		if err := rows.Scan(&name, &settings); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read queues: %w", err)
+			return fmt.Errorf("read queues: %w", err)
 		}
 		q := &Queue{name: name, stall: defaultStall, dlqCfg: defaultDLQ}
 		if err := decodeQueueSettings(q, settings); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("queue %s: settings unreadable: %w", name, err)
+			return fmt.Errorf("queue %s: settings unreadable: %w", name, err)
 		}
 		src.queues[name] = q
 		// Groups with settings and no jobs keep them, as at a restart.
@@ -329,28 +277,33 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read queues: %w", err)
+		return fmt.Errorf("read queues: %w", err)
 	}
+	return nil
+}
 
-	rows, err = sq.db.QueryContext(ctx, `SELECT record FROM crons`)
+// readCrons reads the cron schedules, as a restart would recover them;
+// those that have used up their runs are left out.
+func (src *sqliteSource) readCrons(ctx context.Context, sq *SQLiteStore, now int64) error {
+	rows, err := sq.db.QueryContext(ctx, `SELECT record FROM crons`)
 	if err != nil {
-		return nil, fmt.Errorf("read cron schedules: %w", err)
+		return fmt.Errorf("read cron schedules: %w", err)
 	}
 	for rows.Next() {
 		var rec []byte
 		if err := rows.Scan(&rec); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read cron schedules: %w", err)
+			return fmt.Errorf("read cron schedules: %w", err)
 		}
 		s, err := decodeCronRecord(rec)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cron schedule unreadable: %w", err)
+			return fmt.Errorf("cron schedule unreadable: %w", err)
 		}
 		ended, _, err := s.recover(now)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cron schedule %q: %w", s.Name, err)
+			return fmt.Errorf("cron schedule %q: %w", s.Name, err)
 		}
 		if ended {
 			src.ended = append(src.ended, s.Name)
@@ -360,19 +313,23 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read cron schedules: %w", err)
+		return fmt.Errorf("read cron schedules: %w", err)
 	}
 	slices.SortFunc(src.crons, func(a, b CronSchedule) int { return strings.Compare(a.Name, b.Name) })
+	return nil
+}
 
-	rows, err = sq.db.QueryContext(ctx, `SELECT job_id FROM job_logs`)
+// countLogs counts the jobs' logs, and those of jobs no longer in the file.
+func (src *sqliteSource) countLogs(ctx context.Context, sq *SQLiteStore) error {
+	rows, err := sq.db.QueryContext(ctx, `SELECT job_id FROM job_logs`)
 	if err != nil {
-		return nil, fmt.Errorf("read logs: %w", err)
+		return fmt.Errorf("read logs: %w", err)
 	}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read logs: %w", err)
+			return fmt.Errorf("read logs: %w", err)
 		}
 		if _, ok := src.done[id]; ok {
 			src.logs++
@@ -382,12 +339,9 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read logs: %w", err)
+		return fmt.Errorf("read logs: %w", err)
 	}
-	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
-		return nil, fmt.Errorf("read webhooks: %w", err)
-	}
-	return src, nil
+	return nil
 }
 
 // queueOrder lists the queues as they came: by their oldest job, then the
@@ -421,80 +375,6 @@ func (src *sqliteSource) queueRow(name string) pgQueueRow {
 		return pgQueueRow{}
 	}
 	return pgQueueRow{paused: q.paused, rate: q.rate, conc: q.concLimit}
-}
-
-func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.Logger) error {
-	if fi, err := os.Stat(o.from); err != nil {
-		return fmt.Errorf("no SQLite data file at %s: %w", o.from, err)
-	} else if fi.IsDir() {
-		return fmt.Errorf("%s is a folder; --from names the SQLite data file", o.from)
-	}
-	release, err := lockDataFile(o.from)
-	if errors.Is(err, errDataFileInUse) {
-		return fmt.Errorf("%w; stop it first, so that the migration copies the file's final state", err)
-	}
-	if err != nil {
-		return err
-	}
-	defer release()
-	sq, err := OpenSQLite(o.from, "normal", log)
-	if err != nil {
-		return err
-	}
-	// Before release (deferred above, so run after): see datalock.go.
-	defer sq.Close()
-
-	now := nowMs()
-	src, err := readSQLite(ctx, sq, now)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.from, err)
-	}
-	schema, _ := pgNamespace(o.namespace)
-	fmt.Fprintf(out, "Before: %s (SQLite)\n", o.from)
-	printCounts(out, src.before, src.queueOrder())
-	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
-		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
-	ngroups := 0
-	for _, g := range src.groups {
-		ngroups += len(g)
-	}
-	fmt.Fprintf(out, "%d groups, %d dependencies not yet met\n", ngroups, len(src.waiters))
-	if src.bad > 0 {
-		return fmt.Errorf("%s: %d job records could not be read; nothing migrated", o.from, src.bad)
-	}
-	if src.requeued > 0 {
-		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
-	}
-	if len(src.ended) > 0 {
-		fmt.Fprintf(out, "cron schedules that had used up their runs are not moved: %s\n", strings.Join(src.ended, ", "))
-	}
-	if src.orphans > 0 {
-		fmt.Fprintf(out, "%d logs of jobs no longer in the file are not moved\n", src.orphans)
-	}
-	if src.webhooks > 0 {
-		fmt.Fprintf(out, "%d webhooks are not moved: in PostgreSQL mode each broker has its own; add them on each broker\n", src.webhooks)
-	}
-	if src.released > 0 {
-		fmt.Fprintf(out, "%d jobs whose dependencies all completed run, as after a restart\n", src.released)
-	}
-
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := connectPG(cctx, o.url, o.namespace, nil, log)
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	after, err := p.load(ctx, sq, src, schema, o.appendTo, now)
-	if err != nil {
-		return fmt.Errorf("nothing migrated: %w", err)
-	}
-	fmt.Fprintf(out, "After: namespace %s (PostgreSQL, read back)\n", o.namespace)
-	printCounts(out, after.counts, after.order)
-	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused, %d dependencies not yet met\n",
-		after.logs, after.crons, len(after.order), after.paused, after.deps)
-	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", o.from, o.namespace, schema)
-	return nil
 }
 
 // pgReadBack is the namespace as read back inside the migration's
@@ -579,33 +459,89 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 	if _, err := tx.Exec(ctx, p.sql(`LOCK TABLE {s}.jobs, {s}.queues, {s}.crons, {s}.job_logs, {s}.deps, {s}.groups IN EXCLUSIVE MODE`)); err != nil {
 		return nil, fmt.Errorf("lock the namespace's tables: %w", err)
 	}
-	prior, err := p.readBack(ctx, tx, now)
+	prior, existingCrons, err := p.loadPrior(ctx, tx, appendTo, now)
 	if err != nil {
 		return nil, err
+	}
+	// Queues first, in the order they came, so that ListQueues keeps it.
+	if err := p.loadQueues(ctx, tx, src, now); err != nil {
+		return nil, err
+	}
+	if err := p.loadJobs(ctx, tx, sq, src, schema, now); err != nil {
+		return nil, err
+	}
+	// Every job is in: the dependencies can be marked on their rows.
+	if err := p.addDeps(ctx, tx, src.waiters, src.deps, false); err != nil {
+		return nil, err
+	}
+	if err := p.copyLogs(ctx, tx, sq, src, schema); err != nil {
+		return nil, err
+	}
+	replaced := 0
+	for i := range src.crons {
+		if existingCrons[src.crons[i].Name] {
+			replaced++
+		}
+		if err := p.saveCron(ctx, tx, &src.crons[i]); err != nil {
+			return nil, err
+		}
+	}
+
+	after, err := p.readBack(ctx, tx, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMigrated(src, prior, after, replaced); err != nil {
+		return nil, err
+	}
+	for _, q := range src.queueOrder() {
+		if c := src.expected[q]; c != nil && jobTotal(c) > 0 {
+			if err := p.notify(ctx, tx, q); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return after, nil
+}
+
+// loadPrior reads what the namespace holds before the migration, and the
+// names of its schedules; a namespace with jobs or schedules is refused
+// unless appendTo.
+func (p *PG) loadPrior(ctx context.Context, tx pgx.Tx, appendTo bool, now int64) (*pgReadBack, map[string]bool, error) {
+	prior, err := p.readBack(ctx, tx, now)
+	if err != nil {
+		return nil, nil, err
 	}
 	var held int
 	for _, c := range prior.counts {
 		held += jobTotal(c)
 	}
 	if (held > 0 || prior.crons > 0) && !appendTo {
-		return nil, fmt.Errorf("namespace already holds %d jobs and %d cron schedules; --append adds to them", held, prior.crons)
+		return nil, nil, fmt.Errorf("namespace already holds %d jobs and %d cron schedules; --append adds to them", held, prior.crons)
 	}
 	existingCrons := map[string]bool{}
 	if prior.crons > 0 {
 		rows, err := tx.Query(ctx, p.sql(`SELECT name FROM {s}.crons`))
 		if err != nil {
-			return nil, fmt.Errorf("read schedules: %w", err)
+			return nil, nil, fmt.Errorf("read schedules: %w", err)
 		}
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return nil, fmt.Errorf("read schedules: %w", err)
+			return nil, nil, fmt.Errorf("read schedules: %w", err)
 		}
 		for _, n := range names {
 			existingCrons[n] = true
 		}
 	}
+	return prior, existingCrons, nil
+}
 
-	// Queues first, in the order they came, so that ListQueues keeps it.
+// loadQueues writes the queues' rows with their settings and policies,
+// and their groups.
+func (p *PG) loadQueues(ctx context.Context, tx pgx.Tx, src *sqliteSource, now int64) error {
 	for _, name := range src.queueOrder() {
 		r := src.queueRow(name)
 		var rmax, rtok *float64
@@ -643,15 +579,19 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 			pol.stallEnabled, pol.stallInterval, pol.stallGrace, pol.stallMax,
 			pol.dlqAuto, pol.dlqInterval, pol.dlqMaxAge, pol.dlqMaxRetries, pol.dlqMaxEntries)
 		if err != nil {
-			return nil, fmt.Errorf("queue %s: %w", name, err)
+			return fmt.Errorf("queue %s: %w", name, err)
 		}
 		if err := p.loadGroups(ctx, tx, name, src); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Jobs, streamed from the file in admission order: the rows' sequence
-	// numbers keep FIFO order among jobs of one priority and run time.
+// loadJobs copies the jobs, streamed from the file in admission order: the
+// rows' sequence numbers keep FIFO order among jobs of one priority and
+// run time.
+func (p *PG) loadJobs(ctx context.Context, tx pgx.Tx, sq *SQLiteStore, src *sqliteSource, schema string, now int64) error {
 	jobs := make(chan []any, 256)
 	readErr := make(chan error, 1)
 	rctx, stopRead := context.WithCancel(ctx)
@@ -683,47 +623,12 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 		err = rerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("copy jobs: %w", err)
+		return fmt.Errorf("copy jobs: %w", err)
 	}
 	if n != int64(len(src.done)) {
-		return nil, fmt.Errorf("copied %d jobs, the file has %d", n, len(src.done))
+		return fmt.Errorf("copied %d jobs, the file has %d", n, len(src.done))
 	}
-
-	// Every job is in: the dependencies can be marked on their rows.
-	if err := p.addDeps(ctx, tx, src.waiters, src.deps, false); err != nil {
-		return nil, err
-	}
-	if err := p.copyLogs(ctx, tx, sq, src, schema); err != nil {
-		return nil, err
-	}
-	replaced := 0
-	for i := range src.crons {
-		if existingCrons[src.crons[i].Name] {
-			replaced++
-		}
-		if err := p.saveCron(ctx, tx, &src.crons[i]); err != nil {
-			return nil, err
-		}
-	}
-
-	after, err := p.readBack(ctx, tx, now)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkMigrated(src, prior, after, replaced); err != nil {
-		return nil, err
-	}
-	for _, q := range src.queueOrder() {
-		if c := src.expected[q]; c != nil && jobTotal(c) > 0 {
-			if err := p.notify(ctx, tx, q); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return after, nil
+	return nil
 }
 
 // loadGroups makes the rows of a queue's groups, which take their turns in
@@ -855,38 +760,4 @@ func checkMigrated(src *sqliteSource, prior, after *pgReadBack, replacedCrons in
 		return fmt.Errorf("the namespace read back differs from the file: %s", strings.Join(diffs, "; "))
 	}
 	return nil
-}
-
-// printCounts writes a table of jobs by queue and state, with totals.
-func printCounts(w io.Writer, qc queueCounts, order []string) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tWAITING\tPRIORITIZED\tDELAYED\tACTIVE\tCOMPLETED\tFAILED\tWAITING-CHILDREN\tTOTAL\t")
-	var sum JobCounts
-	row := func(name string, c *JobCounts) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, c.Waiting, c.Prioritized, c.Delayed, c.Active,
-			c.Completed, c.Failed, c.WaitingChildren, jobTotal(c))
-	}
-	seen := map[string]bool{}
-	names := append([]string(nil), order...)
-	var extra []string
-	for q := range qc {
-		if !slices.Contains(order, q) {
-			extra = append(extra, q)
-		}
-	}
-	sort.Strings(extra)
-	for _, q := range append(names, extra...) {
-		if seen[q] {
-			continue
-		}
-		seen[q] = true
-		c := qc[q]
-		if c == nil {
-			c = &JobCounts{}
-		}
-		row(q, c)
-		sum.plus(c)
-	}
-	row("(all)", &sum)
-	tw.Flush()
 }

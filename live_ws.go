@@ -690,21 +690,10 @@ func (c *wsConn) writeLoop() {
 	defer close(c.done)
 	defer c.nc.Close()
 	defer c.abort()
-	bw := bufio.NewWriterSize(c.nc, 8<<10)
+	w := &wsWriter{c: c, bw: bufio.NewWriterSize(c.nc, 8<<10)}
 	ticker := time.NewTicker(c.opts.PingInterval)
 	defer ticker.Stop()
-	var (
-		hdr   [10]byte
-		batch [][]byte
-	)
-	write := func(op wsOpcode, p []byte) error {
-		c.writeDeadline()
-		if _, err := bw.Write(appendWSHeader(hdr[:0], op, len(p))); err != nil {
-			return err
-		}
-		_, err := bw.Write(p)
-		return err
-	}
+	var batch [][]byte
 	for {
 		select {
 		case <-c.kick:
@@ -721,52 +710,82 @@ func (c *wsConn) writeLoop() {
 				return
 			default:
 			}
-			c.mu.Lock()
-			pong, pongDue, pingDue := c.pong, c.pongDue, c.pingDue
-			c.pong, c.pongDue, c.pingDue = nil, false, false
-			batch, c.queue = c.queue, batch[:0]
-			c.queued = 0
-			var closeBody []byte
-			closeNow := c.closing && len(batch) == 0
-			if closeNow {
-				closeBody = c.closeBody
-			}
-			c.mu.Unlock()
-
-			var err error
-			if pongDue {
-				err = write(wsPong, pong)
-			}
-			if pingDue && err == nil && !closeNow {
-				err = write(wsPing, nil)
-			}
-			for i, m := range batch {
-				if err == nil {
-					err = write(wsText, m)
-				}
-				batch[i] = nil
-			}
-			if closeNow && err == nil {
-				err = write(wsClose, closeBody)
-			}
-			if err == nil {
-				err = bw.Flush()
-			}
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					c.opts.Log.Debug("websocket write", "remote", c.remote, "err", err)
-				}
+			var more, done bool
+			batch, more, done = c.writePending(w, batch)
+			if done {
 				return
 			}
-			if closeNow {
-				c.awaitPeerClose()
-				return
-			}
-			if len(batch) == 0 && !pongDue && !pingDue {
+			if !more {
 				break
 			}
 		}
 	}
+}
+
+// wsWriter writes frames through the connection's buffer.
+type wsWriter struct {
+	c   *wsConn
+	bw  *bufio.Writer
+	hdr [10]byte
+}
+
+func (w *wsWriter) write(op wsOpcode, p []byte) error {
+	w.c.writeDeadline()
+	if _, err := w.bw.Write(appendWSHeader(w.hdr[:0], op, len(p))); err != nil {
+		return err
+	}
+	_, err := w.bw.Write(p)
+	return err
+}
+
+// writePending writes and flushes what is due: a pong, a ping, the queued
+// messages (swapped with batch, which is answered back for reuse), and
+// the close frame once nothing else is queued. done: the writer stops (a
+// write failed, or the close handshake is over); more: something was
+// due, so there may be more.
+func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, done bool) {
+	c.mu.Lock()
+	pong, pongDue, pingDue := c.pong, c.pongDue, c.pingDue
+	c.pong, c.pongDue, c.pingDue = nil, false, false
+	batch, c.queue = c.queue, batch[:0]
+	c.queued = 0
+	var closeBody []byte
+	closeNow := c.closing && len(batch) == 0
+	if closeNow {
+		closeBody = c.closeBody
+	}
+	c.mu.Unlock()
+
+	var err error
+	if pongDue {
+		err = w.write(wsPong, pong)
+	}
+	if pingDue && err == nil && !closeNow {
+		err = w.write(wsPing, nil)
+	}
+	for i, m := range batch {
+		if err == nil {
+			err = w.write(wsText, m)
+		}
+		batch[i] = nil
+	}
+	if closeNow && err == nil {
+		err = w.write(wsClose, closeBody)
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			c.opts.Log.Debug("websocket write", "remote", c.remote, "err", err)
+		}
+		return batch, false, true
+	}
+	if closeNow {
+		c.awaitPeerClose()
+		return batch, false, true
+	}
+	return batch, len(batch) > 0 || pongDue || pingDue, false
 }
 
 // awaitPeerClose waits, after our close frame, for the peer's answer when

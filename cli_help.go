@@ -250,13 +250,15 @@ func printHelp(cmd string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 0
 	case "backup":
-		return cmdBackupCLI([]string{"--help"}, stdout, stdout)
-	case "backups", "restore":
-		return cmdS3(cmd, []string{"--help"}, stdout, stdout)
+		return runBackup([]string{"--help"}, stdout, stdout)
+	case "backups":
+		return runBackups([]string{"--help"}, stdout, stdout)
+	case "restore":
+		return runRestore([]string{"--help"}, stdout, stdout)
 	case "bench":
-		return cmdBench([]string{"--help"}, stdout, stdout)
+		return runBench([]string{"--help"}, stdout, stdout)
 	case "migrate":
-		return cmdMigrate([]string{"--help"}, stdout, stdout)
+		return runMigrate([]string{"--help"}, stdout, stdout)
 	case "help", "":
 		fmt.Fprint(stdout, mainHelp())
 		return 0

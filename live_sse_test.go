@@ -1,6 +1,6 @@
 package main
 
-// Tests for sse.go. The client reads the stream over a raw connection and
+// Tests for live_sse.go. The client reads the stream over a raw connection and
 // parses it by the rules of the WHATWG event stream format, independently
 // of the server's formatter.
 

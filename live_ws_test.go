@@ -1,6 +1,6 @@
 package main
 
-// Tests for ws.go. The client here is written from RFC 6455 directly: it
+// Tests for live_ws.go. The client here is written from RFC 6455 directly: it
 // builds frames byte by byte (masked or not, fragmented, broken on
 // purpose) and parses the server's frames with its own code, so the
 // server's codec is never checked against itself.

@@ -278,27 +278,7 @@ func buildJob(name, sub string, args []string) (map[string]any, error) {
 	}
 	switch sub {
 	case "progress":
-		p, err := parseArgs(name, args, optSpec{long: "message", short: "m"})
-		if err != nil {
-			return nil, err
-		}
-		id, err := p.need(name, 0, "id")
-		if err != nil {
-			return nil, err
-		}
-		s, err := p.need(name, 1, "progress")
-		if err != nil {
-			return nil, err
-		}
-		n, err := parseInt(name, "progress", s)
-		if err != nil || n < 0 || n > 100 {
-			return nil, usagef("%s: progress must be a number between 0 and 100", name)
-		}
-		req := map[string]any{"cmd": "Progress", "id": id, "progress": n}
-		if m := p.str("message"); m != "" {
-			req["message"] = m
-		}
-		return req, nil
+		return buildProgress(name, args)
 	case "update":
 		v, err := onePos(name, args, "id", "data")
 		if err != nil {
@@ -330,47 +310,82 @@ func buildJob(name, sub string, args []string) (map[string]any, error) {
 		}
 		return map[string]any{"cmd": "MoveToDelayed", "id": v[0], "delay": n}, nil
 	case "log":
-		p, err := parseArgs(name, args, optSpec{long: "level", short: "l"})
-		if err != nil {
-			return nil, err
-		}
-		id, err := p.need(name, 0, "id")
-		if err != nil {
-			return nil, err
-		}
-		msg, err := p.need(name, 1, "message")
-		if err != nil {
-			return nil, err
-		}
-		level := p.str("level")
-		if level == "" {
-			level = "info"
-		}
-		if !slices.Contains([]string{"info", "warn", "error"}, level) {
-			return nil, usagef("%s: invalid log level %q: must be info, warn or error", name, level)
-		}
-		return map[string]any{"cmd": "AddLog", "id": id, "message": msg, "level": level}, nil
+		return buildAddLog(name, args)
 	case "wait":
-		p, err := parseArgs(name, args, optSpec{long: "timeout", short: "t"})
-		if err != nil {
-			return nil, err
-		}
-		id, err := p.need(name, 0, "id")
-		if err != nil {
-			return nil, err
-		}
-		req := map[string]any{"cmd": "WaitJob", "id": id}
-		if n, ok, err := p.optInt(name, "timeout"); err != nil {
-			return nil, err
-		} else if ok {
-			if n < 0 {
-				return nil, usagef("%s: invalid timeout %d: must be >= 0 ms", name, n)
-			}
-			req["timeout"] = n
-		}
-		return req, nil
+		return buildWaitJob(name, args)
 	}
 	return nil, usagef("%s: not handled", name)
+}
+
+// buildProgress is `job progress ID N [-m MESSAGE]`.
+func buildProgress(name string, args []string) (map[string]any, error) {
+	p, err := parseArgs(name, args, optSpec{long: "message", short: "m"})
+	if err != nil {
+		return nil, err
+	}
+	id, err := p.need(name, 0, "id")
+	if err != nil {
+		return nil, err
+	}
+	s, err := p.need(name, 1, "progress")
+	if err != nil {
+		return nil, err
+	}
+	n, err := parseInt(name, "progress", s)
+	if err != nil || n < 0 || n > 100 {
+		return nil, usagef("%s: progress must be a number between 0 and 100", name)
+	}
+	req := map[string]any{"cmd": "Progress", "id": id, "progress": n}
+	if m := p.str("message"); m != "" {
+		req["message"] = m
+	}
+	return req, nil
+}
+
+// buildAddLog is `job log ID MESSAGE [-l LEVEL]`.
+func buildAddLog(name string, args []string) (map[string]any, error) {
+	p, err := parseArgs(name, args, optSpec{long: "level", short: "l"})
+	if err != nil {
+		return nil, err
+	}
+	id, err := p.need(name, 0, "id")
+	if err != nil {
+		return nil, err
+	}
+	msg, err := p.need(name, 1, "message")
+	if err != nil {
+		return nil, err
+	}
+	level := p.str("level")
+	if level == "" {
+		level = "info"
+	}
+	if !slices.Contains([]string{"info", "warn", "error"}, level) {
+		return nil, usagef("%s: invalid log level %q: must be info, warn or error", name, level)
+	}
+	return map[string]any{"cmd": "AddLog", "id": id, "message": msg, "level": level}, nil
+}
+
+// buildWaitJob is `job wait ID [-t TIMEOUT]`.
+func buildWaitJob(name string, args []string) (map[string]any, error) {
+	p, err := parseArgs(name, args, optSpec{long: "timeout", short: "t"})
+	if err != nil {
+		return nil, err
+	}
+	id, err := p.need(name, 0, "id")
+	if err != nil {
+		return nil, err
+	}
+	req := map[string]any{"cmd": "WaitJob", "id": id}
+	if n, ok, err := p.optInt(name, "timeout"); err != nil {
+		return nil, err
+	} else if ok {
+		if n < 0 {
+			return nil, usagef("%s: invalid timeout %d: must be >= 0 ms", name, n)
+		}
+		req["timeout"] = n
+	}
+	return req, nil
 }
 
 func buildQueue(name, sub string, args []string) (map[string]any, error) {
@@ -383,88 +398,100 @@ func buildQueue(name, sub string, args []string) (map[string]any, error) {
 		}
 		return map[string]any{"cmd": wire, "queue": v[0]}, nil
 	}
-	checkState := func(s string) error {
-		if s != "" && !slices.Contains(jobStates, s) {
-			return usagef("%s: invalid state %q: must be one of %s", name, s, strings.Join(jobStates, ", "))
-		}
-		return nil
-	}
 	switch sub {
 	case "list":
 		return noArgs(name, args, "ListQueues")
 	case "clean":
-		p, err := parseArgs(name, args, optSpec{long: "grace", short: "g"}, optSpec{long: "state", short: "s"},
-			optSpec{long: "limit", short: "l"})
-		if err != nil {
-			return nil, err
-		}
-		queue, err := p.need(name, 0, "queue")
-		if err != nil {
-			return nil, err
-		}
-		grace, ok, err := p.optInt(name, "grace")
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, usagef("%s: --grace is required (age in milliseconds)", name)
-		}
-		if grace < 0 {
-			return nil, usagef("%s: grace must be >= 0", name)
-		}
-		if err := checkState(p.str("state")); err != nil {
-			return nil, err
-		}
-		// Always a state: without one the protocol's Clean removes
-		// waiting and delayed jobs, which nobody should get by leaving
-		// out an option. Completed jobs are what cleaning is for.
-		state := p.str("state")
-		if state == "" {
-			state = "completed"
-		}
-		req := map[string]any{"cmd": "Clean", "queue": queue, "grace": grace, "state": state}
-		if n, ok, err := p.optInt(name, "limit"); err != nil {
-			return nil, err
-		} else if ok {
-			req["limit"] = n
-		}
-		return req, nil
+		return buildClean(name, args)
 	case "jobs":
-		p, err := parseArgs(name, args, optSpec{long: "state", short: "s"}, optSpec{long: "limit", short: "l"},
-			optSpec{long: "offset", short: "o"})
-		if err != nil {
-			return nil, err
-		}
-		queue, err := p.need(name, 0, "queue")
-		if err != nil {
-			return nil, err
-		}
-		if err := checkState(p.str("state")); err != nil {
-			return nil, err
-		}
-		req := map[string]any{"cmd": "GetJobs", "queue": queue}
-		if s := p.str("state"); s != "" {
-			req["state"] = s
-		}
-		if n, ok, err := p.optInt(name, "limit"); err != nil {
-			return nil, err
-		} else if ok {
-			if n <= 0 {
-				return nil, usagef("%s: limit must be > 0", name)
-			}
-			req["limit"] = n
-		}
-		if n, ok, err := p.optInt(name, "offset"); err != nil {
-			return nil, err
-		} else if ok {
-			if n < 0 {
-				return nil, usagef("%s: offset must be >= 0", name)
-			}
-			req["offset"] = n
-		}
-		return req, nil
+		return buildGetJobs(name, args)
 	}
 	return nil, usagef("%s: not handled", name)
+}
+
+// buildClean is `queue clean QUEUE --grace MS [-s STATE] [-l LIMIT]`.
+func buildClean(name string, args []string) (map[string]any, error) {
+	p, err := parseArgs(name, args, optSpec{long: "grace", short: "g"}, optSpec{long: "state", short: "s"},
+		optSpec{long: "limit", short: "l"})
+	if err != nil {
+		return nil, err
+	}
+	queue, err := p.need(name, 0, "queue")
+	if err != nil {
+		return nil, err
+	}
+	grace, ok, err := p.optInt(name, "grace")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, usagef("%s: --grace is required (age in milliseconds)", name)
+	}
+	if grace < 0 {
+		return nil, usagef("%s: grace must be >= 0", name)
+	}
+	if err := checkState(name, p.str("state")); err != nil {
+		return nil, err
+	}
+	// Always a state: without one the protocol's Clean removes
+	// waiting and delayed jobs, which nobody should get by leaving
+	// out an option. Completed jobs are what cleaning is for.
+	state := p.str("state")
+	if state == "" {
+		state = "completed"
+	}
+	req := map[string]any{"cmd": "Clean", "queue": queue, "grace": grace, "state": state}
+	if n, ok, err := p.optInt(name, "limit"); err != nil {
+		return nil, err
+	} else if ok {
+		req["limit"] = n
+	}
+	return req, nil
+}
+
+// buildGetJobs is `queue jobs QUEUE [-s STATE] [-l LIMIT] [-o OFFSET]`.
+func buildGetJobs(name string, args []string) (map[string]any, error) {
+	p, err := parseArgs(name, args, optSpec{long: "state", short: "s"}, optSpec{long: "limit", short: "l"},
+		optSpec{long: "offset", short: "o"})
+	if err != nil {
+		return nil, err
+	}
+	queue, err := p.need(name, 0, "queue")
+	if err != nil {
+		return nil, err
+	}
+	if err := checkState(name, p.str("state")); err != nil {
+		return nil, err
+	}
+	req := map[string]any{"cmd": "GetJobs", "queue": queue}
+	if s := p.str("state"); s != "" {
+		req["state"] = s
+	}
+	if n, ok, err := p.optInt(name, "limit"); err != nil {
+		return nil, err
+	} else if ok {
+		if n <= 0 {
+			return nil, usagef("%s: limit must be > 0", name)
+		}
+		req["limit"] = n
+	}
+	if n, ok, err := p.optInt(name, "offset"); err != nil {
+		return nil, err
+	} else if ok {
+		if n < 0 {
+			return nil, usagef("%s: offset must be >= 0", name)
+		}
+		req["offset"] = n
+	}
+	return req, nil
+}
+
+// checkState refuses a state that is not a job state; "" is none.
+func checkState(name, s string) error {
+	if s != "" && !slices.Contains(jobStates, s) {
+		return usagef("%s: invalid state %q: must be one of %s", name, s, strings.Join(jobStates, ", "))
+	}
+	return nil
 }
 
 func buildLimit(name, cmd, sub string, args []string) (map[string]any, error) {

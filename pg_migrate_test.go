@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// runMigrate runs `queued migrate args...` with extra environment
+// execMigrate runs `queued migrate args...` with extra environment
 // variables and answers its output and exit status.
-func runMigrate(t *testing.T, env []string, args ...string) (string, int) {
+func execMigrate(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(queuedBinary(t), append([]string{"migrate"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -108,7 +108,7 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	// while it runs the file is refused.
 	srv2 := startBinary(t, "--data-path", path)
 	c2 := dial(t, srv2.addr())
-	out, code := runMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
+	out, code := execMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
 	if code != 1 || !strings.Contains(out, "in use by a running queued server") {
 		t.Fatalf("migrating a live file: exit %d\n%s", code, out)
 	}
@@ -133,7 +133,7 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	runAt := num(t, sub(t, c2.ok(map[string]any{"cmd": "GetJob", "id": delayed}), "job")["runAt"])
 	srv2.stop(t)
 
-	out, code = runMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
+	out, code = execMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
 	t.Logf("queued migrate:\n%s", out)
 	if code != 0 || !strings.Contains(out, "the counts match") || !strings.Contains(out, "1 active jobs wait again") {
 		t.Fatalf("migrate: exit %d\n%s", code, out)
@@ -263,23 +263,23 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 	})
 	env := []string{"BUNQUEUE_POSTGRES_URL=" + testPGURL(), "BUNQUEUE_POSTGRES_NAMESPACE=" + ns}
 
-	out, code := runMigrate(t, append(env, "DATA_PATH="+one))
+	out, code := execMigrate(t, append(env, "DATA_PATH="+one))
 	if code != 0 {
 		t.Fatalf("migrate from DATA_PATH: exit %d\n%s", code, out)
 	}
-	out, code = runMigrate(t, env, "--from", two)
+	out, code = execMigrate(t, env, "--from", two)
 	if code != 1 || !strings.Contains(out, "already holds 2 jobs") {
 		t.Fatalf("into a namespace with jobs: exit %d\n%s", code, out)
 	}
 	if n := pgJobCount(t, ns); n != 2 {
 		t.Fatalf("after a refused migration: %d jobs, want 2", n)
 	}
-	out, code = runMigrate(t, env, "--from", two, "--append")
+	out, code = execMigrate(t, env, "--from", two, "--append")
 	t.Logf("--append:\n%s", out)
 	if code != 0 || !strings.Contains(out, "the counts match") {
 		t.Fatalf("--append: exit %d\n%s", code, out)
 	}
-	out, code = runMigrate(t, env, "--from", one, "--append")
+	out, code = execMigrate(t, env, "--from", one, "--append")
 	if code != 1 || !strings.Contains(out, "nothing migrated") || !strings.Contains(out, "duplicate key") {
 		t.Fatalf("the same jobs again: exit %d\n%s", code, out)
 	}
@@ -312,17 +312,17 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code = runMigrate(t, nil, "--from", two, "--postgres-url", testPGURL(), "--postgres-namespace", skewed)
+	out, code = execMigrate(t, nil, "--from", two, "--postgres-url", testPGURL(), "--postgres-namespace", skewed)
 	if code != 1 || !strings.Contains(out, "read back differs") || !strings.Contains(out, "queue b") {
 		t.Fatalf("a namespace that changes what it is given: exit %d\n%s", code, out)
 	}
 	if n := pgJobCount(t, skewed); n != 0 {
 		t.Fatalf("a migration whose counts differed left %d jobs", n)
 	}
-	if out, code := runMigrate(t, nil, "--from", one); code != 2 || !strings.Contains(out, "--postgres-url") {
+	if out, code := execMigrate(t, nil, "--from", one); code != 2 || !strings.Contains(out, "--postgres-url") {
 		t.Fatalf("without a URL: exit %d\n%s", code, out)
 	}
-	if out, code := runMigrate(t, env, "--from", filepath.Join(dir, "none.db")); code != 1 || !strings.Contains(out, "no SQLite data file") {
+	if out, code := execMigrate(t, env, "--from", filepath.Join(dir, "none.db")); code != 1 || !strings.Contains(out, "no SQLite data file") {
 		t.Fatalf("a missing file: exit %d\n%s", code, out)
 	}
 }
@@ -388,7 +388,7 @@ func TestMigrateFlowsGroupsPolicies(t *testing.T) {
 	srv.stop(t)
 
 	migrated := time.Now()
-	out, code := runMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
+	out, code := execMigrate(t, nil, "--from", path, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
 	t.Logf("queued migrate:\n%s", out)
 	if code != 0 || !strings.Contains(out, "the counts match") || !strings.Contains(out, "3 groups, 4 dependencies not yet met") {
 		t.Fatalf("migrate: exit %d\n%s", code, out)

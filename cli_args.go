@@ -45,6 +45,39 @@ type cliOpts struct {
 // returns the rest in order. After `pull` and `job wait`, -t is their
 // --timeout, so it stays with them.
 func parseGlobal(args []string) (cliOpts, []string, error) {
+	o := globalDefaults()
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			if len(rest) == 0 {
+				o.wordAt = i
+			}
+			rest = append(rest, args[i:]...)
+			return o, rest, nil
+		}
+		if a == "-t" && ownsShortT(rest) {
+			rest = append(rest, a)
+			continue
+		}
+		took, ok, err := o.globalOption(args, i, len(rest) == 0)
+		if err != nil {
+			return o, nil, err
+		}
+		if !ok {
+			if len(rest) == 0 {
+				o.wordAt = i
+			}
+			rest = append(rest, a)
+		}
+		i += took
+	}
+	return o, rest, nil
+}
+
+// globalDefaults are the global options before the line is read: the
+// environment's, or the defaults.
+func globalDefaults() cliOpts {
 	o := cliOpts{
 		host:   envOr([]string{"HOST", "BUNQUEUE_HOST", "BQ_HOST"}, "localhost"),
 		port:   6789,
@@ -56,90 +89,79 @@ func parseGlobal(args []string) (cliOpts, []string, error) {
 			o.port = n
 		}
 	}
-	var rest []string
-	value := func(i int, name string) (string, error) {
+	return o
+}
+
+// globalOption reads args[i] into o when it is a global option (ok), and
+// answers how many words after it were its value (took). -h and -v are
+// help and version only before the command word (first).
+func (o *cliOpts) globalOption(args []string, i int, first bool) (took int, ok bool, err error) {
+	a := args[i]
+	value := func() (string, error) {
 		if i+1 >= len(args) || (strings.HasPrefix(args[i+1], "-") && args[i+1] != "-") {
-			return "", usagef("%s needs a value", name)
+			return "", usagef("%s needs a value", a)
 		}
 		return args[i+1], nil
 	}
-	setPort := func(s string) error {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 65535 {
-			return usagef("invalid port %q: want a number from 1 to 65535", s)
+	switch {
+	case a == "--host" || a == "-H":
+		v, err := value()
+		if err != nil {
+			return 0, true, err
 		}
-		o.port, o.portSet = n, true
-		return nil
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			if len(rest) == 0 {
-				o.wordAt = i
-			}
-			rest = append(rest, args[i:]...)
-			return o, rest, nil
-		case a == "--host" || a == "-H":
-			v, err := value(i, a)
-			if err != nil {
-				return o, nil, err
-			}
-			o.host, o.hostSet = v, true
-			i++
-		case strings.HasPrefix(a, "--host="):
-			o.host, o.hostSet = a[len("--host="):], true
-		case a == "--port" || a == "-p":
-			v, err := value(i, a)
-			if err != nil {
-				return o, nil, err
-			}
-			if err := setPort(v); err != nil {
-				return o, nil, err
-			}
-			i++
-		case strings.HasPrefix(a, "--port="):
-			if err := setPort(a[len("--port="):]); err != nil {
-				return o, nil, err
-			}
-		case a == "-t" && ownsShortT(rest):
-			rest = append(rest, a)
-		case a == "--token" || a == "-t":
-			v, err := value(i, a)
-			if err != nil {
-				return o, nil, err
-			}
-			o.token = v
-			i++
-		case strings.HasPrefix(a, "--token="):
-			o.token = a[len("--token="):]
-		case a == "--tls":
-			o.tls = true
-		case a == "--tls-no-verify":
-			o.tlsNoVerify = true
-		case a == "--tls-ca":
-			v, err := value(i, a)
-			if err != nil {
-				return o, nil, err
-			}
-			o.tlsCA = v
-			i++
-		case strings.HasPrefix(a, "--tls-ca="):
-			o.tlsCA = a[len("--tls-ca="):]
-		case a == "--json":
-			o.json = true
-		case a == "--help" || (a == "-h" && len(rest) == 0):
-			o.help = true
-		case a == "--version" || (a == "-v" && len(rest) == 0):
-			o.version = true
-		default:
-			if len(rest) == 0 {
-				o.wordAt = i
-			}
-			rest = append(rest, a)
+		o.host, o.hostSet = v, true
+		return 1, true, nil
+	case strings.HasPrefix(a, "--host="):
+		o.host, o.hostSet = a[len("--host="):], true
+	case a == "--port" || a == "-p":
+		v, err := value()
+		if err != nil {
+			return 0, true, err
 		}
+		return 1, true, o.setPort(v)
+	case strings.HasPrefix(a, "--port="):
+		return 0, true, o.setPort(a[len("--port="):])
+	case a == "--token" || a == "-t":
+		v, err := value()
+		if err != nil {
+			return 0, true, err
+		}
+		o.token = v
+		return 1, true, nil
+	case strings.HasPrefix(a, "--token="):
+		o.token = a[len("--token="):]
+	case a == "--tls":
+		o.tls = true
+	case a == "--tls-no-verify":
+		o.tlsNoVerify = true
+	case a == "--tls-ca":
+		v, err := value()
+		if err != nil {
+			return 0, true, err
+		}
+		o.tlsCA = v
+		return 1, true, nil
+	case strings.HasPrefix(a, "--tls-ca="):
+		o.tlsCA = a[len("--tls-ca="):]
+	case a == "--json":
+		o.json = true
+	case a == "--help" || (a == "-h" && first):
+		o.help = true
+	case a == "--version" || (a == "-v" && first):
+		o.version = true
+	default:
+		return 0, false, nil
 	}
-	return o, rest, nil
+	return 0, true, nil
+}
+
+func (o *cliOpts) setPort(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return usagef("invalid port %q: want a number from 1 to 65535", s)
+	}
+	o.port, o.portSet = n, true
+	return nil
 }
 
 func ownsShortT(rest []string) bool {

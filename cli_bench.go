@@ -59,7 +59,9 @@ type benchOpts struct {
 	progress    bool
 }
 
-func cmdBench(args []string, stdout, stderr io.Writer) int {
+// runBench is `queued bench`: it reads the options, runs the workloads
+// and prints their figures.
+func runBench(args []string, stdout, stderr io.Writer) int {
 	// The global client options (host, port, token, TLS, json) are read
 	// the same way as for every client command.
 	g, rest, err := parseGlobal(args)
@@ -68,6 +70,39 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := benchOpts{cli: g}
+	fs := benchFlags(&o, stderr)
+	if g.help {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
+	var flagArgs []string
+	o.workloads, flagArgs = splitWorkloads(fs, rest)
+	if err := fs.Parse(flagArgs); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(o.workloads) == 0 {
+		o.workloads = []string{"push", "pushb", "drain", "mixed"}
+	}
+	if err := o.check(); err != nil {
+		fmt.Fprintln(stderr, "queued bench:", err)
+		return 2
+	}
+	o.progress = !g.json && isTerminal(stdout)
+
+	// Interrupted (or its terminal gone), it stops and still removes its
+	// queue.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	results, err := benchWorkloads(ctx, o, stdout)
+	return reportBench(o, results, err, stdout, stderr)
+}
+
+// benchFlags are queued bench's own options, read into o.
+func benchFlags(o *benchOpts, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("queued bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.connections, "connections", 4, "connections (mixed: half push, half work)")
@@ -91,17 +126,16 @@ Example:
   queued bench pushb --connections 4 --pipeline 8 --batch 100 --jobs 1000000
 `)
 	}
-	if g.help {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0
-	}
-	// Workload names may come before, between or after the options.
-	var flagArgs []string
+	return fs
+}
+
+// splitWorkloads separates the workload names, which may come before,
+// between or after the options, from the options of fs.
+func splitWorkloads(fs *flag.FlagSet, rest []string) (workloads, flagArgs []string) {
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if !strings.HasPrefix(a, "-") {
-			o.workloads = append(o.workloads, strings.Split(a, ",")...)
+			workloads = append(workloads, strings.Split(a, ",")...)
 			continue
 		}
 		flagArgs = append(flagArgs, a)
@@ -110,48 +144,38 @@ Example:
 			flagArgs = append(flagArgs, rest[i])
 		}
 	}
-	if err := fs.Parse(flagArgs); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(o.workloads) == 0 {
-		o.workloads = []string{"push", "pushb", "drain", "mixed"}
-	}
+	return workloads, flagArgs
+}
+
+// check refuses workloads and figures the bench cannot run.
+func (o *benchOpts) check() error {
 	for _, w := range o.workloads {
 		if !slices.Contains([]string{"push", "pushb", "drain", "mixed"}, w) {
-			fmt.Fprintf(stderr, "queued bench: unknown workload %q (push, pushb, drain, mixed)\n", w)
-			return 2
+			return fmt.Errorf("unknown workload %q (push, pushb, drain, mixed)", w)
 		}
 	}
 	switch {
 	case o.connections < 1 || o.connections > 1024:
-		err = errors.New("--connections must be from 1 to 1024")
+		return errors.New("--connections must be from 1 to 1024")
 	case o.pipeline < 1 || o.pipeline > 1024:
-		err = errors.New("--pipeline must be from 1 to 1024")
+		return errors.New("--pipeline must be from 1 to 1024")
 	case o.batch < 1 || o.batch > 1000:
-		err = errors.New("--batch must be from 1 to 1000 (the protocol's PULLB bound)")
+		return errors.New("--batch must be from 1 to 1000 (the protocol's PULLB bound)")
 	case o.payload < 0 || o.payload > 1<<20:
-		err = errors.New("--payload must be from 0 to 1048576 bytes")
+		return errors.New("--payload must be from 0 to 1048576 bytes")
 	case o.jobs < 1:
-		err = errors.New("--jobs must be at least 1")
+		return errors.New("--jobs must be at least 1")
 	case o.duration < 0:
-		err = errors.New("--duration must be positive")
+		return errors.New("--duration must be positive")
 	case slices.Contains(o.workloads, "mixed") && o.connections < 2:
-		err = errors.New("mixed needs at least 2 connections (producers and workers)")
+		return errors.New("mixed needs at least 2 connections (producers and workers)")
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "queued bench:", err)
-		return 2
-	}
-	o.progress = !g.json && isTerminal(stdout)
+	return nil
+}
 
-	// Interrupted (or its terminal gone), it stops and still removes its
-	// queue.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	results, err := runBench(ctx, o, stdout)
+// reportBench prints the results, as JSON or as a table, and answers the
+// exit status: 1 when the run failed or a check of exactly-once did.
+func reportBench(o benchOpts, results []benchResult, err error, stdout, stderr io.Writer) int {
 	if o.cli.json {
 		doc := map[string]any{"server": o.cli.addr(), "connections": o.connections, "pipeline": o.pipeline,
 			"batch": o.batch, "payload": o.payload, "results": results}
@@ -205,7 +229,8 @@ type verifyStats struct {
 	LeftOnSrv  int64 `json:"leftOnServer"`
 }
 
-func runBench(ctx context.Context, o benchOpts, stdout io.Writer) ([]benchResult, error) {
+// benchWorkloads runs the chosen workloads one after the other.
+func benchWorkloads(ctx context.Context, o benchOpts, stdout io.Writer) ([]benchResult, error) {
 	var results []benchResult
 	runID := strconv.FormatInt(time.Now().UnixNano()%1e12, 36) + "-" + strconv.Itoa(os.Getpid())
 	for _, w := range o.workloads {
@@ -495,85 +520,109 @@ func (b *benchRun) work(c *Client, h *hist, want func() (int64, bool)) {
 		if final && b.processed.Load() >= target {
 			return
 		}
-		t0 := time.Now()
-		body, err := b.call(c, "PULLB", func(e *Enc) int {
-			e.Str("queue")
-			e.Str(b.queue)
-			e.Str("count")
-			e.Int(int64(b.o.batch))
-			e.Str("timeout")
-			e.Int(100)
-			return 3
-		})
+		jobs, err := b.pullBatch(c, h, &fields)
 		if err != nil {
 			b.fail(err)
-			return
-		}
-		h.add(time.Since(t0))
-		m, err := ParseMap(body, fields)
-		fields = m.Fields[:0]
-		if err != nil {
-			b.fail(fmt.Errorf("PULLB answer: %w", err))
-			return
-		}
-		jobs, _, err := m.Array("jobs")
-		if err != nil {
-			b.fail(fmt.Errorf("PULLB answer: %w", err))
 			return
 		}
 		if len(jobs) == 0 {
 			continue
 		}
-		ids = ids[:0]
-		nowUs := time.Since(b.start).Microseconds()
-		for _, jr := range jobs {
-			jm, err := ParseMap(jr, nil)
-			if err != nil {
-				b.fail(fmt.Errorf("PULLB job: %w", err))
-				return
-			}
-			id, _, _ := jm.Str("id")
-			ids = append(ids, id)
-			dm, ok, err := jm.Map("data")
-			if err != nil || !ok {
-				b.fail(fmt.Errorf("PULLB job %s: data is not the bench's", id))
-				return
-			}
-			seq, _, _ := dm.Int("s")
-			times, ok := b.seen.inc(seq)
-			if !ok {
-				b.fail(fmt.Errorf("PULLB job %s: sequence %d out of range", id, seq))
-				return
-			}
-			if times > 1 {
-				b.dupes.Add(1)
-			}
-			if pushedAt, ok, _ := dm.Int("t"); ok && h.e2e != nil {
-				h.e2e.add(time.Duration(nowUs-pushedAt) * time.Microsecond)
-			}
-		}
-		t1 := time.Now()
-		body, err = b.call(c, "ACKB", func(e *Enc) int {
-			e.Str("ids")
-			e.ArrayHead(len(ids))
-			for _, id := range ids {
-				e.Str(id)
-			}
-			return 1
-		})
-		if err != nil {
+		if ids, err = b.tally(jobs, ids[:0], h); err != nil {
 			b.fail(err)
 			return
 		}
-		h.add(time.Since(t1))
-		am, _ := ParseMap(body, nil)
-		if dm, ok, _ := am.Map("data"); ok {
-			if ign, ok, _ := dm.Array("ignoredIds"); ok && len(ign) > 0 {
-				b.ackErrs.Add(int64(len(ign)))
-			}
+		if err := b.ackBatch(c, h, ids); err != nil {
+			b.fail(err)
+			return
 		}
 		b.processed.Add(int64(len(ids)))
 	}
+}
+
+// pullBatch sends one PULLB and answers the jobs it got; fields is the
+// parser's buffer, reused from one call to the next.
+func (b *benchRun) pullBatch(c *Client, h *hist, fields *[]Field) ([]Raw, error) {
+	t0 := time.Now()
+	body, err := b.call(c, "PULLB", func(e *Enc) int {
+		e.Str("queue")
+		e.Str(b.queue)
+		e.Str("count")
+		e.Int(int64(b.o.batch))
+		e.Str("timeout")
+		e.Int(100)
+		return 3
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.add(time.Since(t0))
+	m, err := ParseMap(body, *fields)
+	*fields = m.Fields[:0]
+	if err != nil {
+		return nil, fmt.Errorf("PULLB answer: %w", err)
+	}
+	jobs, _, err := m.Array("jobs")
+	if err != nil {
+		return nil, fmt.Errorf("PULLB answer: %w", err)
+	}
+	return jobs, nil
+}
+
+// tally counts each pulled job as seen (a second time is a duplicate),
+// records its end-to-end latency in a mixed run, and answers the ids,
+// appended to ids.
+func (b *benchRun) tally(jobs []Raw, ids []string, h *hist) ([]string, error) {
+	nowUs := time.Since(b.start).Microseconds()
+	for _, jr := range jobs {
+		jm, err := ParseMap(jr, nil)
+		if err != nil {
+			return ids, fmt.Errorf("PULLB job: %w", err)
+		}
+		id, _, _ := jm.Str("id")
+		ids = append(ids, id)
+		dm, ok, err := jm.Map("data")
+		if err != nil || !ok {
+			return ids, fmt.Errorf("PULLB job %s: data is not the bench's", id)
+		}
+		seq, _, _ := dm.Int("s")
+		times, ok := b.seen.inc(seq)
+		if !ok {
+			return ids, fmt.Errorf("PULLB job %s: sequence %d out of range", id, seq)
+		}
+		if times > 1 {
+			b.dupes.Add(1)
+		}
+		if pushedAt, ok, _ := dm.Int("t"); ok && h.e2e != nil {
+			h.e2e.add(time.Duration(nowUs-pushedAt) * time.Microsecond)
+		}
+	}
+	return ids, nil
+}
+
+// ackBatch acknowledges ids with one ACKB; ids the server ignored are
+// counted as ack errors.
+func (b *benchRun) ackBatch(c *Client, h *hist, ids []string) error {
+	t1 := time.Now()
+	body, err := b.call(c, "ACKB", func(e *Enc) int {
+		e.Str("ids")
+		e.ArrayHead(len(ids))
+		for _, id := range ids {
+			e.Str(id)
+		}
+		return 1
+	})
+	if err != nil {
+		return err
+	}
+	h.add(time.Since(t1))
+	am, _ := ParseMap(body, nil)
+	if dm, ok, _ := am.Map("data"); ok {
+		if ign, ok, _ := dm.Array("ignoredIds"); ok && len(ign) > 0 {
+			b.ackErrs.Add(int64(len(ign)))
+		}
+	}
+	return nil
 }
 
 // verify checks the exactly-once property after a run and what the

@@ -1,0 +1,203 @@
+package main
+
+// `queued migrate`: its options, and the command's run from the data file
+// to the namespace with the counts printed before and after. The copy
+// itself is in pg_migrate.go.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+const migrateUsage = `Usage: queued migrate --from FILE --postgres-url URL [--postgres-namespace NS] [--append]
+
+Moves a SQLite deployment into a PostgreSQL namespace: jobs in every state
+(active jobs wait again, with their attempts kept, as after a restart),
+results, the dead-letter queue, logs, cron schedules, queue settings
+(paused, rate and concurrency limits, stall and dead-letter policies),
+groups with their settings, flows (the dependencies and children jobs
+still wait for) and dedup keys (a ttl starts again, as at a restart).
+Stop the server first: a data file a running server holds is refused.
+
+Everything is written in one transaction. The counts per queue and state
+are printed from SQLite before and read back from PostgreSQL after; when
+they differ nothing is committed and the exit status is 1.
+
+A namespace that already holds jobs or schedules is refused, unless
+--append: the jobs are then added to those there (a job id already in the
+namespace fails the migration), schedules of the same name and the
+settings of queues in the file are replaced by the file's.
+
+Webhooks are not moved: in PostgreSQL mode each broker has its own.
+
+Options:
+`
+
+// migrateOpts are queued migrate's arguments.
+type migrateOpts struct {
+	from, url, namespace string
+	appendTo             bool
+}
+
+// runMigrate is `queued migrate`: it reads the options and runs
+// migrateSQLite.
+func runMigrate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("queued migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o migrateOpts
+	fs.StringVar(&o.from, "from", envOr(dataPathEnv, defaultDataPath), "the SQLite data file [DATA_PATH, BUNQUEUE_DATA_PATH]")
+	o.url = pgURLFromEnv()
+	fs.Var(dsnFlag{&o.url}, "postgres-url", "the PostgreSQL database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
+	fs.StringVar(&o.namespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"), "the namespace to fill [BUNQUEUE_POSTGRES_NAMESPACE]")
+	fs.BoolVar(&o.appendTo, "append", false, "add to a namespace that already holds jobs")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), migrateUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "queued migrate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if o.url == "" {
+		fmt.Fprintln(stderr, "queued migrate: --postgres-url (or BUNQUEUE_POSTGRES_URL) is required")
+		return 2
+	}
+	if _, err := pgNamespace(o.namespace); err != nil {
+		fmt.Fprintln(stderr, "queued migrate:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := migrateSQLite(ctx, o, stdout, log); err != nil {
+		fmt.Fprintln(stderr, "queued migrate:", err)
+		return 1
+	}
+	return 0
+}
+
+func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.Logger) error {
+	if fi, err := os.Stat(o.from); err != nil {
+		return fmt.Errorf("no SQLite data file at %s: %w", o.from, err)
+	} else if fi.IsDir() {
+		return fmt.Errorf("%s is a folder; --from names the SQLite data file", o.from)
+	}
+	release, err := lockDataFile(o.from)
+	if errors.Is(err, errDataFileInUse) {
+		return fmt.Errorf("%w; stop it first, so that the migration copies the file's final state", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer release()
+	sq, err := OpenSQLite(o.from, "normal", log)
+	if err != nil {
+		return err
+	}
+	// Before release (deferred above, so run after): see datalock.go.
+	defer sq.Close()
+
+	now := nowMs()
+	src, err := readSQLite(ctx, sq, now)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.from, err)
+	}
+	schema, _ := pgNamespace(o.namespace)
+	fmt.Fprintf(out, "Before: %s (SQLite)\n", o.from)
+	printCounts(out, src.before, src.queueOrder())
+	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
+		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
+	ngroups := 0
+	for _, g := range src.groups {
+		ngroups += len(g)
+	}
+	fmt.Fprintf(out, "%d groups, %d dependencies not yet met\n", ngroups, len(src.waiters))
+	if src.bad > 0 {
+		return fmt.Errorf("%s: %d job records could not be read; nothing migrated", o.from, src.bad)
+	}
+	if src.requeued > 0 {
+		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
+	}
+	if len(src.ended) > 0 {
+		fmt.Fprintf(out, "cron schedules that had used up their runs are not moved: %s\n", strings.Join(src.ended, ", "))
+	}
+	if src.orphans > 0 {
+		fmt.Fprintf(out, "%d logs of jobs no longer in the file are not moved\n", src.orphans)
+	}
+	if src.webhooks > 0 {
+		fmt.Fprintf(out, "%d webhooks are not moved: in PostgreSQL mode each broker has its own; add them on each broker\n", src.webhooks)
+	}
+	if src.released > 0 {
+		fmt.Fprintf(out, "%d jobs whose dependencies all completed run, as after a restart\n", src.released)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := connectPG(cctx, o.url, o.namespace, nil, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	after, err := p.load(ctx, sq, src, schema, o.appendTo, now)
+	if err != nil {
+		return fmt.Errorf("nothing migrated: %w", err)
+	}
+	fmt.Fprintf(out, "After: namespace %s (PostgreSQL, read back)\n", o.namespace)
+	printCounts(out, after.counts, after.order)
+	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused, %d dependencies not yet met\n",
+		after.logs, after.crons, len(after.order), after.paused, after.deps)
+	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", o.from, o.namespace, schema)
+	return nil
+}
+
+// printCounts writes a table of jobs by queue and state, with totals.
+func printCounts(w io.Writer, qc queueCounts, order []string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "QUEUE\tWAITING\tPRIORITIZED\tDELAYED\tACTIVE\tCOMPLETED\tFAILED\tWAITING-CHILDREN\tTOTAL\t")
+	var sum JobCounts
+	row := func(name string, c *JobCounts) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, c.Waiting, c.Prioritized, c.Delayed, c.Active,
+			c.Completed, c.Failed, c.WaitingChildren, jobTotal(c))
+	}
+	seen := map[string]bool{}
+	names := append([]string(nil), order...)
+	var extra []string
+	for q := range qc {
+		if !slices.Contains(order, q) {
+			extra = append(extra, q)
+		}
+	}
+	sort.Strings(extra)
+	for _, q := range append(names, extra...) {
+		if seen[q] {
+			continue
+		}
+		seen[q] = true
+		c := qc[q]
+		if c == nil {
+			c = &JobCounts{}
+		}
+		row(q, c)
+		sum.plus(c)
+	}
+	row("(all)", &sum)
+	tw.Flush()
+}
