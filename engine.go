@@ -209,13 +209,37 @@ type DedupEngine interface {
 	RemoveJobDedupKey(ctx context.Context, id string) (bool, error)
 }
 
-// CronEngine keeps the cron schedules (cron.go, pg_cron.go).
+// CronEngine keeps the cron schedules (cron.go, pg_cron.go). Firing them
+// is each engine's own loop.
 type CronEngine interface {
+	// AddCron makes a schedule, or replaces the one of the same name (which
+	// keeps its executions), and answers it with its next run.
+	AddCron(ctx context.Context, s CronSchedule) (CronSchedule, error)
+	// GetCron answers the named schedule; errCronNotFound when there is
+	// none.
+	GetCron(ctx context.Context, name string) (CronSchedule, error)
+	// ListCrons answers every schedule, in the order they were first made.
+	ListCrons(ctx context.Context) ([]CronSchedule, error)
+	// DeleteCron removes the named schedule; errCronNotFound when there is
+	// none.
+	DeleteCron(ctx context.Context, name string) error
 }
 
 // DashboardEngine answers the figures of Stats and the dashboard
-// commands (dashboard.go, pg_dashboard.go).
+// commands (dashboard.go, pg_dashboard.go): the jobs' figures only;
+// throughput, latency, workers and connections are each broker's.
 type DashboardEngine interface {
+	// Totals counts the jobs of every queue by state, and the queues.
+	Totals(ctx context.Context) (Totals, error)
+	// DashboardOverview reads the overview's totals, collection sizes and
+	// cron schedules at one moment.
+	DashboardOverview(ctx context.Context) (dashOverview, error)
+	// DashboardQueues counts each listed queue's jobs, oldest queue first.
+	DashboardQueues(ctx context.Context) ([]queueSnap, error)
+	// DashboardQueue reads one queue's counts, priorities and DLQ preview
+	// at one moment and, when a.withJobs, the first a.limit jobs of each
+	// list.
+	DashboardQueue(ctx context.Context, a dashQueueArgs) (dashQueue, error)
 }
 
 var (

@@ -46,19 +46,9 @@ var pgHandlers = map[string]Handler{
 	"ClearLogs":    pgClearLogs,
 	"WaitJob":      pgWaitJob,
 
-	"Stats": pgStats,
-
-	"Cron":       pgCron,
-	"CronGet":    pgCronGet,
-	"CronList":   pgCronList,
-	"CronDelete": pgCronDelete,
-
-	// Reads and dashboard (pg_moves.go)
+	// Reads (pg_moves.go)
 	"GetCountsPerPriority": pgGetCountsPerPriority,
 	"GetJobByCustomId":     pgGetJobByCustomID,
-	"DashboardOverview":    pgDashboardOverview,
-	"DashboardQueues":      pgDashboardQueues,
-	"DashboardQueue":       pgDashboardQueue,
 }
 
 // pgCommands builds the PostgreSQL mode command table: the command
@@ -1459,38 +1449,4 @@ func pgWaitJob(r *Req) error {
 		ar.field("completed").Bool(false)
 		return nil
 	})
-}
-
-func pgStats(r *Req) error {
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	now := p.now()
-	var waiting, delayed, active, completed, dlq int64
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT
-			count(*) FILTER (WHERE state = 1 AND run_at <= $1),
-			count(*) FILTER (WHERE state = 1 AND run_at > $1),
-			count(*) FILTER (WHERE state = 4),
-			count(*) FILTER (WHERE state = 5),
-			count(*) FILTER (WHERE state = 6)
-		FROM {s}.jobs`), now).Scan(&waiting, &delayed, &active, &completed, &dlq)
-	if err != nil {
-		return pgErr(err)
-	}
-	push, pull := statRates.sample(now, p.b.stats.pushed.Load(), p.b.stats.pulled.Load())
-	e := r.field("stats")
-	e.MapHead(9)
-	for _, kv := range []struct {
-		k string
-		v int64
-	}{{"waiting", waiting}, {"active", active}, {"delayed", delayed}, {"dlq", dlq}, {"completed", completed},
-		{"failed", p.b.stats.failed.Load()}, {"uptime", p.b.now() - p.b.started}} {
-		e.Str(kv.k)
-		e.Int(kv.v)
-	}
-	e.Str("pushPerSec")
-	e.Num(push)
-	e.Str("pullPerSec")
-	e.Num(pull)
-	return nil
 }

@@ -40,6 +40,7 @@ func (p *PG) cronLoop() {
 	}
 }
 
+// cronOnce fires the schedules due now, up to 100, in one transaction.
 func (p *PG) cronOnce(ctx context.Context) error {
 	now := p.now()
 	tx, err := p.begin(ctx)
@@ -47,87 +48,21 @@ func (p *PG) cronOnce(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.crons WHERE next_run <= $1
-		ORDER BY next_run LIMIT 100 FOR UPDATE SKIP LOCKED`), now)
+	due, err := p.dueCrons(ctx, tx, now)
 	if err != nil {
-		return fmt.Errorf("due schedules: %w", err)
-	}
-	var due []CronSchedule
-	for rows.Next() {
-		var rec []byte
-		if err := rows.Scan(&rec); err != nil {
-			rows.Close()
-			return err
-		}
-		s, err := decodeCronRecord(rec)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("cron record: %w", err)
-		}
-		due = append(due, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if len(due) == 0 {
 		return tx.Commit(ctx)
 	}
-	type fired struct {
-		queue string
-		made  []*Job
-	}
-	var out []fired
+	var out []pgCronRun
 	for i := range due {
-		s := &due[i]
-		if err := s.compile(); err != nil {
-			// Unreadable: it stays, and says so, rather than vanishing.
-			p.log.Error("cron schedule cannot run", "name", s.Name, "err", err)
-			s.NextRun = now + 60000
-			if err := p.saveCron(ctx, tx, s); err != nil {
-				return err
-			}
-			continue
-		}
-		if !s.SkipIfNoWorker || p.b.workers.serves(s.Queue) {
-			j, err := cronJob(s, now)
-			if err != nil {
-				p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
-			} else {
-				_, made, err := p.insertTx(ctx, tx, s.Queue, []*Job{j})
-				var refused pgRefused
-				switch {
-				case errors.As(err, &refused):
-					// Refused for what it asks (a group full, a key held
-					// by a running job): the run is spent, as in memory
-					// mode, and the other schedules go on.
-					p.log.Warn("cron run refused", "name", s.Name, "err", refused.error)
-				case err != nil:
-					return fmt.Errorf("cron %s: %w", s.Name, err)
-				default:
-					out = append(out, fired{s.Queue, made})
-				}
-				s.Executions++
-			}
-		}
-		if s.MaxLimit > 0 && s.Executions >= s.MaxLimit {
-			p.log.Info("cron schedule ended", "name", s.Name, "reason", "maxLimit reached", "executions", s.Executions)
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.crons WHERE name = $1`), s.Name); err != nil {
-				return err
-			}
-			continue
-		}
-		next, ok := s.following(s.NextRun, now)
-		if !ok {
-			p.log.Info("cron schedule ended", "name", s.Name, "reason", "no run left")
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.crons WHERE name = $1`), s.Name); err != nil {
-				return err
-			}
-			continue
-		}
-		s.NextRun = next
-		if err := p.saveCron(ctx, tx, s); err != nil {
+		run, err := p.fireCron(ctx, tx, &due[i], now)
+		if err != nil {
 			return err
+		}
+		if run.made != nil {
+			out = append(out, run)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -137,6 +72,93 @@ func (p *PG) cronOnce(ctx context.Context) error {
 		p.pushed(f.queue, f.made)
 	}
 	return nil
+}
+
+// dueCrons takes the schedules due by now, locked, skipping those
+// another broker is firing.
+func (p *PG) dueCrons(ctx context.Context, tx pgx.Tx, now int64) ([]CronSchedule, error) {
+	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.crons WHERE next_run <= $1
+		ORDER BY next_run LIMIT 100 FOR UPDATE SKIP LOCKED`), now)
+	if err != nil {
+		return nil, fmt.Errorf("due schedules: %w", err)
+	}
+	defer rows.Close()
+	var due []CronSchedule
+	for rows.Next() {
+		var rec []byte
+		if err := rows.Scan(&rec); err != nil {
+			return nil, err
+		}
+		s, err := decodeCronRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("cron record: %w", err)
+		}
+		due = append(due, s)
+	}
+	return due, rows.Err()
+}
+
+// pgCronRun is a run's job, told to the queue's pollers after the commit.
+type pgCronRun struct {
+	queue string
+	made  []*Job
+}
+
+// fireCron pushes a due schedule's job in tx (unless it skips the run)
+// and moves it to its next run, or removes it when it is over.
+func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64) (pgCronRun, error) {
+	var run pgCronRun
+	if err := s.compile(); err != nil {
+		// Unreadable: it stays, and says so, rather than vanishing.
+		p.log.Error("cron schedule cannot run", "name", s.Name, "err", err)
+		s.NextRun = now + 60000
+		return run, p.saveCron(ctx, tx, s)
+	}
+	if !s.SkipIfNoWorker || p.b.workers.serves(s.Queue) {
+		j, err := cronJob(s, now)
+		if err != nil {
+			p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
+		} else {
+			_, made, err := p.insertTx(ctx, tx, s.Queue, []*Job{j})
+			var refused pgRefused
+			switch {
+			case errors.As(err, &refused):
+				// Refused for what it asks (a group full, a key held
+				// by a running job): the run is spent, as in memory
+				// mode, and the other schedules go on.
+				p.log.Warn("cron run refused", "name", s.Name, "err", refused.error)
+			case err != nil:
+				return run, fmt.Errorf("cron %s: %w", s.Name, err)
+			default:
+				run = pgCronRun{s.Queue, made}
+			}
+			s.Executions++
+		}
+	}
+	return run, p.nextCronRun(ctx, tx, s, now)
+}
+
+// nextCronRun saves a schedule that just ran with its next run, or
+// removes it when it has run its course.
+func (p *PG) nextCronRun(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64) error {
+	why := ""
+	next, ok := s.following(s.NextRun, now)
+	switch {
+	case s.MaxLimit > 0 && s.Executions >= s.MaxLimit:
+		why = "maxLimit reached"
+		p.log.Info("cron schedule ended", "name", s.Name, "reason", why, "executions", s.Executions)
+	case !ok:
+		why = "no run left"
+		p.log.Info("cron schedule ended", "name", s.Name, "reason", why)
+	}
+	if why != "" {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.crons WHERE name = $1`), s.Name); err != nil {
+			return fmt.Errorf("end schedule %s: %w", s.Name, err)
+		}
+		return nil
+	}
+	s.NextRun = next
+	return p.saveCron(ctx, tx, s)
 }
 
 func (p *PG) saveCron(ctx context.Context, tx pgx.Tx, s *CronSchedule) error {
@@ -172,86 +194,59 @@ func (p *PG) readCronRow(ctx context.Context, q interface {
 	return &s, nil
 }
 
-func pgCron(r *Req) error {
-	s, err := readCron(r.m)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
+func (p *PG) AddCron(ctx context.Context, s CronSchedule) (CronSchedule, error) {
 	now := p.now()
 	if err := s.start(now); err != nil {
-		return err
+		return CronSchedule{}, err
 	}
-	ctx, cancel := pgCtx(r)
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	tx, err := p.begin(ctx)
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		old, err := p.readCronRow(ctx, tx, s.Name, true)
+		if err != nil {
+			return err
+		}
+		// The other schedules, as the memory engine counts them: the
+		// records carry the fields cronWeight counts, and a few bytes more.
+		var n int
+		var bytes int64
+		if err := tx.QueryRow(ctx, p.sql(`SELECT count(*), COALESCE(sum(length(record)), 0) FROM {s}.crons WHERE name <> $1`),
+			s.Name).Scan(&n, &bytes); err != nil {
+			return pgErr(fmt.Errorf("count schedules: %w", err))
+		}
+		if err := cronRoom(n, bytes, &s); err != nil {
+			return err
+		}
+		if old != nil {
+			s.Executions = old.Executions
+		} else if s.Immediately {
+			s.NextRun = now
+		}
+		return pgErr(p.saveCron(ctx, tx, &s))
+	})
 	if err != nil {
-		return pgErr(err)
+		return CronSchedule{}, err
 	}
-	defer tx.Rollback(context.Background())
-	old, err := p.readCronRow(ctx, tx, s.Name, true)
-	if err != nil {
-		return err
-	}
-	// The other schedules, as the memory engine counts them: the records
-	// carry the fields cronWeight counts, and a few bytes more.
-	var n int
-	var bytes int64
-	if err := tx.QueryRow(ctx, p.sql(`SELECT count(*), COALESCE(sum(length(record)), 0) FROM {s}.crons WHERE name <> $1`),
-		s.Name).Scan(&n, &bytes); err != nil {
-		return pgErr(fmt.Errorf("count schedules: %w", err))
-	}
-	if err := cronRoom(n, bytes, &s); err != nil {
-		return err
-	}
-	if old != nil {
-		s.Executions = old.Executions
-	} else if s.Immediately {
-		s.NextRun = now
-	}
-	if err := p.saveCron(ctx, tx, &s); err != nil {
-		return pgErr(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return pgErr(err)
-	}
-	encodeCron(r.field("cron"), &s)
-	return nil
+	return s, nil
 }
 
-func pgCronGet(r *Req) error {
-	name, _, err := r.m.Str("name")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+func (p *PG) GetCron(ctx context.Context, name string) (CronSchedule, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	s, err := p.readCronRow(ctx, p.pool, name, false)
 	if err != nil {
-		return err
+		return CronSchedule{}, err
 	}
 	if s == nil {
-		return errCronNotFound
+		return CronSchedule{}, errCronNotFound
 	}
-	encodeCron(r.field("cron"), s)
-	return nil
+	return *s, nil
 }
 
-func pgCronList(r *Req) error {
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+func (p *PG) ListCrons(ctx context.Context) ([]CronSchedule, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	crons, err := p.crons(ctx, p.pool)
-	if err != nil {
-		return err
-	}
-	e := r.field("crons")
-	e.ArrayHead(len(crons))
-	for i := range crons {
-		encodeCron(e, &crons[i])
-	}
-	return nil
+	return p.crons(ctx, p.pool)
 }
 
 // crons reads every schedule, in the order they were made.
@@ -273,20 +268,15 @@ func (p *PG) crons(ctx context.Context, q pgQuerier) ([]CronSchedule, error) {
 	return out, nil
 }
 
-func pgCronDelete(r *Req) error {
-	name, _, err := r.m.Str("name")
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
+func (p *PG) DeleteCron(ctx context.Context, name string) error {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	tag, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.crons WHERE name = $1`), name)
 	if err != nil {
-		return pgErr(err)
+		return pgErr(fmt.Errorf("delete schedule %s: %w", name, err))
 	}
 	if tag.RowsAffected() == 0 {
 		return errCronNotFound
 	}
-	return r.okID()
+	return nil
 }

@@ -12,6 +12,7 @@ package main
 // brokers is Prometheus' job.
 
 import (
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -225,3 +226,29 @@ func (s rateSeries) json() []byte {
 	}
 	return o.close()
 }
+
+// rates turns the push and pull counters into per-second rates over the
+// time since the last call, as the reference's Stats does: Stats' own
+// smoothed rates, apart from the history above.
+type rates struct {
+	mu                 sync.Mutex
+	at                 int64
+	pushed, pulled     int64
+	pushRate, pullRate float64
+}
+
+func (r *rates) sample(now, pushed, pulled int64) (float64, float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at != 0 && now > r.at {
+		dt := float64(now-r.at) / 1000
+		r.pushRate = 0.3*float64(pushed-r.pushed)/dt + 0.7*r.pushRate
+		r.pullRate = 0.3*float64(pulled-r.pulled)/dt + 0.7*r.pullRate
+	}
+	r.at, r.pushed, r.pulled = now, pushed, pulled
+	return round2(r.pushRate), round2(r.pullRate)
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+var statRates rates
