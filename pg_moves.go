@@ -12,23 +12,6 @@ import (
 // ---------------------------------------------------------------------------
 // Reading
 
-func pgGetCountsPerPriority(r *Req) error {
-	queue, err := queueArg(r.m)
-	if err != nil {
-		return err
-	}
-	p := r.c.srv.pg
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	per, err := p.countsPerPriority(ctx, p.pool, queue)
-	if err != nil {
-		return err
-	}
-	r.field("queue").Str(queue)
-	encodePriorityCounts(r.field("counts"), priorityKeys(per), per)
-	return nil
-}
-
 // countsPerPriority counts a queue's waiting and delayed jobs by priority.
 func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (map[int64]int, error) {
 	rows, err := q.Query(ctx, p.sql(`SELECT priority, count(*) FROM {s}.jobs WHERE queue = $1 AND state = 1 GROUP BY priority`), queue)
@@ -45,24 +28,6 @@ func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (
 		per[prio] = int(n)
 	}
 	return per, pgErr(rows.Err())
-}
-
-func pgGetJobByCustomID(r *Req) error {
-	id, _, err := r.m.Str("customId")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := pgCtx(r)
-	defer cancel()
-	j, _, err := r.c.srv.pg.getJob(ctx, id)
-	if err != nil {
-		return err
-	}
-	if j == nil || !liveByCustomID(j) {
-		return errJobNotFound
-	}
-	encodeJob(r.field("job"), j, jobWithRead, "", nil)
-	return nil
 }
 
 // ---------------------------------------------------------------------------
