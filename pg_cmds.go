@@ -1006,7 +1006,8 @@ func (c *JobCounts) pgDest() []any {
 	return []any{&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active, &c.Completed, &c.Failed, &c.WaitingChildren}
 }
 
-// countsTx is counts through q, with whether the queue is paused.
+// countsTx counts a queue's jobs by state through q (Counts, the
+// dashboard), with whether the queue is paused.
 func (p *PG) countsTx(ctx context.Context, q pgQuerier, queue string, now int64) (JobCounts, bool, error) {
 	var c JobCounts
 	var paused bool
