@@ -1,8 +1,9 @@
 package main
 
 // What is left here is not the moves' (they are in pg_control.go): the
-// PostgreSQL twins of reads (GetCountsPerPriority, GetJobByCustomId) and
-// of the dashboard, until their own domains move them onto the engine.
+// PostgreSQL twins of the dashboard, until their domain moves them onto
+// the engine, and the count by priority they share with the reads
+// (PG.CountsPerPriority, pg_query.go).
 
 import (
 	"context"
