@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -56,7 +57,14 @@ func TestCompletedRetentionBound(t *testing.T) {
 	if cb.Completed != 30000 {
 		t.Fatalf("newer completions evicted: queue B keeps %d of 30000", cb.Completed)
 	}
-	if b.stateOf(oldA[0]) != StateNone || b.stateOf(oldA[len(oldA)-1]) != StateCompleted || b.stateOf(newB[0]) != StateCompleted {
+	stateOf := func(id string) string {
+		v, err := b.ReadJob(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.State
+	}
+	if stateOf(oldA[0]) != "unknown" || stateOf(oldA[len(oldA)-1]) != "completed" || stateOf(newB[0]) != "completed" {
 		t.Fatal("eviction did not take the oldest first")
 	}
 }

@@ -1,58 +1,54 @@
 package main
 
-// Handlers that read jobs, and progress, logs and WaitJob.
+// Handlers that read jobs, counts, progress and logs, and WaitJob. The
+// work is the engine's (ReadEngine: query.go, pg_query.go).
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 )
 
-var errJobNotFound = errors.New("Job not found")
-
-// resultOf is a completed job's result while the results cache keeps it.
-func (b *Broker) resultOf(j *Job) Raw {
-	if j.state != StateCompleted {
-		return nil
-	}
-	r, _ := b.getResult(j.ID)
-	return r
+// jobIDOf reads the id of the job a read names, under key.
+func jobIDOf(r *Req, key string) (string, error) {
+	id, _, err := r.m.Str(key)
+	return id, err
 }
 
 func cmdGetJob(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, err := jobIDOf(r, "id")
 	if err != nil {
 		return err
 	}
-	j, s := r.b.lockJob(id)
-	if j == nil {
+	v, err := r.eng.ReadJob(r.ctx(), id)
+	if err != nil {
+		return err
+	}
+	if v.Job == nil {
 		return errJobNotFound
 	}
-	defer s.mu.Unlock()
-	encodeJob(r.field("job"), j, jobWithState, j.stateAt(r.b.now()).String(), r.b.resultOf(j))
+	encodeJob(r.field("job"), v.Job, jobWithState, v.State, v.Result)
 	return nil
 }
 
 // GetJobByCustomId finds live jobs only: the reference forgets the mapping
 // when a job completes or fails for good.
 func cmdGetJobByCustomID(r *Req) error {
-	id, _, err := r.m.Str("customId")
+	id, err := jobIDOf(r, "customId")
 	if err != nil {
 		return err
 	}
-	j, s := r.b.lockJob(id)
-	if j == nil {
+	v, err := r.eng.ReadJob(r.ctx(), id)
+	if err != nil {
+		return err
+	}
+	if v.Job == nil || !liveByCustomID(v.Job) {
 		return errJobNotFound
 	}
-	defer s.mu.Unlock()
-	if !liveByCustomID(j) {
-		return errJobNotFound
-	}
-	encodeJob(r.field("job"), j, jobWithRead, "", nil)
+	encodeJob(r.field("job"), v.Job, jobWithRead, "", nil)
 	return nil
 }
 
@@ -61,62 +57,36 @@ func liveByCustomID(j *Job) bool {
 	return j.CustomID != "" && j.state != StateCompleted && j.state != StateFailed
 }
 
-// stateOf is a job's state by id, "unknown" when there is no such job.
-func (b *Broker) stateOf(id string) State {
-	st := StateNone
-	b.withJob(id, func(j *Job, _ *Shard) { st = j.stateAt(b.now()) })
-	return st
-}
-
 func cmdGetState(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, err := jobIDOf(r, "id")
+	if err != nil {
+		return err
+	}
+	v, err := r.eng.ReadJob(r.ctx(), id)
 	if err != nil {
 		return err
 	}
 	r.field("id").Raw(r.m.Get("id"))
-	r.field("state").Str(r.b.stateOf(id).String())
+	r.field("state").Str(v.State)
 	return nil
 }
 
 func cmdGetResult(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, err := jobIDOf(r, "id")
 	if err != nil {
 		return err
 	}
-	var res Raw
-	r.b.withJob(id, func(j *Job, s *Shard) {
-		res = r.b.resultOf(j)
-	})
+	v, err := r.eng.ReadJob(r.ctx(), id)
+	if err != nil {
+		return err
+	}
 	r.field("id").Raw(r.m.Get("id"))
-	if res == nil {
+	if v.Result == nil {
 		r.field("result").Undefined()
 	} else {
-		r.field("result").Raw(res)
+		r.field("result").Raw(v.Result)
 	}
 	return nil
-}
-
-// JobCounts are one queue's jobs by state.
-type JobCounts struct {
-	Waiting, Prioritized, Delayed, Active, Completed, Failed, WaitingChildren, Paused int
-}
-
-func (b *Broker) counts(queue string) JobCounts {
-	s := b.shardOf(queue)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queues[queue]
-	if q == nil {
-		return JobCounts{}
-	}
-	s.promote(b.now())
-	c := JobCounts{Waiting: q.nReady - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
-		Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq), WaitingChildren: len(q.wc)}
-	if q.paused {
-		c.Paused = c.Waiting + c.Prioritized
-		c.Waiting, c.Prioritized = 0, 0
-	}
-	return c
 }
 
 func cmdGetJobCounts(r *Req) error {
@@ -124,7 +94,11 @@ func cmdGetJobCounts(r *Req) error {
 	if err != nil {
 		return err
 	}
-	writeCounts(r, r.b.counts(queue))
+	c, err := r.eng.Counts(r.ctx(), queue)
+	if err != nil {
+		return err
+	}
+	writeCounts(r, c)
 	return nil
 }
 
@@ -147,7 +121,10 @@ func cmdCount(r *Req) error {
 	if err != nil {
 		return err
 	}
-	c := r.b.counts(queue)
+	c, err := r.eng.Counts(r.ctx(), queue)
+	if err != nil {
+		return err
+	}
 	r.field("count").Int(int64(c.Waiting + c.Prioritized + c.Paused + c.Delayed))
 	return nil
 }
@@ -157,48 +134,13 @@ func cmdGetCountsPerPriority(r *Req) error {
 	if err != nil {
 		return err
 	}
-	s := r.b.shardOf(queue)
-	var keys []int64
-	var per map[int64]int
-	s.with(func() { keys, per = s.countsPerPriority(queue) })
+	per, err := r.eng.CountsPerPriority(r.ctx(), queue)
+	if err != nil {
+		return err
+	}
 	r.field("queue").Str(queue)
-	encodePriorityCounts(r.field("counts"), keys, per)
+	encodePriorityCounts(r.field("counts"), priorityKeys(per), per)
 	return nil
-}
-
-// countsPerPriority counts a queue's waiting and delayed jobs by priority,
-// keys in JavaScript object order; s.mu is held.
-func (s *Shard) countsPerPriority(queue string) ([]int64, map[int64]int) {
-	per := map[int64]int{}
-	if q := s.queues[queue]; q != nil {
-		q.eachReady(func(j *Job) { per[j.Priority]++ })
-		s.delayed.Each(func(e *hent) bool {
-			if e.job.Queue == queue {
-				per[e.job.Priority]++
-			}
-			return true
-		})
-	}
-	return priorityKeys(per), per
-}
-
-// priorityKeys are per's keys in JavaScript object order: non-negative
-// integer keys ascending, then the rest (here: negatives).
-func priorityKeys(per map[int64]int) []int64 {
-	keys := make([]int64, 0, len(per))
-	for k := range per {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b int64) int {
-		if (a < 0) != (b < 0) {
-			if a < 0 {
-				return 1
-			}
-			return -1
-		}
-		return int(a - b)
-	})
-	return keys
 }
 
 func encodePriorityCounts(e *Enc, keys []int64, per map[int64]int) {
@@ -211,16 +153,6 @@ func encodePriorityCounts(e *Enc, keys []int64, per map[int64]int) {
 
 // ---------------------------------------------------------------------------
 // GetJobs
-
-// jobsQuery are GetJobs' fields. The state filter: absent or [] means
-// every state; a single name labels every job it returns with that name,
-// as the reference does.
-type jobsQuery struct {
-	want          []string
-	single        string
-	offset, limit int64
-	asc           bool
-}
 
 func readJobsQuery(m Map) (jobsQuery, error) {
 	a := jobsQuery{limit: 100, asc: true}
@@ -259,227 +191,26 @@ func cmdGetJobs(r *Req) error {
 	if err != nil {
 		return err
 	}
-	want, single, offset, limit, asc := a.want, a.single, a.offset, a.limit, a.asc
-
-	wants := func(st string) bool { return len(want) == 0 || slices.Contains(want, st) }
-	s := r.b.shardOf(queue)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := r.b.now()
-	s.promote(now)
-	q := s.queues[queue]
-	// every visits the jobs the filter selects, with their labels.
-	every := func(fn func(it jobItem)) {
-		if q == nil {
-			return
-		}
-		explicit := len(want) > 0
-		q.eachReady(func(j *Job) {
-			st := j.state.String()
-			switch {
-			case q.paused && explicit:
-				if wants("paused") {
-					fn(jobItem{j, "paused"})
-				}
-			case wants(st):
-				fn(jobItem{j, st})
-			}
-		})
-		if wants("delayed") {
-			s.delayed.Each(func(e *hent) bool {
-				if e.job.Queue == queue {
-					fn(jobItem{e.job, "delayed"})
-				}
-				return true
-			})
-		}
-		if wants("active") {
-			s.leases.Each(func(e *hent) bool {
-				if e.job.Queue == queue && e.job.state == StateActive {
-					fn(jobItem{e.job, "active"})
-				}
-				return true
-			})
-		}
-		if wants("completed") {
-			for i := s.doneHead; i < len(s.done); i++ {
-				if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == queue {
-					fn(jobItem{d.j, "completed"})
-				}
-			}
-		}
-		if wants("failed") {
-			for _, j := range q.dlq {
-				fn(jobItem{j, "failed"})
-			}
-		}
-		if wants("waiting-children") {
-			for j := range q.wc {
-				fn(jobItem{j, "waiting-children"})
-			}
-		}
+	list, err := r.eng.Jobs(r.ctx(), queue, a)
+	if err != nil {
+		return err
 	}
-	list := pageJobs(every, offset, limit, asc)
 	e := r.field("jobs")
 	e.ArrayHead(len(list))
-	for _, it := range list {
-		st := it.label
-		if single != "" {
-			st = single
+	for _, v := range list {
+		label := v.State
+		if a.single != "" {
+			label = a.single
 		}
-		encodeJob(e, it.j, jobWithState, st, r.b.resultOf(it.j))
+		encodeJob(e, v.Job, jobWithState, label, v.Result)
 	}
 	return nil
-}
-
-// jobItem is a job GetJobs lists, with the state it is listed under.
-type jobItem struct {
-	j     *Job
-	label string
-}
-
-// pageJobs is the page GetJobs answers: the jobs every visits, ordered by
-// creation time then id (descending unless asc), sliced as JavaScript's
-// slice(offset, offset+limit) would slice them. Only the jobs of the page
-// and those ranked on the near side of it are kept, in a bounded heap,
-// so that a small page of a large queue sorts only a small page: a page
-// near the end is found from the end.
-func pageJobs(every func(fn func(it jobItem)), offset, limit int64, asc bool) []jobItem {
-	n := 0
-	every(func(jobItem) { n++ })
-	lo, hi := jsSlice(n, offset, offset+limit)
-	if lo >= hi {
-		return nil
-	}
-	less := func(a, b jobItem) bool {
-		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
-		if c == 0 {
-			c = cmpStr(a.j.ID, b.j.ID)
-		}
-		if !asc {
-			c = -c
-		}
-		return c < 0
-	}
-	// From the front, keep the hi first; from the back, the n-lo last.
-	fromFront := hi <= n-lo
-	k := n - lo
-	if fromFront {
-		k = hi
-	}
-	// worse says which of two kept jobs leaves the heap first: the root is
-	// the kept job farthest from the page's side.
-	worse := func(a, b jobItem) bool { return less(b, a) }
-	if !fromFront {
-		worse = less
-	}
-	h := make([]jobItem, 0, k)
-	down := func(i int) {
-		for {
-			c := 2*i + 1
-			if c >= len(h) {
-				return
-			}
-			if c+1 < len(h) && worse(h[c+1], h[c]) {
-				c++
-			}
-			if !worse(h[c], h[i]) {
-				return
-			}
-			h[i], h[c] = h[c], h[i]
-			i = c
-		}
-	}
-	every(func(it jobItem) {
-		if len(h) < k {
-			h = append(h, it)
-			for i := len(h) - 1; i > 0; {
-				p := (i - 1) / 2
-				if !worse(h[i], h[p]) {
-					break
-				}
-				h[i], h[p] = h[p], h[i]
-				i = p
-			}
-			return
-		}
-		if worse(h[0], it) {
-			h[0] = it
-			down(0)
-		}
-	})
-	slices.SortFunc(h, func(a, b jobItem) int {
-		switch {
-		case less(a, b):
-			return -1
-		case less(b, a):
-			return 1
-		}
-		return 0
-	})
-	if fromFront {
-		return h[lo:hi]
-	}
-	return h[:hi-lo]
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// jsSlice gives the bounds Array.prototype.slice(start, end) would use.
-func jsSlice(n int, start, end int64) (int, int) {
-	norm := func(x int64) int {
-		if x < 0 {
-			x += int64(n)
-			if x < 0 {
-				x = 0
-			}
-		}
-		if x > int64(n) {
-			x = int64(n)
-		}
-		return int(x)
-	}
-	lo, hi := norm(start), norm(end)
-	if hi < lo {
-		hi = lo
-	}
-	return lo, hi
 }
 
 // ---------------------------------------------------------------------------
 // Progress
 
-func notActive(j *Job, now int64) error {
-	return errors.New("Job is not active (current state: " + j.stateAt(now).String() + ")")
-}
-
-// progressSet is what a Progress request sets, read once for both engines.
-type progressSet struct {
-	id     string
-	prog   Raw
-	msg    string
-	msgSet bool // a string: set it (null clears it)
-	msgKey bool // undefined keeps the message
-}
-
+// readProgress reads what a Progress request sets.
 func readProgress(r *Req) (progressSet, error) {
 	var u progressSet
 	var err error
@@ -517,49 +248,37 @@ func readProgress(r *Req) (progressSet, error) {
 	return u, nil
 }
 
-// apply sets the progress of an active job and returns its event.
-func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
-	if j.state != StateActive {
-		return evArgs{}, notActive(j, now)
-	}
-	if err := u.check(j); err != nil {
-		return evArgs{}, err
-	}
-	j.Progress = u.prog
-	if u.msgKey {
-		j.ProgMsg, j.HasProgM = u.msg, u.msgSet
-	}
-	j.Heartbeat = now
-	return evArgs{progress: u.prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM}, nil
-}
-
 func cmdProgress(r *Req) error {
 	u, err := readProgress(r)
 	if err != nil {
 		return err
 	}
-	j, s := r.b.lockJob(u.id)
-	if j == nil {
-		return errJobNotFound
-	}
-	defer s.mu.Unlock()
-	now := r.b.now()
-	ev, err := u.apply(j, now)
-	if err != nil {
+	if err := r.eng.SetProgress(r.ctx(), u); err != nil {
 		return err
 	}
-	s.emit(s.queues[j.Queue], evProgress, j, now, ev)
-	s.b.persist(j)
 	return r.okID()
 }
 
-// writeProgress answers GetProgress for a job (nil: not found).
-func writeProgress(r *Req, j *Job) error {
+func cmdGetProgress(r *Req) error {
+	id, err := jobIDOf(r, "id")
+	if err != nil {
+		return err
+	}
+	v, err := r.eng.ReadJob(r.ctx(), id)
+	if err != nil {
+		return err
+	}
+	return writeProgress(r, v)
+}
+
+// writeProgress answers GetProgress: an active job's progress.
+func writeProgress(r *Req, v JobView) error {
+	j := v.Job
 	if j == nil {
 		return errJobNotFound
 	}
 	if j.state != StateActive {
-		return notActive(j, r.b.now())
+		return notActiveIn(v.State)
 	}
 	if j.Progress == nil {
 		r.field("progress").Int(0)
@@ -570,23 +289,11 @@ func writeProgress(r *Req, j *Job) error {
 	return nil
 }
 
-func cmdGetProgress(r *Req) error {
-	id, _, err := r.m.Str("id")
-	if err != nil {
-		return err
-	}
-	j, s := r.b.lockJob(id)
-	if j != nil {
-		defer s.mu.Unlock()
-	}
-	return writeProgress(r, j)
-}
-
 // ---------------------------------------------------------------------------
 // Logs
 
-// readLogEntry reads AddLog's job id and entry, for both engines, and
-// applies the limits of one log line.
+// readLogEntry reads AddLog's job id and entry (the engine stamps its
+// time), and applies the limits of one log line.
 func readLogEntry(r *Req) (string, LogEntry, error) {
 	id, _, err := r.m.Str("id")
 	if err != nil {
@@ -602,7 +309,7 @@ func readLogEntry(r *Req) (string, LogEntry, error) {
 	if msg == nil {
 		msg = rawUndefined
 	}
-	e := LogEntry{At: r.b.now(), Level: level, Message: msg}
+	e := LogEntry{Level: level, Message: msg}
 	if err := checkLogEntry(e); err != nil {
 		return "", LogEntry{}, err
 	}
@@ -623,16 +330,9 @@ func cmdAddLog(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if r.b.idxGet(id) == nil {
-		return errJobNotFound
+	if err := r.eng.AddLog(r.ctx(), id, entry); err != nil {
+		return err
 	}
-	r.b.lmu.Lock()
-	defer r.b.lmu.Unlock()
-	logs, _ := r.b.logs.Get(id)
-	// A new slice each time: what the store was handed stays as it was.
-	logs = appendLog(logs, entry)
-	r.b.logs.Put(id, logs)
-	r.b.logsChanged(id, logs)
 	return writeLogAdded(r)
 }
 
@@ -642,34 +342,33 @@ type logRange struct {
 	hasStart, hasEnd bool
 }
 
-// getLogsCmd is GetLogs, read and answered once; logsOf is the engine's.
-func getLogsCmd(logsOf func(r *Req, id string) ([]LogEntry, error)) Handler {
-	return func(r *Req) error {
-		id, _, err := r.m.Str("id")
-		if err != nil {
-			return err
-		}
-		var lr logRange
-		if lr.start, lr.hasStart, err = r.m.Int("start"); err != nil {
-			return err
-		}
-		if lr.end, lr.hasEnd, err = r.m.Int("end"); err != nil {
-			return err
-		}
-		logs, err := logsOf(r, id)
-		if err != nil {
-			return err
-		}
-		writeLogs(r, logs, lr)
-		return nil
+// readGetLogs reads GetLogs: the job, and which of its logs.
+func readGetLogs(r *Req) (string, logRange, error) {
+	var lr logRange
+	id, err := jobIDOf(r, "id")
+	if err != nil {
+		return "", lr, err
 	}
+	if lr.start, lr.hasStart, err = r.m.Int("start"); err != nil {
+		return "", lr, err
+	}
+	if lr.end, lr.hasEnd, err = r.m.Int("end"); err != nil {
+		return "", lr, err
+	}
+	return id, lr, nil
 }
 
-func memLogs(r *Req, id string) ([]LogEntry, error) {
-	r.b.lmu.Lock()
-	defer r.b.lmu.Unlock()
-	logs, _ := r.b.logs.Get(id)
-	return slices.Clone(logs), nil
+func cmdGetLogs(r *Req) error {
+	id, lr, err := readGetLogs(r)
+	if err != nil {
+		return err
+	}
+	logs, err := r.eng.Logs(r.ctx(), id)
+	if err != nil {
+		return err
+	}
+	writeLogs(r, logs, lr)
+	return nil
 }
 
 // writeLogs answers GetLogs: the logs from start to end (inclusive, as
@@ -718,16 +417,8 @@ func cmdClearLogs(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.lmu.Lock()
-	defer r.b.lmu.Unlock()
-	if keep <= 0 {
-		if r.b.logs.Delete(id) {
-			r.b.logsChanged(id, nil)
-		}
-	} else if logs, ok := r.b.logs.Peek(id); ok && len(logs) > int(keep) {
-		kept := append(logs[:0:0], logs[len(logs)-int(keep):]...)
-		r.b.logs.Put(id, kept)
-		r.b.logsChanged(id, kept)
+	if err := r.eng.ClearLogs(r.ctx(), id, keep); err != nil {
+		return err
 	}
 	return r.okID()
 }
@@ -735,61 +426,48 @@ func cmdClearLogs(r *Req) error {
 // ---------------------------------------------------------------------------
 // WaitJob
 
-func cmdWaitJob(r *Req) error {
-	id, _, err := r.m.Str("id")
+// readWaitJob reads WaitJob: the job, and how long to wait (30 s unless
+// said).
+func readWaitJob(r *Req) (string, time.Duration, error) {
+	id, err := jobIDOf(r, "id")
 	if err != nil {
-		return err
+		return "", 0, err
 	}
 	timeout, ok, err := numField(r.m, "timeout", "timeout", numRule{min: 0, max: maxWaitTimeout})
 	if err != nil {
-		return err
+		return "", 0, err
 	}
 	if !ok {
 		timeout = 30000
 	}
-	ch := make(chan waitOutcome, 1)
-	var done *waitOutcome
-	var j *Job
-	var s *Shard
-	if !r.b.withJob(id, func(jj *Job, ss *Shard) {
-		j, s = jj, ss
-		switch j.state {
-		case StateCompleted:
-			res := r.b.resultOf(j)
-			done = &waitOutcome{completed: true, result: res, hasResult: res != nil}
-		case StateFailed:
-			done = &waitOutcome{err: j.failErr}
-		default:
-			j.waiters = append(j.waiters, ch)
-		}
-	}) {
-		return errJobNotFound
+	return id, time.Duration(timeout) * time.Millisecond, nil
+}
+
+// cmdWaitJob answers at once for a job that has finished, and otherwise
+// later (goAsync), when the job finishes or the wait ends.
+func cmdWaitJob(r *Req) error {
+	id, timeout, err := readWaitJob(r)
+	if err != nil {
+		return err
+	}
+	done, wait, err := r.eng.WaitJob(r.ctx(), id, timeout)
+	if err != nil {
+		return err
 	}
 	if done != nil {
 		return writeWait(r, *done)
 	}
-	ctx := r.c.ctx
+	ctx := r.ctx()
 	return r.goAsync(func(ar *Req) error {
-		t := time.NewTimer(time.Duration(timeout) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case o := <-ch:
-			return writeWait(ar, o)
-		case <-t.C:
-		case <-ctx.Done():
+		o, finished, err := wait(ctx)
+		if err != nil {
+			return err
 		}
-		s.with(func() {
-			if i := slices.Index(j.waiters, ch); i >= 0 {
-				j.waiters = slices.Delete(j.waiters, i, i+1)
-			}
-		})
-		select {
-		case o := <-ch: // finished just as time ran out
-			return writeWait(ar, o)
-		default:
+		if !finished {
+			ar.field("completed").Bool(false)
+			return nil
 		}
-		ar.field("completed").Bool(false)
-		return nil
+		return writeWait(ar, o)
 	})
 }
 

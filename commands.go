@@ -44,7 +44,7 @@ func init() {
 		"GetProgress":          cmdGetProgress,
 		"Progress":             cmdProgress,
 		"AddLog":               cmdAddLog,
-		"GetLogs":              getLogsCmd(memLogs),
+		"GetLogs":              cmdGetLogs,
 		"ClearLogs":            cmdClearLogs,
 		"WaitJob":              cmdWaitJob,
 

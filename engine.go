@@ -20,7 +20,10 @@ package main
 // never a *Req. Errors are ready for the client: a refusal as it is, a
 // storage fault named as such.
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Engine is everything the protocol asks of storage.
 type Engine interface {
@@ -78,6 +81,33 @@ type FlowEngine interface {
 // ReadEngine reads jobs, counts, progress and logs, and waits for results
 // (query.go, pg_query.go).
 type ReadEngine interface {
+	// ReadJob reads one job as it is now, for GetJob, GetJobByCustomId,
+	// GetState, GetResult and GetProgress. No such job: a nil Job, state
+	// "unknown", no error.
+	ReadJob(ctx context.Context, id string) (JobView, error)
+	// Jobs is the page of a queue's jobs a jobsQuery selects, in
+	// creation order, each labelled with the state it is listed under.
+	Jobs(ctx context.Context, queue string, q jobsQuery) ([]JobView, error)
+	// Counts are a queue's jobs by state (a paused queue's ready jobs
+	// count as paused).
+	Counts(ctx context.Context, queue string) (JobCounts, error)
+	// CountsPerPriority counts a queue's waiting and delayed jobs by
+	// priority.
+	CountsPerPriority(ctx context.Context, queue string) (map[int64]int, error)
+	// SetProgress sets an active job's progress (and message) and emits
+	// the progress event.
+	SetProgress(ctx context.Context, u progressSet) error
+	// AddLog adds a log line to a job that exists, stamped with the
+	// engine's time, dropping the oldest lines over the limits.
+	AddLog(ctx context.Context, id string, e LogEntry) error
+	// Logs are a job's logs, oldest first.
+	Logs(ctx context.Context, id string) ([]LogEntry, error)
+	// ClearLogs drops a job's logs but the keep newest.
+	ClearLogs(ctx context.Context, id string, keep int64) error
+	// WaitJob looks at a job: finished already, done says how; otherwise
+	// wait blocks until it finishes, timeout passes (counted from the
+	// call of wait) or wait's ctx ends.
+	WaitJob(ctx context.Context, id string, timeout time.Duration) (done *waitOutcome, wait jobWait, err error)
 }
 
 // ControlEngine moves jobs by hand: cancel, discard, promote, delay,

@@ -1,0 +1,359 @@
+package main
+
+// The PostgreSQL engine's reads (ReadEngine), as query.go answers them in
+// memory.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	j, res, err := p.getJob(ctx, id)
+	if err != nil {
+		return noJob, err
+	}
+	if j == nil {
+		return noJob, nil
+	}
+	v := JobView{Job: j, State: j.stateAt(p.now()).String()}
+	if j.state == StateCompleted {
+		v.Result = res
+	}
+	return v, nil
+}
+
+func (p *PG) Counts(ctx context.Context, queue string) (JobCounts, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	c, _, err := p.countsTx(ctx, p.pool, queue, p.now())
+	return c, err
+}
+
+func (p *PG) CountsPerPriority(ctx context.Context, queue string) (map[int64]int, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.countsPerPriority(ctx, p.pool, queue)
+}
+
+// ---------------------------------------------------------------------------
+// GetJobs
+
+// pgStateWhere is the row condition of a wire state name ($2 is now).
+var pgStateWhere = map[string]string{
+	"waiting":          "(state = 1 AND run_at <= $2 AND priority <= 0)",
+	"prioritized":      "(state = 1 AND run_at <= $2 AND priority > 0)",
+	"delayed":          "(state = 1 AND run_at > $2)",
+	"paused":           "(state = 1 AND run_at <= $2)",
+	"active":           "state = 4",
+	"completed":        "state = 5",
+	"failed":           "state = 6",
+	"waiting-children": "state = 7",
+}
+
+// jobsWhere is the row condition of a's state filter. A paused queue's
+// ready jobs are listed as paused when states are named, as in memory.
+func jobsWhere(a jobsQuery, paused bool) string {
+	if len(a.want) == 0 {
+		return "true"
+	}
+	where := "false"
+	for _, st := range a.want {
+		c, ok := pgStateWhere[st]
+		if !ok || (st == "paused" && !paused) {
+			continue
+		}
+		if paused && (st == "waiting" || st == "prioritized") {
+			continue
+		}
+		where += " OR " + c
+	}
+	return where
+}
+
+func (p *PG) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var paused bool
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)`), queue).Scan(&paused); err != nil {
+		return nil, pgErr(fmt.Errorf("list jobs of %s: %w", queue, err))
+	}
+	jobs, err := p.jobsPage(ctx, queue, a, jobsWhere(a, paused))
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.results(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	out := make([]JobView, len(jobs))
+	for i, j := range jobs {
+		st := j.stateAt(now)
+		label := st.String()
+		if paused && len(a.want) > 0 && (st == StateWaiting || st == StatePrioritized) {
+			label = "paused"
+		}
+		out[i] = JobView{Job: j, State: label, Result: results[j.ID]}
+	}
+	return out, nil
+}
+
+// jobsPage reads the page of a queue's jobs matching where, sliced as
+// JavaScript's slice(offset, offset+limit) would (in the database when
+// both are not negative).
+func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where string) ([]*Job, error) {
+	order := "ASC"
+	if !a.asc {
+		order = "DESC"
+	}
+	q := `SELECT record FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	args := []any{queue, p.now()}
+	sliced := false
+	if a.offset >= 0 && a.limit >= 0 {
+		q += ` OFFSET $3 LIMIT $4`
+		args = append(args, a.offset, a.limit)
+		sliced = true
+	}
+	rows, err := p.pool.Query(ctx, p.sql(q), args...)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	if !sliced {
+		lo, hi := jsSlice(len(jobs), a.offset, a.offset+a.limit)
+		jobs = jobs[lo:hi]
+	}
+	return jobs, nil
+}
+
+// results are the results of the completed ones of jobs, by id.
+func (p *PG) results(ctx context.Context, jobs []*Job) (map[string]Raw, error) {
+	var ids []string
+	for _, j := range jobs {
+		if j.state == StateCompleted {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := p.pool.Query(ctx, p.sql(`SELECT id, result FROM {s}.jobs WHERE id = ANY($1) AND result IS NOT NULL`), ids)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("read results: %w", err))
+	}
+	defer rows.Close()
+	results := map[string]Raw{}
+	for rows.Next() {
+		var id string
+		var res []byte
+		if err := rows.Scan(&id, &res); err != nil {
+			return nil, pgErr(fmt.Errorf("read results: %w", err))
+		}
+		results[id] = res
+	}
+	return results, pgErr(rows.Err())
+}
+
+// ---------------------------------------------------------------------------
+// Progress and logs
+
+func (p *PG) SetProgress(ctx context.Context, u progressSet) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var j *Job
+	var ev evArgs
+	var now int64
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		locked, err := p.lockRows(ctx, tx, []string{u.id})
+		if err != nil {
+			return pgErr(fmt.Errorf("lock job %s: %w", u.id, err))
+		}
+		l := locked[u.id]
+		if l == nil {
+			return errJobNotFound
+		}
+		j, now = l.j, p.now()
+		if ev, err = u.apply(j, now); err != nil {
+			return err
+		}
+		var e Enc
+		encodeRecord(&e, j)
+		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), u.id, e.B)
+		return pgErr(err)
+	})
+	if err != nil {
+		return err
+	}
+	p.emit(j.Queue, evProgress, j, now, ev)
+	return nil
+}
+
+func (p *PG) AddLog(ctx context.Context, id string, e LogEntry) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	e.At = p.now()
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE id = $1 FOR KEY SHARE)`), id).Scan(&exists); err != nil {
+			return pgErr(fmt.Errorf("add a log to %s: %w", id, err))
+		}
+		if !exists {
+			return errJobNotFound
+		}
+		logs, err := p.readLogs(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		return p.writeLogs(ctx, tx, id, appendLog(logs, e))
+	})
+}
+
+func (p *PG) Logs(ctx context.Context, id string) ([]LogEntry, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.readLogs(ctx, p.pool, id, false)
+}
+
+func (p *PG) ClearLogs(ctx context.Context, id string, keep int64) error {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		logs, err := p.readLogs(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if keep <= 0 {
+			logs = nil
+		} else if len(logs) > int(keep) {
+			logs = logs[len(logs)-int(keep):]
+		}
+		return p.writeLogs(ctx, tx, id, logs)
+	})
+}
+
+// readLogs reads a job's logs through q, locking their row when lock.
+func (p *PG) readLogs(ctx context.Context, q pgQuerier, id string, lock bool) ([]LogEntry, error) {
+	sql := `SELECT logs FROM {s}.job_logs WHERE job_id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	var b []byte
+	err := q.QueryRow(ctx, p.sql(sql), id).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("read logs of %s: %w", id, err))
+	}
+	logs, err := decodeLogs(b)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("logs of %s: %w", id, err))
+	}
+	return logs, nil
+}
+
+// writeLogs replaces a job's logs (none: removes their row).
+func (p *PG) writeLogs(ctx context.Context, tx pgx.Tx, id string, logs []LogEntry) error {
+	var err error
+	if len(logs) == 0 {
+		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.job_logs WHERE job_id = $1`), id)
+	} else {
+		_, err = tx.Exec(ctx, p.sql(`INSERT INTO {s}.job_logs (job_id, logs) VALUES ($1, $2)
+			ON CONFLICT (job_id) DO UPDATE SET logs = EXCLUDED.logs`), id, encodeLogs(logs))
+	}
+	if err != nil {
+		return pgErr(fmt.Errorf("write logs of %s: %w", id, err))
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// WaitJob
+
+// pgWaitPoll is how often WaitJob looks at a job it waits on.
+const pgWaitPoll = 50 * time.Millisecond
+
+// outcome says how job id finished (nil: it has not).
+func (p *PG) outcome(ctx context.Context, id string) (*waitOutcome, error) {
+	j, res, err := p.getJob(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, errJobNotFound
+	}
+	switch j.state {
+	case StateCompleted:
+		return &waitOutcome{completed: true, result: res, hasResult: res != nil}, nil
+	case StateFailed:
+		return &waitOutcome{err: j.failErr}, nil
+	}
+	return nil, nil
+}
+
+// WaitJob looks at the job's row every pgWaitPoll: a job finished on
+// another broker wakes nothing here.
+func (p *PG) WaitJob(ctx context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
+	octx, cancel := p.opCtx(ctx)
+	o, err := p.outcome(octx, id)
+	cancel()
+	if err != nil || o != nil {
+		return o, nil, err
+	}
+	return nil, func(ctx context.Context) (waitOutcome, bool, error) {
+		deadline := time.Now().Add(timeout)
+		t := time.NewTicker(pgWaitPoll)
+		defer t.Stop()
+		for time.Now().Before(deadline) {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return waitOutcome{}, false, nil
+			case <-p.stop:
+				return waitOutcome{}, false, nil
+			}
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			o, err := p.outcome(lctx, id)
+			cancel()
+			if err == errJobNotFound {
+				// Removed on completion.
+				return waitOutcome{completed: true}, true, nil
+			}
+			if err != nil {
+				return waitOutcome{}, false, err
+			}
+			if o != nil {
+				return *o, true, nil
+			}
+		}
+		return waitOutcome{}, false, nil
+	}, nil
+}
+
+// countsPerPriority counts a queue's waiting and delayed jobs by priority.
+func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (map[int64]int, error) {
+	rows, err := q.Query(ctx, p.sql(`SELECT priority, count(*) FROM {s}.jobs WHERE queue = $1 AND state = 1 GROUP BY priority`), queue)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("count jobs by priority: %w", err))
+	}
+	defer rows.Close()
+	per := map[int64]int{}
+	for rows.Next() {
+		var prio, n int64
+		if err := rows.Scan(&prio, &n); err != nil {
+			return nil, pgErr(err)
+		}
+		per[prio] = int(n)
+	}
+	return per, pgErr(rows.Err())
+}
