@@ -435,10 +435,10 @@ func (b *Broker) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
 	}
 	out := make([]*Job, len(jobs))
 	for i, f := range jobs {
-		if !b.withJob(f.job.ID, func(j *Job, _ *Shard) { out[i] = j.wireCopy() }) {
+		if !b.withJob(f.job.ID, func(j *Job, _ *Shard) { out[i] = j.readCopy() }) {
 			// Already gone (completed with removeOnComplete, say): the
 			// answer is the admitted job as it was.
-			out[i] = f.job.wireCopy()
+			out[i] = f.job.readCopy()
 		}
 	}
 	return out, nil
@@ -528,33 +528,6 @@ func (b *Broker) flowRoom(jobs []flowJob) error {
 		}
 	}
 	return b.queueRoom(len(newQueues))
-}
-
-// wireCopy copies what the wire shows of j (encodeJob's fields and its
-// state), for reading once its shard lock is let go. A plain copy of the
-// struct would also read the dependency flags, which another shard's
-// goroutine may be setting.
-func (j *Job) wireCopy() *Job {
-	return &Job{
-		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data,
-		Priority: j.Priority, CreatedAt: j.CreatedAt, RunAt: j.RunAt,
-		StartedAt: j.StartedAt, DoneAt: j.DoneAt,
-		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff, BackoffC: j.BackoffC,
-		TTL: j.TTL, Timeout: j.Timeout, UniqueKey: j.UniqueKey, CustomID: j.CustomID,
-		DependsOn: j.DependsOn, ParentID: j.ParentID, Children: j.Children, ChildDone: j.ChildDone,
-		Tags: j.Tags, GroupID: j.GroupID,
-		Progress: j.Progress, ProgMsg: j.ProgMsg, HasProgM: j.HasProgM,
-		Stack: j.Stack, Repeat: j.Repeat, Durable: j.Durable,
-		Heartbeat: j.Heartbeat, StallTO: j.StallTO, Stalls: j.Stalls, StackLim: j.StackLim,
-		KeepLogs: j.KeepLogs, SizeLimit: j.SizeLimit, Lifo: j.Lifo,
-		RemoveOnC: j.RemoveOnC, RemoveOnF: j.RemoveOnF,
-		FailParent: j.FailParent, RemoveDepOnFail: j.RemoveDepOnFail,
-		ContinueParent: j.ContinueParent, IgnoreDepOnFail: j.IgnoreDepOnFail,
-		DedupTTL: j.DedupTTL, DedupExtend: j.DedupExtend, DedupReplace: j.DedupReplace,
-		DebounceID: j.DebounceID, DebounceTTL: j.DebounceTTL,
-		Timeline: j.Timeline,
-		state:    j.state,
-	}
 }
 
 // placeNew puts a newly admitted job where it starts: waiting for its

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"sync/atomic"
-
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -484,4 +484,30 @@ func newID() string {
 	s[23] = '-'
 	hex.Encode(s[24:36], u[10:16])
 	return string(s[:])
+}
+
+// readCopy copies what readers of a job see (its wire fields, its state
+// and failure), taken under the job's shard lock, so that the copy can
+// be read once the lock is let go. Slices that may change in place are
+// copied too.
+// TestReadCopyHasEveryField keeps the list whole.
+func (j *Job) readCopy() *Job {
+	return &Job{
+		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
+		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
+		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff, BackoffC: j.BackoffC,
+		TTL: j.TTL, Timeout: j.Timeout, UniqueKey: j.UniqueKey, CustomID: j.CustomID,
+		DependsOn: slices.Clone(j.DependsOn), ParentID: j.ParentID, Children: slices.Clone(j.Children),
+		ChildDone: j.ChildDone, Tags: slices.Clone(j.Tags), GroupID: j.GroupID,
+		Progress: j.Progress, ProgMsg: j.ProgMsg, HasProgM: j.HasProgM, Stack: slices.Clone(j.Stack),
+		Repeat: j.Repeat, Durable: j.Durable, Heartbeat: j.Heartbeat, StallTO: j.StallTO,
+		Stalls: j.Stalls, StackLim: j.StackLim, KeepLogs: j.KeepLogs, SizeLimit: j.SizeLimit,
+		Lifo: j.Lifo, RemoveOnC: j.RemoveOnC, RemoveOnF: j.RemoveOnF,
+		FailParent: j.FailParent, RemoveDepOnFail: j.RemoveDepOnFail,
+		ContinueParent: j.ContinueParent, IgnoreDepOnFail: j.IgnoreDepOnFail,
+		DedupTTL: j.DedupTTL, DedupExtend: j.DedupExtend, DedupReplace: j.DedupReplace,
+		DebounceID: j.DebounceID, DebounceTTL: j.DebounceTTL, Timeline: slices.Clone(j.Timeline),
+
+		state: j.state, failErr: j.failErr, hasFail: j.hasFail,
+	}
 }
