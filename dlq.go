@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 )
@@ -249,33 +248,30 @@ func (d dlqSelect) toRetry(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 	return d.limit(dlq)
 }
 
-// copyJobs copies jobs through their storage record (record.go), which
-// keeps their DLQ entry and attempts: encoded under the shard lock,
-// decoded after it, so that an answer is written without the lock while
-// an auto-retry may change the live jobs.
-func copyJobs(recs [][]byte) ([]*Job, error) {
-	out := make([]*Job, len(recs))
-	for i, rec := range recs {
-		j, err := decodeRecord(rec)
-		if err != nil {
-			return nil, fmt.Errorf("copy a dead-lettered job: %w", err)
-		}
-		out[i] = j
+// dlqCopy copies a dead-lettered job for an answer written after the
+// shard lock is let go (an auto-retry may change the live job meanwhile):
+// what readers see, its DLQ entry and its failed attempts.
+func (j *Job) dlqCopy() *Job {
+	c := j.readCopy()
+	if j.dlq != nil {
+		d := *j.dlq
+		c.dlq = &d
 	}
-	return out, nil
+	c.history = slices.Clone(j.history)
+	return c
 }
 
 func (b *Broker) DLQ(_ context.Context, queue string, sel dlqSelect) ([]*Job, error) {
-	var recs [][]byte
+	var out []*Job
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
 			return
 		}
 		for _, j := range sel.listed(q.dlq, q.dlqCfg, now) {
-			recs = append(recs, encodeRec(j))
+			out = append(out, j.dlqCopy())
 		}
 	})
-	return copyJobs(recs)
+	return out, nil
 }
 
 // retryDLQ puts a dead-lettered job back to waiting with fresh attempts;
