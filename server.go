@@ -729,12 +729,8 @@ func (c *conn) finishVirtual() {
 	c.closed.Store(true)
 	c.cancel()
 	c.async.Wait()
-	b := c.srv.b
-	b.workers.dropConn(c)
-	b.release(c)
-	if pg := c.srv.pg; pg != nil {
-		pg.release(c)
-	}
+	c.srv.b.workers.dropConn(c)
+	c.srv.eng.Release(context.Background(), c)
 }
 
 // shutdown asks the connection to stop: the reader stops after the frame it
@@ -754,10 +750,7 @@ func (c *conn) finish() {
 	b := c.srv.b
 	b.unsubscribe(c)
 	b.workers.dropConn(c)
-	b.release(c)
-	if pg := c.srv.pg; pg != nil {
-		pg.release(c)
-	}
+	c.srv.eng.Release(context.Background(), c)
 	c.emu.Lock()
 	c.hasSub = false
 	if c.ekick != nil {
