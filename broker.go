@@ -1,6 +1,8 @@
 package main
 
-// The broker: the operations commands call, on top of the shards.
+// The broker: the memory engine's state (shards, the job index, results,
+// logs, retired tokens) and helpers its operations share. The operations
+// live in the files of their group (jobs.go, queue.go, ...; engine.go).
 
 import (
 	"errors"
