@@ -61,7 +61,7 @@ func pushN(t *testing.T, b *Broker, st *SQLiteStore, queue string, n int) []stri
 			jobs[k] = mustJob(t, queue, map[string]any{"data": map[string]any{"n": int64(i + k), "to": "someone@example.com"}})
 			ids = append(ids, jobs[k].ID)
 		}
-		b.Push(queue, jobs)
+		b.pushJobs(queue, jobs, nil)
 	}
 	if err := st.Sync(); err != nil {
 		t.Fatal(err)
@@ -631,7 +631,7 @@ func BenchmarkBackupS3(b *testing.B) {
 		for k := range jobs {
 			jobs[k] = mustJob(b, "bench", map[string]any{"name": "email", "data": data})
 		}
-		br.Push("bench", jobs)
+		br.pushJobs("bench", jobs, nil)
 	}
 	if err := st.Sync(); err != nil {
 		b.Fatal(err)
@@ -650,7 +650,7 @@ func BenchmarkBackupS3(b *testing.B) {
 			jobs[k] = mustJob(b, "live", map[string]any{"name": "email", "data": data})
 		}
 		t0 := time.Now()
-		br.Push("live", jobs)
+		br.pushJobs("live", jobs, nil)
 		st.Sync()
 		return time.Since(t0)
 	}

@@ -15,14 +15,14 @@ func completeAll(t *testing.T, b *Broker, queue string, n int) []string {
 		for i := range jobs {
 			jobs[i] = mustJob(t, queue, map[string]any{"data": int64(done + i)})
 		}
-		b.Push(queue, jobs)
+		b.pushJobs(queue, jobs, nil)
 		got, tokens := claimN(b, queue, len(jobs))
 		items := make([]AckItem, len(got))
 		for i, j := range got {
 			items[i] = AckItem{ID: j.ID, Token: tokens[i]}
 			ids = append(ids, j.ID)
 		}
-		if ig := b.AckBatch(items); len(ig) > 0 {
+		if ig, _ := b.AckBatch(context.Background(), items); len(ig) > 0 {
 			t.Fatalf("ack ignored %v", ig)
 		}
 	}

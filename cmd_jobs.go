@@ -1,12 +1,10 @@
 package main
 
-// Handlers of the job lifecycle: push, pull, ack, fail, and leases.
+// Handlers of the job lifecycle: push, pull, ack, fail, and leases. The
+// work is the engine's (JobEngine: jobs.go, pg_jobs.go).
 
 import (
-	"context"
 	"errors"
-	"math"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -16,37 +14,11 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
-	j, err := parseJob(r.m, queue, "jobId", r.b.now())
+	j, err := parseJob(r.m, queue, "jobId", r.eng.Now())
 	if err != nil {
 		return err
 	}
-	if err := r.b.depsExist(j, nil); err != nil {
-		return err
-	}
-	if err := validateRepeat(j); err != nil {
-		return err
-	}
-	pid, pq, linked := parentLink(j)
-	if linked {
-		if err := r.b.checkLinkable(pid, pq, j.ID); err != nil {
-			return err
-		}
-	}
-	if err := r.b.admit(); err != nil {
-		return err
-	}
-	res := r.b.Push(queue, []*Job{j})
-	if res[0].Err != nil {
-		return res[0].Err
-	}
-	if linked && !res[0].Dup {
-		r.b.linkChild(pid, j, queue)
-	}
-	if err := r.b.syncDurable([]*Job{j}); err != nil {
-		return err
-	}
-	r.field("id").Str(res[0].ID)
-	return nil
+	return r.pushed(r.eng.Push(r.ctx(), queue, []*Job{j}, false), false)
 }
 
 func cmdPushBatch(r *Req) error {
@@ -58,9 +30,8 @@ func cmdPushBatch(r *Req) error {
 	if err != nil || !ok {
 		return errors.New("jobs must be an array")
 	}
-	now := r.b.now()
+	now := r.eng.Now()
 	jobs := make([]*Job, len(items))
-	durable := false
 	for i, it := range items {
 		m, err := ParseMap(it, nil)
 		if err != nil {
@@ -69,63 +40,51 @@ func cmdPushBatch(r *Req) error {
 		if jobs[i], err = parseJob(m, queue, "customId", now); err != nil {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
-		durable = durable || jobs[i].Durable
 	}
-	batch := customIDBatch(jobs)
-	links := make([][2]string, len(jobs))
-	for i, j := range jobs {
-		if err := r.b.depsExist(j, batch); err != nil {
-			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
-		}
-		if err := validateRepeat(j); err != nil {
-			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
-		}
-		if pid, pq, ok := parentLink(j); ok {
-			if err := r.b.checkLinkable(pid, pq, j.ID); err != nil {
-				return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
-			}
-			links[i] = [2]string{pid, pq}
-		}
+	return r.pushed(r.eng.Push(r.ctx(), queue, jobs, true), true)
+}
+
+// pushed answers a push: at once, or from a goroutine of its own when the
+// engine writes the jobs later. A connection with as many commands
+// waiting as it may have waits for this one instead: the client is slowed
+// down rather than its push refused.
+func (r *Req) pushed(p Pushed, batch bool) error {
+	if p.Wait == nil {
+		return writePushed(r, p.IDs, p.Err, batch)
 	}
-	if err := r.b.admit(); err != nil {
-		return err
+	wait := func(ar *Req) error {
+		ids, err := p.Wait()
+		return writePushed(ar, ids, err, batch)
 	}
-	res := r.b.PushWith(queue, jobs, batch)
-	for i, p := range res {
-		if links[i][0] != "" && p.Err == nil && !p.Dup {
-			r.b.linkChild(links[i][0], jobs[i], queue)
-		}
+	if r.c.nAsync.Load() >= maxAsyncPerConn {
+		return wait(r)
 	}
-	if len(res) > 0 && res[len(res)-1].Err != nil {
-		return res[len(res)-1].Err
-	}
-	if durable {
-		if err := r.b.syncDurable(jobs); err != nil {
+	return r.goAsync(wait)
+}
+
+// writePushed writes PUSH's {id} or PUSHB's {ids}. A refusal of one job
+// of a PUSHB names the job.
+func writePushed(r *Req, ids []string, err error, batch bool) error {
+	if err != nil {
+		var je *jobErr
+		if !errors.As(err, &je) {
 			return err
 		}
+		if batch {
+			return errors.New("jobs[" + strconv.Itoa(je.i) + "]: " + je.err.Error())
+		}
+		return je.err
 	}
-	e := r.field("ids")
-	e.ArrayHead(len(res))
-	for _, p := range res {
-		e.Str(p.ID)
+	if batch {
+		strArray(r.field("ids"), ids)
+	} else {
+		r.field("id").Str(ids[0])
 	}
 	return nil
 }
 
-// customIDBatch names the jobs of a batch with custom ids, which others of
-// the batch may depend on.
-func customIDBatch(jobs []*Job) map[string]*Job {
-	var batch map[string]*Job
-	for _, j := range jobs {
-		if j.CustomID != "" {
-			if batch == nil {
-				batch = map[string]*Job{}
-			}
-			batch[j.CustomID] = j
-		}
-	}
-	return batch
-}
+// ---------------------------------------------------------------------------
+// Pull
 
 // pullArgs are the fields PULL and PULLB share.
 type pullArgs struct {
@@ -180,51 +139,54 @@ func cmdPullBatch(r *Req) error {
 	}
 	if !ok {
 		// The reference answers an absent count with no jobs.
-		return r.writeJobs(nil, nil, a.opts.Owner != "", true, 0)
+		r.writeJobs(nil, nil, a.opts.Owner != "", true)
+		return nil
 	}
 	return r.pull(a, int(n), true)
 }
 
 // pull claims at once, or waits up to the timeout from a goroutine of its
-// own so that later commands on the connection are not held up.
+// own so that later commands on the connection are not held up. A long
+// poll's wait counts in the pull latency, as the reference counts it: the
+// figure is how long a worker waited for its answer. The service time
+// leaves the wait out: it is the server's work.
 func (r *Req) pull(a pullArgs, n int, batch bool) error {
-	// A long poll's wait counts in the pull latency, as the reference
-	// counts it: the figure is how long a worker waited for its answer.
-	// The service time leaves the wait out: it is the server's work.
 	start := time.Now()
-	r.b.throttle()
 	withToken := a.opts.Owner != ""
 	answered := false
-	var werr error
-	write := func(rr *Req) func(jobs []*Job, tokens []string, now int64) {
-		return func(jobs []*Job, tokens []string, now int64) {
+	answer := func(rr *Req) PullAnswer {
+		return func(jobs []*Job, tokens []string) {
 			answered = true
-			werr = rr.writeJobs(jobs, tokens, withToken, batch, now)
+			rr.writeJobs(jobs, tokens, withToken, batch)
 		}
 	}
-	waited := r.b.pull(context.Background(), a.queue, n, a.opts, 0, false, write(r))
-	if answered || a.timeout <= 0 {
-		r.b.lat.observePull(start, waited)
+	wait, err := r.eng.Pull(r.ctx(), a.queue, n, a.opts, a.timeout, answer(r))
+	if wait == nil {
+		r.b.lat.observePull(start, 0)
+		if err != nil {
+			return err
+		}
 		if !answered {
-			return r.writeJobs(nil, nil, withToken, batch, 0)
+			r.writeJobs(nil, nil, withToken, batch)
 		}
-		return werr
+		return nil
 	}
-	ctx := r.c.ctx
 	return r.goAsync(func(ar *Req) error {
-		answered = false
-		waited := r.b.pull(ctx, a.queue, n, a.opts, a.timeout, true, write(ar))
+		waited, err := wait(answer(ar))
 		r.b.lat.observePull(start, waited)
-		if !answered {
-			return ar.writeJobs(nil, nil, withToken, batch, 0)
+		if err != nil {
+			return err
 		}
-		return werr
+		if !answered {
+			ar.writeJobs(nil, nil, withToken, batch)
+		}
+		return nil
 	})
 }
 
 // writeJobs writes PULL's {job, token} or PULLB's {jobs, tokens}; the
 // token fields are there only when the pull had an owner.
-func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool, now int64) error {
+func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool) {
 	if !batch {
 		e := r.field("job")
 		if len(jobs) == 0 {
@@ -240,7 +202,7 @@ func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool, now
 				e.Str(tokens[0])
 			}
 		}
-		return nil
+		return
 	}
 	e := r.field("jobs")
 	e.ArrayHead(len(jobs))
@@ -250,109 +212,10 @@ func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool, now
 	if withToken {
 		strArray(r.field("tokens"), tokens)
 	}
-	return nil
 }
 
-// pull claims up to n jobs from queue, waiting up to timeout ms for some
-// when wait is set. emit runs under the shard lock with what was claimed
-// (jobs are encoded there, while nothing else can change them); it is not
-// called when nothing was claimed. It reports how long it slept waiting
-// for a job, which is not the server's work.
-func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, wait bool,
-	emit func(jobs []*Job, tokens []string, now int64)) (waited time.Duration) {
-	s := b.shardOf(queue)
-	var deadline time.Time
-	if wait {
-		deadline = time.Now().Add(time.Duration(timeout) * time.Millisecond)
-	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		if o.Conn != nil && o.Conn.closed.Load() {
-			return
-		}
-		var w *waiter
-		done := false
-		retryIn := time.Duration(math.MaxInt64)
-		s.with(func() {
-			now := b.now()
-			q := s.queues[queue]
-			if q == nil {
-				var err error
-				if !wait {
-					done = true
-					return
-				}
-				if q, err = s.queueFor(queue); err != nil {
-					// No room for another queue to wait on: answered empty.
-					done = true
-					return
-				}
-			}
-			jobs, tokens := s.claim(q, n, o, now, nil, nil)
-			if len(jobs) > 0 {
-				emit(jobs, tokens, now)
-				done = true
-				return
-			}
-			if !wait || time.Until(deadline) <= 0 || s.closed {
-				done = true
-				return
-			}
-			if q.nReady > 0 {
-				// Held back by a limit, not an empty queue: look again when
-				// a token is due or a group's window opens.
-				if w := min(q.limitWait(now), q.groupWait(now)); w < math.MaxInt64/int64(time.Millisecond) {
-					retryIn = time.Duration(w) * time.Millisecond
-				}
-			}
-			w = &waiter{ch: make(chan struct{}, 1)}
-			q.waiters = append(q.waiters, w)
-		})
-		if done {
-			return
-		}
-		left := min(time.Until(deadline), retryIn)
-		if timer == nil {
-			timer = time.NewTimer(left)
-		} else {
-			timer.Reset(left)
-		}
-		woken := false
-		slept := time.Now()
-		select {
-		case <-w.ch:
-			woken = true
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		waited += time.Since(slept)
-		s.with(func() {
-			if q := s.queues[queue]; q != nil {
-				q.dropWaiter(w)
-				// A wake-up meant for a job must not be lost: if this poll
-				// got one but is leaving without claiming, pass it on.
-				if !woken {
-					select {
-					case <-w.ch:
-						woken = true
-					default:
-					}
-				}
-				if woken && ctx.Err() != nil {
-					q.wake(1)
-				}
-			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-	}
-}
+// ---------------------------------------------------------------------------
+// ACK and FAIL
 
 // ---------------------------------------------------------------------------
 
@@ -378,8 +241,7 @@ func cmdAck(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.throttle()
-	out, err := r.b.Ack(it)
+	out, err := r.eng.Ack(r.ctx(), it)
 	if err != nil {
 		return err
 	}
@@ -459,8 +321,11 @@ func cmdAckBatch(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.throttle()
-	return r.ackIgnored(items, r.b.AckBatch(items))
+	ignored, err := r.eng.AckBatch(r.ctx(), items)
+	if err != nil {
+		return err
+	}
+	return r.ackIgnored(items, ignored)
 }
 
 // ackIgnored answers ACKB: plain success, or the items that did not apply.
@@ -484,56 +349,6 @@ func (r *Req) ackIgnored(items []AckItem, ignored []int) error {
 		e.Str(items[i].ID)
 	}
 	return nil
-}
-
-// AckBatch completes many jobs, locking each shard once. It returns the
-// indexes of the items that did not apply.
-func (b *Broker) AckBatch(items []AckItem) []int {
-	defer b.lat.ack.since(time.Now())
-	var ignored []int
-	byShard := make([][]int, len(b.shards))
-	for i := range items {
-		j := b.idxGet(items[i].ID)
-		if j == nil {
-			ignored = append(ignored, i)
-			continue
-		}
-		k := fnv1a(j.Queue) & b.mask
-		byShard[k] = append(byShard[k], i)
-	}
-	for k, list := range byShard {
-		if len(list) == 0 {
-			continue
-		}
-		s := b.shards[k]
-		s.with(func() {
-			now := b.now()
-			for _, i := range list {
-				j := b.idxGet(items[i].ID)
-				if j == nil || b.shardOf(j.Queue) != s {
-					// Replaced in between; take the slow path below.
-					ignored = append(ignored, -1-i)
-					continue
-				}
-				if out, err := s.ack(j, items[i], now); err != nil || out != Applied {
-					ignored = append(ignored, i)
-				}
-			}
-		})
-	}
-	// Items whose job moved shard while we looked are retried one by one.
-	final := ignored[:0]
-	for _, i := range ignored {
-		if i < 0 {
-			i = -1 - i
-			if out, err := b.Ack(items[i]); err == nil && out == Applied {
-				continue
-			}
-		}
-		final = append(final, i)
-	}
-	slices.Sort(final)
-	return final
 }
 
 // readFail reads a FAIL's fields.
@@ -582,8 +397,7 @@ func cmdFail(r *Req) error {
 	if err != nil {
 		return err
 	}
-	r.b.throttle()
-	out, err := r.b.Fail(id, tok, f)
+	out, err := r.eng.Fail(r.ctx(), id, tok, f)
 	if err != nil {
 		return err
 	}
@@ -591,100 +405,12 @@ func cmdFail(r *Req) error {
 }
 
 // ---------------------------------------------------------------------------
-// Leases
+// Leases: JobHeartbeat, JobHeartbeatB, ExtendLock and ExtendLocks
 
 var (
 	errHeartbeat = errors.New("Job not found or not active (or invalid token)")
 	errLock      = errors.New("Lock not found or invalid token")
 )
-
-// renew extends a job's lock; s.mu is held. ttl 0 keeps the lock's own.
-func (s *Shard) renew(j *Job, token string, ttl, now int64) bool {
-	l := j.lease
-	if l == nil || (token != "" && token != l.Token) || j.state != StateActive {
-		return false
-	}
-	if ttl <= 0 {
-		ttl = l.TTL
-	}
-	l.ExpiresAt = now + ttl
-	l.Renewals++
-	j.Heartbeat = now
-	s.rewatch(j, now)
-	return true
-}
-
-// rewatch brings a job's timer entry forward when its deadline moved
-// earlier; a later deadline is found lazily when the old entry comes due.
-func (s *Shard) rewatch(j *Job, now int64) {
-	q := s.queues[j.Queue]
-	if d := s.deadline(q, j); d < j.deadline {
-		s.watch(q, j, now)
-	}
-}
-
-func (b *Broker) heartbeat(id, token string, duration int64) bool {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return false
-	}
-	defer s.mu.Unlock()
-	now := b.now()
-	if j.state != StateActive {
-		return false
-	}
-	if token != "" {
-		return s.renew(j, token, duration, now)
-	}
-	j.Heartbeat = now
-	return true
-}
-
-// extendLock renews a lock; without a token, whatever lock the job has.
-func (b *Broker) extendLock(id, token string, duration int64) bool {
-	j, s := b.lockJob(id)
-	if j == nil {
-		return false
-	}
-	defer s.mu.Unlock()
-	if j.lease == nil {
-		return false
-	}
-	if token == "" {
-		token = j.lease.Token
-	}
-	return s.renew(j, token, duration, b.now())
-}
-
-// Lock renewals: JobHeartbeat, JobHeartbeatB, ExtendLock and ExtendLocks
-// are parsed and answered once; renewFn is what an engine does.
-
-// renewals are the locks one request names, index by index.
-type renewals struct {
-	ids, tokens []string
-	durations   []int64
-}
-
-// renewFn renews what rn names and reports how many it renewed.
-// lockOnly is ExtendLock's rule (the job must hold a lock); otherwise a
-// heartbeat without a token marks an active job alive.
-type renewFn func(r *Req, rn renewals, lockOnly bool) (int, error)
-
-func memRenew(r *Req, rn renewals, lockOnly bool) (int, error) {
-	n := 0
-	for i, id := range rn.ids {
-		var ok bool
-		if lockOnly {
-			ok = r.b.extendLock(id, rn.tokens[i], rn.durations[i])
-		} else {
-			ok = r.b.heartbeat(id, rn.tokens[i], rn.durations[i])
-		}
-		if ok {
-			n++
-		}
-	}
-	return n, nil
-}
 
 // readRenewal reads one id, token and duration.
 func readRenewal(r *Req) (renewals, error) {
@@ -735,75 +461,67 @@ func readRenewals(r *Req, withDurations bool) (renewals, error) {
 	return rn, nil
 }
 
-func jobHeartbeatCmd(renew renewFn) Handler {
-	return func(r *Req) error {
-		rn, err := readRenewal(r)
-		if err != nil {
-			return err
-		}
-		n, err := renew(r, rn, false)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return errHeartbeat
-		}
-		e := r.field("data")
-		e.MapHead(1)
-		e.Str("ok")
-		e.Bool(true)
-		return nil
+func cmdJobHeartbeat(r *Req) error {
+	rn, err := readRenewal(r)
+	if err != nil {
+		return err
 	}
+	n, err := r.eng.Heartbeat(r.ctx(), rn)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errHeartbeat
+	}
+	e := r.field("data")
+	e.MapHead(1)
+	e.Str("ok")
+	e.Bool(true)
+	return nil
 }
 
-func jobHeartbeatBatchCmd(renew renewFn) Handler {
-	return func(r *Req) error {
-		rn, err := readRenewals(r, false)
-		if err != nil {
-			return err
-		}
-		n, err := renew(r, rn, false)
-		if err != nil {
-			return err
-		}
-		e := r.field("data")
-		e.MapHead(2)
-		e.Str("ok")
-		e.Bool(true)
-		e.Str("count")
-		e.Int(int64(n))
-		return nil
+func cmdJobHeartbeatBatch(r *Req) error {
+	rn, err := readRenewals(r, false)
+	if err != nil {
+		return err
 	}
+	n, err := r.eng.Heartbeat(r.ctx(), rn)
+	if err != nil {
+		return err
+	}
+	e := r.field("data")
+	e.MapHead(2)
+	e.Str("ok")
+	e.Bool(true)
+	e.Str("count")
+	e.Int(int64(n))
+	return nil
 }
 
-func extendLockCmd(renew renewFn) Handler {
-	return func(r *Req) error {
-		rn, err := readRenewal(r)
-		if err != nil {
-			return err
-		}
-		n, err := renew(r, rn, true)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return errLock
-		}
-		return r.okID()
+func cmdExtendLock(r *Req) error {
+	rn, err := readRenewal(r)
+	if err != nil {
+		return err
 	}
+	n, err := r.eng.ExtendLocks(r.ctx(), rn)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errLock
+	}
+	return r.okID()
 }
 
-func extendLocksCmd(renew renewFn) Handler {
-	return func(r *Req) error {
-		rn, err := readRenewals(r, true)
-		if err != nil {
-			return err
-		}
-		n, err := renew(r, rn, true)
-		if err != nil {
-			return err
-		}
-		r.field("count").Int(int64(n))
-		return nil
+func cmdExtendLocks(r *Req) error {
+	rn, err := readRenewals(r, true)
+	if err != nil {
+		return err
 	}
+	n, err := r.eng.ExtendLocks(r.ctx(), rn)
+	if err != nil {
+		return err
+	}
+	r.field("count").Int(int64(n))
+	return nil
 }

@@ -27,10 +27,10 @@ func init() {
 		"ACK":           cmdAck,
 		"ACKB":          cmdAckBatch,
 		"FAIL":          cmdFail,
-		"JobHeartbeat":  jobHeartbeatCmd(memRenew),
-		"JobHeartbeatB": jobHeartbeatBatchCmd(memRenew),
-		"ExtendLock":    extendLockCmd(memRenew),
-		"ExtendLocks":   extendLocksCmd(memRenew),
+		"JobHeartbeat":  cmdJobHeartbeat,
+		"JobHeartbeatB": cmdJobHeartbeatBatch,
+		"ExtendLock":    cmdExtendLock,
+		"ExtendLocks":   cmdExtendLocks,
 
 		// Reading jobs (cmd_query.go)
 		"GetJob":               cmdGetJob,

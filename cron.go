@@ -586,7 +586,7 @@ func (b *Broker) cronFire(s *CronSchedule, at time.Time) {
 		b.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
 		return
 	}
-	b.Push(s.Queue, []*Job{j})
+	b.pushJobs(s.Queue, []*Job{j}, nil)
 }
 
 // cronJob builds the job a schedule pushes: its name, data and priority,

@@ -42,6 +42,35 @@ type Engine interface {
 // JobEngine is the job lifecycle: push, pull, ack, fail, leases (jobs.go,
 // pg_jobs.go).
 type JobEngine interface {
+	// Push admits parsed jobs into a queue, in order, until one is
+	// refused (those before it stay). batch says they came as one PUSHB:
+	// its jobs with custom ids may be depended on by others of it. The
+	// answer may come later (Pushed.Wait): PostgreSQL writes pushes in
+	// groups. A refusal of one job is a *jobErr naming its index.
+	Push(ctx context.Context, queue string, jobs []*Job, batch bool) Pushed
+	// Pull claims up to n ready jobs of queue for o and hands them to
+	// answer, which is not called when none was claimed. When none was
+	// and timeout > 0, it may instead return a PullWait: the caller runs
+	// it off the connection's reader, and it waits up to timeout ms.
+	Pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, answer PullAnswer) (PullWait, error)
+	// Ack completes an active job (or one whose lease ran out, whose work
+	// is kept); AlreadyFinalized when the token's attempt was over.
+	Ack(ctx context.Context, it AckItem) (Outcome, error)
+	// AckBatch completes jobs and answers the indexes of the items that
+	// did not apply, in order.
+	AckBatch(ctx context.Context, items []AckItem) ([]int, error)
+	// Fail records a failed attempt: a retry after the backoff, the DLQ,
+	// or removal.
+	Fail(ctx context.Context, id, token string, f failure) (Outcome, error)
+	// Heartbeat marks active jobs alive, renewing the lock of those named
+	// with a token, and answers how many it found.
+	Heartbeat(ctx context.Context, rn renewals) (int, error)
+	// ExtendLocks renews the locks of active jobs that have one, and
+	// answers how many it renewed.
+	ExtendLocks(ctx context.Context, rn renewals) (int, error)
+	// Release puts back what a closed connection pulled and still holds,
+	// without costing an attempt, unless its lock was renewed.
+	Release(ctx context.Context, c *conn)
 }
 
 // FlowEngine pushes flows and answers parents about their children

@@ -202,7 +202,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 	b := NewBroker(4, nil)
 	defer b.Close()
 	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
-	b.Push("pq", []*Job{p})
+	b.pushJobs("pq", []*Job{p}, nil)
 	b.withJob(p.ID, func(j *Job, _ *Shard) { j.Children = []string{"c"} })
 	// The parent's shard held: the flow goroutine takes the child's value
 	// and waits for the lock, mid-apply.

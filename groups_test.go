@@ -13,7 +13,7 @@ func pushJSON(t testing.TB, b *Broker, queue string, fields ...map[string]any) [
 	for i, f := range fields {
 		jobs[i] = mustJob(t, queue, f)
 	}
-	return b.Push(queue, jobs)
+	return b.pushJobs(queue, jobs, nil)
 }
 
 // pullNames claims one job at a time and returns their names.
@@ -171,7 +171,7 @@ func BenchmarkPullManyGroups(b *testing.B) {
 				for k := range jobs {
 					jobs[k] = mustJob(b, "bench", map[string]any{"data": 1, "groupId": "g" + itoa(int64(g))})
 				}
-				br.Push("bench", jobs)
+				br.pushJobs("bench", jobs, nil)
 			}
 			s := br.shardOf("bench")
 			q := s.queues["bench"]

@@ -339,3 +339,15 @@ func (p *PG) received(payload string) {
 		p.emitLocal(ev.queue, ev.t, ev.job, ev.at, ev.args)
 	}
 }
+
+// emit tells this broker's subscribers and taps of an event, and the
+// other brokers' through the event channel (pg_events.go).
+func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
+	p.emitLocal(queue, t, j, now, a)
+	p.forward(queue, t, j, now, a)
+}
+
+func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {
+	s := p.b.shardOf(queue)
+	s.with(func() { s.emit(&Queue{name: queue}, t, j, now, a) })
+}

@@ -51,32 +51,13 @@ func pgPlain(j *Job) bool {
 		j.DedupTTL == none && !j.DedupExtend && !j.DedupReplace && j.DebounceID == ""
 }
 
-// pushAsync queues jobs to be written and answers the request once they
-// are: their ids, or those of the live jobs holding their custom ids or
-// unique keys. Jobs that cannot share a transaction (flows, groups, dedup
-// policies) are written at once, in one of their own. isBatch tells PUSHB
-// (whose errors name the job) from PUSH.
+// pushAsync queues plain jobs to be written, and answers a Pushed whose
+// Wait gives, once they are, their ids (or those of the live jobs holding
+// their custom ids or unique keys).
 //
 // The push latency is the time to the commit, as the client waits for it.
-func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer func(r *Req, ids []string)) error {
+func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 	began := time.Now()
-	for _, j := range jobs {
-		if !pgPlain(j) {
-			defer p.b.lat.push.since(began)
-			ctx, cancel := pgCtx(r)
-			defer cancel()
-			var batch map[string]*Job
-			if isBatch {
-				batch = customIDBatch(jobs)
-			}
-			ids, err := p.pushJobs(ctx, queue, jobs, batch)
-			if err != nil {
-				return pgPushErr(err, isBatch)
-			}
-			answer(r, ids)
-			return nil
-		}
-	}
 	req := &pgPushReq{queue: queue, jobs: jobs, done: make(chan struct{})}
 	lane := &p.push[fnv1a(queue)%pgPushLanes]
 	lane.mu.Lock()
@@ -87,22 +68,14 @@ func (p *PG) pushAsync(r *Req, queue string, jobs []*Job, isBatch bool, answer f
 	if start {
 		go p.pushWriter(lane)
 	}
-	wait := func(ar *Req) error {
+	return Pushed{Wait: func() ([]string, error) {
 		<-req.done
 		p.b.lat.push.since(began)
 		if req.err != nil {
-			return pgPushErr(req.err, isBatch)
+			return nil, pgPushErr(req.err)
 		}
-		answer(ar, req.ids)
-		return nil
-	}
-	if r.c.nAsync.Load() >= maxAsyncPerConn {
-		// As many commands of this connection wait as it may have: it
-		// reads on once this push is written, which slows the client down
-		// instead of refusing its push.
-		return wait(r)
-	}
-	return r.goAsync(wait)
+		return req.ids, nil
+	}}
 }
 
 // pushWriter writes the lane's batches until none is pending.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -356,4 +357,56 @@ func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (
 		per[prio] = int(n)
 	}
 	return per, pgErr(rows.Err())
+}
+
+// getJob reads one job and its result; nil when there is none.
+func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
+	var rec, res []byte
+	err := p.pool.QueryRow(ctx, p.sql(`SELECT record, result FROM {s}.jobs WHERE id = $1`), id).Scan(&rec, &res)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
+	}
+	j, err := decodeRecord(rec)
+	if err != nil {
+		return nil, nil, pgErr(fmt.Errorf("job record %s: %w", id, err))
+	}
+	return j, Raw(res), nil
+}
+
+// pgCountCols counts job rows by wire state, in the order of pgDest; now
+// is the placeholder of the current time (it tells delayed from waiting).
+func pgCountCols(now string) string {
+	return strings.ReplaceAll(`count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority <= 0),
+			count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority > 0),
+			count(*) FILTER (WHERE state = 1 AND run_at > $now),
+			count(*) FILTER (WHERE state = 4),
+			count(*) FILTER (WHERE state = 5),
+			count(*) FILTER (WHERE state = 6),
+			count(*) FILTER (WHERE state = 7)`, "$now", now)
+}
+
+// pgDest are the scan targets of pgCountCols.
+func (c *JobCounts) pgDest() []any {
+	return []any{&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active, &c.Completed, &c.Failed, &c.WaitingChildren}
+}
+
+// countsTx counts a queue's jobs by state through q (Counts, the
+// dashboard), with whether the queue is paused.
+func (p *PG) countsTx(ctx context.Context, q pgQuerier, queue string, now int64) (JobCounts, bool, error) {
+	var c JobCounts
+	var paused bool
+	err := q.QueryRow(ctx, p.sql(`SELECT `+pgCountCols("$2")+`,
+			COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
+		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(append(c.pgDest(), &paused)...)
+	if err != nil {
+		return c, false, pgErr(fmt.Errorf("count jobs: %w", err))
+	}
+	if paused {
+		c.Paused = c.Waiting + c.Prioritized
+		c.Waiting, c.Prioritized = 0, 0
+	}
+	return c, paused, nil
 }

@@ -66,8 +66,8 @@ func (p *PG) unhold(ids ...string) {
 	h.mu.Unlock()
 }
 
-// release puts back what c held, once c has closed.
-func (p *PG) release(c *conn) {
+// Release puts back what c held, once c has closed.
+func (p *PG) Release(ctx context.Context, c *conn) {
 	h := &p.holds
 	h.mu.Lock()
 	var ids []string
@@ -83,7 +83,7 @@ func (p *PG) release(c *conn) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := p.releaseJobs(ctx, ids, claims); err != nil {
 		// The leases run out and the reaper takes the jobs back.

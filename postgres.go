@@ -1006,3 +1006,13 @@ func (p *PG) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 	return pgErr(tx.Commit(ctx))
 }
+
+// closing reports that the engine is stopping.
+func (p *PG) closing() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}

@@ -549,17 +549,6 @@ func TestPGCronOncePerTick(t *testing.T) {
 	}
 }
 
-// TestPGEveryCommandHandled: every PostgreSQL twin still in pgHandlers
-// overrides a command of the table (the rest go through the engine seam,
-// which the compiler checks: var _ Engine = (*PG)(nil)).
-func TestPGEveryCommandHandled(t *testing.T) {
-	for name := range pgHandlers {
-		if commands[name] == nil {
-			t.Errorf("%s is handled in PostgreSQL mode but is not a command", name)
-		}
-	}
-}
-
 // TestPGClaimReadsTheIndex: a claim on a queue filled at once, after
 // autovacuum's statistics were taken without it, reads the claim index in
 // order rather than sorting every ready row (which made a drain 5x

@@ -64,14 +64,13 @@ type Server struct {
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
 
-	cmds map[string]Handler // the command table: commands, or pgCommands()
-	eng  Engine             // storage: the broker itself, or pg
-	pg   *PG                // PostgreSQL mode's engine; nil in the other modes
+	eng Engine // storage: the broker itself, or pg
+	pg  *PG    // PostgreSQL mode's engine; nil in the other modes
 }
 
 // usePG makes pg the server's engine (PostgreSQL mode).
 func (s *Server) usePG(pg *PG) {
-	s.pg, s.eng, s.cmds = pg, pg, pgCommands()
+	s.pg, s.eng = pg, pg
 }
 
 const (
@@ -108,7 +107,7 @@ const (
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
-		mx: newMetrics(b), cmds: commands, eng: b,
+		mx: newMetrics(b), eng: b,
 		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
 	for _, t := range tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
@@ -729,12 +728,8 @@ func (c *conn) finishVirtual() {
 	c.closed.Store(true)
 	c.cancel()
 	c.async.Wait()
-	b := c.srv.b
-	b.workers.dropConn(c)
-	b.release(c)
-	if pg := c.srv.pg; pg != nil {
-		pg.release(c)
-	}
+	c.srv.b.workers.dropConn(c)
+	c.srv.eng.Release(context.Background(), c)
 }
 
 // shutdown asks the connection to stop: the reader stops after the frame it
@@ -754,10 +749,7 @@ func (c *conn) finish() {
 	b := c.srv.b
 	b.unsubscribe(c)
 	b.workers.dropConn(c)
-	b.release(c)
-	if pg := c.srv.pg; pg != nil {
-		pg.release(c)
-	}
+	c.srv.eng.Release(context.Background(), c)
 	c.emu.Lock()
 	c.hasSub = false
 	if c.ekick != nil {
@@ -963,10 +955,10 @@ func (c *conn) dispatch(m Map, e *Enc) {
 		appendError(e, m.Get("reqId"), "Invalid command")
 	case cmd != "Auth" && c.srv.authRequired() && !c.authed:
 		appendError(e, m.Get("reqId"), "Not authenticated")
-	case c.srv.cmds[cmd] == nil:
+	case commands[cmd] == nil:
 		appendError(e, m.Get("reqId"), "Unknown command: "+cmd)
 	default:
-		c.run(c.srv.cmds[cmd], m, e)
+		c.run(commands[cmd], m, e)
 	}
 }
 

@@ -78,20 +78,20 @@ func TestSQLiteRestart(t *testing.T) {
 		jobs = append(jobs, mustJob(t, "work", map[string]any{"name": "w", "data": map[string]any{"i": int64(i)}, "maxAttempts": int64(1)}))
 	}
 	jobs = append(jobs, mustJob(t, "work", map[string]any{"data": "later", "delay": int64(3600000), "jobId": "delayed-1"}))
-	b.Push("work", jobs)
+	b.pushJobs("work", jobs, nil)
 	claimed, tokens := claimN(b, "work", 300)
 	if len(claimed) != 300 {
 		t.Fatalf("claimed %d", len(claimed))
 	}
-	b.Push("work", []*Job{mustJob(t, "work", map[string]any{"data": "prio", "priority": int64(7), "uniqueKey": "uk"})})
+	b.pushJobs("work", []*Job{mustJob(t, "work", map[string]any{"data": "prio", "priority": int64(7), "uniqueKey": "uk"})}, nil)
 	// 200 complete with a result, 50 fail for good, 50 stay active.
 	for i := 0; i < 200; i++ {
-		if _, err := b.Ack(AckItem{ID: claimed[i].ID, Token: tokens[i], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
+		if _, err := b.ackOne(AckItem{ID: claimed[i].ID, Token: tokens[i], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 200; i < 250; i++ {
-		if _, err := b.Fail(claimed[i].ID, tokens[i], failure{err: "bad", hasErr: true}); err != nil {
+		if _, err := b.Fail(context.Background(), claimed[i].ID, tokens[i], failure{err: "bad", hasErr: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestSQLiteRestart(t *testing.T) {
 		t.Fatal("custom id not recovered")
 	}
 	// The unique key is held again: a duplicate returns the holder.
-	res := b2.Push("work", []*Job{mustJob(t, "work", map[string]any{"data": 1, "uniqueKey": "uk"})})
+	res := b2.pushJobs("work", []*Job{mustJob(t, "work", map[string]any{"data": 1, "uniqueKey": "uk"})}, nil)
 	if !res[0].Dup {
 		t.Fatal("unique key not recovered")
 	}
@@ -169,7 +169,7 @@ func TestSQLiteDurableSync(t *testing.T) {
 	defer st.Close()
 	defer b.Close()
 	j := mustJob(t, "d", map[string]any{"data": 1, "durable": true})
-	b.Push("d", []*Job{j})
+	b.pushJobs("d", []*Job{j}, nil)
 	if err := b.syncDurable([]*Job{j}); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestSQLiteBackup(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		jobs = append(jobs, mustJob(t, "bk", map[string]any{"data": int64(i)}))
 	}
-	b.Push("bk", jobs)
+	b.pushJobs("bk", jobs, nil)
 	if err := st.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestSQLiteDiskFull(t *testing.T) {
 		for k := range jobs {
 			jobs[k] = mustJob(t, "full", map[string]any{"data": payload})
 		}
-		b.Push("full", jobs)
+		b.pushJobs("full", jobs, nil)
 		pushed += len(jobs)
 		if err := st.Sync(); err == nil {
 			confirmed = pushed
@@ -394,7 +394,7 @@ func BenchmarkSQLiteRecovery(b *testing.B) {
 		for k := range jobs {
 			jobs[k] = mustJob(b, "recover", map[string]any{"name": "j", "data": data})
 		}
-		br.Push("recover", jobs)
+		br.pushJobs("recover", jobs, nil)
 	}
 	br.Close()
 	if err := st.Close(); err != nil {
@@ -434,7 +434,7 @@ func BenchmarkStoreWrite(b *testing.B) {
 			jobs[k] = mustJob(b, "w", map[string]any{"name": "j", "data": data})
 		}
 		br.admit()
-		br.Push("w", jobs)
+		br.pushJobs("w", jobs, nil)
 	}
 	st.Sync()
 	b.StopTimer()
@@ -474,7 +474,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	// flush them in two, or before the wait, and the wait would see one
 	// drop or none.
 	st.Hold()
-	b.Push("good", jobs)
+	b.pushJobs("good", jobs, nil)
 	// A job's logs over the limit too, and a good job's logs within it.
 	b.lmu.Lock()
 	b.logsChanged(jobs[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, secret))}})
@@ -495,7 +495,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 		t.Fatalf("pushes refused after a poisoned row: %v", err)
 	}
 	for i := 0; i < 100; i++ {
-		b.Push("good", []*Job{mustJob(t, "good", map[string]any{"name": "after", "data": int64(i)})})
+		b.pushJobs("good", []*Job{mustJob(t, "good", map[string]any{"name": "after", "data": int64(i)})}, nil)
 	}
 	if err := st.Sync(); err != nil {
 		t.Fatalf("writes after the poisoned row: %v", err)

@@ -1,0 +1,201 @@
+package main
+
+// Inserting jobs in PostgreSQL mode: what pushes (pg_jobs.go,
+// pg_pushbuf.go), flows (pg_flows.go) and cron (pg_cron.go) share.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// inserted tells of what a committed insertJobs did.
+func (p *PG) inserted(queue string, res pgInserted) {
+	p.pushed(queue, res.made)
+	now := p.now()
+	for _, id := range res.dups {
+		p.emit(queue, evDuplicated, &Job{ID: id, Queue: queue}, now, evArgs{})
+	}
+}
+
+// pushed counts and tells of jobs inserted by a committed transaction.
+func (p *PG) pushed(queue string, made []*Job) {
+	p.b.stats.pushed.Add(int64(len(made)))
+	now := p.now()
+	for _, j := range made {
+		p.emit(queue, evPushed, j, now, evArgs{})
+	}
+}
+
+// insertTx is insert within the caller's transaction; it answers the ids
+// and the jobs it made (to be told of once the transaction commits). A
+// refused job is an error here (a pgRefused): the caller rolls back.
+func (p *PG) insertTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) ([]string, []*Job, error) {
+	res, err := p.insertJobs(ctx, tx, queue, jobs)
+	if err == nil && res.refused != nil {
+		err = pgRefused{res.refused}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.ids, res.made, nil
+}
+
+// pgAdmit gives a job being pushed its first state.
+func pgAdmit(j *Job, now int64) {
+	switch {
+	case j.pending > 0:
+		j.state = StateWaitingChildren // waits for dependencies (pg_flows.go)
+	case j.RunAt > now:
+		j.state = StateDelayed
+	default:
+		j.state = j.readyState()
+	}
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+}
+
+const (
+	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING RETURNING id`
+)
+
+// pgInsertBareSQL is pgInsertSQL for a queue pgRegisterBareSQL may have
+// refused: nothing is inserted when the queue has no row.
+var pgInsertBareSQL = strings.Replace(pgInsertSQL, "ORDER BY u.ord",
+	"WHERE EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) ORDER BY u.ord", 1)
+
+// pgRows are new job rows, column by column, for pgInsertSQL.
+type pgRows struct {
+	ids, groups                  []string
+	prios, keys, runAts, created []int64
+	states                       []int16
+	uks                          []*string
+	uexps                        []*int64
+	recs                         [][]byte
+}
+
+func (r *pgRows) add(j *Job, uexp *int64) {
+	r.ids, r.prios, r.keys = append(r.ids, j.ID), append(r.prios, j.Priority), append(r.keys, sortKey(j))
+	r.runAts, r.created, r.states = append(r.runAts, j.RunAt), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
+	var uk *string
+	if j.UniqueKey != "" {
+		uk = ptr(j.UniqueKey)
+	}
+	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.GroupID)
+	var e Enc
+	encodeRecord(&e, j)
+	r.recs = append(r.recs, e.B)
+}
+
+func (r *pgRows) args(queue string) []any {
+	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, r.uks, r.recs, r.uexps, r.groups, r.states}
+}
+
+// pgInserted is what insertJobs did.
+type pgInserted struct {
+	ids     []string // by job: its id, or the one answered for it
+	made    []*Job   // created, to be told of once committed
+	dups    []string // holders of unique keys to tell of as duplicated
+	refused error    // the job after the last of ids was refused
+}
+
+// insertJobs is insertTx with the refusal and the duplicates told apart.
+func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) (pgInserted, error) {
+	var res pgInserted
+	now := p.now()
+	grouped := false
+	for _, j := range jobs {
+		pgAdmit(j, now)
+		grouped = grouped || j.GroupID != ""
+	}
+	// A queue's first grouped job turns its claims to the grouped path.
+	// A new queue past --max-queues is refused whole (a pgRefused).
+	if err := p.registerQueue(ctx, tx, queue, grouped); err != nil {
+		return res, err
+	}
+	if err := p.groupsTx(ctx, tx, queue, jobs); err != nil {
+		var rf pgRefused
+		if errors.As(err, &rf) {
+			res.refused = rf.error
+			return res, nil
+		}
+		return res, err
+	}
+	var custom []string
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			custom = append(custom, j.CustomID)
+		}
+	}
+	if len(custom) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
+			return res, fmt.Errorf("free custom ids: %w", err)
+		}
+	}
+	plan, err := p.dedupTx(ctx, tx, queue, jobs, now)
+	if err != nil {
+		return res, err
+	}
+	jobs = jobs[:plan.upto]
+	res.dups, res.refused = plan.events, plan.refused
+	var rows pgRows
+	ready := false
+	for i, j := range jobs {
+		if _, dup := plan.dup[i]; dup || plan.dropped[i] {
+			continue
+		}
+		ready = ready || j.state == StateWaiting || j.state == StatePrioritized
+		rows.add(j, plan.expires[i])
+	}
+	ins, err := tx.Query(ctx, p.sql(pgInsertSQL), rows.args(queue)...)
+	if err != nil {
+		return res, fmt.Errorf("insert jobs: %w", err)
+	}
+	made := make(map[string]bool, len(rows.ids))
+	for ins.Next() {
+		var id string
+		if err := ins.Scan(&id); err != nil {
+			ins.Close()
+			return res, err
+		}
+		made[id] = true
+	}
+	ins.Close()
+	if err := ins.Err(); err != nil {
+		return res, fmt.Errorf("insert jobs: %w", err)
+	}
+	res.ids = make([]string, len(jobs))
+	for i, j := range jobs {
+		res.ids[i] = j.ID
+		if id, dup := plan.dup[i]; dup {
+			res.ids[i] = id
+			continue
+		}
+		if made[j.ID] && !plan.dropped[i] {
+			res.made = append(res.made, j)
+			made[j.ID] = false // a second job of the batch with this id is a duplicate
+			continue
+		}
+		if j.UniqueKey != "" && j.CustomID == "" && !plan.dropped[i] {
+			// Held by a live job with the key: answer its id.
+			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
+				queue, j.UniqueKey).Scan(&res.ids[i])
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return res, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+			}
+		}
+	}
+	if ready && len(res.made) > 0 {
+		if err := p.notify(ctx, tx, queue); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,633 @@
+package main
+
+// The PostgreSQL engine's job lifecycle (JobEngine), as jobs.go answers it
+// in memory: push (plain pushes go through the group commit of
+// pg_pushbuf.go), pull and claim, ACK and FAIL behind the lease fence, and
+// lock renewals. Release on disconnect is pg_release.go's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ---------------------------------------------------------------------------
+// Push
+
+// Push writes plain jobs through the group commit, answered once written
+// (Pushed.Wait); jobs that cannot share a transaction (flows, groups,
+// dedup policies) are written at once, in one of their own.
+func (p *PG) Push(ctx context.Context, queue string, jobs []*Job, batch bool) Pushed {
+	for _, j := range jobs {
+		if !pgPlain(j) {
+			return p.pushNow(ctx, queue, jobs, batch)
+		}
+	}
+	return p.pushAsync(queue, jobs)
+}
+
+// pushNow writes jobs in a transaction of their own.
+func (p *PG) pushNow(ctx context.Context, queue string, jobs []*Job, batch bool) Pushed {
+	defer p.b.lat.push.since(time.Now())
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	var byID map[string]*Job
+	if batch {
+		byID = customIDBatch(jobs)
+	}
+	ids, err := p.pushJobs(ctx, queue, jobs, byID)
+	if err != nil {
+		return Pushed{Err: pgPushErr(err)}
+	}
+	return Pushed{IDs: ids}
+}
+
+// pgPushErr makes a failed push's error ready for the client: a refusal of
+// one job (a *jobErr, which the handler names) and the database's faults
+// (named so already) as they are, any other refusal unwrapped.
+func pgPushErr(err error) error {
+	var je *jobErr
+	if errors.As(err, &je) {
+		return je
+	}
+	var rf pgRefused
+	if errors.As(err, &rf) {
+		return rf.error
+	}
+	return err
+}
+
+// ---------------------------------------------------------------------------
+// Pull
+
+// Pull claims at once when the pull may not wait. One that may answers a
+// PullWait at once: looking costs a round trip to the database, which the
+// connection's reader does not wait for.
+func (p *PG) Pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, answer PullAnswer) (PullWait, error) {
+	if timeout > 0 {
+		return func(answer PullAnswer) (time.Duration, error) {
+			jobs, tokens, waited, err := p.pull(ctx, queue, n, o, timeout)
+			if err != nil {
+				return waited, err
+			}
+			p.pulled(o, jobs, tokens, answer)
+			return waited, nil
+		}, nil
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	jobs, tokens, _, err := p.claim(ctx, queue, n, o)
+	if err != nil {
+		return nil, err
+	}
+	p.pulled(o, jobs, tokens, answer)
+	return nil, nil
+}
+
+// pulled records the jobs a pull claimed against its connection, for
+// release on disconnect, and hands them to answer.
+func (p *PG) pulled(o PullOpts, jobs []*Job, tokens []string, answer PullAnswer) {
+	p.holdFor(o, jobs, tokens)
+	if len(jobs) > 0 {
+		answer(jobs, tokens)
+	}
+}
+
+// pgRecheck bounds a waiting pull's sleep: it looks again even when no
+// notification came (the listener may be reconnecting).
+const pgRecheck = time.Second
+
+// pull claims, and when nothing is ready waits for a push (any broker's),
+// for the next delayed job to come due, or for the timeout. It reports how
+// long it slept waiting.
+func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64) (_ []*Job, _ []string, waited time.Duration, _ error) {
+	deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond)
+	t := time.NewTimer(0)
+	<-t.C
+	defer t.Stop()
+	for {
+		w := p.addWaiter(queue)
+		cctx, cancel := p.opCtx(ctx)
+		jobs, tokens, next, err := p.claim(cctx, queue, n, o)
+		cancel()
+		if err != nil || len(jobs) > 0 {
+			p.dropWaiter(queue, w)
+			if err != nil && ctx.Err() != nil {
+				return nil, nil, waited, nil
+			}
+			return jobs, tokens, waited, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil || p.closing() {
+			p.dropWaiter(queue, w)
+			return nil, nil, waited, nil
+		}
+		sleep := min(left, pgRecheck)
+		if next > 0 {
+			sleep = min(sleep, time.Duration(max(next-p.now(), 1))*time.Millisecond)
+		}
+		t.Reset(sleep)
+		slept := time.Now()
+		select {
+		case <-w.ch:
+			if !t.Stop() {
+				<-t.C
+			}
+		case <-t.C:
+		case <-ctx.Done():
+		case <-p.stop:
+		}
+		waited += time.Since(slept)
+		p.dropWaiter(queue, w)
+	}
+}
+
+// pgClaimed is what a claim's transaction took.
+type pgClaimed struct {
+	jobs   []*Job
+	tokens []string // parallel to jobs when the pull had an owner
+	next   int64    // nothing claimed: when the next delayed job comes due (0: none)
+}
+
+// claim takes up to n ready jobs of a queue, skipping rows other brokers
+// are claiming. With nothing to claim it answers when the next delayed job
+// comes due (0: none). Its errors are ready for the client.
+func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job, []string, int64, error) {
+	if err := p.clockReady(ctx); err != nil {
+		return nil, nil, 0, pgErr(err)
+	}
+	now := p.now()
+	var c pgClaimed
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		c, err = p.claimTx(ctx, tx, queue, n, o, now)
+		return pgErr(err)
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	p.b.stats.pulled.Add(int64(len(c.jobs)))
+	for _, j := range c.jobs {
+		if j.Attempts == 0 {
+			// As in memory mode: retries wait for their backoff, not
+			// for the queue's backlog.
+			p.b.lat.wait.ObserveMs(now - j.CreatedAt)
+		}
+		p.emit(queue, evPulled, j, now, evArgs{})
+	}
+	return c.jobs, c.tokens, c.next, nil
+}
+
+// claimTx is a claim's transaction: the queue's limits, then its ready
+// jobs, grouped or not (pg_groups.go claimGrouped), made active.
+func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o PullOpts, now int64) (pgClaimed, error) {
+	lim, err := p.readLimits(ctx, tx, queue, false)
+	if err != nil {
+		return pgClaimed{}, err
+	}
+	if lim.limited() {
+		// Limited: take the queue row, so that the brokers' claims count
+		// against the limits one after another.
+		if lim, err = p.readLimits(ctx, tx, queue, true); err != nil {
+			return pgClaimed{}, err
+		}
+	}
+	if lim.paused {
+		return pgClaimed{}, nil
+	}
+	var rate *bucket
+	if lim.limited() {
+		var wait int64
+		if n, wait, rate, err = p.allowance(ctx, tx, queue, lim, n, now); err != nil {
+			return pgClaimed{}, err
+		}
+		if n == 0 {
+			return pgClaimed{next: wait}, nil
+		}
+	}
+	var jobs []*Job
+	var wait int64
+	if lim.grouped {
+		jobs, wait, err = p.claimGrouped(ctx, tx, queue, n, o.Group, now)
+	} else {
+		jobs, err = p.claimUngrouped(ctx, tx, queue, n, now)
+	}
+	if err != nil {
+		return pgClaimed{}, fmt.Errorf("claim: %w", err)
+	}
+	if len(jobs) == 0 {
+		next, err := p.nextDue(ctx, tx, queue, now, wait)
+		return pgClaimed{next: next}, err
+	}
+	return p.activate(ctx, tx, queue, jobs, o, rate, now)
+}
+
+// nextDue is when a claim that found nothing should look again: when the
+// queue's next delayed job comes due, or at wait (a group's window)
+// when that is sooner (0: neither).
+func (p *PG) nextDue(ctx context.Context, tx pgx.Tx, queue string, now, wait int64) (int64, error) {
+	var next *int64
+	err := tx.QueryRow(ctx, p.sql(`SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2`),
+		queue, now).Scan(&next)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if next != nil && (wait == 0 || *next < wait) {
+		wait = *next
+	}
+	return wait, nil
+}
+
+// activate makes claimed jobs active, with a lease when the pull has an
+// owner, and spends the queue's rate tokens on them. A job whose TTL ran
+// out while it waited is dropped without an event, as in memory mode.
+func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, o PullOpts, rate *bucket, now int64) (pgClaimed, error) {
+	var c pgClaimed
+	var expired []string
+	for _, j := range jobs {
+		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
+			expired = append(expired, j.ID)
+			continue
+		}
+		j.state = StateActive
+		j.StartedAt, j.Heartbeat = now, now
+		j.addTimeline(TimelineEntry{State: "active", At: now})
+		if o.Owner != "" {
+			ttl := o.TTL
+			if ttl <= 0 {
+				ttl = defaultLockTTL
+			}
+			j.lease = &Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl}
+			c.tokens = append(c.tokens, j.lease.Token)
+		}
+		c.jobs = append(c.jobs, j)
+	}
+	if len(expired) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), expired); err != nil {
+			return pgClaimed{}, fmt.Errorf("drop expired jobs: %w", err)
+		}
+	}
+	if len(c.jobs) > 0 {
+		if err := p.saveJobs(ctx, tx, c.jobs, nil); err != nil {
+			return pgClaimed{}, err
+		}
+		if err := p.spend(ctx, tx, queue, rate, len(c.jobs)); err != nil {
+			return pgClaimed{}, err
+		}
+	}
+	return c, nil
+}
+
+// ---------------------------------------------------------------------------
+// ACK and FAIL
+
+// Ack completes one job; the job is no longer this broker's to release.
+func (p *PG) Ack(ctx context.Context, it AckItem) (Outcome, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	outs, errs, err := p.ack(ctx, []AckItem{it})
+	if err != nil {
+		return Applied, err
+	}
+	if errs[0] != nil {
+		return Applied, errs[0]
+	}
+	if outs[0] == Applied {
+		p.unhold(it.ID)
+	}
+	return outs[0], nil
+}
+
+// AckBatch completes jobs in one transaction.
+func (p *PG) AckBatch(ctx context.Context, items []AckItem) ([]int, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	outs, errs, err := p.ack(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	var ignored []int
+	done := make([]string, 0, len(items))
+	for i := range items {
+		if errs[i] != nil || outs[i] != Applied {
+			ignored = append(ignored, i)
+		} else {
+			done = append(done, items[i].ID)
+		}
+	}
+	p.unhold(done...)
+	return ignored, nil
+}
+
+// Fail records a failed attempt of one job.
+func (p *PG) Fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	out, err := p.fail(ctx, id, token, f)
+	if err != nil {
+		return Applied, err
+	}
+	if out == Applied {
+		p.unhold(id)
+	}
+	return out, nil
+}
+
+// finishRule decides whether an ACK or FAIL with token applies to a
+// locked job: the fence that keeps a broker whose lease ran out, and whose
+// job another worker now holds, from finishing it.
+func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
+	if l == nil {
+		return Applied, errors.New(errNotProcessing + id)
+	}
+	j := l.j
+	switch j.state {
+	case StateActive:
+		if l.owned {
+			if token == "" {
+				return Applied, errors.New("Lock token required for job " + id)
+			}
+			if token != l.token {
+				return Applied, errors.New("Invalid or expired lock token for job " + id)
+			}
+		}
+		return Applied, nil
+	case StateWaiting, StatePrioritized, StateDelayed:
+		if token != "" && token == l.token {
+			if isFail {
+				// That attempt was already counted when its lease ran out.
+				return AlreadyFinalized, nil
+			}
+			// The worker finished after all: its work is kept, as in
+			// memory mode, rather than running the job again.
+			return Applied, nil
+		}
+		if !isFail && token == "" && j.Attempts > 0 {
+			return Applied, nil
+		}
+	case StateCompleted, StateFailed:
+		if token != "" && token == l.token {
+			return AlreadyFinalized, nil
+		}
+	}
+	return Applied, errors.New(errNotProcessing + id)
+}
+
+// pgAcked is what an ACK's transaction does, and tells of once it has
+// committed.
+type pgAcked struct {
+	now     int64
+	outs    []Outcome // by item
+	errs    []error   // by item: why it did not apply
+	done    []pgDoneEv
+	save    []*Job      // completed jobs kept
+	results map[int]Raw // save[i]'s result
+	remove  []string    // completed jobs removed
+	flows   []pgDoneJob // completed jobs flows care about
+	fl      *pgFlowTx
+}
+
+// pgDoneEv is a completion to tell of.
+type pgDoneEv struct {
+	j     *Job
+	data  Raw
+	undef bool
+}
+
+// ack completes jobs; it answers, by item, the outcome or the reason it
+// did not apply. Its errors are the database's, named so.
+func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+	defer p.b.lat.ack.since(time.Now())
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	var a *pgAcked
+	err := pgRetry(func() error {
+		return p.inTx(ctx, func(tx pgx.Tx) error {
+			locked, err := p.lockRows(ctx, tx, ids)
+			if err != nil {
+				return pgErr(fmt.Errorf("ack: %w", err))
+			}
+			a = &pgAcked{now: p.now(), outs: make([]Outcome, len(items)), errs: make([]error, len(items)), results: map[int]Raw{}}
+			a.settle(items, locked)
+			return pgErr(p.writeAcked(ctx, tx, a, locked))
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p.b.stats.completed.Add(int64(len(a.done)))
+	for _, d := range a.done {
+		if d.j.StartedAt > 0 {
+			p.b.lat.proc.ObserveMs(a.now - d.j.StartedAt)
+		}
+		p.emit(d.j.Queue, evCompleted, d.j, a.now, evArgs{data: d.data, undefData: d.undef})
+	}
+	a.fl.after(p, a.now)
+	return a.outs, a.errs, nil
+}
+
+// settle applies the finish rule to each item and completes the jobs it
+// lets through, in hand: writeAcked writes them.
+func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
+	finished := map[string]bool{}
+	for i, it := range items {
+		if finished[it.ID] {
+			// The same job twice in one batch: the first ACK finished it.
+			a.errs[i] = errors.New(errNotProcessing + it.ID)
+			continue
+		}
+		l := locked[it.ID]
+		if a.outs[i], a.errs[i] = finishRule(l, it.ID, it.Token, false); a.errs[i] != nil || a.outs[i] != Applied {
+			continue
+		}
+		j := l.j
+		finished[j.ID] = true
+		j.state = StateCompleted
+		j.lease = nil
+		j.DoneAt = a.now
+		j.hasFail = false
+		a.done = append(a.done, pgDoneEv{j, it.Result, !it.HasResult})
+		if l.waited || j.ParentID != "" || j.Repeat != nil {
+			d := pgDoneJob{j: j, waited: l.waited}
+			if it.HasResult {
+				d.result = it.Result
+			}
+			a.flows = append(a.flows, d)
+		}
+		if j.RemoveOnC || it.Remove {
+			a.remove = append(a.remove, j.ID)
+			continue
+		}
+		j.addTimeline(TimelineEntry{State: "completed", At: a.now})
+		if it.HasResult {
+			a.results[len(a.save)] = it.Result
+		}
+		a.save = append(a.save, j)
+	}
+}
+
+// writeAcked writes what settle did, with what it means for flows.
+func (p *PG) writeAcked(ctx context.Context, tx pgx.Tx, a *pgAcked, locked map[string]*pgLocked) error {
+	if len(a.flows) > 0 {
+		saving := make(map[string]bool, len(a.save))
+		for _, j := range a.save {
+			saving[j.ID] = true
+		}
+		var err error
+		if a.fl, err = p.completed(ctx, tx, a.flows, locked, saving, a.now); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	if len(a.save) > 0 {
+		if err := p.saveJobs(ctx, tx, a.save, a.results); err != nil {
+			return err
+		}
+	}
+	if len(a.remove) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), a.remove); err != nil {
+			return fmt.Errorf("ack: remove completed jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.job_logs WHERE job_id = ANY($1)`), a.remove); err != nil {
+			return fmt.Errorf("ack: remove logs: %w", err)
+		}
+	}
+	if a.fl != nil {
+		if err := p.repeated(ctx, tx, a.fl, a.flows, a.now); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	return nil
+}
+
+// pgFailed is what a FAIL's transaction did, to tell of once it has
+// committed.
+type pgFailed struct {
+	out Outcome
+	j   *Job // nil: nothing changed
+	f   failure
+	fl  *pgFlowTx
+	now int64
+}
+
+// fail records a failed attempt: a retry after the backoff, the DLQ, or
+// removal.
+func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
+	var d pgFailed
+	err := pgRetry(func() error {
+		return p.inTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			d, err = p.failTx(ctx, tx, id, token, f)
+			return err
+		})
+	})
+	if err != nil || d.j == nil {
+		return d.out, err
+	}
+	j, f, now := d.j, d.f, d.now
+	p.b.stats.failed.Add(1)
+	terminal := j.state != StateDelayed
+	p.emit(j.Queue, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: terminal, hasTerminal: true})
+	if !terminal {
+		p.emit(j.Queue, evRetried, j, now, evArgs{prev: "failed"})
+	}
+	d.fl.after(p, now)
+	return Applied, nil
+}
+
+// failTx is a FAIL's transaction. A refusal comes back as it is (the
+// transaction, which changed nothing, rolls back).
+func (p *PG) failTx(ctx context.Context, tx pgx.Tx, id, token string, f failure) (pgFailed, error) {
+	locked, err := p.lockRows(ctx, tx, []string{id})
+	if err != nil {
+		return pgFailed{}, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	l := locked[id]
+	out, err := finishRule(l, id, token, true)
+	if err != nil || out != Applied {
+		return pgFailed{out: out}, err
+	}
+	j := l.j
+	if j.state != StateActive {
+		// Finished by a FAIL whose lease had run out but whose job had
+		// not been claimed again: nothing more to count.
+		return pgFailed{out: AlreadyFinalized}, nil
+	}
+	if err := f.check(j); err != nil {
+		return pgFailed{}, err
+	}
+	now := p.now()
+	if f.reason == "" {
+		f.reason = "max_attempts_exceeded"
+	}
+	set, err := p.settings(ctx, tx, []string{j.Queue})
+	if err != nil {
+		return pgFailed{}, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	dlq := set[j.Queue].dlqConfig()
+	if pgFailJob(j, f, dlq, now) {
+		err = p.saveJobs(ctx, tx, []*Job{j}, nil)
+		if err == nil && j.state == StateFailed {
+			err = p.trimDLQ(ctx, tx, j.Queue, dlq)
+		}
+	} else {
+		_, err = tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = $1`), id)
+	}
+	if err == nil && j.state == StateDelayed {
+		err = p.notify(ctx, tx, j.Queue)
+	}
+	fl := &pgFlowTx{}
+	if err == nil && j.state != StateDelayed && j.ParentID != "" {
+		err = p.childFailed(ctx, tx, fl, j, f.err, now)
+	}
+	if err != nil {
+		return pgFailed{}, pgErr(fmt.Errorf("fail: %w", err))
+	}
+	return pgFailed{out: Applied, j: j, f: f, fl: fl, now: now}, nil
+}
+
+// ---------------------------------------------------------------------------
+// Leases
+
+// Heartbeat renews the leases of active jobs (see heartbeat).
+func (p *PG) Heartbeat(ctx context.Context, rn renewals) (int, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.heartbeat(ctx, rn, false)
+}
+
+// ExtendLocks renews the locks of active jobs that have one.
+func (p *PG) ExtendLocks(ctx context.Context, rn renewals) (int, error) {
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.heartbeat(ctx, rn, true)
+}
+
+// heartbeat renews an active job's lease. With a token it must match, and
+// the lease runs for duration (or its own TTL) from now; without one, a
+// job pulled without an owner is marked alive for another stall interval.
+// lockOnly renews only jobs that have a lock.
+func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, error) {
+	now := p.now()
+	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
+	// watched) and the deadline never comes before the grace period's end.
+	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
+			WHEN j.lease_owner IS NULL THEN CASE WHEN j.lease_ttl IS NULL THEN j.lease_expires
+				ELSE LEAST(GREATEST($4::bigint + j.lease_ttl, j.lease_expires), COALESCE(j.timeout_at, $4::bigint + j.lease_ttl)) END
+			WHEN u.tok = '' AND NOT $5::boolean THEN j.lease_expires
+			ELSE LEAST($4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END,
+				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END,
+			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 ELSE 0 END
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
+		WHERE j.id = u.id AND j.state = 4 AND (u.tok = '' OR j.lease_token = u.tok)
+			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
+		rn.ids, rn.tokens, rn.durations, now, lockOnly)
+	if err != nil {
+		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
