@@ -1,7 +1,16 @@
 package main
 
-// The command table: every protocol command the server answers, by name.
-// A name missing here answers "Unknown command: X", as the reference does.
+// The command table: every protocol command the server answers, by name,
+// the same in every storage mode. A name missing here answers "Unknown
+// command: X", as the reference does. Every transport (TCP, HTTP,
+// WebSocket) reaches it through conn.dispatch (server.go).
+//
+// A handler (cmd_<domain>.go) reads its arguments, calls one method of the
+// engine (r.eng, engine.go) and writes the answer. Adding a command: a
+// line here, a handler in the cmd_ file of its domain, and, when it needs
+// storage, a method in engine.go's group with one implementation per
+// engine (<domain>.go for memory and SQLite, pg_<domain>.go for
+// PostgreSQL). docs/ARCHITECTURE.md has the whole path.
 
 import (
 	"errors"
@@ -11,14 +20,14 @@ var commands map[string]Handler
 
 func init() {
 	commands = map[string]Handler{
-		// Session
+		// Session (cmd_session.go)
 		"Auth":              cmdAuth,
 		"Hello":             cmdHello,
 		"Ping":              cmdPing,
 		"SubscribeEvents":   cmdSubscribe,
 		"UnsubscribeEvents": cmdUnsubscribe,
 
-		// Job lifecycle (cmd_jobs.go)
+		// Job lifecycle (cmd_jobs.go; PUSHF in cmd_flows.go)
 		"PUSH":          cmdPush,
 		"PUSHB":         cmdPushBatch,
 		"PUSHF":         cmdPushFlow,
@@ -123,7 +132,8 @@ func init() {
 		"Obliterate": cmdObliterate,
 		"ListQueues": cmdListQueues,
 
-		// Monitoring and workers (cmd_monitor.go)
+		// Stats (cmd_dashboard.go), Metrics (cmd_metrics.go), workers and
+		// storage status (cmd_monitor.go)
 		"Stats":            cmdStats,
 		"Metrics":          cmdMetrics,
 		"RegisterWorker":   cmdRegisterWorker,
@@ -132,8 +142,8 @@ func init() {
 		"ListWorkers":      cmdListWorkers,
 		"StorageStatus":    cmdStorageStatus,
 
-		// Per-queue figures (metrics.go), Prometheus (prometheus.go) and
-		// the dashboard (dashboard.go)
+		// Per-queue figures and Prometheus (cmd_metrics.go), the dashboard
+		// (cmd_dashboard.go)
 		"TrimEvents":        cmdTrimEvents,
 		"Prometheus":        cmdPrometheus,
 		"CompactMemory":     cmdCompactMemory,
@@ -141,7 +151,7 @@ func init() {
 		"DashboardQueues":   cmdDashboardQueues,
 		"DashboardQueue":    cmdDashboardQueue,
 
-		// Webhooks (webhooks.go)
+		// Webhooks (cmd_webhooks.go)
 		"AddWebhook":        cmdAddWebhook,
 		"RemoveWebhook":     cmdRemoveWebhook,
 		"ListWebhooks":      cmdListWebhooks,
