@@ -529,8 +529,12 @@ func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, er
 		return d.out, err
 	}
 	j, f, now := d.j, d.f, d.now
-	p.b.stats.failed.Add(1)
 	terminal := j.state != StateDelayed
+	if terminal {
+		// Failed for good, as memory mode counts it: a retried attempt is
+		// not a failed job.
+		p.b.stats.failed.Add(1)
+	}
 	p.emit(j.Queue, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: terminal, hasTerminal: true})
 	if !terminal {
 		p.emit(j.Queue, evRetried, j, now, evArgs{prev: "failed"})

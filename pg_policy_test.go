@@ -114,3 +114,29 @@ func TestPGPolicyAnswersAsMemory(t *testing.T) {
 	}
 	t.Logf("%d answers compared, %d differ", len(want), diffs)
 }
+
+// TestStatsFailedCountsJobs: Stats' failed total counts jobs that failed
+// for good, not attempts that will be retried, in memory and PostgreSQL
+// mode alike (PostgreSQL mode counted every attempt).
+func TestStatsFailedCountsJobs(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, addr string) {
+		c := dial(t, addr)
+		fail := func(attempts int) {
+			c.ok(M{"cmd": "PUSH", "queue": "sf", "name": "j", "data": M{}, "maxAttempts": attempts, "backoff": 60000})
+			j := sub(t, c.ok(M{"cmd": "PULL", "queue": "sf", "timeout": 0}), "job")
+			c.ok(M{"cmd": "FAIL", "id": j["id"], "error": "boom"})
+		}
+		failed := func() float64 { return num(t, sub(t, c.ok(M{"cmd": "Stats"}), "stats")["failed"]) }
+		fail(3)
+		if n := failed(); n != 0 {
+			t.Fatalf("after a retried attempt: failed %v, want 0", n)
+		}
+		fail(1)
+		if n := failed(); n != 1 {
+			t.Fatalf("after a job failed for good: failed %v, want 1", n)
+		}
+	}
+	t.Run("memory", func(t *testing.T) { check(t, startBinary(t, "--memory").addr()) })
+	t.Run("postgres", func(t *testing.T) { check(t, startPGBroker(t, pgTestNamespace(t)).addr()) })
+}
