@@ -41,7 +41,28 @@ type dedupPlan struct {
 // is left alone.
 func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, now int64) (dedupPlan, error) {
 	plan := dedupPlan{dup: map[int]string{}, dropped: map[int]bool{}, expires: map[int]*int64{}, upto: len(jobs)}
-	var keys, custom []string
+	keys, custom := plan.keysOf(jobs, now)
+	if len(keys) == 0 {
+		return plan, nil
+	}
+	live, err := p.liveCustomIDs(ctx, tx, custom)
+	if err != nil {
+		return plan, err
+	}
+	if err := p.lockUniqueKeys(ctx, tx, queue, keys, now); err != nil {
+		return plan, err
+	}
+	held, err := p.uniqueKeyHolders(ctx, tx, queue, keys)
+	if err != nil {
+		return plan, err
+	}
+	w := plan.apply(jobs, live, held, now)
+	return plan, p.writeDedup(ctx, tx, w)
+}
+
+// keysOf answers the batch's unique keys and the custom ids of the jobs
+// with one, and sets each such job's key expiry.
+func (plan *dedupPlan) keysOf(jobs []*Job, now int64) (keys, custom []string) {
 	for i, j := range jobs {
 		if j.UniqueKey != "" {
 			keys = append(keys, j.UniqueKey)
@@ -51,70 +72,98 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 			}
 		}
 	}
-	if len(keys) == 0 {
-		return plan, nil
-	}
+	return keys, custom
+}
+
+// liveCustomIDs answers which of the custom ids a job row holds.
+func (p *PG) liveCustomIDs(ctx context.Context, tx pgx.Tx, custom []string) (map[string]bool, error) {
 	live := map[string]bool{}
-	if len(custom) > 0 {
-		rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), custom)
-		if err != nil {
-			return plan, fmt.Errorf("find live custom ids: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return plan, fmt.Errorf("find live custom ids: %w", err)
-		}
-		for _, id := range ids {
-			live[id] = true
-		}
+	if len(custom) == 0 {
+		return live, nil
 	}
-	// One push of a key at a time across the brokers; locks are taken in
-	// hash order so that two batches never wait on each other.
+	rows, err := tx.Query(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE id = ANY($1)`), custom)
+	if err != nil {
+		return nil, fmt.Errorf("find live custom ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find live custom ids: %w", err)
+	}
+	for _, id := range ids {
+		live[id] = true
+	}
+	return live, nil
+}
+
+// lockUniqueKeys makes tx the one push of the keys at a time across the
+// brokers, then releases the keys whose ttl ran out. Locks are taken in
+// hash order so that two batches never wait on each other.
+func (p *PG) lockUniqueKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, now int64) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtextextended($1 || chr(1) || $2 || chr(1) || k, 0) AS h
 		FROM unnest($3::text[]) AS k ORDER BY 1) AS s`, p.schema, queue, keys); err != nil {
-		return plan, fmt.Errorf("lock unique keys: %w", err)
+		return fmt.Errorf("lock unique keys: %w", err)
 	}
 	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
 		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) AND unique_expires <= $3`), queue, keys, now); err != nil {
-		return plan, fmt.Errorf("release lapsed unique keys: %w", err)
+		return fmt.Errorf("release lapsed unique keys: %w", err)
 	}
+	return nil
+}
+
+// keyHolder is the job that holds a unique key: a row, or a job of the
+// batch that takes the key.
+type keyHolder struct {
+	id         string
+	state      State
+	idx        int  // in the batch, or -1: a row
+	dependents bool // live jobs wait for it (pg_flows.go)
+}
+
+// uniqueKeyHolders locks and answers, by key, the rows that hold keys.
+func (p *PG) uniqueKeyHolders(ctx context.Context, tx pgx.Tx, queue string, keys []string) (map[string]*keyHolder, error) {
 	rows, err := tx.Query(ctx, p.sql(`SELECT unique_key, id, state,
 			waited AND EXISTS (SELECT 1 FROM {s}.deps WHERE dep_id = jobs.id)
 		FROM {s}.jobs WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) FOR UPDATE`), queue, keys)
 	if err != nil {
-		return plan, fmt.Errorf("find unique key holders: %w", err)
+		return nil, fmt.Errorf("find unique key holders: %w", err)
 	}
-	type holder struct {
-		id         string
-		state      State
-		idx        int  // in the batch, or -1: a row
-		dependents bool // live jobs wait for it (pg_flows.go)
-	}
-	held := map[string]*holder{}
+	held := map[string]*keyHolder{}
 	for rows.Next() {
 		var k, id string
 		var st int16
 		var deps bool
 		if err := rows.Scan(&k, &id, &st, &deps); err != nil {
 			rows.Close()
-			return plan, err
+			return nil, err
 		}
-		held[k] = &holder{id: id, state: pgRowState(st), idx: -1, dependents: deps}
+		held[k] = &keyHolder{id: id, state: pgRowState(st), idx: -1, dependents: deps}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return plan, fmt.Errorf("find unique key holders: %w", err)
+		return nil, fmt.Errorf("find unique key holders: %w", err)
 	}
-	var remove, release []string
-	extend := map[string]int64{}
-jobs:
+	return held, nil
+}
+
+// dedupWrites are the changes to holders' rows the policies made.
+type dedupWrites struct {
+	remove  []string         // replaced holders removed
+	release []string         // replaced holders that keep their row, not their key
+	extend  map[string]int64 // by holder: its key's new expiry
+}
+
+// apply runs the jobs' policies, in the batch's order, against the keys'
+// holders (held, which the jobs that take a key join), and answers what
+// is to be written to the holders' rows. A refusal ends the batch there.
+func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]*keyHolder, now int64) dedupWrites {
+	w := dedupWrites{extend: map[string]int64{}}
 	for i, j := range jobs {
 		if j.UniqueKey == "" || live[j.CustomID] {
 			continue
 		}
 		h := held[j.UniqueKey]
 		if h == nil {
-			held[j.UniqueKey] = &holder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
 			continue
 		}
 		act, removeHolder, refused := dedupPolicy(j, h.state)
@@ -128,55 +177,58 @@ jobs:
 				// waiting for a job that is gone.
 				plan.upto = i
 				plan.refused = errors.New("Cannot replace deduplicated job " + h.id + " because live jobs depend on it")
-				break jobs
+				return w
 			case removeHolder:
-				remove = append(remove, h.id)
+				w.remove = append(w.remove, h.id)
 			default:
-				release = append(release, h.id)
+				w.release = append(w.release, h.id)
 			}
-			held[j.UniqueKey] = &holder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
 			continue
 		case dedupExtend:
 			exp := now + j.DedupTTL
 			if h.idx >= 0 {
 				plan.expires[h.idx] = &exp
 			} else {
-				extend[h.id] = exp
+				w.extend[h.id] = exp
 			}
 			if refused != nil {
 				plan.upto, plan.refused = i, refused
+				return w
 			}
 		default:
 			plan.events = append(plan.events, h.id)
 		}
-		if plan.refused != nil {
-			break
-		}
 		plan.dup[i] = h.id
 	}
-	if len(remove) > 0 {
+	return w
+}
+
+// writeDedup writes the policies' changes to the holders' rows.
+func (p *PG) writeDedup(ctx context.Context, tx pgx.Tx, w dedupWrites) error {
+	if len(w.remove) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = ANY($1) RETURNING id)
-			DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone)`), remove); err != nil {
-			return plan, fmt.Errorf("remove replaced jobs: %w", err)
+			DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone)`), w.remove); err != nil {
+			return fmt.Errorf("remove replaced jobs: %w", err)
 		}
 	}
-	if len(release) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL WHERE id = ANY($1)`), release); err != nil {
-			return plan, fmt.Errorf("hand over unique keys: %w", err)
+	if len(w.release) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL WHERE id = ANY($1)`), w.release); err != nil {
+			return fmt.Errorf("hand over unique keys: %w", err)
 		}
 	}
-	if len(extend) > 0 {
-		ids := make([]string, 0, len(extend))
-		exps := make([]int64, 0, len(extend))
-		for id, e := range extend {
+	if len(w.extend) > 0 {
+		ids := make([]string, 0, len(w.extend))
+		exps := make([]int64, 0, len(w.extend))
+		for id, e := range w.extend {
 			ids, exps = append(ids, id), append(exps, e)
 		}
 		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET unique_expires = u.exp
 			FROM unnest($1::text[], $2::bigint[]) AS u(id, exp) WHERE j.id = u.id`), ids, exps); err != nil {
-			return plan, fmt.Errorf("extend unique keys: %w", err)
+			return fmt.Errorf("extend unique keys: %w", err)
 		}
 	}
-	return plan, nil
+	return nil
 }
 
 // pgRowState is the state a live row's state column stands for, as far as

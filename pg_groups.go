@@ -143,66 +143,112 @@ func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o
 		}
 	}
 	left := n - len(jobs)
-	// Locked with SKIP LOCKED: a group another claim is taking from is
-	// passed over, never waited for.
+	groups, err := p.lockReadyGroups(ctx, tx, queue, now, only, left)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(groups) == 0 {
+		if len(jobs) > 0 {
+			return jobs, 0, nil
+		}
+		return p.groupsBusy(ctx, tx, queue, now, only)
+	}
+	ids, ready, err := p.countGroupJobs(ctx, tx, queue, now, left, groups)
+	if err != nil {
+		return nil, 0, err
+	}
+	take, turns := groupRounds(groups, ready, left, o, now)
+	if len(turns) == 0 {
+		if len(jobs) > 0 {
+			return jobs, 0, nil
+		}
+		wait := int64(pgGroupWait)
+		for _, g := range groups {
+			wait = min(wait, g.windowWait(now))
+		}
+		return nil, now + wait, nil
+	}
+	byGroup, err := p.lockGroupJobs(ctx, tx, queue, now, ids, take)
+	if err != nil {
+		return nil, 0, err
+	}
+	jobs, last := handOutGroupJobs(jobs, byGroup, turns)
+	return jobs, 0, p.saveGroupTurns(ctx, tx, queue, groups, last)
+}
+
+// lockReadyGroups locks the rows of the groups with jobs ready, least
+// recently served first, as many as left jobs may come from. Locked with
+// SKIP LOCKED: a group another claim is taking from is passed over, never
+// waited for.
+func (p *PG) lockReadyGroups(ctx context.Context, tx pgx.Tx, queue string, now int64, only string, left int) ([]*Group, error) {
 	rows, err := tx.Query(ctx, p.sql(pgReadyGroups+` LIMIT $4 FOR UPDATE OF g SKIP LOCKED`), queue, now, only, 4*left+16)
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim groups: %w", err)
+		return nil, fmt.Errorf("claim groups: %w", err)
 	}
 	var groups []*Group
 	for rows.Next() {
 		g, err := scanGroup(rows)
 		if err != nil {
 			rows.Close()
-			return nil, 0, fmt.Errorf("claim groups: %w", err)
+			return nil, fmt.Errorf("claim groups: %w", err)
 		}
 		groups = append(groups, g)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("claim groups: %w", err)
+		return nil, fmt.Errorf("claim groups: %w", err)
 	}
-	if len(groups) == 0 {
-		if len(jobs) > 0 {
-			return jobs, 0, nil
-		}
-		// Ready groups all being claimed through other brokers: look
-		// again soon rather than wait for a push.
-		var busy bool
-		if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (`+pgReadyGroups+` LIMIT 1)`), queue, now, only).Scan(&busy); err != nil || !busy {
-			return nil, 0, err
-		}
-		return nil, now + pgGroupWait, nil
+	return groups, nil
+}
+
+// groupsBusy answers a claim that found no group to lock. Ready groups
+// all being claimed through other brokers: look again soon rather than
+// wait for a push.
+func (p *PG) groupsBusy(ctx context.Context, tx pgx.Tx, queue string, now int64, only string) ([]*Job, int64, error) {
+	var busy bool
+	if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (`+pgReadyGroups+` LIMIT 1)`), queue, now, only).Scan(&busy); err != nil || !busy {
+		return nil, 0, err
 	}
-	// Counted after the rows are locked: no claim on these groups can
-	// commit meanwhile.
-	ids := make([]string, len(groups))
+	return nil, now + pgGroupWait, nil
+}
+
+// countGroupJobs counts, by locked group, its active jobs (into the
+// group) and its ready ones up to left (ready). Counted after the rows are
+// locked: no claim on these groups can commit meanwhile.
+func (p *PG) countGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int64, left int, groups []*Group) (ids []string, ready []int, err error) {
+	ids = make([]string, len(groups))
 	for i, g := range groups {
 		ids[i] = g.id
 	}
-	ready := make([]int, len(groups))
-	rows, err = tx.Query(ctx, p.sql(`SELECT
+	ready = make([]int, len(groups))
+	rows, err := tx.Query(ctx, p.sql(`SELECT
 			(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 4),
 			(SELECT count(*) FROM (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $2 LIMIT $3) AS r)
 		FROM unnest($4::text[]) WITH ORDINALITY AS u(g, ord) ORDER BY u.ord`), queue, now, left, ids)
 	if err != nil {
-		return nil, 0, fmt.Errorf("count group jobs: %w", err)
+		return nil, nil, fmt.Errorf("count group jobs: %w", err)
 	}
 	for i := 0; rows.Next(); i++ {
 		var active int
 		if err := rows.Scan(&active, &ready[i]); err != nil {
 			rows.Close()
-			return nil, 0, err
+			return nil, nil, err
 		}
 		groups[i].active = active
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("count group jobs: %w", err)
+		return nil, nil, fmt.Errorf("count group jobs: %w", err)
 	}
-	// Rounds: one job a group a round, as memory mode's ring gives them.
-	take := make([]int, len(groups))
-	var turns []int // group index of each job handed out, in order
+	return ids, ready, nil
+}
+
+// groupRounds deals up to left jobs out of the groups in rounds, one job a
+// group a round, as memory mode's ring gives them, within each group's
+// limits (which it charges). take is how many each group gives, turns the
+// group index of each job handed out, in order.
+func groupRounds(groups []*Group, ready []int, left int, o *groupPull, now int64) (take, turns []int) {
+	take = make([]int, len(groups))
 	for len(turns) < left {
 		progressed := false
 		for i, g := range groups {
@@ -222,44 +268,45 @@ func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o
 			break
 		}
 	}
-	if len(turns) == 0 {
-		if len(jobs) > 0 {
-			return jobs, 0, nil
-		}
-		wait := int64(pgGroupWait)
-		for _, g := range groups {
-			wait = min(wait, g.windowWait(now))
-		}
-		return nil, now + wait, nil
-	}
-	rows, err = tx.Query(ctx, p.sql(`SELECT x.record, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
+	return take, turns
+}
+
+// lockGroupJobs locks the jobs the rounds dealt, take[i] of group ids[i],
+// first by priority then by age, and answers them by group.
+func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int64, ids []string, take []int) ([][]*Job, error) {
+	rows, err := tx.Query(ctx, p.sql(`SELECT x.record, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
 		CROSS JOIN LATERAL (SELECT record FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $4
 			ORDER BY priority, seq LIMIT u.k FOR UPDATE SKIP LOCKED) AS x`), queue, ids, take, now)
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim group jobs: %w", err)
+		return nil, fmt.Errorf("claim group jobs: %w", err)
 	}
-	byGroup := make([][]*Job, len(groups))
+	byGroup := make([][]*Job, len(ids))
 	for rows.Next() {
 		var rec []byte
 		var ord int
 		if err := rows.Scan(&rec, &ord); err != nil {
 			rows.Close()
-			return nil, 0, err
+			return nil, err
 		}
 		j, err := decodeRecord(rec)
 		if err != nil {
 			rows.Close()
-			return nil, 0, fmt.Errorf("job record: %w", err)
+			return nil, fmt.Errorf("job record: %w", err)
 		}
 		byGroup[ord-1] = append(byGroup[ord-1], j)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("claim group jobs: %w", err)
+		return nil, fmt.Errorf("claim group jobs: %w", err)
 	}
-	// Handed out in round order; a group's turn is the place of its last
-	// job, so the group served last goes to the back.
-	last := make([]int, len(groups))
+	return byGroup, nil
+}
+
+// handOutGroupJobs appends the locked jobs to jobs in round order. A
+// group's turn is the place of its last job (last; -1: none), so the
+// group served last goes to the back.
+func handOutGroupJobs(jobs []*Job, byGroup [][]*Job, turns []int) ([]*Job, []int) {
+	last := make([]int, len(byGroup))
 	for i := range last {
 		last[i] = -1
 	}
@@ -271,7 +318,7 @@ func (p *PG) claimGrouped(ctx context.Context, tx pgx.Tx, queue string, n int, o
 		byGroup[i] = byGroup[i][1:]
 		last[i] = t
 	}
-	return jobs, 0, p.saveGroupTurns(ctx, tx, queue, groups, last)
+	return jobs, last
 }
 
 // saveGroupTurns writes back the groups a claim took from: their rate

@@ -110,34 +110,13 @@ type pgInserted struct {
 func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) (pgInserted, error) {
 	var res pgInserted
 	now := p.now()
-	grouped := false
-	for _, j := range jobs {
-		pgAdmit(j, now)
-		grouped = grouped || j.GroupID != ""
-	}
-	// A queue's first grouped job turns its claims to the grouped path.
-	// A new queue past --max-queues is refused whole (a pgRefused).
-	if err := p.registerQueue(ctx, tx, queue, grouped); err != nil {
+	refused, err := p.admitJobs(ctx, tx, queue, jobs, now)
+	if err != nil || refused != nil {
+		res.refused = refused
 		return res, err
 	}
-	if err := p.groupsTx(ctx, tx, queue, jobs); err != nil {
-		var rf pgRefused
-		if errors.As(err, &rf) {
-			res.refused = rf.error
-			return res, nil
-		}
+	if err := p.freeCustomIDs(ctx, tx, jobs); err != nil {
 		return res, err
-	}
-	var custom []string
-	for _, j := range jobs {
-		if j.CustomID != "" {
-			custom = append(custom, j.CustomID)
-		}
-	}
-	if len(custom) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
-			return res, fmt.Errorf("free custom ids: %w", err)
-		}
 	}
 	plan, err := p.dedupTx(ctx, tx, queue, jobs, now)
 	if err != nil {
@@ -154,23 +133,88 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		ready = ready || j.state == StateWaiting || j.state == StatePrioritized
 		rows.add(j, plan.expires[i])
 	}
+	made, err := p.insertRows(ctx, tx, queue, &rows)
+	if err != nil {
+		return res, err
+	}
+	if err := p.answerInserted(ctx, tx, queue, jobs, plan, made, &res); err != nil {
+		return res, err
+	}
+	if ready && len(res.made) > 0 {
+		if err := p.notify(ctx, tx, queue); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// admitJobs gives the jobs their first state and registers their queue
+// and groups. A queue's first grouped job turns its claims to the grouped
+// path. A new queue past --max-queues is refused whole (an error, a
+// pgRefused); a batch that would overfill a group is refused whole too
+// (refused).
+func (p *PG) admitJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, now int64) (refused, err error) {
+	grouped := false
+	for _, j := range jobs {
+		pgAdmit(j, now)
+		grouped = grouped || j.GroupID != ""
+	}
+	if err := p.registerQueue(ctx, tx, queue, grouped); err != nil {
+		return nil, err
+	}
+	if err := p.groupsTx(ctx, tx, queue, jobs); err != nil {
+		var rf pgRefused
+		if errors.As(err, &rf) {
+			return rf.error, nil
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+// freeCustomIDs deletes the finished rows that hold the jobs' custom ids,
+// which a new job takes over.
+func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
+	var custom []string
+	for _, j := range jobs {
+		if j.CustomID != "" {
+			custom = append(custom, j.CustomID)
+		}
+	}
+	if len(custom) > 0 {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
+			return fmt.Errorf("free custom ids: %w", err)
+		}
+	}
+	return nil
+}
+
+// insertRows inserts the rows and answers the ids of those created (a row
+// whose id or unique key is taken is not).
+func (p *PG) insertRows(ctx context.Context, tx pgx.Tx, queue string, rows *pgRows) (map[string]bool, error) {
 	ins, err := tx.Query(ctx, p.sql(pgInsertSQL), rows.args(queue)...)
 	if err != nil {
-		return res, fmt.Errorf("insert jobs: %w", err)
+		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	made := make(map[string]bool, len(rows.ids))
 	for ins.Next() {
 		var id string
 		if err := ins.Scan(&id); err != nil {
 			ins.Close()
-			return res, err
+			return nil, err
 		}
 		made[id] = true
 	}
 	ins.Close()
 	if err := ins.Err(); err != nil {
-		return res, fmt.Errorf("insert jobs: %w", err)
+		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
+	return made, nil
+}
+
+// answerInserted sets, by job, the id answered for it (res.ids) and the
+// jobs created (res.made), from the dedup plan and the rows made.
+func (p *PG) answerInserted(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, plan dedupPlan, made map[string]bool, res *pgInserted) error {
 	res.ids = make([]string, len(jobs))
 	for i, j := range jobs {
 		res.ids[i] = j.ID
@@ -188,14 +232,9 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
 				queue, j.UniqueKey).Scan(&res.ids[i])
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return res, fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+				return fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
 			}
 		}
 	}
-	if ready && len(res.made) > 0 {
-		if err := p.notify(ctx, tx, queue); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
+	return nil
 }

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -579,179 +578,6 @@ func (p *PG) wakeAll() {
 	}
 }
 
-// ---------------------------------------------------------------------------
-// Expired leases, reclaimed by whichever broker sees them first
-
-func (p *PG) reaper() {
-	defer p.wg.Done()
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if !p.clockHolds(ctx, true) {
-			// Leases are judged by the database's time, or not at all.
-			cancel()
-			continue
-		}
-		if err := p.reapOnce(ctx); err == nil {
-			p.setDown(nil)
-		} else if ctx.Err() == nil {
-			p.setDown(err)
-		}
-		cancel()
-	}
-}
-
-// reapOnce puts back jobs whose lease ran out, or that stopped sending
-// heartbeats, as the queue's stall policy says: it costs them an attempt
-// and a stall; past their attempts or their stalls they go to the DLQ, as
-// in memory mode. A job past its timeout fails as a timeout. Then it
-// expires and auto-retries DLQ entries whose time came.
-func (p *PG) reapOnce(ctx context.Context) error {
-	if err := p.reapLeases(ctx); err != nil {
-		return fmt.Errorf("reclaim expired leases: %w", err)
-	}
-	if err := p.reapDLQ(ctx); err != nil {
-		return fmt.Errorf("DLQ expiry and auto-retry: %w", err)
-	}
-	return nil
-}
-
-func (p *PG) reapLeases(ctx context.Context) error {
-	now := p.now()
-	type ev struct {
-		j *Job
-		t evType
-		a evArgs
-	}
-	var evs []ev
-	fl := &pgFlowTx{}
-	failed := 0
-	// gaveUp are the jobs this pass failed for good, with their error: a
-	// child's failure acts on its parent (pg_flows.go).
-	type gone struct {
-		j   *Job
-		err string
-	}
-	var gaveUp []gone
-	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
-		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
-		leased, err := p.leaseRenewals(ctx, tx, jobs)
-		if err != nil {
-			return err
-		}
-		set, err := p.settingsOf(ctx, tx, jobs)
-		if err != nil {
-			return err
-		}
-		queues := map[string]bool{}
-		dlqs := map[string]bool{}
-		var keep, unwatched []*Job
-		var remove []string
-		for _, j := range jobs {
-			stall, dlq := set[j.Queue].stallConfig(), set[j.Queue].dlqConfig()
-			renewals, owned := leased[j.ID]
-			timedOut := j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now
-			if !owned && !stall.Enabled && !timedOut {
-				// Stall detection was turned off since the claim.
-				unwatched = append(unwatched, j)
-				continue
-			}
-			queues[j.Queue] = true
-			switch {
-			case timedOut:
-				f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
-				if pgFailJob(j, f, dlq, now) {
-					keep = append(keep, j)
-				} else {
-					remove = append(remove, j.ID)
-				}
-				evs = append(evs, ev{j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true}})
-				if j.state == StateDelayed {
-					evs = append(evs, ev{j, evRetried, evArgs{prev: "failed"}})
-				} else {
-					gaveUp = append(gaveUp, gone{j, f.err})
-				}
-			case isCronJob(j):
-				// A cron job is not run late: its next run comes anyway.
-				remove = append(remove, j.ID)
-			case owned:
-				if reason, msg, evMsg := lockLapsed(j, stall, renewals, now); reason != "" {
-					pgDeadLetter(j, reason, msg, true, dlq, now)
-					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}},
-						ev{j, evFailed, evArgs{err: evMsg, hasErr: true, noData: true}})
-					gaveUp = append(gaveUp, gone{j, evMsg})
-				} else {
-					j.state = j.readyState()
-					evs = append(evs, ev{j, evStalled, evArgs{}})
-				}
-				keep = append(keep, j)
-			default:
-				if reason, msg := stallLapsed(j, stall, now); reason != "" {
-					pgDeadLetter(j, reason, msg, true, dlq, now)
-					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"}})
-					gaveUp = append(gaveUp, gone{j, msg})
-				} else {
-					pgEnqueue(j, now)
-					evs = append(evs, ev{j, evStalled, evArgs{stallCount: j.Stalls, action: "retry"}})
-				}
-				keep = append(keep, j)
-			}
-			if timedOut || j.state == StateFailed {
-				failed++
-			}
-			if j.state == StateFailed {
-				dlqs[j.Queue] = true
-			}
-		}
-		// saveJobs gives an unwatched job the deadline its queue's policy
-		// gives now.
-		if save := append(keep, unwatched...); len(save) > 0 {
-			if err := p.saveJobs(ctx, tx, save, nil); err != nil {
-				return err
-			}
-		}
-		if len(remove) > 0 {
-			if err := p.deleteIDs(ctx, tx, remove); err != nil {
-				return err
-			}
-		}
-		// In name order, so that two reapers take the trim locks in turn.
-		for _, q := range slices.Sorted(maps.Keys(dlqs)) {
-			if err := p.trimDLQ(ctx, tx, q, set[q].dlqConfig()); err != nil {
-				return err
-			}
-		}
-		for _, g := range gaveUp {
-			if g.j.ParentID != "" {
-				if err := p.childFailed(ctx, tx, fl, g.j, g.err, now); err != nil {
-					return err
-				}
-			}
-		}
-		for q := range queues {
-			if err := p.notify(ctx, tx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	p.b.stats.failed.Add(int64(failed))
-	for _, e := range evs {
-		p.emit(e.j.Queue, e.t, e.j, now, e.a)
-	}
-	fl.after(p, now)
-	return nil
-}
-
 // txJobs runs query (which locks job rows and returns their records) in a
 // transaction and hands the decoded jobs to fn, then commits.
 func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pgx.Tx, jobs []*Job) error) error {
@@ -826,77 +652,45 @@ var lifoSeq atomic.Int64
 // stays on the row after the lease ends, so that a late ACK or FAIL that
 // carries it is known for what it is.
 func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
-	// An active job without a lock stalls as its queue's policy says.
+	set, err := p.unlockedSettings(ctx, tx, jobs)
+	if err != nil {
+		return err
+	}
+	now := p.now()
+	rows := newPGSavedRows(len(jobs))
+	for i, j := range jobs {
+		rows.set(i, j, set[j.Queue], now)
+		if r, ok := results[i]; ok && r != nil {
+			rows.res[i] = r
+		}
+	}
+	if _, err := tx.Exec(ctx, p.sql(pgSaveSQL), rows.args(p.broker)...); err != nil {
+		return fmt.Errorf("postgres: save jobs: %w", err)
+	}
+	return nil
+}
+
+// unlockedSettings reads the settings of the queues of the active jobs
+// without a lock, which stall as their queue's policy says; nil when
+// there are none.
+func (p *PG) unlockedSettings(ctx context.Context, tx pgx.Tx, jobs []*Job) (map[string]*pgSettings, error) {
 	var watched []string
 	for _, j := range jobs {
 		if j.state == StateActive && j.lease == nil {
 			watched = append(watched, j.Queue)
 		}
 	}
-	var set map[string]*pgSettings
-	if len(watched) > 0 {
-		var err error
-		if set, err = p.settings(ctx, tx, watched); err != nil {
-			return err
-		}
+	if len(watched) == 0 {
+		return nil, nil
 	}
-	n := len(jobs)
-	now := p.now()
-	ids := make([]string, n)
-	states := make([]int16, n)
-	prios := make([]int64, n)
-	keys := make([]int64, n)
-	runAts := make([]int64, n)
-	doneAts := make([]*int64, n)
-	uks := make([]*string, n)
-	uexps := make([]*int64, n)
-	toks := make([]*string, n)
-	owners := make([]*string, n)
-	exps := make([]*int64, n)
-	ttls := make([]*int64, n)
-	touts := make([]*int64, n)
-	recs := make([][]byte, n)
-	res := make([][]byte, n)
-	dlqAts := make([]*int64, n)
-	dlqDues := make([]*int64, n)
-	for i, j := range jobs {
-		ids[i], states[i], prios[i], keys[i], runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
-		if j.DoneAt != 0 {
-			doneAts[i] = ptr(j.DoneAt)
-		}
-		if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
-			uks[i] = ptr(j.UniqueKey)
-			uexps[i] = dedupExpiry(j, now)
-		}
-		if j.state == StateActive {
-			stall := set[j.Queue].stallConfig()
-			if l := j.lease; l != nil {
-				toks[i], owners[i], ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
-			} else if stall.Enabled {
-				ttls[i] = ptr(stallLimit(j, stall))
-			}
-			if j.Timeout != none && j.Timeout > 0 {
-				touts[i] = ptr(j.StartedAt + j.Timeout)
-			}
-			if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
-				exps[i] = ptr(exp)
-			}
-		}
-		if j.state == StateFailed && j.dlq != nil {
-			dlqAts[i] = ptr(j.dlq.EnteredAt)
-			dlqDues[i] = pgDLQDue(j.dlq)
-		}
-		var e Enc
-		encodeRecord(&e, j)
-		recs[i] = e.B
-		if r, ok := results[i]; ok && r != nil {
-			res[i] = r
-		}
-	}
-	// A job keeps its unique key until it finishes, and takes it again
-	// when it comes back from finished; one whose key was released (or
-	// taken by a replacing job) while it lived does not get it back.
-	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
+	return p.settings(ctx, tx, watched)
+}
+
+// pgSaveSQL writes job rows from pgSavedRows. A job keeps its unique key
+// until it finishes, and takes it again when it comes back from finished;
+// one whose key was released (or taken by a replacing job) while it lived
+// does not get it back.
+const pgSaveSQL = `UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
 		done_at=u.done_at,
 		unique_key = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uk ELSE j.unique_key END,
 		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uexp ELSE j.unique_expires END,
@@ -908,13 +702,74 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[],
 			$16::bigint[], $17::bigint[], $18::bigint[])
 			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due)
-		WHERE j.id = u.id`),
-		ids, states, prios, keys, runAts, doneAts, uks, toks, owners, exps, ttls, touts, recs, res, p.broker,
-		uexps, dlqAts, dlqDues)
-	if err != nil {
-		return fmt.Errorf("postgres: save jobs: %w", err)
+		WHERE j.id = u.id`
+
+// pgSavedRows are job rows to write, column by column, for pgSaveSQL.
+type pgSavedRows struct {
+	ids                 []string
+	states              []int16
+	prios, keys, runAts []int64
+	doneAts, uexps      []*int64
+	uks, toks, owners   []*string
+	exps, ttls, touts   []*int64
+	recs, res           [][]byte
+	dlqAts, dlqDues     []*int64
+}
+
+func newPGSavedRows(n int) *pgSavedRows {
+	return &pgSavedRows{
+		ids: make([]string, n), states: make([]int16, n), prios: make([]int64, n), keys: make([]int64, n),
+		runAts: make([]int64, n), doneAts: make([]*int64, n), uks: make([]*string, n), uexps: make([]*int64, n),
+		toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n), ttls: make([]*int64, n),
+		touts: make([]*int64, n), recs: make([][]byte, n), res: make([][]byte, n),
+		dlqAts: make([]*int64, n), dlqDues: make([]*int64, n),
 	}
-	return nil
+}
+
+// set fills row i from job j; set is its queue's settings, when it is
+// active without a lock.
+func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
+	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
+	if j.DoneAt != 0 {
+		r.doneAts[i] = ptr(j.DoneAt)
+	}
+	if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
+		r.uks[i] = ptr(j.UniqueKey)
+		r.uexps[i] = dedupExpiry(j, now)
+	}
+	if j.state == StateActive {
+		r.setLease(i, j, set.stallConfig())
+	}
+	if j.state == StateFailed && j.dlq != nil {
+		r.dlqAts[i] = ptr(j.dlq.EnteredAt)
+		r.dlqDues[i] = pgDLQDue(j.dlq)
+	}
+	var e Enc
+	encodeRecord(&e, j)
+	r.recs[i] = e.B
+}
+
+// setLease fills the lease columns of an active job's row i: its lock, or
+// without one how long it may go without a heartbeat; its timeout; and
+// when it is reclaimed.
+func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
+	if l := j.lease; l != nil {
+		r.toks[i], r.owners[i], r.ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
+	} else if stall.Enabled {
+		r.ttls[i] = ptr(stallLimit(j, stall))
+	}
+	if j.Timeout != none && j.Timeout > 0 {
+		r.touts[i] = ptr(j.StartedAt + j.Timeout)
+	}
+	if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
+		r.exps[i] = ptr(exp)
+	}
+}
+
+// args are pgSaveSQL's parameters; broker is written on active rows.
+func (r *pgSavedRows) args(broker string) []any {
+	return []any{r.ids, r.states, r.prios, r.keys, r.runAts, r.doneAts, r.uks, r.toks, r.owners, r.exps, r.ttls, r.touts,
+		r.recs, r.res, broker, r.uexps, r.dlqAts, r.dlqDues}
 }
 
 func ptr[T any](v T) *T { return &v }
