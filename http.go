@@ -1,7 +1,7 @@
 package main
 
 // The HTTP side: the probes load balancers ask, the reference's REST API
-// (httproutes.go), live events over SSE and WebSocket (live.go),
+// (http_routes.go), live events over SSE and WebSocket (live.go),
 // Prometheus metrics, backups, and the dashboard (ui.go).
 //
 // A REST route that the reference answers with a protocol command runs

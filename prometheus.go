@@ -141,14 +141,26 @@ func b01(v bool) float64 {
 	return 0
 }
 
-// prometheusText renders every metric.
+// prometheusText renders every metric, in blocks: the jobs, the queues'
+// labelled series, the clients, webhooks, storage, the process, and the
+// latency histograms.
 func (srv *Server) prometheusText() []byte {
-	b := srv.b
-	now := b.now()
-	t := b.totals()
-	qs := b.queueSnaps()
 	p := &promText{b: make([]byte, 0, 16<<10)}
+	now := srv.b.now()
+	srv.promJobs(p, srv.b.totals())
+	srv.promQueues(p, srv.b.queueSnaps())
+	srv.promClients(p, now)
+	srv.promWebhooks(p)
+	srv.promStorage(p)
+	srv.promProcess(p, now)
+	srv.promLatencies(p)
+	return p.b
+}
 
+// promJobs writes the jobs of every queue by state, and the broker's job
+// counters.
+func (srv *Server) promJobs(p *promText, t Totals) {
+	b := srv.b
 	p.one("queued_jobs_waiting", "gauge", "Jobs waiting to be pulled, priority 0, in every queue", float64(t.Waiting))
 	p.one("queued_jobs_prioritized", "gauge", "Jobs waiting to be pulled with a priority above 0", float64(t.Prioritized))
 	p.one("queued_jobs_delayed", "gauge", "Jobs waiting for their run time", float64(t.Delayed))
@@ -160,53 +172,73 @@ func (srv *Server) prometheusText() []byte {
 	p.one("queued_jobs_completed_total", "counter", "Jobs completed", float64(b.stats.completed.Load()))
 	p.one("queued_jobs_failed_total", "counter", "Jobs that failed for good (dead-lettered or removed)", float64(b.stats.failed.Load()))
 	p.one("queued_jobs_retried_total", "counter", "Failed attempts given another attempt", float64(srv.mx.totalRetried()))
+}
 
+// promQueues writes the per-queue series of the first maxPromQueues
+// queues, and how many queues were given them and how many left out.
+func (srv *Server) promQueues(p *promText, qs []queueSnap) {
 	shown := qs[:min(len(qs), maxPromQueues)]
 	if len(shown) > 0 {
 		labels := make([]string, len(shown))
 		for i, q := range shown {
 			labels[i] = "queue=" + promLabel(q.name)
 		}
-		gauges := []struct {
-			name, help string
-			v          func(q *queueSnap) int
-		}{
-			{"queued_queue_jobs_waiting", "Jobs waiting to be pulled, priority 0, per queue", func(q *queueSnap) int { return q.waiting }},
-			{"queued_queue_jobs_prioritized", "Jobs waiting with a priority above 0, per queue", func(q *queueSnap) int { return q.prioritized }},
-			{"queued_queue_jobs_delayed", "Jobs waiting for their run time, per queue", func(q *queueSnap) int { return q.delayed }},
-			{"queued_queue_jobs_active", "Jobs being processed, per queue", func(q *queueSnap) int { return q.active }},
-			{"queued_queue_jobs_dlq", "Jobs in the dead-letter queue, per queue", func(q *queueSnap) int { return q.dlq }},
-		}
-		for _, g := range gauges {
-			p.head(g.name, "gauge", g.help)
-			for i := range shown {
-				p.sample(g.name, labels[i], float64(g.v(&shown[i])))
-			}
-		}
-		counts := make([]queueCounters, len(shown))
-		for i, q := range shown {
-			counts[i] = srv.mx.counters(q.name)
-		}
-		counters := []struct {
-			name, help string
-			v          func(c *queueCounters) int64
-		}{
-			{"queued_queue_jobs_pushed_total", "Jobs pushed, per queue", func(c *queueCounters) int64 { return c.pushed }},
-			{"queued_queue_jobs_pulled_total", "Jobs handed to workers, per queue", func(c *queueCounters) int64 { return c.pulled }},
-			{"queued_queue_jobs_completed_total", "Jobs completed, per queue", func(c *queueCounters) int64 { return c.completed }},
-			{"queued_queue_jobs_failed_total", "Jobs that failed for good, per queue", func(c *queueCounters) int64 { return c.failed }},
-			{"queued_queue_jobs_retried_total", "Failed attempts given another attempt, per queue", func(c *queueCounters) int64 { return c.retried }},
-		}
-		for _, c := range counters {
-			p.head(c.name, "counter", c.help)
-			for i := range shown {
-				p.sample(c.name, labels[i], float64(c.v(&counts[i])))
-			}
-		}
+		promQueueGauges(p, shown, labels)
+		srv.promQueueCounters(p, shown, labels)
 	}
 	p.one("queued_queue_metrics_exported", "gauge", "Queues given labelled series", float64(len(shown)))
 	p.one("queued_queue_metrics_omitted", "gauge", "Queues left out of the labelled series by the cardinality limit", float64(len(qs)-len(shown)))
+}
 
+// promQueueGauges writes each queue's jobs by state; labels[i] is
+// shown[i]'s label.
+func promQueueGauges(p *promText, shown []queueSnap, labels []string) {
+	gauges := []struct {
+		name, help string
+		v          func(q *queueSnap) int
+	}{
+		{"queued_queue_jobs_waiting", "Jobs waiting to be pulled, priority 0, per queue", func(q *queueSnap) int { return q.waiting }},
+		{"queued_queue_jobs_prioritized", "Jobs waiting with a priority above 0, per queue", func(q *queueSnap) int { return q.prioritized }},
+		{"queued_queue_jobs_delayed", "Jobs waiting for their run time, per queue", func(q *queueSnap) int { return q.delayed }},
+		{"queued_queue_jobs_active", "Jobs being processed, per queue", func(q *queueSnap) int { return q.active }},
+		{"queued_queue_jobs_dlq", "Jobs in the dead-letter queue, per queue", func(q *queueSnap) int { return q.dlq }},
+	}
+	for _, g := range gauges {
+		p.head(g.name, "gauge", g.help)
+		for i := range shown {
+			p.sample(g.name, labels[i], float64(g.v(&shown[i])))
+		}
+	}
+}
+
+// promQueueCounters writes each queue's job counters; labels[i] is
+// shown[i]'s label.
+func (srv *Server) promQueueCounters(p *promText, shown []queueSnap, labels []string) {
+	counts := make([]queueCounters, len(shown))
+	for i, q := range shown {
+		counts[i] = srv.mx.counters(q.name)
+	}
+	counters := []struct {
+		name, help string
+		v          func(c *queueCounters) int64
+	}{
+		{"queued_queue_jobs_pushed_total", "Jobs pushed, per queue", func(c *queueCounters) int64 { return c.pushed }},
+		{"queued_queue_jobs_pulled_total", "Jobs handed to workers, per queue", func(c *queueCounters) int64 { return c.pulled }},
+		{"queued_queue_jobs_completed_total", "Jobs completed, per queue", func(c *queueCounters) int64 { return c.completed }},
+		{"queued_queue_jobs_failed_total", "Jobs that failed for good, per queue", func(c *queueCounters) int64 { return c.failed }},
+		{"queued_queue_jobs_retried_total", "Failed attempts given another attempt, per queue", func(c *queueCounters) int64 { return c.retried }},
+	}
+	for _, c := range counters {
+		p.head(c.name, "counter", c.help)
+		for i := range shown {
+			p.sample(c.name, labels[i], float64(c.v(&counts[i])))
+		}
+	}
+}
+
+// promClients writes the connections, cron schedules and workers.
+func (srv *Server) promClients(p *promText, now int64) {
+	b := srv.b
 	p.one("queued_connections", "gauge", "Open client connections", float64(srv.nconns.Load()))
 	workers, _, _ := b.workers.list()
 	active := 0
@@ -218,7 +250,11 @@ func (srv *Server) prometheusText() []byte {
 	p.one("queued_cron_jobs_registered", "gauge", "Registered cron schedules", float64(b.cron.Len()))
 	p.one("queued_workers_registered", "gauge", "Registered workers", float64(len(workers)))
 	p.one("queued_workers_active", "gauge", "Workers seen in the last 30 seconds", float64(active))
+}
 
+// promWebhooks writes the webhooks and their deliveries: all 0 when the
+// server has no webhook sender.
+func (srv *Server) promWebhooks(p *promText) {
 	var hooks, hooksOn, hooksOpen, hooksPending int
 	var delivered, failed, dropped int64
 	if h := srv.hooks; h != nil {
@@ -235,8 +271,12 @@ func (srv *Server) prometheusText() []byte {
 	p.sample("queued_webhook_deliveries_total", `result="delivered"`, float64(delivered))
 	p.sample("queued_webhook_deliveries_total", `result="failed"`, float64(failed))
 	p.sample("queued_webhook_deliveries_total", `result="dropped"`, float64(dropped))
+}
 
-	st := b.storageState()
+// promStorage writes the storage's health and backlog, and in SQLite mode
+// the sizes of the database file and its write-ahead log.
+func (srv *Server) promStorage(p *promText) {
+	st := srv.b.storageState()
 	p.one("queued_storage_degraded", "gauge", "Whether storage writes are failing (1) or not (0)", b01(st.Err != nil))
 	p.one("queued_storage_disk_full", "gauge", "Whether storage reported a full disk (1) or not (0)", b01(isDiskFull(st.Err)))
 	p.one("queued_storage_pending_changes", "gauge", "Changes recorded but not yet written to storage", float64(st.Backlog))
@@ -252,7 +292,11 @@ func (srv *Server) prometheusText() []byte {
 		}
 		p.one("queued_sqlite_wal_size_bytes", "gauge", "Size of the SQLite write-ahead log", float64(wal))
 	}
+}
 
+// promProcess writes the process's memory, goroutines, uptime and build.
+func (srv *Server) promProcess(p *promText, now int64) {
+	b := srv.b
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	if rss, ok := residentBytes(); ok {
@@ -266,12 +310,15 @@ func (srv *Server) prometheusText() []byte {
 	p.head("queued_build_info", "gauge", "Build identity; the value is always 1")
 	p.sample("queued_build_info", "version="+promLabel(version)+",compat_version="+promLabel(compatVersion)+
 		",go_version="+promLabel(runtime.Version()), 1)
+}
 
-	p.histogram("queued_push_duration_seconds", "Time to admit a PUSH or PUSHB", b.lat.push.Snapshot())
-	p.histogram("queued_pull_duration_seconds", "Time to answer a PULL or PULLB, long-poll wait included", b.lat.pull.Snapshot())
-	p.histogram("queued_pull_service_seconds", "Time the server spent answering a PULL or PULLB, long-poll wait excluded", b.lat.pullService.Snapshot())
-	p.histogram("queued_ack_duration_seconds", "Time to apply an ACK or ACKB", b.lat.ack.Snapshot())
-	p.histogram("queued_job_wait_seconds", "Time from a job's push to its first pull", b.lat.wait.Snapshot())
-	p.histogram("queued_job_processing_seconds", "Time from a job's pull to its completion", b.lat.proc.Snapshot())
-	return p.b
+// promLatencies writes the latency histograms.
+func (srv *Server) promLatencies(p *promText) {
+	lat := &srv.b.lat
+	p.histogram("queued_push_duration_seconds", "Time to admit a PUSH or PUSHB", lat.push.Snapshot())
+	p.histogram("queued_pull_duration_seconds", "Time to answer a PULL or PULLB, long-poll wait included", lat.pull.Snapshot())
+	p.histogram("queued_pull_service_seconds", "Time the server spent answering a PULL or PULLB, long-poll wait excluded", lat.pullService.Snapshot())
+	p.histogram("queued_ack_duration_seconds", "Time to apply an ACK or ACKB", lat.ack.Snapshot())
+	p.histogram("queued_job_wait_seconds", "Time from a job's push to its first pull", lat.wait.Snapshot())
+	p.histogram("queued_job_processing_seconds", "Time from a job's pull to its completion", lat.proc.Snapshot())
 }

@@ -250,38 +250,52 @@ func jsonMarshal(v any) ([]byte, error) {
 // ---------------------------------------------------------------------------
 // Route helpers
 
-// cmd adds a route answered by one command; errCode is the status of an
-// ok:false answer (200 where the reference always answers 200).
-func (a *httpAPI) cmd(method, pattern string, errCode, body int, build func(p []string, b Map) (*cmdReq, error)) {
-	a.handle(method, pattern, 0, func(w http.ResponseWriter, r *http.Request, p []string) {
-		b, err := readBody(w, r, body)
+// commandHandler answers a route with one command: the body read as the
+// route's body mode, the command built from it and the path, and the
+// command's answer, with rt.fail as the status of an ok:false one.
+func (a *httpAPI) commandHandler(rt restRoute) func(w http.ResponseWriter, r *http.Request, p []string) {
+	return func(w http.ResponseWriter, r *http.Request, p []string) {
+		b, err := readBody(w, r, rt.body)
 		if err != nil {
 			writeHTTPError(w, err)
 			return
 		}
-		c, err := build(p, b)
+		c, err := rt.build(p, b)
 		if err != nil {
 			writeHTTPError(w, err)
 			return
 		}
-		writeAnswer(w, a.exec(r, c.done()), errCode)
-	})
+		writeAnswer(w, a.exec(r, c.done()), rt.fail)
+	}
 }
 
-// queueCmd is a route on /queues/:queue/... that sends the command with
-// the queue and nothing else.
-func (a *httpAPI) queueCmd(method, pattern, name string) {
-	a.cmd(method, pattern, http.StatusOK, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd(name).str("queue", p[0]), nil
-	})
+// bodyCmd builds the command with the body's fields under the same names.
+func bodyCmd(name string, fields ...string) cmdBuilder {
+	return func(_ []string, b Map) (*cmdReq, error) {
+		return newCmd(name).from(b, fields...), nil
+	}
 }
 
-// jobCmd is a route on /jobs/:id/... that sends the command with the id,
-// and the body's fields under the same names.
-func (a *httpAPI) jobCmd(method, pattern, name string, errCode, body int, fields ...string) {
-	a.cmd(method, pattern, errCode, body, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd(name).str("id", p[0]).from(b, fields...), nil
-	})
+// paramCmd builds the command with the path's parameter under key, and
+// the body's fields under the same names.
+func paramCmd(key, name string, fields ...string) cmdBuilder {
+	return func(p []string, b Map) (*cmdReq, error) {
+		return newCmd(name).str(key, p[0]).from(b, fields...), nil
+	}
+}
+
+// queueCmd is paramCmd for a route on /queues/:queue/...
+func queueCmd(name string, fields ...string) cmdBuilder { return paramCmd("queue", name, fields...) }
+
+// jobCmd is paramCmd for a route on /jobs/:id/...
+func jobCmd(name string, fields ...string) cmdBuilder { return paramCmd("id", name, fields...) }
+
+// queueConfigCmd builds a queue's Set*Config command from the body's
+// config field, or the whole body.
+func queueConfigCmd(name string) cmdBuilder {
+	return func(p []string, b Map) (*cmdReq, error) {
+		return newCmd(name).str("queue", p[0]).raw("config", configOrBody(b)), nil
+	}
 }
 
 func writeHTTPError(w http.ResponseWriter, err error) {
@@ -321,201 +335,225 @@ func pageBounds(n int, offset, limit int64, hasLimit bool) (lo, hi int) {
 // ---------------------------------------------------------------------------
 // The routes
 
-func (a *httpAPI) addRESTRoutes() {
-	const bad, notFound = http.StatusBadRequest, http.StatusNotFound
-	ok := http.StatusOK
+// Statuses of a command route's ok:false answer.
+const (
+	failOK       = http.StatusOK // where the reference always answers 200
+	failBad      = http.StatusBadRequest
+	failNotFound = http.StatusNotFound
+)
 
+// cmdBuilder makes a route's command from the path's parameters and the
+// body.
+type cmdBuilder func(p []string, b Map) (*cmdReq, error)
+
+// restRoute is one REST route: one answered by a command (build, with its
+// body mode and the status of an ok:false answer), or one with a handler
+// of its own (serve).
+type restRoute struct {
+	method, path string
+	fail         int // the status of an ok:false answer
+	body         int // bodyNone, bodyOptional or bodyRequired
+	build        cmdBuilder
+	serve        func(a *httpAPI, w http.ResponseWriter, r *http.Request, p []string)
+	flags        routeFlags
+}
+
+// restRoutes are the reference's REST routes, in its order of matching
+// (the first route that matches wins: /jobs/custom/:id before /jobs/:id).
+var restRoutes = []restRoute{
 	// Figures
-	a.handle("GET", "/stats", 0, a.serveStats)
-	a.handle("GET", "/dashboard", 0, a.serveDashboard)
-	a.handle("GET", "/dashboard/queues", 0, a.serveDashboardQueues)
-	a.handle("GET", "/dashboard/queues/:queue", 0, a.serveDashboardQueue)
-	a.handle("POST", "/gc", 0, a.serveGC)
-	a.handle("GET", "/heapstats", routeEffects, a.serveHeapStats) // a full collection: not for any page to trigger
+	{method: "GET", path: "/stats", serve: (*httpAPI).serveStats},
+	{method: "GET", path: "/dashboard", serve: (*httpAPI).serveDashboard},
+	{method: "GET", path: "/dashboard/queues", serve: (*httpAPI).serveDashboardQueues},
+	{method: "GET", path: "/dashboard/queues/:queue", serve: (*httpAPI).serveDashboardQueue},
+	{method: "POST", path: "/gc", serve: (*httpAPI).serveGC},
+	// A full collection: not for any page to trigger.
+	{method: "GET", path: "/heapstats", serve: (*httpAPI).serveHeapStats, flags: routeEffects},
 
-	// Jobs, in the reference's order of matching.
-	a.cmd("POST", "/jobs/ack-batch", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
-		return newCmd("ACKB").from(b, "ids", "results", "tokens"), nil
-	})
-	a.cmd("POST", "/jobs/extend-locks", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
-		return newCmd("ExtendLocks").from(b, "ids", "tokens", "durations"), nil
-	})
-	a.cmd("POST", "/jobs/heartbeat-batch", bad, bodyOptional, func(_ []string, b Map) (*cmdReq, error) {
-		return newCmd("JobHeartbeatB").from(b, "ids", "tokens"), nil
-	})
-	a.cmd("GET", "/jobs/custom/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd("GetJobByCustomId").str("customId", p[0]), nil
-	})
-	a.jobCmd("GET", "/jobs/:id", "GetJob", notFound, bodyNone)
-	a.jobCmd("DELETE", "/jobs/:id", "Cancel", ok, bodyNone)
-	a.jobCmd("POST", "/jobs/:id/ack", "ACK", bad, bodyOptional, "result", "token")
-	a.jobCmd("POST", "/jobs/:id/fail", "FAIL", bad, bodyOptional, "error", "token", "unrecoverable", "stack")
-	a.jobCmd("POST", "/jobs/:id/promote", "Promote", bad, bodyNone)
-	a.jobCmd("PUT", "/jobs/:id/data", "Update", bad, bodyRequired, "data")
-	a.jobCmd("GET", "/jobs/:id/state", "GetState", notFound, bodyNone)
-	a.jobCmd("GET", "/jobs/:id/result", "GetResult", notFound, bodyNone)
-	a.jobCmd("GET", "/jobs/:id/progress", "GetProgress", notFound, bodyNone)
-	a.jobCmd("POST", "/jobs/:id/progress", "Progress", bad, bodyOptional, "progress", "message")
-	a.jobCmd("PUT", "/jobs/:id/priority", "ChangePriority", bad, bodyOptional, "priority", "lifo")
-	a.jobCmd("POST", "/jobs/:id/discard", "Discard", bad, bodyNone)
-	a.jobCmd("POST", "/jobs/:id/move-to-delayed", "MoveToDelayed", bad, bodyOptional, "delay", "token")
-	a.jobCmd("PUT", "/jobs/:id/delay", "ChangeDelay", bad, bodyOptional, "delay")
-	a.jobCmd("GET", "/jobs/:id/children", "GetChildrenValues", notFound, bodyNone)
-	a.jobCmd("GET", "/jobs/:id/logs", "GetLogs", ok, bodyNone)
-	a.jobCmd("POST", "/jobs/:id/logs", "AddLog", bad, bodyOptional, "message", "level")
-	a.jobCmd("DELETE", "/jobs/:id/logs", "ClearLogs", ok, bodyNone)
-	a.jobCmd("POST", "/jobs/:id/heartbeat", "JobHeartbeat", bad, bodyOptional, "token", "duration")
-	a.jobCmd("POST", "/jobs/:id/wait", "WaitJob", ok, bodyOptional, "timeout")
-	a.jobCmd("POST", "/jobs/:id/extend-lock", "ExtendLock", bad, bodyOptional, "duration", "token")
-	a.jobCmd("POST", "/jobs/:id/move-to-wait", "MoveToWait", bad, bodyOptional, "token")
+	// Jobs
+	{method: "POST", path: "/jobs/ack-batch", fail: failBad, body: bodyOptional, build: bodyCmd("ACKB", "ids", "results", "tokens")},
+	{method: "POST", path: "/jobs/extend-locks", fail: failBad, body: bodyOptional, build: bodyCmd("ExtendLocks", "ids", "tokens", "durations")},
+	{method: "POST", path: "/jobs/heartbeat-batch", fail: failBad, body: bodyOptional, build: bodyCmd("JobHeartbeatB", "ids", "tokens")},
+	{method: "GET", path: "/jobs/custom/:id", fail: failNotFound, build: paramCmd("customId", "GetJobByCustomId")},
+	{method: "GET", path: "/jobs/:id", fail: failNotFound, build: jobCmd("GetJob")},
+	{method: "DELETE", path: "/jobs/:id", fail: failOK, build: jobCmd("Cancel")},
+	{method: "POST", path: "/jobs/:id/ack", fail: failBad, body: bodyOptional, build: jobCmd("ACK", "result", "token")},
+	{method: "POST", path: "/jobs/:id/fail", fail: failBad, body: bodyOptional, build: jobCmd("FAIL", "error", "token", "unrecoverable", "stack")},
+	{method: "POST", path: "/jobs/:id/promote", fail: failBad, build: jobCmd("Promote")},
+	{method: "PUT", path: "/jobs/:id/data", fail: failBad, body: bodyRequired, build: jobCmd("Update", "data")},
+	{method: "GET", path: "/jobs/:id/state", fail: failNotFound, build: jobCmd("GetState")},
+	{method: "GET", path: "/jobs/:id/result", fail: failNotFound, build: jobCmd("GetResult")},
+	{method: "GET", path: "/jobs/:id/progress", fail: failNotFound, build: jobCmd("GetProgress")},
+	{method: "POST", path: "/jobs/:id/progress", fail: failBad, body: bodyOptional, build: jobCmd("Progress", "progress", "message")},
+	{method: "PUT", path: "/jobs/:id/priority", fail: failBad, body: bodyOptional, build: jobCmd("ChangePriority", "priority", "lifo")},
+	{method: "POST", path: "/jobs/:id/discard", fail: failBad, build: jobCmd("Discard")},
+	{method: "POST", path: "/jobs/:id/move-to-delayed", fail: failBad, body: bodyOptional, build: jobCmd("MoveToDelayed", "delay", "token")},
+	{method: "PUT", path: "/jobs/:id/delay", fail: failBad, body: bodyOptional, build: jobCmd("ChangeDelay", "delay")},
+	{method: "GET", path: "/jobs/:id/children", fail: failNotFound, build: jobCmd("GetChildrenValues")},
+	{method: "GET", path: "/jobs/:id/logs", fail: failOK, build: jobCmd("GetLogs")},
+	{method: "POST", path: "/jobs/:id/logs", fail: failBad, body: bodyOptional, build: jobCmd("AddLog", "message", "level")},
+	{method: "DELETE", path: "/jobs/:id/logs", fail: failOK, build: jobCmd("ClearLogs")},
+	{method: "POST", path: "/jobs/:id/heartbeat", fail: failBad, body: bodyOptional, build: jobCmd("JobHeartbeat", "token", "duration")},
+	{method: "POST", path: "/jobs/:id/wait", fail: failOK, body: bodyOptional, build: jobCmd("WaitJob", "timeout")},
+	{method: "POST", path: "/jobs/:id/extend-lock", fail: failBad, body: bodyOptional, build: jobCmd("ExtendLock", "duration", "token")},
+	{method: "POST", path: "/jobs/:id/move-to-wait", fail: failBad, body: bodyOptional, build: jobCmd("MoveToWait", "token")},
 
 	// Queues
-	a.cmd("GET", "/queues", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListQueues"), nil })
-	a.handle("GET", "/queues/summary", 0, a.serveQueuesSummary)
-	a.cmd("POST", "/queues/:queue/jobs", bad, bodyRequired, func(p []string, b Map) (*cmdReq, error) {
-		c := newCmd("PUSH").str("queue", p[0])
-		if name, err := b.Get("name").Str(); err == nil {
-			c.str("name", name)
-		} else {
-			c.str("name", "default")
-		}
-		c.from(b, "data", "priority", "delay")
-		if v := b.Get("maxAttempts"); v != nil {
-			c.raw("maxAttempts", v)
-		} else {
-			c.raw("maxAttempts", b.Get("attempts"))
-		}
-		return c.from(b, "backoff", "timeout", "jobId", "removeOnComplete", "removeOnFail", "durable", "ttl",
-			"uniqueKey", "groupId", "dependsOn", "tags", "lifo", "repeat"), nil
-	})
+	{method: "GET", path: "/queues", fail: failOK, build: bodyCmd("ListQueues")},
+	{method: "GET", path: "/queues/summary", serve: (*httpAPI).serveQueuesSummary},
+	{method: "POST", path: "/queues/:queue/jobs", fail: failBad, body: bodyRequired, build: pushCmd},
 	// A GET that claims a job: a route with effects.
-	a.handle("GET", "/queues/:queue/jobs", routeEffects, func(w http.ResponseWriter, r *http.Request, p []string) {
-		timeout, _, err := queryInt(r, "timeout")
-		if err != nil {
-			writeHTTPError(w, err)
-			return
+	{method: "GET", path: "/queues/:queue/jobs", serve: (*httpAPI).servePull, flags: routeEffects},
+	{method: "POST", path: "/queues/:queue/jobs/bulk", fail: failBad, body: bodyRequired, build: pushBulkCmd},
+	{method: "POST", path: "/queues/:queue/jobs/pull-batch", fail: failOK, body: bodyOptional, build: queueCmd("PULLB", "count", "timeout", "owner", "lockTtl")},
+	{method: "GET", path: "/queues/:queue/jobs/list", serve: (*httpAPI).serveJobsList},
+	{method: "GET", path: "/queues/:queue/workers", serve: (*httpAPI).serveQueueWorkers},
+	{method: "GET", path: "/queues/:queue/counts", fail: failOK, build: queueCmd("GetJobCounts")},
+	{method: "GET", path: "/queues/:queue/count", fail: failOK, build: queueCmd("Count")},
+	{method: "GET", path: "/queues/:queue/priority-counts", fail: failOK, build: queueCmd("GetCountsPerPriority")},
+	{method: "GET", path: "/queues/:queue/paused", fail: failOK, build: queueCmd("IsPaused")},
+	{method: "POST", path: "/queues/:queue/pause", fail: failOK, build: queueCmd("Pause")},
+	{method: "POST", path: "/queues/:queue/resume", fail: failOK, build: queueCmd("Resume")},
+	{method: "POST", path: "/queues/:queue/drain", fail: failOK, build: queueCmd("Drain")},
+	{method: "POST", path: "/queues/:queue/obliterate", fail: failOK, build: queueCmd("Obliterate")},
+	{method: "POST", path: "/queues/:queue/clean", fail: failOK, body: bodyOptional, build: cleanCmd},
+	{method: "POST", path: "/queues/:queue/promote-jobs", fail: failOK, body: bodyOptional, build: queueCmd("PromoteJobs", "count")},
+	{method: "POST", path: "/queues/:queue/retry-completed", fail: failOK, body: bodyOptional, build: queueCmd("RetryCompleted", "id")},
+
+	// Dead-letter queue and queue settings
+	{method: "GET", path: "/queues/:queue/dlq/stats", serve: (*httpAPI).serveDLQStats},
+	{method: "GET", path: "/queues/:queue/dlq", serve: (*httpAPI).serveDLQ},
+	{method: "POST", path: "/queues/:queue/dlq/retry", fail: failOK, body: bodyOptional, build: queueCmd("RetryDlq", "jobId")},
+	{method: "POST", path: "/queues/:queue/dlq/purge", fail: failOK, build: queueCmd("PurgeDlq")},
+	{method: "PUT", path: "/queues/:queue/rate-limit", fail: failOK, body: bodyOptional, build: queueCmd("RateLimit", "limit", "duration", "ttl")},
+	{method: "DELETE", path: "/queues/:queue/rate-limit", fail: failOK, build: queueCmd("RateLimitClear")},
+	{method: "PUT", path: "/queues/:queue/concurrency", fail: failOK, body: bodyOptional, build: setConcurrencyCmd},
+	{method: "DELETE", path: "/queues/:queue/concurrency", fail: failOK, build: queueCmd("ClearConcurrency")},
+	{method: "GET", path: "/queues/:queue/stall-config", fail: failOK, build: queueCmd("GetStallConfig")},
+	{method: "PUT", path: "/queues/:queue/stall-config", fail: failOK, body: bodyOptional, build: queueConfigCmd("SetStallConfig")},
+	{method: "GET", path: "/queues/:queue/dlq-config", fail: failOK, build: queueCmd("GetDlqConfig")},
+	{method: "PUT", path: "/queues/:queue/dlq-config", fail: failOK, body: bodyOptional, build: queueConfigCmd("SetDlqConfig")},
+
+	// Schedules, webhooks, workers
+	{method: "GET", path: "/crons", fail: failOK, build: bodyCmd("CronList")},
+	{method: "POST", path: "/crons", fail: failBad, body: bodyRequired, build: cronCmd},
+	{method: "GET", path: "/crons/:name", fail: failNotFound, build: paramCmd("name", "CronGet")},
+	{method: "DELETE", path: "/crons/:name", fail: failNotFound, build: paramCmd("name", "CronDelete")},
+	{method: "GET", path: "/webhooks", fail: failOK, build: bodyCmd("ListWebhooks")},
+	{method: "POST", path: "/webhooks", fail: failBad, body: bodyRequired, build: bodyCmd("AddWebhook", "url", "events", "queue", "secret")},
+	{method: "DELETE", path: "/webhooks/:id", fail: failNotFound, build: paramCmd("webhookId", "RemoveWebhook")},
+	{method: "PUT", path: "/webhooks/:id/enabled", fail: failBad, body: bodyOptional, build: paramCmd("id", "SetWebhookEnabled", "enabled")},
+	{method: "GET", path: "/workers", fail: failOK, build: bodyCmd("ListWorkers")},
+	{method: "POST", path: "/workers", fail: failBad, body: bodyRequired,
+		build: bodyCmd("RegisterWorker", "name", "queues", "concurrency", "workerId", "hostname", "pid", "startedAt")},
+	{method: "DELETE", path: "/workers/:id", fail: failNotFound, build: paramCmd("workerId", "UnregisterWorker")},
+	{method: "POST", path: "/workers/:id/heartbeat", serve: (*httpAPI).serveWorkerHeartbeat},
+	{method: "GET", path: "/ping", fail: failOK, build: bodyCmd("Ping")},
+	{method: "GET", path: "/storage", fail: failOK, build: bodyCmd("StorageStatus")},
+}
+
+func (a *httpAPI) addRESTRoutes() {
+	for _, rt := range restRoutes {
+		if rt.serve == nil {
+			a.handle(rt.method, rt.path, rt.flags, a.commandHandler(rt))
+			continue
 		}
-		writeAnswer(w, a.exec(r, newCmd("PULL").str("queue", p[0]).num("timeout", timeout).done()), ok)
-	})
-	a.cmd("POST", "/queues/:queue/jobs/bulk", bad, bodyRequired, func(p []string, b Map) (*cmdReq, error) {
-		jobs, err := withDefaultNames(b.Get("jobs"))
-		if err != nil {
-			return nil, err
-		}
-		return newCmd("PUSHB").str("queue", p[0]).raw("jobs", jobs), nil
-	})
-	a.cmd("POST", "/queues/:queue/jobs/pull-batch", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("PULLB").str("queue", p[0]).from(b, "count", "timeout", "owner", "lockTtl"), nil
-	})
-	a.handle("GET", "/queues/:queue/jobs/list", 0, a.serveJobsList)
-	a.handle("GET", "/queues/:queue/workers", 0, a.serveQueueWorkers)
-	a.queueCmd("GET", "/queues/:queue/counts", "GetJobCounts")
-	a.queueCmd("GET", "/queues/:queue/count", "Count")
-	a.queueCmd("GET", "/queues/:queue/priority-counts", "GetCountsPerPriority")
-	a.queueCmd("GET", "/queues/:queue/paused", "IsPaused")
-	a.queueCmd("POST", "/queues/:queue/pause", "Pause")
-	a.queueCmd("POST", "/queues/:queue/resume", "Resume")
-	a.queueCmd("POST", "/queues/:queue/drain", "Drain")
-	a.queueCmd("POST", "/queues/:queue/obliterate", "Obliterate")
-	a.cmd("POST", "/queues/:queue/clean", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		c := newCmd("Clean").str("queue", p[0])
-		// A grace that is not a number is 0, as the reference reads it.
-		if g := b.Get("grace"); g != nil {
-			if _, err := g.Float(); err == nil {
-				c.raw("grace", g)
-			} else {
-				c.num("grace", 0)
-			}
+		a.handle(rt.method, rt.path, rt.flags, func(w http.ResponseWriter, r *http.Request, p []string) {
+			rt.serve(a, w, r, p)
+		})
+	}
+}
+
+// pushCmd builds POST /queues/:queue/jobs's PUSH: a job without a string
+// name is named "default", and attempts is maxAttempts' older name, as in
+// the reference.
+func pushCmd(p []string, b Map) (*cmdReq, error) {
+	c := newCmd("PUSH").str("queue", p[0])
+	if name, err := b.Get("name").Str(); err == nil {
+		c.str("name", name)
+	} else {
+		c.str("name", "default")
+	}
+	c.from(b, "data", "priority", "delay")
+	if v := b.Get("maxAttempts"); v != nil {
+		c.raw("maxAttempts", v)
+	} else {
+		c.raw("maxAttempts", b.Get("attempts"))
+	}
+	return c.from(b, "backoff", "timeout", "jobId", "removeOnComplete", "removeOnFail", "durable", "ttl",
+		"uniqueKey", "groupId", "dependsOn", "tags", "lifo", "repeat"), nil
+}
+
+// pushBulkCmd builds POST /queues/:queue/jobs/bulk's PUSHB.
+func pushBulkCmd(p []string, b Map) (*cmdReq, error) {
+	jobs, err := withDefaultNames(b.Get("jobs"))
+	if err != nil {
+		return nil, err
+	}
+	return newCmd("PUSHB").str("queue", p[0]).raw("jobs", jobs), nil
+}
+
+// cleanCmd builds POST /queues/:queue/clean's Clean. A grace that is not
+// a number is 0, as the reference reads it.
+func cleanCmd(p []string, b Map) (*cmdReq, error) {
+	c := newCmd("Clean").str("queue", p[0])
+	if g := b.Get("grace"); g != nil {
+		if _, err := g.Float(); err == nil {
+			c.raw("grace", g)
 		} else {
 			c.num("grace", 0)
 		}
-		return c.from(b, "state", "limit"), nil
-	})
-	a.cmd("POST", "/queues/:queue/promote-jobs", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("PromoteJobs").str("queue", p[0]).from(b, "count"), nil
-	})
-	a.cmd("POST", "/queues/:queue/retry-completed", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("RetryCompleted").str("queue", p[0]).from(b, "id"), nil
-	})
+	} else {
+		c.num("grace", 0)
+	}
+	return c.from(b, "state", "limit"), nil
+}
 
-	// Dead-letter queue and queue settings
-	a.handle("GET", "/queues/:queue/dlq/stats", 0, a.serveDLQStats)
-	a.handle("GET", "/queues/:queue/dlq", 0, a.serveDLQ)
-	a.cmd("POST", "/queues/:queue/dlq/retry", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("RetryDlq").str("queue", p[0]).from(b, "jobId"), nil
-	})
-	a.queueCmd("POST", "/queues/:queue/dlq/purge", "PurgeDlq")
-	a.cmd("PUT", "/queues/:queue/rate-limit", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("RateLimit").str("queue", p[0]).from(b, "limit", "duration", "ttl"), nil
-	})
-	a.queueCmd("DELETE", "/queues/:queue/rate-limit", "RateLimitClear")
-	a.cmd("PUT", "/queues/:queue/concurrency", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		// The natural field name, as well as the command's own.
-		v := b.Get("concurrency")
-		if v == nil || v.IsNil() {
-			v = b.Get("limit")
-		}
-		return newCmd("SetConcurrency").str("queue", p[0]).raw("limit", v), nil
-	})
-	a.queueCmd("DELETE", "/queues/:queue/concurrency", "ClearConcurrency")
-	a.queueCmd("GET", "/queues/:queue/stall-config", "GetStallConfig")
-	a.cmd("PUT", "/queues/:queue/stall-config", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("SetStallConfig").str("queue", p[0]).raw("config", configOrBody(b)), nil
-	})
-	a.queueCmd("GET", "/queues/:queue/dlq-config", "GetDlqConfig")
-	a.cmd("PUT", "/queues/:queue/dlq-config", ok, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("SetDlqConfig").str("queue", p[0]).raw("config", configOrBody(b)), nil
-	})
+// setConcurrencyCmd builds PUT /queues/:queue/concurrency's
+// SetConcurrency: the natural field name, concurrency, as well as the
+// command's own, limit.
+func setConcurrencyCmd(p []string, b Map) (*cmdReq, error) {
+	v := b.Get("concurrency")
+	if v == nil || v.IsNil() {
+		v = b.Get("limit")
+	}
+	return newCmd("SetConcurrency").str("queue", p[0]).raw("limit", v), nil
+}
 
-	// Schedules, webhooks, workers
-	a.cmd("GET", "/crons", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("CronList"), nil })
-	a.cmd("POST", "/crons", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
-		c := newCmd("Cron").from(b, "name")
-		if jn, err := b.Get("jobName").Str(); err == nil {
-			c.str("jobName", jn)
-		} else {
-			c.str("jobName", "default")
-		}
-		return c.from(b, "queue", "data", "schedule", "repeatEvery", "priority", "maxLimit", "timezone", "uniqueKey",
-			"dedup", "skipMissedOnRestart", "immediately", "skipIfNoWorker", "preventOverlap", "jobOptions"), nil
-	})
-	a.cmd("GET", "/crons/:name", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd("CronGet").str("name", p[0]), nil
-	})
-	a.cmd("DELETE", "/crons/:name", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd("CronDelete").str("name", p[0]), nil
-	})
-	a.cmd("GET", "/webhooks", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListWebhooks"), nil })
-	a.cmd("POST", "/webhooks", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
-		return newCmd("AddWebhook").from(b, "url", "events", "queue", "secret"), nil
-	})
-	a.cmd("DELETE", "/webhooks/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd("RemoveWebhook").str("webhookId", p[0]), nil
-	})
-	a.cmd("PUT", "/webhooks/:id/enabled", bad, bodyOptional, func(p []string, b Map) (*cmdReq, error) {
-		return newCmd("SetWebhookEnabled").str("id", p[0]).from(b, "enabled"), nil
-	})
-	a.cmd("GET", "/workers", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("ListWorkers"), nil })
-	a.cmd("POST", "/workers", bad, bodyRequired, func(_ []string, b Map) (*cmdReq, error) {
-		return newCmd("RegisterWorker").from(b, "name", "queues", "concurrency", "workerId", "hostname", "pid", "startedAt"), nil
-	})
-	a.cmd("DELETE", "/workers/:id", notFound, bodyNone, func(p []string, _ Map) (*cmdReq, error) {
-		return newCmd("UnregisterWorker").str("workerId", p[0]), nil
-	})
-	a.handle("POST", "/workers/:id/heartbeat", 0, func(w http.ResponseWriter, r *http.Request, p []string) {
-		// The body is optional and, as in the reference, ignored when it
-		// is not JSON.
-		b, err := readBody(w, r, bodyOptional)
-		var he *httpError
-		if errors.As(err, &he) && he.code == http.StatusRequestEntityTooLarge {
-			writeHTTPError(w, err)
-			return
-		}
-		c := newCmd("Heartbeat").str("id", p[0]).from(b, "activeJobs", "processed", "failed")
-		writeAnswer(w, a.exec(r, c.done()), ok)
-	})
-	a.cmd("GET", "/ping", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("Ping"), nil })
-	a.cmd("GET", "/storage", ok, bodyNone, func([]string, Map) (*cmdReq, error) { return newCmd("StorageStatus"), nil })
+// cronCmd builds POST /crons's Cron: a schedule without a string jobName
+// makes jobs named "default".
+func cronCmd(_ []string, b Map) (*cmdReq, error) {
+	c := newCmd("Cron").from(b, "name")
+	if jn, err := b.Get("jobName").Str(); err == nil {
+		c.str("jobName", jn)
+	} else {
+		c.str("jobName", "default")
+	}
+	return c.from(b, "queue", "data", "schedule", "repeatEvery", "priority", "maxLimit", "timezone", "uniqueKey",
+		"dedup", "skipMissedOnRestart", "immediately", "skipIfNoWorker", "preventOverlap", "jobOptions"), nil
+}
+
+// GET /queues/:queue/jobs?timeout=: PULL, a long poll when timeout is set.
+func (a *httpAPI) servePull(w http.ResponseWriter, r *http.Request, p []string) {
+	timeout, _, err := queryInt(r, "timeout")
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
+	writeAnswer(w, a.exec(r, newCmd("PULL").str("queue", p[0]).num("timeout", timeout).done()), http.StatusOK)
+}
+
+// POST /workers/:id/heartbeat: the body is optional and, as in the
+// reference, ignored when it is not JSON.
+func (a *httpAPI) serveWorkerHeartbeat(w http.ResponseWriter, r *http.Request, p []string) {
+	b, err := readBody(w, r, bodyOptional)
+	var he *httpError
+	if errors.As(err, &he) && he.code == http.StatusRequestEntityTooLarge {
+		writeHTTPError(w, err)
+		return
+	}
+	c := newCmd("Heartbeat").str("id", p[0]).from(b, "activeJobs", "processed", "failed")
+	writeAnswer(w, a.exec(r, c.done()), http.StatusOK)
 }
 
 // configOrBody is the body's config field, or the whole body when it has
