@@ -196,7 +196,8 @@ const (
 // encodeJob writes j as the map the protocol carries, straight into e.
 //
 // state is the label written in jobWithState mode; rv is the job's result
-// for the read modes (nil when it has none).
+// for the read modes (nil when it has none). The parts below write the
+// job's 47 keys in the reference's order; n must stay their sum.
 func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	n := 47
 	switch mode {
@@ -206,6 +207,24 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 		n += 3
 	}
 	e.MapHead(n)
+	encodeJobCore(e, j)     // 11 keys
+	encodeJobLinks(e, j)    // 4
+	encodeJobProgress(e, j) // 7
+	encodeJobOptions(e, j)  // 15
+	encodeJobPolicies(e, j) // 9
+	e.Str("timeline")       // 1
+	encodeTimeline(e, j.Timeline)
+	if mode == jobWithState {
+		e.Str("state")
+		e.Str(state)
+	}
+	if mode != jobPlain {
+		encodeJobResult(e, j, rv)
+	}
+}
+
+// encodeJobCore writes who the job is, its times, attempts and backoff.
+func encodeJobCore(e *Enc, j *Job) {
 	e.Str("id")
 	e.Str(j.ID)
 	e.Str("queue")
@@ -227,27 +246,37 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	e.Str("backoff")
 	e.Int(j.Backoff)
 	e.Str("backoffConfig")
-	if j.BackoffC == nil {
+	encodeBackoffConfig(e, j.BackoffC)
+}
+
+// encodeBackoffConfig writes the object form of the backoff option, or nil
+// when the job was given a plain number.
+func encodeBackoffConfig(e *Enc, c *Backoff) {
+	if c == nil {
 		e.Nil()
-	} else {
-		k := 2
-		if j.BackoffC.MaxDelay != none {
-			k = 3
-		}
-		e.MapHead(k)
-		e.Str("type")
-		if j.BackoffC.Exponential {
-			e.Str("exponential")
-		} else {
-			e.Str("fixed")
-		}
-		e.Str("delay")
-		e.Int(j.BackoffC.Delay)
-		if k == 3 {
-			e.Str("maxDelay")
-			e.Int(j.BackoffC.MaxDelay)
-		}
+		return
 	}
+	k := 2
+	if c.MaxDelay != none {
+		k = 3
+	}
+	e.MapHead(k)
+	e.Str("type")
+	if c.Exponential {
+		e.Str("exponential")
+	} else {
+		e.Str("fixed")
+	}
+	e.Str("delay")
+	e.Int(c.Delay)
+	if k == 3 {
+		e.Str("maxDelay")
+		e.Int(c.MaxDelay)
+	}
+}
+
+// encodeJobLinks writes the job's dependencies, children and tags.
+func encodeJobLinks(e *Enc, j *Job) {
 	e.Str("dependsOn")
 	strArray(e, j.DependsOn)
 	e.Str("childrenIds")
@@ -256,6 +285,12 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	e.Int(int64(j.ChildDone))
 	e.Str("tags")
 	strArray(e, j.Tags)
+}
+
+// encodeJobProgress writes what a running job reports: progress, stack
+// trace, heartbeat and stalls (with repeat and durable, where the
+// reference puts them).
+func encodeJobProgress(e *Enc, j *Job) {
 	e.Str("progress")
 	if j.Progress == nil {
 		e.Int(0)
@@ -278,6 +313,11 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	e.Int(j.Heartbeat)
 	e.Str("stallCount")
 	e.Int(int64(j.Stalls))
+}
+
+// encodeJobOptions writes the push options: ordering, retries, limits and
+// the ids the job was given.
+func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("priority")
 	e.Int(j.Priority)
 	e.Str("lifo")
@@ -308,6 +348,11 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	optInt(e, j.KeepLogs)
 	e.Str("sizeLimit")
 	optInt(e, j.SizeLimit)
+}
+
+// encodeJobPolicies writes what happens to the parent when the job fails,
+// and the dedup and debounce settings.
+func encodeJobPolicies(e *Enc, j *Job) {
 	e.Str("failParentOnFailure")
 	e.Bool(j.FailParent)
 	e.Str("removeDependencyOnFailure")
@@ -326,10 +371,14 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	optStr(e, j.DebounceID, j.DebounceID != "")
 	e.Str("debounceTtl")
 	optInt(e, j.DebounceTTL)
-	e.Str("timeline")
-	e.ArrayHead(len(j.Timeline))
-	for i := range j.Timeline {
-		t := &j.Timeline[i]
+}
+
+// encodeTimeline writes the job's history as an array of maps, with error
+// and attempt only where present.
+func encodeTimeline(e *Enc, tl []TimelineEntry) {
+	e.ArrayHead(len(tl))
+	for i := range tl {
+		t := &tl[i]
 		k := 2
 		if t.HasErr {
 			k++
@@ -351,23 +400,22 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 			e.Int(int64(t.Attempt))
 		}
 	}
-	if mode == jobWithState {
-		e.Str("state")
-		e.Str(state)
+}
+
+// encodeJobResult writes what the read modes add: the job's result and
+// its failure, undefined when it has none.
+func encodeJobResult(e *Enc, j *Job, rv Raw) {
+	e.Str("returnvalue")
+	if rv != nil {
+		e.Raw(rv)
+	} else {
+		e.Undefined()
 	}
-	if mode != jobPlain {
-		e.Str("returnvalue")
-		if rv != nil {
-			e.Raw(rv)
-		} else {
-			e.Undefined()
-		}
-		e.Str("failedReason")
-		if r, ok := j.failedReason(); ok {
-			e.Str(r)
-		} else {
-			e.Undefined()
-		}
+	e.Str("failedReason")
+	if r, ok := j.failedReason(); ok {
+		e.Str(r)
+	} else {
+		e.Undefined()
 	}
 }
 
