@@ -207,12 +207,11 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 		n += 3
 	}
 	e.MapHead(n)
-	encodeJobCore(e, j)     // 11 keys
-	encodeJobLinks(e, j)    // 4
-	encodeJobProgress(e, j) // 7
-	encodeJobOptions(e, j)  // 15
-	encodeJobPolicies(e, j) // 9
-	e.Str("timeline")       // 1
+	// The parts are few on purpose: each is a call on the PULL path.
+	encodeJobCore(e, j)    // 11 keys
+	encodeJobState(e, j)   // 11
+	encodeJobOptions(e, j) // 24
+	e.Str("timeline")      // 1
 	encodeTimeline(e, j.Timeline)
 	if mode == jobWithState {
 		e.Str("state")
@@ -245,38 +244,37 @@ func encodeJobCore(e *Enc, j *Job) {
 	e.Int(int64(j.Attempts))
 	e.Str("backoff")
 	e.Int(j.Backoff)
+	// The object form of the backoff option; nil when the job was given a
+	// plain number.
 	e.Str("backoffConfig")
-	encodeBackoffConfig(e, j.BackoffC)
-}
-
-// encodeBackoffConfig writes the object form of the backoff option, or nil
-// when the job was given a plain number.
-func encodeBackoffConfig(e *Enc, c *Backoff) {
-	if c == nil {
+	if j.BackoffC == nil {
 		e.Nil()
-		return
-	}
-	k := 2
-	if c.MaxDelay != none {
-		k = 3
-	}
-	e.MapHead(k)
-	e.Str("type")
-	if c.Exponential {
-		e.Str("exponential")
 	} else {
-		e.Str("fixed")
-	}
-	e.Str("delay")
-	e.Int(c.Delay)
-	if k == 3 {
-		e.Str("maxDelay")
-		e.Int(c.MaxDelay)
+		k := 2
+		if j.BackoffC.MaxDelay != none {
+			k = 3
+		}
+		e.MapHead(k)
+		e.Str("type")
+		if j.BackoffC.Exponential {
+			e.Str("exponential")
+		} else {
+			e.Str("fixed")
+		}
+		e.Str("delay")
+		e.Int(j.BackoffC.Delay)
+		if k == 3 {
+			e.Str("maxDelay")
+			e.Int(j.BackoffC.MaxDelay)
+		}
 	}
 }
 
-// encodeJobLinks writes the job's dependencies, children and tags.
-func encodeJobLinks(e *Enc, j *Job) {
+// encodeJobState writes where the job stands: its dependencies, children
+// and tags, then what a running job reports (progress, stack trace,
+// heartbeat, stalls, with repeat and durable where the reference puts
+// them).
+func encodeJobState(e *Enc, j *Job) {
 	e.Str("dependsOn")
 	strArray(e, j.DependsOn)
 	e.Str("childrenIds")
@@ -285,12 +283,6 @@ func encodeJobLinks(e *Enc, j *Job) {
 	e.Int(int64(j.ChildDone))
 	e.Str("tags")
 	strArray(e, j.Tags)
-}
-
-// encodeJobProgress writes what a running job reports: progress, stack
-// trace, heartbeat and stalls (with repeat and durable, where the
-// reference puts them).
-func encodeJobProgress(e *Enc, j *Job) {
 	e.Str("progress")
 	if j.Progress == nil {
 		e.Int(0)
@@ -315,8 +307,9 @@ func encodeJobProgress(e *Enc, j *Job) {
 	e.Int(int64(j.Stalls))
 }
 
-// encodeJobOptions writes the push options: ordering, retries, limits and
-// the ids the job was given.
+// encodeJobOptions writes the push options: ordering, retries, limits, the
+// ids the job was given, what its failure does to its parent, and its
+// dedup and debounce settings.
 func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("priority")
 	e.Int(j.Priority)
@@ -348,11 +341,6 @@ func encodeJobOptions(e *Enc, j *Job) {
 	optInt(e, j.KeepLogs)
 	e.Str("sizeLimit")
 	optInt(e, j.SizeLimit)
-}
-
-// encodeJobPolicies writes what happens to the parent when the job fails,
-// and the dedup and debounce settings.
-func encodeJobPolicies(e *Enc, j *Job) {
 	e.Str("failParentOnFailure")
 	e.Bool(j.FailParent)
 	e.Str("removeDependencyOnFailure")
