@@ -196,7 +196,8 @@ const (
 // encodeJob writes j as the map the protocol carries, straight into e.
 //
 // state is the label written in jobWithState mode; rv is the job's result
-// for the read modes (nil when it has none).
+// for the read modes (nil when it has none). The parts below write the
+// job's 47 keys in the reference's order; n must stay their sum.
 func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	n := 47
 	switch mode {
@@ -206,6 +207,23 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 		n += 3
 	}
 	e.MapHead(n)
+	// The parts are few on purpose: each is a call on the PULL path.
+	encodeJobCore(e, j)    // 11 keys
+	encodeJobState(e, j)   // 11
+	encodeJobOptions(e, j) // 24
+	e.Str("timeline")      // 1
+	encodeTimeline(e, j.Timeline)
+	if mode == jobWithState {
+		e.Str("state")
+		e.Str(state)
+	}
+	if mode != jobPlain {
+		encodeJobResult(e, j, rv)
+	}
+}
+
+// encodeJobCore writes who the job is, its times, attempts and backoff.
+func encodeJobCore(e *Enc, j *Job) {
 	e.Str("id")
 	e.Str(j.ID)
 	e.Str("queue")
@@ -226,6 +244,8 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	e.Int(int64(j.Attempts))
 	e.Str("backoff")
 	e.Int(j.Backoff)
+	// The object form of the backoff option; nil when the job was given a
+	// plain number.
 	e.Str("backoffConfig")
 	if j.BackoffC == nil {
 		e.Nil()
@@ -248,6 +268,13 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 			e.Int(j.BackoffC.MaxDelay)
 		}
 	}
+}
+
+// encodeJobState writes where the job stands: its dependencies, children
+// and tags, then what a running job reports (progress, stack trace,
+// heartbeat, stalls, with repeat and durable where the reference puts
+// them).
+func encodeJobState(e *Enc, j *Job) {
 	e.Str("dependsOn")
 	strArray(e, j.DependsOn)
 	e.Str("childrenIds")
@@ -278,6 +305,12 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	e.Int(j.Heartbeat)
 	e.Str("stallCount")
 	e.Int(int64(j.Stalls))
+}
+
+// encodeJobOptions writes the push options: ordering, retries, limits, the
+// ids the job was given, what its failure does to its parent, and its
+// dedup and debounce settings.
+func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("priority")
 	e.Int(j.Priority)
 	e.Str("lifo")
@@ -326,10 +359,14 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	optStr(e, j.DebounceID, j.DebounceID != "")
 	e.Str("debounceTtl")
 	optInt(e, j.DebounceTTL)
-	e.Str("timeline")
-	e.ArrayHead(len(j.Timeline))
-	for i := range j.Timeline {
-		t := &j.Timeline[i]
+}
+
+// encodeTimeline writes the job's history as an array of maps, with error
+// and attempt only where present.
+func encodeTimeline(e *Enc, tl []TimelineEntry) {
+	e.ArrayHead(len(tl))
+	for i := range tl {
+		t := &tl[i]
 		k := 2
 		if t.HasErr {
 			k++
@@ -351,23 +388,22 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 			e.Int(int64(t.Attempt))
 		}
 	}
-	if mode == jobWithState {
-		e.Str("state")
-		e.Str(state)
+}
+
+// encodeJobResult writes what the read modes add: the job's result and
+// its failure, undefined when it has none.
+func encodeJobResult(e *Enc, j *Job, rv Raw) {
+	e.Str("returnvalue")
+	if rv != nil {
+		e.Raw(rv)
+	} else {
+		e.Undefined()
 	}
-	if mode != jobPlain {
-		e.Str("returnvalue")
-		if rv != nil {
-			e.Raw(rv)
-		} else {
-			e.Undefined()
-		}
-		e.Str("failedReason")
-		if r, ok := j.failedReason(); ok {
-			e.Str(r)
-		} else {
-			e.Undefined()
-		}
+	e.Str("failedReason")
+	if r, ok := j.failedReason(); ok {
+		e.Str(r)
+	} else {
+		e.Undefined()
 	}
 }
 

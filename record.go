@@ -46,9 +46,25 @@ func recOptStr(e *Enc, s string, ok bool) {
 }
 
 // encodeRecord appends j's record to e. It runs under the job's shard lock.
+// The parts write the 43 positions in order; decodeRecord reads them back
+// with parts of the same names.
 func encodeRecord(e *Enc, j *Job) {
 	e.ArrayHead(43)
-	recInt(e, recordVersion)
+	recInt(e, recordVersion)  // 1
+	encRecordCore(e, j)       // 15
+	encRecordLinks(e, j)      // 8
+	encRecordProgress(e, j)   // 10
+	recInt(e, recordFlags(j)) // 1
+	encRecordDedup(e, j)      // 1
+	encRecordTimeline(e, j)   // 1
+	encRecordBroker(e, j)     // 4
+	encRecordHistory(e, j)    // 1
+	encRecordFlows(e, j)      // 1
+}
+
+// encRecordCore writes who the job is, its times, attempts, retry
+// settings, ttl and timeout.
+func encRecordCore(e *Enc, j *Job) {
 	e.Str(j.ID)
 	e.Str(j.Queue)
 	e.Str(j.Name)
@@ -71,6 +87,11 @@ func encodeRecord(e *Enc, j *Job) {
 	}
 	recInt(e, j.TTL)
 	recInt(e, j.Timeout)
+}
+
+// encRecordLinks writes what ties the job to others: its ids,
+// dependencies, parent, children, tags and group.
+func encRecordLinks(e *Enc, j *Job) {
 	e.Str(j.UniqueKey)
 	e.Str(j.CustomID)
 	recStrs(e, j.DependsOn)
@@ -79,6 +100,11 @@ func encodeRecord(e *Enc, j *Job) {
 	recInt(e, int64(j.ChildDone))
 	recStrs(e, j.Tags)
 	e.Str(j.GroupID)
+}
+
+// encRecordProgress writes what a running job reports and the limits it
+// runs under.
+func encRecordProgress(e *Enc, j *Job) {
 	e.Raw(j.Progress)
 	e.Str(j.ProgMsg)
 	recStrs(e, j.Stack)
@@ -89,6 +115,10 @@ func encodeRecord(e *Enc, j *Job) {
 	recInt(e, int64(j.StackLim))
 	recInt(e, j.KeepLogs)
 	recInt(e, j.SizeLimit)
+}
+
+// recordFlags packs the job's booleans into one integer.
+func recordFlags(j *Job) int64 {
 	var f int64
 	for _, b := range []struct {
 		on  bool
@@ -101,12 +131,19 @@ func encodeRecord(e *Enc, j *Job) {
 			f |= b.bit
 		}
 	}
-	recInt(e, f)
-	// Dedup and debounce settings travel as one array.
+	return f
+}
+
+// encRecordDedup writes the dedup and debounce settings, which travel as
+// one array.
+func encRecordDedup(e *Enc, j *Job) {
 	e.ArrayHead(3)
 	recInt(e, j.DedupTTL)
 	e.Str(j.DebounceID)
 	recInt(e, j.DebounceTTL)
+}
+
+func encRecordTimeline(e *Enc, j *Job) {
 	e.ArrayHead(len(j.Timeline))
 	for _, t := range j.Timeline {
 		e.ArrayHead(4)
@@ -115,6 +152,11 @@ func encodeRecord(e *Enc, j *Job) {
 		recOptStr(e, t.Error, t.HasErr)
 		recInt(e, int64(t.Attempt))
 	}
+}
+
+// encRecordBroker writes the broker's own bookkeeping, never on the wire:
+// state, sequence, failure and dead-letter entry.
+func encRecordBroker(e *Enc, j *Job) {
 	recInt(e, int64(j.state))
 	recInt(e, j.seq)
 	e.Str(j.failErr)
@@ -130,6 +172,10 @@ func encodeRecord(e *Enc, j *Job) {
 	} else {
 		e.Nil()
 	}
+}
+
+// encRecordHistory writes the job's failed attempts.
+func encRecordHistory(e *Enc, j *Job) {
 	e.ArrayHead(len(j.history))
 	for _, a := range j.history {
 		e.ArrayHead(5)
@@ -139,7 +185,11 @@ func encodeRecord(e *Enc, j *Job) {
 		e.Str(a.Reason)
 		recOptStr(e, a.Error, a.HasErr)
 	}
-	// Flow records: children's results, failed and ignored children.
+}
+
+// encRecordFlows writes the flow records: children's results, failed and
+// ignored children; nil when there are none, as for most jobs.
+func encRecordFlows(e *Enc, j *Job) {
 	if len(j.childValues)+len(j.failedKids)+len(j.ignoredKids) == 0 {
 		e.Nil()
 		return
@@ -270,7 +320,9 @@ func rawInt(v Raw) (int64, error) {
 	return int64(f), err
 }
 
-// decodeRecord rebuilds a job from its record.
+// decodeRecord rebuilds a job from its record. The parts read the
+// positions encodeRecord wrote, in the same order; the first fault sticks
+// in r and is the error returned.
 func decodeRecord(b []byte) (*Job, error) {
 	items, err := Raw(b).Array()
 	if err != nil {
@@ -281,6 +333,25 @@ func decodeRecord(b []byte) (*Job, error) {
 		return nil, fmt.Errorf("job record version %d, this build reads %d", v, recordVersion)
 	}
 	j := &Job{}
+	decRecordCore(r, j)
+	decRecordLinks(r, j)
+	decRecordProgress(r, j)
+	setRecordFlags(j, r.i64())
+	decRecordDedup(r, j)
+	decRecordTimeline(r, j)
+	decRecordBroker(r, j)
+	decRecordHistory(r, j)
+	decRecordFlows(r, j)
+	if r.err != nil {
+		return nil, r.err
+	}
+	if j.ID == "" || j.Queue == "" {
+		return nil, errors.New("job record without id or queue")
+	}
+	return j, nil
+}
+
+func decRecordCore(r *recReader, j *Job) {
 	j.ID = r.str()
 	j.Queue = r.str()
 	j.Name = r.str()
@@ -305,6 +376,9 @@ func decodeRecord(b []byte) (*Job, error) {
 	}
 	j.TTL = r.i64()
 	j.Timeout = r.i64()
+}
+
+func decRecordLinks(r *recReader, j *Job) {
 	j.UniqueKey = r.str()
 	j.CustomID = r.str()
 	j.DependsOn = r.strs()
@@ -313,6 +387,9 @@ func decodeRecord(b []byte) (*Job, error) {
 	j.ChildDone = int32(r.i64())
 	j.Tags = r.strs()
 	j.GroupID = r.str()
+}
+
+func decRecordProgress(r *recReader, j *Job) {
 	j.Progress = r.raw()
 	j.ProgMsg = r.str()
 	j.Stack = r.strs()
@@ -323,12 +400,18 @@ func decodeRecord(b []byte) (*Job, error) {
 	j.StackLim = int32(r.i64())
 	j.KeepLogs = r.i64()
 	j.SizeLimit = r.i64()
-	f := r.i64()
+}
+
+// setRecordFlags unpacks what recordFlags packed.
+func setRecordFlags(j *Job, f int64) {
 	j.Lifo, j.RemoveOnC, j.RemoveOnF = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
 	j.FailParent, j.RemoveDepOnFail = f&rfFailParent != 0, f&rfRemoveDep != 0
 	j.ContinueParent, j.IgnoreDepOnFail = f&rfContinueParent != 0, f&rfIgnoreDep != 0
 	j.DedupExtend, j.DedupReplace, j.Durable = f&rfDedupExtend != 0, f&rfDedupReplace != 0, f&rfDurable != 0
 	j.HasProgM, j.hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
+}
+
+func decRecordDedup(r *recReader, j *Job) {
 	if d := r.sub(); d != nil {
 		j.DedupTTL = d.i64()
 		j.DebounceID = d.str()
@@ -337,27 +420,37 @@ func decodeRecord(b []byte) (*Job, error) {
 			r.fail("dedup", d.err)
 		}
 	}
-	if tl := r.sub(); tl != nil && len(tl.items) > 0 {
-		j.Timeline = make([]TimelineEntry, 0, len(tl.items))
-		for range tl.items {
-			t := tl.sub()
-			if t == nil {
-				break
-			}
-			var e TimelineEntry
-			e.State = t.str()
-			e.At = t.i64()
-			e.Error, e.HasErr = t.optStr()
-			e.Attempt = int32(t.i64())
-			if t.err != nil {
-				r.fail("timeline", t.err)
-			}
-			j.Timeline = append(j.Timeline, e)
-		}
-		if len(j.Timeline) == 0 {
-			j.Timeline = nil
-		}
+}
+
+// decRecordTimeline reads the timeline; an empty one stays nil, as a new
+// job's is.
+func decRecordTimeline(r *recReader, j *Job) {
+	tl := r.sub()
+	if tl == nil || len(tl.items) == 0 {
+		return
 	}
+	j.Timeline = make([]TimelineEntry, 0, len(tl.items))
+	for range tl.items {
+		t := tl.sub()
+		if t == nil {
+			break
+		}
+		var e TimelineEntry
+		e.State = t.str()
+		e.At = t.i64()
+		e.Error, e.HasErr = t.optStr()
+		e.Attempt = int32(t.i64())
+		if t.err != nil {
+			r.fail("timeline", t.err)
+		}
+		j.Timeline = append(j.Timeline, e)
+	}
+	if len(j.Timeline) == 0 {
+		j.Timeline = nil
+	}
+}
+
+func decRecordBroker(r *recReader, j *Job) {
 	j.state = State(r.i64())
 	j.seq = r.i64()
 	j.failErr = r.str()
@@ -375,47 +468,51 @@ func decodeRecord(b []byte) (*Job, error) {
 		}
 		j.dlq = e
 	}
-	if h := r.sub(); h != nil {
-		for range h.items {
-			a := h.sub()
-			if a == nil {
+}
+
+func decRecordHistory(r *recReader, j *Job) {
+	h := r.sub()
+	if h == nil {
+		return
+	}
+	for range h.items {
+		a := h.sub()
+		if a == nil {
+			break
+		}
+		var rec AttemptRec
+		rec.Attempt = int32(a.i64())
+		rec.StartedAt = a.i64()
+		rec.FailedAt = a.i64()
+		rec.Reason = a.str()
+		rec.Error, rec.HasErr = a.optStr()
+		if a.err != nil {
+			r.fail("history", a.err)
+		}
+		j.history = append(j.history, rec)
+	}
+}
+
+// decRecordFlows reads the flow records; a malformed entry fails the
+// record.
+func decRecordFlows(r *recReader, j *Job) {
+	f := r.sub()
+	if f == nil || len(f.items) != 3 {
+		return
+	}
+	for _, dst := range []*[]childKV{&j.childValues, &j.failedKids, &j.ignoredKids} {
+		list := f.sub()
+		if list == nil {
+			continue
+		}
+		for range list.items {
+			kv := list.sub()
+			if kv == nil || len(kv.items) != 2 {
+				r.fail("flow record", errors.New("bad entry"))
 				break
 			}
-			var rec AttemptRec
-			rec.Attempt = int32(a.i64())
-			rec.StartedAt = a.i64()
-			rec.FailedAt = a.i64()
-			rec.Reason = a.str()
-			rec.Error, rec.HasErr = a.optStr()
-			if a.err != nil {
-				r.fail("history", a.err)
-			}
-			j.history = append(j.history, rec)
+			key := kv.str()
+			*dst = append(*dst, childKV{key: key, val: kv.raw()})
 		}
 	}
-	if f := r.sub(); f != nil && len(f.items) == 3 {
-		for k, dst := range []*[]childKV{&j.childValues, &j.failedKids, &j.ignoredKids} {
-			list := f.sub()
-			if list == nil {
-				continue
-			}
-			for range list.items {
-				kv := list.sub()
-				if kv == nil || len(kv.items) != 2 {
-					r.fail("flow record", errors.New("bad entry"))
-					break
-				}
-				key := kv.str()
-				*dst = append(*dst, childKV{key: key, val: kv.raw()})
-			}
-			_ = k
-		}
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	if j.ID == "" || j.Queue == "" {
-		return nil, errors.New("job record without id or queue")
-	}
-	return j, nil
 }

@@ -149,169 +149,36 @@ func clone(r Raw) Raw {
 
 // parseJob builds a job from a PUSH request or PUSHB entry. customKey is the
 // field that carries a custom id: "jobId" for PUSH, "customId" for PUSHB.
+//
+// The steps run in the reference's order, so that a request with several
+// faults gets the same (first) error; each stops at its first fault.
 func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 	j := &Job{Queue: queue, TTL: none, Timeout: none, StallTO: none, KeepLogs: none, SizeLimit: none,
 		DedupTTL: none, DebounceTTL: none, MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff,
 		StackLim: defaultStackTraceLimit}
-
-	// Data, and the name (possibly from a legacy {name, ...} payload).
-	data := m.Get("data")
-	if data == nil {
-		data = rawUndefined
+	if err := parseJobPayload(m, j); err != nil {
+		return nil, err
 	}
-	if len(data) > maxDataBytes {
-		return nil, errors.New("Job data too large (max 10MB)")
+	if err := parseJobGroup(m, j); err != nil {
+		return nil, err
 	}
-	nameRaw := m.Get("name")
-	switch {
-	case nameRaw != nil:
-		name, err := nameRaw.Str()
-		if err != nil || name == "" || utf8.RuneCountInString(name) > maxJobName {
-			return nil, errors.New("Job name must be a non-empty string of at most 256 characters")
-		}
-		j.Name = name
-	default:
-		j.Name, data = legacyName(data)
-	}
-	j.Data = clone(data)
-
-	// Group.
-	if g := m.Get("groupId"); g != nil {
-		gs, err := g.Str()
-		switch {
-		case err != nil:
-			return nil, errors.New("groupId must be a string")
-		case gs == "":
-			return nil, errors.New("groupId must be a non-empty string")
-		case utf8.RuneCountInString(gs) > maxGroupID:
-			return nil, errors.New("groupId must be at most 256 characters")
-		case containsNUL(gs):
-			return nil, errors.New("groupId must not contain NUL characters")
-		}
-		j.GroupID = gs
-	}
-
-	if m.Has("groupMaxSize") {
-		v, err := positiveSafeInt(m, "groupMaxSize")
-		if err != nil {
-			return nil, errors.New("group.maxSize must be a positive safe integer")
-		}
-		j.groupMax = v
-	}
-
-	// The reference's validated options, in its order.
-	var f float64
-	var ok bool
-	var err error
-	if j.GroupID == "" {
-		f, ok, err = numField(m, "priority", "priority", numRule{min: -maxPriority, max: maxPriority, integer: true})
-	} else {
-		f, ok, err = groupPriority(m)
-	}
+	delay, err := parseJobSchedule(m, j)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
-		j.Priority = int64(f)
-	}
-	delay, _, err := numField(m, "delay", "delay", numRule{min: 0, max: maxDelayMs})
-	if err != nil {
+	if err := parseJobLinks(m, j, customKey); err != nil {
 		return nil, err
 	}
-	if f, ok, err = numField(m, "timeout", "timeout", numRule{min: 0, max: maxTimeoutMs}); err != nil {
-		return nil, err
-	} else if ok && f > 0 {
-		j.Timeout = int64(math.Ceil(f))
-	}
-	if f, ok, err = numField(m, "maxAttempts", "maxAttempts", numRule{min: 1, max: maxAttemptCap, integer: true}); err != nil {
-		return nil, err
-	} else if ok {
-		j.MaxAtt = int32(f)
-	}
-	if err := parseBackoff(m, j); err != nil {
+	if err := parseJobLimits(m, j); err != nil {
 		return nil, err
 	}
-	if f, ok, err = numField(m, "ttl", "ttl", numRule{min: 0, max: maxDelayMs}); err != nil {
-		return nil, err
-	} else if ok && f > 0 {
-		j.TTL = int64(f)
-	}
-
-	// Everything else, checked for its type only.
-	if j.UniqueKey, err = optStrField(m, "uniqueKey"); err != nil {
+	parseJobFlags(m, j)
+	if err := parseJobDedupRepeat(m, j); err != nil {
 		return nil, err
 	}
-	if customKey != "" {
-		if j.CustomID, err = optStrField(m, customKey); err != nil {
-			return nil, err
-		}
-		if j.CustomID != "" && !utf8.ValidString(j.CustomID) {
-			return nil, errors.New("custom ID must be well-formed Unicode")
-		}
-	}
-	if j.ParentID, err = optStrField(m, "parentId"); err != nil {
+	if err := parseJobTimes(m, j, now, delay); err != nil {
 		return nil, err
 	}
-	for _, k := range []struct {
-		key string
-		dst *[]string
-	}{{"tags", &j.Tags}, {"dependsOn", &j.DependsOn}, {"childrenIds", &j.Children}} {
-		v, _, err := m.Strs(k.key)
-		if err != nil {
-			return nil, err
-		}
-		*k.dst = v
-	}
-	for _, k := range []struct {
-		key string
-		dst *int64
-	}{{"stallTimeout", &j.StallTO}, {"keepLogs", &j.KeepLogs}, {"sizeLimit", &j.SizeLimit}, {"debounceTtl", &j.DebounceTTL}} {
-		if *k.dst, err = optNum(m, k.key); err != nil {
-			return nil, err
-		}
-	}
-	if f, ok, err := m.Num("stackTraceLimit"); err != nil {
-		return nil, err
-	} else if ok && !math.IsNaN(f) {
-		j.StackLim = int32(max(0, min(f, 1000)))
-	}
-	if j.DebounceID, err = optStrField(m, "debounceId"); err != nil {
-		return nil, err
-	}
-	j.Lifo = truthy(m, "lifo")
-	j.RemoveOnC = truthy(m, "removeOnComplete")
-	j.RemoveOnF = truthy(m, "removeOnFail")
-	j.Durable = truthy(m, "durable")
-	j.FailParent = truthy(m, "failParentOnFailure")
-	j.RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
-	j.ContinueParent = truthy(m, "continueParentOnFailure")
-	j.IgnoreDepOnFail = truthy(m, "ignoreDependencyOnFailure")
-	if d, ok, err := m.Map("dedup"); err != nil {
-		return nil, err
-	} else if ok {
-		if j.DedupTTL, err = optNum(d, "ttl"); err != nil {
-			return nil, &FieldError{Field: "dedup." + err.Error()}
-		}
-		j.DedupExtend = truthy(d, "extend")
-		j.DedupReplace = truthy(d, "replace")
-	}
-	if r := m.Get("repeat"); r != nil {
-		if r[0] < 0x80 || (r[0] > 0x8f && r[0] != 0xde && r[0] != 0xdf) {
-			return nil, errors.New("repeat must be an object")
-		}
-		j.Repeat = clone(r)
-	}
-
-	// Times: createdAt may be given (timestamp); runAt follows from delay.
-	j.CreatedAt = now
-	if ts, ok, err := m.Num("timestamp"); err != nil {
-		return nil, err
-	} else if ok && ts > 0 && !math.IsInf(ts, 0) && ts < 1e15 {
-		j.CreatedAt = int64(ts)
-	}
-	j.RunAt = j.CreatedAt + int64(delay)
-	j.Heartbeat = j.CreatedAt
-
 	if j.CustomID != "" {
 		j.ID = j.CustomID
 	} else {
@@ -321,6 +188,203 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// parseJobPayload reads the data, and the name (possibly from a legacy
+// {name, ...} payload).
+func parseJobPayload(m Map, j *Job) error {
+	data := m.Get("data")
+	if data == nil {
+		data = rawUndefined
+	}
+	if len(data) > maxDataBytes {
+		return errors.New("Job data too large (max 10MB)")
+	}
+	nameRaw := m.Get("name")
+	switch {
+	case nameRaw != nil:
+		name, err := nameRaw.Str()
+		if err != nil || name == "" || utf8.RuneCountInString(name) > maxJobName {
+			return errors.New("Job name must be a non-empty string of at most 256 characters")
+		}
+		j.Name = name
+	default:
+		j.Name, data = legacyName(data)
+	}
+	j.Data = clone(data)
+	return nil
+}
+
+// parseJobGroup reads the group id and the group size asked for at push.
+func parseJobGroup(m Map, j *Job) error {
+	if g := m.Get("groupId"); g != nil {
+		gs, err := g.Str()
+		switch {
+		case err != nil:
+			return errors.New("groupId must be a string")
+		case gs == "":
+			return errors.New("groupId must be a non-empty string")
+		case utf8.RuneCountInString(gs) > maxGroupID:
+			return errors.New("groupId must be at most 256 characters")
+		case containsNUL(gs):
+			return errors.New("groupId must not contain NUL characters")
+		}
+		j.GroupID = gs
+	}
+	if m.Has("groupMaxSize") {
+		v, err := positiveSafeInt(m, "groupMaxSize")
+		if err != nil {
+			return errors.New("group.maxSize must be a positive safe integer")
+		}
+		j.groupMax = v
+	}
+	return nil
+}
+
+// parseJobSchedule reads the options the reference validates, in its order:
+// priority (the group's range when the job has a group), delay, timeout,
+// maxAttempts, backoff and ttl. The delay is returned for parseJobTimes,
+// which needs createdAt first.
+func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
+	var f float64
+	var ok bool
+	if j.GroupID == "" {
+		f, ok, err = numField(m, "priority", "priority", numRule{min: -maxPriority, max: maxPriority, integer: true})
+	} else {
+		f, ok, err = groupPriority(m)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		j.Priority = int64(f)
+	}
+	if delay, _, err = numField(m, "delay", "delay", numRule{min: 0, max: maxDelayMs}); err != nil {
+		return 0, err
+	}
+	if f, ok, err = numField(m, "timeout", "timeout", numRule{min: 0, max: maxTimeoutMs}); err != nil {
+		return 0, err
+	} else if ok && f > 0 {
+		j.Timeout = int64(math.Ceil(f))
+	}
+	if f, ok, err = numField(m, "maxAttempts", "maxAttempts", numRule{min: 1, max: maxAttemptCap, integer: true}); err != nil {
+		return 0, err
+	} else if ok {
+		j.MaxAtt = int32(f)
+	}
+	if err := parseBackoff(m, j); err != nil {
+		return 0, err
+	}
+	if f, ok, err = numField(m, "ttl", "ttl", numRule{min: 0, max: maxDelayMs}); err != nil {
+		return 0, err
+	} else if ok && f > 0 {
+		j.TTL = int64(f)
+	}
+	return delay, nil
+}
+
+// parseJobLinks reads what ties the job to others: its unique key, custom
+// id, parent, tags, dependencies and children. From here on, fields are
+// checked for their type only.
+func parseJobLinks(m Map, j *Job, customKey string) error {
+	var err error
+	if j.UniqueKey, err = optStrField(m, "uniqueKey"); err != nil {
+		return err
+	}
+	if customKey != "" {
+		if j.CustomID, err = optStrField(m, customKey); err != nil {
+			return err
+		}
+		if j.CustomID != "" && !utf8.ValidString(j.CustomID) {
+			return errors.New("custom ID must be well-formed Unicode")
+		}
+	}
+	if j.ParentID, err = optStrField(m, "parentId"); err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		key string
+		dst *[]string
+	}{{"tags", &j.Tags}, {"dependsOn", &j.DependsOn}, {"childrenIds", &j.Children}} {
+		v, _, err := m.Strs(k.key)
+		if err != nil {
+			return err
+		}
+		*k.dst = v
+	}
+	return nil
+}
+
+// parseJobLimits reads the optional numbers the reference keeps as given
+// (stall timeout, log and size limits, debounce ttl), the stack trace
+// limit, clamped, and the debounce id.
+func parseJobLimits(m Map, j *Job) error {
+	var err error
+	for _, k := range []struct {
+		key string
+		dst *int64
+	}{{"stallTimeout", &j.StallTO}, {"keepLogs", &j.KeepLogs}, {"sizeLimit", &j.SizeLimit}, {"debounceTtl", &j.DebounceTTL}} {
+		if *k.dst, err = optNum(m, k.key); err != nil {
+			return err
+		}
+	}
+	if f, ok, err := m.Num("stackTraceLimit"); err != nil {
+		return err
+	} else if ok && !math.IsNaN(f) {
+		j.StackLim = int32(max(0, min(f, 1000)))
+	}
+	if j.DebounceID, err = optStrField(m, "debounceId"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// parseJobFlags reads the boolean options, which never fail: any value
+// reads as JavaScript's Boolean() would.
+func parseJobFlags(m Map, j *Job) {
+	j.Lifo = truthy(m, "lifo")
+	j.RemoveOnC = truthy(m, "removeOnComplete")
+	j.RemoveOnF = truthy(m, "removeOnFail")
+	j.Durable = truthy(m, "durable")
+	j.FailParent = truthy(m, "failParentOnFailure")
+	j.RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
+	j.ContinueParent = truthy(m, "continueParentOnFailure")
+	j.IgnoreDepOnFail = truthy(m, "ignoreDependencyOnFailure")
+}
+
+// parseJobDedupRepeat reads the dedup object and the repeat object, which
+// is kept as given for the cron side to read.
+func parseJobDedupRepeat(m Map, j *Job) error {
+	if d, ok, err := m.Map("dedup"); err != nil {
+		return err
+	} else if ok {
+		if j.DedupTTL, err = optNum(d, "ttl"); err != nil {
+			return &FieldError{Field: "dedup." + err.Error()}
+		}
+		j.DedupExtend = truthy(d, "extend")
+		j.DedupReplace = truthy(d, "replace")
+	}
+	if r := m.Get("repeat"); r != nil {
+		if r[0] < 0x80 || (r[0] > 0x8f && r[0] != 0xde && r[0] != 0xdf) {
+			return errors.New("repeat must be an object")
+		}
+		j.Repeat = clone(r)
+	}
+	return nil
+}
+
+// parseJobTimes sets the job's times: createdAt may be given (timestamp);
+// runAt follows from delay.
+func parseJobTimes(m Map, j *Job, now int64, delay float64) error {
+	j.CreatedAt = now
+	if ts, ok, err := m.Num("timestamp"); err != nil {
+		return err
+	} else if ok && ts > 0 && !math.IsInf(ts, 0) && ts < 1e15 {
+		j.CreatedAt = int64(ts)
+	}
+	j.RunAt = j.CreatedAt + int64(delay)
+	j.Heartbeat = j.CreatedAt
+	return nil
 }
 
 func groupPriority(m Map) (float64, bool, error) {
