@@ -185,6 +185,16 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	if len(subs) == 0 {
 		return
 	}
+	frame := encodeEventFrame(q.name, t, jobID, j, now, a)
+	for _, c := range subs {
+		c.pushEvent(frame)
+	}
+}
+
+// encodeEventFrame encodes the frame subscribers receive: {type: "event",
+// event: {eventType, queue, jobId, timestamp, ...}}, encoded once for all
+// of them.
+func encodeEventFrame(queue string, t evType, jobID string, j *Job, now int64, a evArgs) []byte {
 	var e Enc
 	e.B = make([]byte, 0, 128)
 	at := e.BeginFrame()
@@ -197,11 +207,21 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	e.Str("eventType")
 	e.Str(evNames[t])
 	e.Str("queue")
-	e.Str(q.name)
+	e.Str(queue)
 	e.Str("jobId")
 	e.Str(jobID)
 	e.Str("timestamp")
 	e.Int(now)
+	n += appendEventFields(&e, t, j, a)
+	e.CloseMap(m, n)
+	e.EndFrame(at)
+	return e.B
+}
+
+// appendEventFields writes the fields particular to an event of type t
+// and returns how many it wrote.
+func appendEventFields(e *Enc, t evType, j *Job, a evArgs) int {
+	n := 0
 	switch t {
 	case evCompleted:
 		e.Str("data")
@@ -213,7 +233,7 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 		n++
 	case evFailed:
 		e.Str("error")
-		optStr(&e, a.err, a.hasErr)
+		optStr(e, a.err, a.hasErr)
 		n++
 		if !a.noData && j != nil {
 			e.Str("data")
@@ -251,18 +271,12 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 		e.Str("progress")
 		e.Raw(a.progress)
 		e.Str("message")
-		optStr(&e, a.progMsg, a.hasProgMsg)
+		optStr(e, a.progMsg, a.hasProgMsg)
 		n += 2
 	}
-	e.CloseMap(m, n)
-	e.EndFrame(at)
-	for _, c := range subs {
-		c.pushEvent(e.B)
-	}
+	return n
 }
 
-// subscribe points connection c at queue; one queue per connection, as the
-// reference has it: a new subscription replaces the previous one.
 func (b *Broker) subscribe(c *conn, queue string) {
 	b.unsubscribe(c)
 	s := b.shardOf(queue)

@@ -26,6 +26,9 @@ func appendJSON(dst []byte, r Raw) ([]byte, error) {
 	return out, err
 }
 
+// jsonAt renders the value at b[i] and returns the offset past it. Numbers,
+// strings and constants are rendered here; containers, binary and ext
+// values each by a step of their own.
 func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
 	if depth > maxDepth {
 		return dst, 0, errTooDeep
@@ -55,86 +58,119 @@ func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
 	case c == 0xc3:
 		return append(dst, "true"...), end, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		// Element by element: no slice of raw values in between, whose 24
-		// bytes an element would cost far more than the element's byte.
-		n, j, _ := arrayHead(b[i:end])
-		j += i
-		dst = append(dst, '[')
-		for k := 0; k < n; k++ {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			ie, _ := skip(b, j, depth+1, extAny)
-			if isUndefined(b[j:ie]) {
-				dst = append(dst, "null"...)
-				j = ie
-				continue
-			}
-			if dst, _, err = jsonAt(dst, b[j:ie], 0, depth+1); err != nil {
-				return dst, 0, err
-			}
-			j = ie
+		if dst, err = jsonArray(dst, b, i, end, depth); err != nil {
+			return dst, 0, err
 		}
-		return append(dst, ']'), end, nil
+		return dst, end, nil
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		n, j, _ := mapHeader(b, i)
-		dst = append(dst, '{')
-		first := true
-		for k := 0; k < n; k++ {
-			kend, _ := skip(b, j, depth+1, extAny)
-			vend, _ := skip(b, kend, depth+1, extAny)
-			if isUndefined(b[kend:vend]) {
-				j = vend
-				continue
-			}
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			// JavaScript object keys are strings: other keys are rendered
-			// as their text.
-			if s, e, err := strRange(b, j); err == nil {
-				dst = appendJSONString(dst, b[s:e])
-			} else {
-				var kb []byte
-				if kb, _, err = jsonAt(nil, b[j:kend], 0, depth+1); err != nil {
-					return dst, 0, err
-				}
-				dst = appendJSONString(dst, bytes.Trim(kb, `"`))
-			}
-			dst = append(dst, ':')
-			if dst, _, err = jsonAt(dst, b[kend:vend], 0, depth+1); err != nil {
-				return dst, 0, err
-			}
-			j = vend
+		if dst, err = jsonObject(dst, b, i, depth); err != nil {
+			return dst, 0, err
 		}
-		return append(dst, '}'), end, nil
+		return dst, end, nil
 	case c == 0xc4 || c == 0xc5 || c == 0xc6:
-		w := 1 << (c - 0xc4)
-		l, j, _ := readLen(b, i+1, w)
-		dst = append(dst, '[')
-		for k, x := range b[j : j+l] {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			dst = strconv.AppendInt(dst, int64(x), 10)
-		}
-		return append(dst, ']'), end, nil
+		return jsonBinary(dst, b, c, i), end, nil
 	}
-	// Ext values: undefined reads as null; the timestamp ext as a date.
-	v, _, err := decodeAt(b[i:end], 0, depth)
-	if err != nil {
+	if dst, err = jsonExt(dst, b[i:end], depth); err != nil {
 		return dst, 0, err
 	}
-	switch x := v.(type) {
+	return dst, end, nil
+}
+
+// jsonArray renders the array in b[i:end], undefined elements as null.
+// It goes element by element: no slice of raw values in between, whose 24
+// bytes an element would cost far more than the element's byte.
+func jsonArray(dst []byte, b []byte, i, end, depth int) ([]byte, error) {
+	n, j, _ := arrayHead(b[i:end])
+	j += i
+	dst = append(dst, '[')
+	var err error
+	for k := 0; k < n; k++ {
+		if k > 0 {
+			dst = append(dst, ',')
+		}
+		ie, _ := skip(b, j, depth+1, extAny)
+		if isUndefined(b[j:ie]) {
+			dst = append(dst, "null"...)
+			j = ie
+			continue
+		}
+		if dst, _, err = jsonAt(dst, b[j:ie], 0, depth+1); err != nil {
+			return dst, err
+		}
+		j = ie
+	}
+	return append(dst, ']'), nil
+}
+
+// jsonObject renders the map at b[i] as an object, leaving out the
+// entries whose value is undefined.
+func jsonObject(dst []byte, b []byte, i, depth int) ([]byte, error) {
+	n, j, _ := mapHeader(b, i)
+	dst = append(dst, '{')
+	first := true
+	for k := 0; k < n; k++ {
+		kend, _ := skip(b, j, depth+1, extAny)
+		vend, _ := skip(b, kend, depth+1, extAny)
+		if isUndefined(b[kend:vend]) {
+			j = vend
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		// JavaScript object keys are strings: other keys are rendered
+		// as their text.
+		var err error
+		if s, e, err := strRange(b, j); err == nil {
+			dst = appendJSONString(dst, b[s:e])
+		} else {
+			var kb []byte
+			if kb, _, err = jsonAt(nil, b[j:kend], 0, depth+1); err != nil {
+				return dst, err
+			}
+			dst = appendJSONString(dst, bytes.Trim(kb, `"`))
+		}
+		dst = append(dst, ':')
+		if dst, _, err = jsonAt(dst, b[kend:vend], 0, depth+1); err != nil {
+			return dst, err
+		}
+		j = vend
+	}
+	return append(dst, '}'), nil
+}
+
+// jsonBinary renders a bin 8/16/32 (format byte c at b[i]) as an array of
+// byte values, as JSON.stringify renders a Uint8Array's bytes.
+func jsonBinary(dst []byte, b []byte, c byte, i int) []byte {
+	w := 1 << (c - 0xc4)
+	l, j, _ := readLen(b, i+1, w)
+	dst = append(dst, '[')
+	for k, x := range b[j : j+l] {
+		if k > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(x), 10)
+	}
+	return append(dst, ']')
+}
+
+// jsonExt renders the ext value v: undefined reads as null; the timestamp
+// ext as a date; any other as null.
+func jsonExt(dst []byte, v []byte, depth int) ([]byte, error) {
+	x, _, err := decodeAt(v, 0, depth)
+	if err != nil {
+		return dst, err
+	}
+	switch x := x.(type) {
 	case Undefined:
-		return append(dst, "null"...), end, nil
+		return append(dst, "null"...), nil
 	case Ext:
 		if t, ok := extTime(x); ok {
-			return appendJSONString(dst, []byte(t.UTC().Format("2006-01-02T15:04:05.000Z"))), end, nil
+			return appendJSONString(dst, []byte(t.UTC().Format("2006-01-02T15:04:05.000Z"))), nil
 		}
 	}
-	return append(dst, "null"...), end, nil
+	return append(dst, "null"...), nil
 }
 
 // extTime reads the MessagePack timestamp extension (type -1).

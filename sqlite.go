@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,9 +29,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const (
@@ -397,424 +393,6 @@ func isDiskFull(err error) bool {
 	return strings.Contains(m, "disk is full") || strings.Contains(m, "no space left") || strings.Contains(m, "sqlite_full")
 }
 
-// ---------------------------------------------------------------------------
-// The writer
-
-func (s *SQLiteStore) writer() {
-	defer close(s.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var retry time.Duration // pause after a failed flush, growing to 5 s
-	for {
-		// Wait for a reason to flush: enough changes, a durable push
-		// waiting, the oldest change 10 ms old, or shutdown.
-		for {
-			s.mu.Lock()
-			n, first, closed, bars := s.n, s.first, s.closed, len(s.barriers)
-			s.mu.Unlock()
-			if closed || bars > 0 || n >= flushOps {
-				break
-			}
-			wait := time.Duration(-1)
-			if n > 0 {
-				if wait = flushInterval - time.Since(first); wait <= 0 {
-					break
-				}
-				timer.Reset(wait)
-			}
-			select {
-			case <-s.kick:
-			case <-timer.C:
-			}
-			timer.Stop()
-		}
-		if retry > 0 {
-			time.Sleep(retry)
-		}
-		s.mu.Lock()
-		for s.holds > 0 {
-			s.unheld.Wait()
-		}
-		bt := &writeBatch{jobs: s.jobs, queues: s.queues, logs: s.logs, crons: s.crons}
-		bars := s.barriers
-		s.crons = map[string][]byte{}
-		s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]LogEntry{}, nil
-		s.n = 0
-		closed := s.closed
-		s.mu.Unlock()
-
-		began := time.Now()
-		n := bt.len()
-		err := s.flush(bt)
-		var dropped int
-		if err != nil && !transientWriteErr(err) {
-			// A change SQLite refuses (a row over its size limit, say)
-			// must not hold up every other: write the rest in smaller
-			// transactions, leaving out only what cannot be written.
-			bt, dropped, err = s.isolate(bt, err)
-		}
-		took := time.Since(began)
-		s.mu.Lock()
-		if err == nil && dropped == 0 && n >= flushOps && took > 0 {
-			r := float64(n) / took.Seconds()
-			if s.rate == 0 {
-				s.rate = r
-			} else {
-				s.rate = 0.7*s.rate + 0.3*r
-			}
-			s.limit = min(max(int(s.rate*backlogTarget.Seconds()), minBacklog), maxBacklog)
-		}
-		if err != nil {
-			// What was not written (the transaction rolled back): put the
-			// changes back under any newer ones and try again.
-			s.putBack(bt)
-			if s.err == nil {
-				s.errSince = time.Now()
-				s.log.Error("storage write failed; retrying", "path", s.path, "err", err, "pending", s.n)
-			}
-			s.err = err
-			retry = min(max(retry*2, 100*time.Millisecond), 5*time.Second)
-		} else {
-			if s.err != nil {
-				s.log.Info("storage writes recovered", "path", s.path)
-			}
-			s.err = nil
-			retry = 0
-		}
-		barErr := err
-		if barErr == nil && dropped > 0 {
-			// A durable push waiting on this flush may have been among what
-			// was left out: it is not told it is on disk.
-			barErr = fmt.Errorf("%d changes could not be written and were dropped (see the server log)", dropped)
-		}
-		s.room.Broadcast()
-		s.mu.Unlock()
-		for _, b := range bars {
-			b <- barErr
-		}
-		// At shutdown, stop once everything is written, or after a few
-		// failed attempts (Close reports what could not be written).
-		if closed && (err == nil || retry >= 800*time.Millisecond) {
-			return
-		}
-	}
-}
-
-// flush writes one batch as one transaction.
-func (s *SQLiteStore) flush(bt *writeBatch) error {
-	jobs, queues, logs, crons := bt.jobs, bt.queues, bt.logs, bt.crons
-	if bt.len() == 0 {
-		return nil
-	}
-	// The transaction is driven with BEGIN/COMMIT on the writer's own
-	// connection rather than through database/sql's Tx, which would prepare
-	// every cached statement again for each transaction.
-	ctx := context.Background()
-	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
-	tx := s.wconn
-	fail := func(err error) error {
-		tx.ExecContext(ctx, "ROLLBACK")
-		return err
-	}
-	var up, del, resUp, resDel []any
-	for seq, p := range jobs {
-		if p.del {
-			del = append(del, seq)
-			resDel = append(resDel, seq)
-			continue
-		}
-		up = append(up, seq, p.record)
-		if p.result != nil {
-			resUp = append(resUp, seq, p.result)
-		}
-	}
-	if err := s.execChunks(ctx, "jobs-up", up, 2, func(n int) string {
-		return "INSERT OR REPLACE INTO jobs(seq, record) VALUES " + placeholders(n, 2)
-	}); err != nil {
-		return fail(fmt.Errorf("write jobs: %w", err))
-	}
-	if err := s.execChunks(ctx, "jobs-del", del, 1, func(n int) string {
-		return "DELETE FROM jobs WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	}); err != nil {
-		return fail(fmt.Errorf("delete jobs: %w", err))
-	}
-	if err := s.execChunks(ctx, "results-up", resUp, 2, func(n int) string {
-		return "INSERT OR REPLACE INTO results(seq, result) VALUES " + placeholders(n, 2)
-	}); err != nil {
-		return fail(fmt.Errorf("write results: %w", err))
-	}
-	if err := s.execChunks(ctx, "results-del", resDel, 1, func(n int) string {
-		return "DELETE FROM results WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	}); err != nil {
-		return fail(fmt.Errorf("delete results: %w", err))
-	}
-	for name, b := range queues {
-		var err error
-		if b == nil {
-			_, err = tx.ExecContext(ctx, `DELETE FROM queues WHERE name = ?`, name)
-		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO queues(name, settings) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET settings=excluded.settings`, name, b)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("write queue %s: %w", name, err))
-		}
-	}
-	for name, b := range crons {
-		var err error
-		if b == nil {
-			_, err = tx.ExecContext(ctx, `DELETE FROM crons WHERE name = ?`, name)
-		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO crons(name, record) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET record=excluded.record`, name, b)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("write cron %s: %w", name, err))
-		}
-	}
-	var logUp, logDel []any
-	for id, l := range logs {
-		if l == nil {
-			logDel = append(logDel, id)
-		} else {
-			logUp = append(logUp, id, encodeLogs(l))
-		}
-	}
-	if err := s.execChunks(ctx, "logs-up", logUp, 2, func(n int) string {
-		return "INSERT INTO job_logs(job_id, logs) VALUES " + placeholders(n, 2) + " ON CONFLICT(job_id) DO UPDATE SET logs=excluded.logs"
-	}); err != nil {
-		return fail(fmt.Errorf("write logs: %w", err))
-	}
-	if err := s.execChunks(ctx, "logs-del", logDel, 1, func(n int) string {
-		return "DELETE FROM job_logs WHERE job_id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	}); err != nil {
-		return fail(fmt.Errorf("delete logs: %w", err))
-	}
-	if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
-		tx.ExecContext(ctx, "ROLLBACK")
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// execChunks runs a multi-row statement over args in chunks of up to
-// rowsPerStmt rows, reusing prepared statements by row count.
-func (s *SQLiteStore) execChunks(ctx context.Context, kind string, args []any, width int, build func(rows int) string) error {
-	for len(args) > 0 {
-		rows := min(len(args)/width, rowsPerStmt)
-		key := kind + ":" + itoa(int64(rows))
-		st := s.stmts[key]
-		if st == nil {
-			var err error
-			if st, err = s.wconn.PrepareContext(ctx, build(rows)); err != nil {
-				return err
-			}
-			s.stmts[key] = st
-		}
-		if _, err := st.ExecContext(ctx, args[:rows*width]...); err != nil {
-			return err
-		}
-		args = args[rows*width:]
-	}
-	return nil
-}
-
-// ---------------------------------------------------------------------------
-// A writer that never wedges
-
-// writeBatch is one flush's changes, each the latest of its key.
-type writeBatch struct {
-	jobs   map[int64]*pendingJob
-	queues map[string][]byte     // nil value: delete
-	logs   map[string][]LogEntry // nil value: delete
-	crons  map[string][]byte     // nil value: delete
-}
-
-func newWriteBatch() *writeBatch {
-	return &writeBatch{jobs: map[int64]*pendingJob{}, queues: map[string][]byte{}, logs: map[string][]LogEntry{}, crons: map[string][]byte{}}
-}
-
-func (bt *writeBatch) len() int {
-	if bt == nil {
-		return 0
-	}
-	return len(bt.jobs) + len(bt.queues) + len(bt.logs) + len(bt.crons)
-}
-
-// halves splits the batch in two of about the same number of changes.
-func (bt *writeBatch) halves() (*writeBatch, *writeBatch) {
-	a, b := newWriteBatch(), newWriteBatch()
-	half, i := bt.len()/2, 0
-	pick := func() *writeBatch {
-		i++
-		if i <= half {
-			return a
-		}
-		return b
-	}
-	for k, v := range bt.jobs {
-		pick().jobs[k] = v
-	}
-	for k, v := range bt.queues {
-		pick().queues[k] = v
-	}
-	for k, v := range bt.logs {
-		pick().logs[k] = v
-	}
-	for k, v := range bt.crons {
-		pick().crons[k] = v
-	}
-	return a, b
-}
-
-// merge adds o's changes to bt (o's are taken where both have a key).
-func (bt *writeBatch) merge(o *writeBatch) *writeBatch {
-	if bt == nil {
-		return o
-	}
-	if o == nil {
-		return bt
-	}
-	maps.Copy(bt.jobs, o.jobs)
-	maps.Copy(bt.queues, o.queues)
-	maps.Copy(bt.logs, o.logs)
-	maps.Copy(bt.crons, o.crons)
-	return bt
-}
-
-// putBack returns unwritten changes to the pending set, under any newer
-// change of the same key. s.mu is held.
-func (s *SQLiteStore) putBack(bt *writeBatch) {
-	if bt == nil {
-		return
-	}
-	for id, p := range bt.jobs {
-		if _, newer := s.jobs[id]; !newer {
-			s.jobs[id] = p
-			s.n++
-		}
-	}
-	for k, v := range bt.queues {
-		if _, newer := s.queues[k]; !newer {
-			s.queues[k] = v
-			s.n++
-		}
-	}
-	for k, v := range bt.crons {
-		if _, newer := s.crons[k]; !newer {
-			s.crons[k] = v
-			s.n++
-		}
-	}
-	for k, v := range bt.logs {
-		if _, newer := s.logs[k]; !newer {
-			s.logs[k] = v
-			s.n++
-		}
-	}
-	if s.n > 0 && s.first.IsZero() {
-		s.first = time.Now()
-	}
-}
-
-// transientWriteErr says whether a failed write may succeed as it is when
-// tried again (the database busy or locked, the disk full or failing, no
-// memory): such changes are kept and retried, never dropped. Only an error
-// SQLite gives about a change itself (too big, a constraint, a type)
-// makes the writer look for the change at fault.
-func transientWriteErr(err error) bool {
-	if isDiskFull(err) {
-		return true
-	}
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return true // not SQLite's word on the data: the connection, a context
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE:
-		return false
-	}
-	return true
-}
-
-// isolate writes what it can of a batch that failed with cause, in halves
-// down to single changes; a single change that fails for a reason of its
-// own is dropped, logged and counted. It returns what is left unwritten
-// because of a transient error (with that error), and how many changes
-// were dropped.
-func (s *SQLiteStore) isolate(bt *writeBatch, cause error) (*writeBatch, int, error) {
-	if bt.len() <= 1 {
-		s.drop(bt, cause)
-		return nil, bt.len(), nil
-	}
-	x, y := bt.halves()
-	dropped := 0
-	for i, half := range []*writeBatch{x, y} {
-		err := s.flush(half)
-		if err == nil {
-			continue
-		}
-		var left *writeBatch
-		var n int
-		if transientWriteErr(err) {
-			left = half
-		} else {
-			left, n, err = s.isolate(half, err)
-			dropped += n
-		}
-		if err != nil {
-			if i == 0 {
-				left = left.merge(y)
-			}
-			return left, dropped, err
-		}
-	}
-	return nil, dropped, nil
-}
-
-// drop leaves out one change that cannot be written, saying which (never
-// its data) in the log and in the dropped-changes metric.
-func (s *SQLiteStore) drop(bt *writeBatch, cause error) {
-	for seq, p := range bt.jobs {
-		what := "job record"
-		if p.del {
-			what = "job removal"
-		}
-		s.log.Error("storage: a change cannot be written and is dropped", "change", what, "job_id", jobIDOfRecord(p.record),
-			"seq", seq, "bytes", len(p.record)+len(p.result), "err", cause)
-	}
-	for name, v := range bt.queues {
-		s.log.Error("storage: a change cannot be written and is dropped", "change", "queue settings", "queue", name, "bytes", len(v), "err", cause)
-	}
-	for id, l := range bt.logs {
-		s.log.Error("storage: a change cannot be written and is dropped", "change", "job logs", "job_id", id, "entries", len(l), "err", cause)
-	}
-	for name, v := range bt.crons {
-		s.log.Error("storage: a change cannot be written and is dropped", "change", "cron schedule", "cron", name, "bytes", len(v), "err", cause)
-	}
-	s.dropped.Add(uint64(bt.len()))
-}
-
-// Dropped counts the changes left out because they could not be written.
-func (s *SQLiteStore) Dropped() uint64 { return s.dropped.Load() }
-
-// jobIDOfRecord reads the job id out of an encoded record, for the log.
-func jobIDOfRecord(rec []byte) string {
-	if len(rec) == 0 {
-		return ""
-	}
-	j, err := decodeRecord(rec)
-	if err != nil {
-		return "(unreadable)"
-	}
-	return j.ID
-}
-
-func placeholders(rows, width int) string {
-	one := "(" + strings.TrimSuffix(strings.Repeat("?,", width), ",") + ")"
-	return strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
-}
-
 // Close flushes what is pending and closes the database.
 func (s *SQLiteStore) Close() error {
 	s.mu.Lock()
@@ -873,36 +451,65 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	start := time.Now()
 	var st RecoveryStats
 	ctx := context.Background()
+	if err := s.loadQueues(ctx, b, &st); err != nil {
+		return st, err
+	}
+	bad, err := s.loadJobs(ctx, b, &st)
+	if err != nil {
+		return st, err
+	}
+	if err := s.loadCrons(ctx, b, &st); err != nil {
+		return st, err
+	}
+	if err := s.loadLogs(ctx, b, &st); err != nil {
+		return st, err
+	}
+	b.finishRestore()
+	st.Took = time.Since(start)
+	if bad > 0 {
+		return st, fmt.Errorf("%d job records could not be read", bad)
+	}
+	return st, nil
+}
+
+// loadQueues restores the queues' settings; unreadable ones are left at
+// their defaults.
+func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoveryStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
 	if err != nil {
-		return st, fmt.Errorf("read queues: %w", err)
+		return fmt.Errorf("read queues: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var name string
 		var settings []byte
 		if err := rows.Scan(&name, &settings); err != nil {
-			rows.Close()
-			return st, err
+			return err
 		}
 		if err := b.restoreQueue(name, settings); err != nil {
 			s.log.Warn("queue settings unreadable, using defaults", "queue", name, "err", err)
 		}
 		st.Queues++
 	}
-	rows.Close()
+	return nil
+}
 
-	rows, err = s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq`)
+// loadJobs restores the jobs: queued ones as they are read, completed and
+// failed ones after, in the order they finished (completed by DoneAt,
+// failed by when they entered the DLQ). Records that cannot be decoded are
+// skipped and counted in bad.
+func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats) (bad int, err error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq`)
 	if err != nil {
-		return st, fmt.Errorf("read jobs: %w", err)
+		return 0, fmt.Errorf("read jobs: %w", err)
 	}
 	var done, dead []*Job
 	results := map[string]Raw{}
-	bad := 0
 	for rows.Next() {
 		var rec, res []byte
 		if err := rows.Scan(&rec, &res); err != nil {
 			rows.Close()
-			return st, err
+			return bad, err
 		}
 		j, err := decodeRecord(rec)
 		if err != nil {
@@ -936,7 +543,7 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	}
 	if err := rows.Err(); err != nil {
 		rows.Close()
-		return st, fmt.Errorf("read jobs: %w", err)
+		return bad, fmt.Errorf("read jobs: %w", err)
 	}
 	rows.Close()
 	slices.SortFunc(done, func(x, y *Job) int { return cmpInt(x.DoneAt, y.DoneAt) })
@@ -947,17 +554,21 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	for _, j := range dead {
 		b.restoreDead(j)
 	}
+	return bad, nil
+}
 
-	rows, err = s.db.QueryContext(ctx, `SELECT record FROM crons`)
+// loadCrons restores the cron schedules; unreadable ones are skipped.
+func (s *SQLiteStore) loadCrons(ctx context.Context, b *Broker, st *RecoveryStats) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT record FROM crons`)
 	if err != nil {
-		return st, fmt.Errorf("read cron schedules: %w", err)
+		return fmt.Errorf("read cron schedules: %w", err)
 	}
 	var crons []CronSchedule
 	for rows.Next() {
 		var rec []byte
 		if err := rows.Scan(&rec); err != nil {
 			rows.Close()
-			return st, err
+			return err
 		}
 		c, err := decodeCronRecord(rec)
 		if err != nil {
@@ -971,30 +582,28 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 		s.log.Error("cron schedules", "err", err)
 	}
 	st.Crons = len(crons)
+	return nil
+}
 
-	rows, err = s.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs`)
+// loadLogs restores jobs' logs; unreadable ones are left out.
+func (s *SQLiteStore) loadLogs(ctx context.Context, b *Broker, st *RecoveryStats) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs`)
 	if err != nil {
-		return st, fmt.Errorf("read logs: %w", err)
+		return fmt.Errorf("read logs: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var blob []byte
 		if err := rows.Scan(&id, &blob); err != nil {
-			rows.Close()
-			return st, err
+			return err
 		}
 		if logs, err := decodeLogs(blob); err == nil {
 			b.restoreLogs(id, logs)
 			st.Logs++
 		}
 	}
-	rows.Close()
-	b.finishRestore()
-	st.Took = time.Since(start)
-	if bad > 0 {
-		return st, fmt.Errorf("%d job records could not be read", bad)
-	}
-	return st, nil
+	return nil
 }
 
 // ---------------------------------------------------------------------------

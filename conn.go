@@ -1,0 +1,615 @@
+package main
+
+// One client connection of the TCP server: reading frames, writing
+// answers, the jobs it holds and the events it is sent.
+//
+// A connection's own answers are written into its reader's buffer and sent
+// when no more input is waiting, so a pipelining client gets many answers
+// per write(2). Events for subscribers go through a separate bounded
+// buffer and writer goroutine, so that the broker never blocks on a
+// subscriber's socket.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// conn is one client connection.
+//
+// An idle connection holds no buffer: it waits for its next request with
+// a read into wake, a few hundred bytes of its own. Once bytes arrive it
+// borrows a read buffer, an answer buffer and a field slice from a pool,
+// and gives them back as soon as nothing more is waiting to be read, so
+// 10,000 idle connections cost their goroutines and sockets, not 10,000
+// read buffers.
+type conn struct {
+	srv      *Server
+	nc       net.Conn
+	br       *bufio.Reader // borrowed while busy; nil while idle
+	bufs     *connBufs     // what br, rb and fields were borrowed from
+	src      connSource    // what br reads: the bytes woken with, then nc
+	wake     [512]byte
+	big      []byte // the body of a frame larger than br's buffer
+	inPlace  int    // the current frame's body is in br's buffer, this long
+	midFrame bool   // a frame is being read: its reads have the stall timeout
+	rdl      time.Time
+	authBy   time.Time // the Auth deadline (zero: none)
+	fails    int       // failed Auth attempts
+	closing  bool      // close once the answers are written
+	rb       Enc       // the reader's answers, not yet written
+	authed   bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	async    sync.WaitGroup
+	nAsync   atomic.Int32
+	closed   atomic.Bool
+	stopping atomic.Bool
+
+	wmu sync.Mutex // one writer on the socket at a time
+
+	emu     sync.Mutex // events
+	ebuf    []byte
+	ekick   chan struct{}
+	edrops  int
+	subQ    string
+	hasSub  bool
+	writing bool
+
+	hmu  sync.Mutex // jobs pulled through this connection
+	held map[*Job]struct{}
+
+	fields []Field
+
+	// out, when set, replaces the socket: the connection is a WebSocket's
+	// or an HTTP request's, and asynchronous answers go to out as frames.
+	out func(frame []byte)
+	// stateless marks an HTTP request's connection: nothing it pulls or
+	// registers is tied to it, since it ends with the request (the
+	// reference leaves such jobs to stall detection).
+	stateless bool
+}
+
+const (
+	maxEventBacklog = 8 << 20 // bytes of unsent events before a subscriber loses events
+	maxAsyncPerConn = 1024    // concurrent waiting commands per connection
+	flushAt         = 256 << 10
+	writeTimeout    = 60 * time.Second
+	stopGrace       = time.Second
+	// readBufSize is a busy connection's read buffer: frames up to this
+	// size are read in place, larger ones into a buffer of their own.
+	readBufSize = 16 << 10
+	// Buffers past these sizes are let go rather than kept or pooled: one
+	// large frame or answer does not pin its memory for the connection's
+	// life.
+	keepBig    = 1 << 20
+	keepAnswer = 64 << 10
+	keepFields = 256
+)
+
+// connBufs are the buffers a busy connection borrows.
+type connBufs struct {
+	br     *bufio.Reader
+	rb     []byte
+	fields []Field
+}
+
+var connBufsPool = sync.Pool{New: func() any {
+	return &connBufs{br: bufio.NewReaderSize(nil, readBufSize), rb: make([]byte, 0, 4096), fields: make([]Field, 0, 32)}
+}}
+
+// connSource gives the bytes a connection woke with, then reads the socket
+// with the deadline the connection's state calls for.
+type connSource struct {
+	c   *conn
+	pre []byte
+}
+
+func (s *connSource) Read(p []byte) (int, error) {
+	if len(s.pre) > 0 {
+		n := copy(p, s.pre)
+		s.pre = s.pre[n:]
+		return n, nil
+	}
+	s.c.armRead()
+	return s.c.nc.Read(p)
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{srv: s, nc: nc, ctx: ctx, cancel: cancel}
+	c.src.c = c
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.srv.wg.Done()
+	defer c.recoverPanic("closing")
+	defer c.finish()
+	defer c.recoverPanic("serving")
+	if !c.handshake() {
+		return
+	}
+	if c.srv.authRequired() {
+		c.authBy = time.Now().Add(c.srv.authTimeout)
+	}
+	for {
+		if c.br == nil || (c.br.Buffered() == 0 && len(c.src.pre) == 0) {
+			c.idle()
+			if err := c.awake(); err != nil {
+				c.readFailed(err)
+				return
+			}
+		}
+		body, err := c.readFrame()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		c.handleFrame(body)
+		c.frameDone()
+		if c.closing {
+			c.farewell()
+			return
+		}
+		// Before Auth every answer goes at once: nothing piles up for a
+		// client that sends and does not read.
+		if !c.frameWaiting() || len(c.rb.B) >= flushAt || c.preAuth() {
+			if !c.flush() {
+				return
+			}
+		}
+	}
+}
+
+// preAuth reports a connection that must still authenticate. Only the
+// connection's reader may ask: authed is its own.
+func (c *conn) preAuth() bool { return !c.authed && !c.authBy.IsZero() }
+
+// recoverPanic keeps a fault outside a handler (which safeCall covers)
+// from taking the server down: it is logged and the connection closed.
+func (c *conn) recoverPanic(during string) {
+	if p := recover(); p != nil {
+		c.srv.log.Error("connection panic; closing the connection", "during", during,
+			"remote", c.nc.RemoteAddr().String(), "panic", p, "stack", string(debug.Stack()))
+	}
+}
+
+// handshake completes a TLS handshake within handshakeTimeout.
+func (c *conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	c.rdl = time.Now().Add(c.srv.handshakeTimeout)
+	c.nc.SetDeadline(c.rdl)
+	if c.stopping.Load() {
+		return false
+	}
+	err := tc.Handshake()
+	c.nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		c.srv.log.Debug("TLS handshake failed", "remote", c.nc.RemoteAddr().String(),
+			"handshake_timeout", c.srv.handshakeTimeout.String(), "err", err)
+		return false
+	}
+	return !c.stopping.Load()
+}
+
+// armRead sets the socket's read deadline for the next read: the Auth
+// deadline while the connection has not authenticated, the stall timeout
+// inside a frame, none otherwise. It is set only when it changes (the stall
+// deadline when it moves by a second or more), since each change costs.
+func (c *conn) armRead() {
+	var d time.Time
+	if c.preAuth() {
+		d = c.authBy
+	}
+	if c.midFrame {
+		if st := time.Now().Add(c.srv.stallTimeout); d.IsZero() || st.Before(d) {
+			if moved := st.Sub(c.rdl); !c.rdl.IsZero() && moved >= 0 && moved < time.Second {
+				return
+			}
+			d = st
+		}
+	}
+	if d.Equal(c.rdl) {
+		return
+	}
+	c.nc.SetReadDeadline(d)
+	c.rdl = d
+	// A shutdown that set its own deadline in between must not be undone.
+	if c.stopping.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// idle gives back what a busy connection borrowed.
+func (c *conn) idle() {
+	if c.bufs == nil {
+		return
+	}
+	b := c.bufs
+	b.br.Reset(nil)
+	b.rb = c.rb.B[:0]
+	if cap(b.rb) > keepAnswer {
+		b.rb = make([]byte, 0, 4096)
+	}
+	b.fields = c.fields[:0]
+	if cap(b.fields) > keepFields {
+		b.fields = make([]Field, 0, 32)
+	}
+	clear(b.fields[:cap(b.fields)]) // no pointers into old frames
+	connBufsPool.Put(b)
+	c.bufs, c.br, c.rb.B, c.fields, c.big = nil, nil, nil, nil, nil
+}
+
+// awake waits for the next request without a buffer of its own, then
+// borrows one.
+func (c *conn) awake() error {
+	c.armRead()
+	n, err := c.nc.Read(c.wake[:])
+	for tries := 0; n == 0 && err == nil; tries++ {
+		if tries == 100 {
+			return io.ErrNoProgress
+		}
+		n, err = c.nc.Read(c.wake[:])
+	}
+	if n == 0 {
+		return err
+	}
+	// With n > 0 an error comes back on the next read.
+	c.src.pre = c.wake[:n]
+	c.bufs = connBufsPool.Get().(*connBufs)
+	c.br = c.bufs.br
+	c.br.Reset(&c.src)
+	c.rb.B = c.bufs.rb[:0]
+	c.fields = c.bufs.fields[:0]
+	return nil
+}
+
+// readFrame reads the next frame's body: in place in br's buffer when it
+// fits (valid until frameDone), else into big, grown as the bytes arrive.
+// A connection that has not authenticated (when tokens are set) may send
+// preAuthMaxFrame bytes a frame; a header announcing more ends the
+// connection before any of the body is read.
+func (c *conn) readFrame() ([]byte, error) {
+	c.midFrame = true
+	defer func() { c.midFrame = false }()
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if c.preAuth() && n > preAuthMaxFrame {
+		return nil, &FrameSizeError{N: n, Max: preAuthMaxFrame, PreAuth: true}
+	}
+	if n > MaxFrame {
+		return nil, &FrameSizeError{N: n, Max: MaxFrame}
+	}
+	if int(n) <= c.br.Size() {
+		body, err := c.br.Peek(int(n))
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		c.inPlace = int(n)
+		return body, nil
+	}
+	var err error
+	c.big, err = readFrameBody(c.br, c.big, int(n))
+	return c.big, err
+}
+
+// frameDone lets go of the frame just answered.
+func (c *conn) frameDone() {
+	inPlace := c.inPlace > 0
+	if inPlace {
+		c.br.Discard(c.inPlace)
+		c.inPlace = 0
+	}
+	if cap(c.big) > keepBig {
+		c.big = nil
+	}
+	if cap(c.fields) > keepFields {
+		c.fields = nil
+	} else if !inPlace {
+		// Fields past the next request's would keep pointing into a large
+		// frame's body, and keep it.
+		clear(c.fields[:cap(c.fields)])
+	}
+}
+
+// readFailed ends the connection after a failed read, telling the client
+// why when the reason is a limit of the server's.
+func (c *conn) readFailed(err error) {
+	var fe *FrameSizeError
+	remote := c.nc.RemoteAddr().String()
+	switch {
+	case errors.As(err, &fe):
+		// The stream cannot be resynchronised: say why, then close.
+		c.answerError(nil, fe.Error())
+		if fe.PreAuth {
+			c.srv.log.Debug("closing a connection that sent a large frame before Auth", "remote", remote,
+				"frame_bytes", fe.N, "pre_auth_max_frame", preAuthMaxFrame)
+		}
+	case isTimeout(err) && !c.stopping.Load():
+		if c.preAuth() && !time.Now().Before(c.authBy) {
+			c.answerError(nil, fmt.Sprintf("Authentication timeout: a connection must send Auth within %v", c.srv.authTimeout))
+			c.srv.log.Debug("closing a connection that did not authenticate in time", "remote", remote,
+				"auth_timeout", c.srv.authTimeout.String())
+		} else {
+			c.answerError(nil, fmt.Sprintf("Connection closed: an incomplete frame made no progress for %v", c.srv.stallTimeout))
+			c.srv.log.Debug("closing a stalled connection (incomplete frame)", "remote", remote,
+				"stall_timeout", c.srv.stallTimeout.String())
+		}
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err):
+	default:
+		c.srv.log.Debug("connection read", "remote", remote, "err", err)
+	}
+	c.farewell()
+}
+
+// farewell writes the last answers with a short deadline: a client being
+// closed does not hold the connection's goroutine for writeTimeout.
+func (c *conn) farewell() {
+	if len(c.rb.B) == 0 {
+		return
+	}
+	c.wmu.Lock()
+	c.nc.SetWriteDeadline(time.Now().Add(farewellTime))
+	c.nc.Write(c.rb.B)
+	c.wmu.Unlock()
+	c.rb.B = c.rb.B[:0]
+}
+
+// frameWaiting reports whether a whole next frame is already read in: then
+// its answer can share this write. A partial frame does not count, since
+// the rest of it may take any time to arrive.
+func (c *conn) frameWaiting() bool {
+	n := c.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	hdr, err := c.br.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(n) >= 4+uint64(binary.BigEndian.Uint32(hdr))
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// write sends bytes on the socket. A client that does not read its answers
+// for writeTimeout is dropped; once the server is stopping, it gets a
+// moment only, so that a stuck client cannot hold up a shutdown.
+func (c *conn) write(b []byte) error { return c.writeWithin(b, writeTimeout) }
+
+func (c *conn) writeWithin(b []byte, d time.Duration) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(d))
+	if c.stopping.Load() {
+		c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
+	}
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// flush writes the reader's pending answers. It reports false when the
+// socket is gone.
+func (c *conn) flush() bool {
+	if len(c.rb.B) == 0 {
+		return true
+	}
+	within := writeTimeout
+	if c.preAuth() {
+		// A connection that has not authenticated gets no more time to
+		// read its answers than it has to authenticate.
+		within = max(time.Until(c.authBy), farewellTime)
+	}
+	err := c.writeWithin(c.rb.B, within)
+	if cap(c.rb.B) > keepBig {
+		c.rb.B = make([]byte, 0, 4096)
+	} else {
+		c.rb.B = c.rb.B[:0]
+	}
+	return err == nil
+}
+
+// writeFrame sends one complete frame from another goroutine.
+func (c *conn) writeFrame(b []byte) {
+	if c.out != nil {
+		c.out(b)
+		return
+	}
+	c.write(b)
+}
+
+// newVirtualConn is a connection without a socket of its own, for the
+// commands that arrive over a WebSocket or an HTTP request: they run
+// through the same command table as TCP ones. Asynchronous answers go to
+// out; ctx ends the connection's waiting commands.
+func newVirtualConn(s *Server, ctx context.Context, out func(frame []byte), stateless bool) *conn {
+	ctx, cancel := context.WithCancel(ctx)
+	// There is no token to present: the transport has checked it.
+	return &conn{srv: s, ctx: ctx, cancel: cancel, out: out, stateless: stateless, authed: true,
+		held: make(map[*Job]struct{})}
+}
+
+// owner is the connection that jobs pulled and workers registered by this
+// request belong to: none for a stateless one.
+func (r *Req) owner() *conn {
+	if r.c.stateless {
+		return nil
+	}
+	return r.c
+}
+
+// finishVirtual ends a virtual connection as finish ends a TCP one: its
+// waiting commands end, and its workers and the jobs it held are let go.
+func (c *conn) finishVirtual() {
+	c.closed.Store(true)
+	c.cancel()
+	c.async.Wait()
+	c.srv.b.workers.dropConn(c)
+	c.srv.eng.Release(context.Background(), c)
+}
+
+// shutdown asks the connection to stop: the reader stops after the frame it
+// is reading, waiting commands end with empty answers, and a write blocked
+// on a client that does not read gives up after stopGrace.
+func (c *conn) shutdown() {
+	c.stopping.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+	c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
+	c.cancel()
+}
+
+func (c *conn) finish() {
+	c.closed.Store(true)
+	c.cancel()
+	c.async.Wait()
+	b := c.srv.b
+	b.unsubscribe(c)
+	b.workers.dropConn(c)
+	c.srv.eng.Release(context.Background(), c)
+	c.emu.Lock()
+	c.hasSub = false
+	if c.ekick != nil {
+		close(c.ekick)
+		c.ekick = nil
+	}
+	c.emu.Unlock()
+	c.wmu.Lock()
+	c.nc.Close()
+	c.wmu.Unlock()
+	c.srv.mu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.mu.Unlock()
+	c.srv.nconns.Add(-1)
+	c.inPlace = 0
+	c.idle()
+}
+
+// ---------------------------------------------------------------------------
+// Held jobs, for release on disconnect
+
+func (c *conn) track(j *Job) {
+	c.hmu.Lock()
+	if c.held == nil {
+		c.held = make(map[*Job]struct{})
+	}
+	c.held[j] = struct{}{}
+	c.hmu.Unlock()
+	j.owner = c
+}
+
+// untrack runs under the job's shard lock when it stops being active.
+func (j *Job) untrack() {
+	if c := j.owner; c != nil {
+		c.hmu.Lock()
+		delete(c.held, j)
+		c.hmu.Unlock()
+		j.owner = nil
+	}
+}
+
+func (c *conn) takeHeld() []*Job {
+	c.hmu.Lock()
+	out := make([]*Job, 0, len(c.held))
+	for j := range c.held {
+		out = append(out, j)
+	}
+	c.held = nil
+	c.hmu.Unlock()
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Events
+
+func (c *conn) setSub(q string) {
+	c.emu.Lock()
+	c.subQ, c.hasSub = q, true
+	if c.ekick == nil && !c.closed.Load() {
+		c.ekick = make(chan struct{}, 1)
+		c.async.Add(1)
+		go c.eventWriter(c.ekick)
+	}
+	c.emu.Unlock()
+}
+
+func (c *conn) clearSub() {
+	c.emu.Lock()
+	c.hasSub = false
+	c.emu.Unlock()
+}
+
+func (c *conn) sub() (string, bool) {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	return c.subQ, c.hasSub
+}
+
+// pushEvent queues an encoded event frame; it never blocks.
+func (c *conn) pushEvent(frame []byte) {
+	c.emu.Lock()
+	if c.ekick == nil {
+		c.emu.Unlock()
+		return
+	}
+	if len(c.ebuf)+len(frame) > maxEventBacklog {
+		c.edrops++
+		if c.edrops == 1 {
+			c.srv.log.Warn("event subscriber is not reading; dropping its events",
+				"remote", c.nc.RemoteAddr().String())
+		}
+		c.emu.Unlock()
+		return
+	}
+	c.ebuf = append(c.ebuf, frame...)
+	select {
+	case c.ekick <- struct{}{}:
+	default:
+	}
+	c.emu.Unlock()
+}
+
+func (c *conn) eventWriter(kick chan struct{}) {
+	defer c.async.Done()
+	var out []byte
+	for {
+		select {
+		case _, ok := <-kick:
+			if !ok {
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+		c.emu.Lock()
+		out, c.ebuf = c.ebuf, out[:0]
+		c.edrops = 0
+		c.emu.Unlock()
+		if len(out) > 0 {
+			if err := c.write(out); err != nil {
+				return
+			}
+		}
+	}
+}
