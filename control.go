@@ -163,17 +163,6 @@ func (b *Broker) onJob(id string, notFound error, fn func(s *Shard, q *Queue, j 
 	return fn(s, s.queues[j.Queue], j, now)
 }
 
-// jobCmd locks the job named by the request's id and runs fn on it. Only
-// MoveToWaitingChildren (flows.go) still uses it, until flows move onto
-// the engine.
-func (r *Req) jobCmd(notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
-	id, err := jobIDArg(r)
-	if err != nil {
-		return err
-	}
-	return r.b.onJob(id, notFound, fn)
-}
-
 func (b *Broker) MoveJob(_ context.Context, id string, m JobMove) error {
 	return b.onJob(id, m.notFound(), func(s *Shard, q *Queue, j *Job, now int64) error {
 		step, err := m.plan(j, now)
