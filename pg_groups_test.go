@@ -199,9 +199,6 @@ func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
 		if l.peak[g] > 2 {
 			t.Errorf("group %s: %d jobs held at once, limit 2", g, l.peak[g])
 		}
-		if l.peak[g] < 2 {
-			t.Errorf("group %s: never 2 jobs at once with six workers (peak %d)", g, l.peak[g])
-		}
 	}
 	if l.peak["solo"] != 1 {
 		t.Errorf("group solo (concurrency set to 1): peak %d", l.peak["solo"])
@@ -217,6 +214,23 @@ func TestPGGroupConcurrencyAcrossBrokers(t *testing.T) {
 	counts := sub(t, c[0].ok(map[string]any{"cmd": "GetJobCounts", "queue": queue}), "counts")
 	if num(t, counts["completed"]) != float64(per*len(groups)) || num(t, counts["active"]) != 0 {
 		t.Fatalf("counts at the end: %v", counts)
+	}
+	// The limit admits exactly 2, shown without depending on how the
+	// workers above happened to be scheduled: two brokers each claim a D job
+	// and hold it; a third claim finds D's turn used up.
+	var dj []any
+	for k := range 3 {
+		dj = append(dj, map[string]any{"name": "D", "data": k, "groupId": "D"})
+	}
+	c[0].ok(map[string]any{"cmd": "PUSHB", "queue": queue, "jobs": dj})
+	pullD := func(cl *tclient, owner string) int {
+		a := cl.ok(map[string]any{"cmd": "PULLB", "queue": queue, "count": 1, "owner": owner,
+			"lockTtl": 30000, "timeout": 0, "group": map[string]any{"concurrency": 2}})
+		jobs, _ := a["jobs"].([]any)
+		return len(jobs)
+	}
+	if n0, n1, n2 := pullD(c[0], "d0"), pullD(c[1], "d1"), pullD(c[2], "d2"); n0 != 1 || n1 != 1 || n2 != 0 {
+		t.Errorf("group D with concurrency 2: claims through three brokers got %d, %d, %d jobs, want 1, 1, 0", n0, n1, n2)
 	}
 	if a := c[1].ok(map[string]any{"cmd": "RemoveGroupConcurrency", "queue": queue, "groupId": "solo"}); num(t, sub(t, a, "data")["removed"]) != 1 {
 		t.Fatalf("RemoveGroupConcurrency: %v", a)
