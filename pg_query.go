@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -302,43 +304,135 @@ func (p *PG) outcome(ctx context.Context, id string) (*waitOutcome, error) {
 	return nil, nil
 }
 
-// WaitJob looks at the job's row every pgWaitPoll: a job finished on
-// another broker wakes nothing here.
+// pgGoneGrace is how long WaitJob, having found its job's row gone,
+// waits for the event that says how the job ended before taking it as
+// removed: the event of a job finished on another broker comes through
+// NOTIFY, after the commit that deleted the row (removeOnComplete).
+const pgGoneGrace = 2 * time.Second
+
+// pgJobWaits are this broker's WaitJob callers, by job id. A job's final
+// event wakes them, whichever broker finished it (the other brokers'
+// events arrive through pg_events.go), so that a job completed with
+// removeOnComplete answers with its result though its row is gone, and a
+// removed one answers as removed. The row is still looked at every
+// pgWaitPoll, for an event that never came (the database was away).
+type pgJobWaits struct {
+	mu sync.Mutex
+	m  map[string][]chan waitOutcome
+}
+
+func (w *pgJobWaits) add(id string) chan waitOutcome {
+	ch := make(chan waitOutcome, 1)
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = map[string][]chan waitOutcome{}
+	}
+	w.m[id] = append(w.m[id], ch)
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *pgJobWaits) drop(id string, ch chan waitOutcome) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	list := w.m[id]
+	if i := slices.Index(list, ch); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(w.m, id)
+	} else {
+		w.m[id] = list
+	}
+}
+
+// tap is the broker tap that wakes waiters; it runs under a shard lock
+// and only hands the outcome over.
+func (w *pgJobWaits) tap(ev *Event) {
+	var o waitOutcome
+	switch {
+	case ev.Type == evCompleted:
+		o = waitOutcome{completed: true, result: ev.Args.data, hasResult: !ev.Args.undefData && ev.Args.data != nil}
+	case ev.Type == evFailed && ev.Args.terminal:
+		o = waitOutcome{err: ev.Args.err}
+	case ev.Type == evRemoved:
+		o = waitOutcome{err: "Job was removed"}
+	default:
+		return
+	}
+	w.mu.Lock()
+	list := w.m[ev.JobID]
+	delete(w.m, ev.JobID)
+	w.mu.Unlock()
+	for _, ch := range list {
+		ch <- o
+	}
+}
+
+// WaitJob answers at once for a job that has finished; otherwise it waits
+// for the job's final event, looking at its row every pgWaitPoll too.
 func (p *PG) WaitJob(ctx context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
+	// Registered before the look, so that an event in between is not
+	// missed.
+	ch := p.jobWaits.add(id)
 	octx, cancel := p.opCtx(ctx)
 	o, err := p.outcome(octx, id)
 	cancel()
 	if err != nil || o != nil {
+		p.jobWaits.drop(id, ch)
 		return o, nil, err
 	}
 	return nil, func(ctx context.Context) (waitOutcome, bool, error) {
+		defer p.jobWaits.drop(id, ch)
 		deadline := time.Now().Add(timeout)
 		t := time.NewTicker(pgWaitPoll)
 		defer t.Stop()
+		var goneAt time.Time
 		for time.Now().Before(deadline) {
 			select {
+			case ev := <-ch:
+				return p.settle(ctx, id, ev), true, nil
 			case <-t.C:
 			case <-ctx.Done():
 				return waitOutcome{}, false, nil
 			case <-p.stop:
 				return waitOutcome{}, false, nil
 			}
+			if !goneAt.IsZero() {
+				if time.Since(goneAt) > pgGoneGrace {
+					return waitOutcome{err: "Job was removed"}, true, nil
+				}
+				continue
+			}
 			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			o, err := p.outcome(lctx, id)
 			cancel()
-			if err == errJobNotFound {
-				// Removed on completion.
-				return waitOutcome{completed: true}, true, nil
-			}
-			if err != nil {
+			switch {
+			case err == errJobNotFound:
+				goneAt = time.Now()
+			case err != nil:
 				return waitOutcome{}, false, err
-			}
-			if o != nil {
+			case o != nil:
 				return *o, true, nil
 			}
 		}
 		return waitOutcome{}, false, nil
 	}, nil
+}
+
+// settle prefers the row to the event that woke a waiter: an event from
+// another broker may have been forwarded without its result (too large
+// for a NOTIFY).
+func (p *PG) settle(ctx context.Context, id string, ev waitOutcome) waitOutcome {
+	if !ev.completed || ev.hasResult {
+		return ev
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if o, err := p.outcome(lctx, id); err == nil && o != nil {
+		return *o
+	}
+	return ev
 }
 
 // countsPerPriority counts a queue's waiting and delayed jobs by priority.

@@ -188,8 +188,9 @@ type PG struct {
 	log     *slog.Logger
 	b       *Broker // for what stays per broker: workers, subscribers, taps
 
-	wmu     sync.Mutex
-	waiters map[string][]*waiter
+	jobWaits pgJobWaits // WaitJob callers (pg_query.go)
+	wmu      sync.Mutex
+	waiters  map[string][]*waiter
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -296,6 +297,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		pool.Close()
 		return nil, err
 	}
+	b.addTap(p.jobWaits.tap)
 	return p, nil
 }
 
