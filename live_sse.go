@@ -138,12 +138,10 @@ type sseStream struct {
 	remote string
 
 	mu      sync.Mutex
-	queue   [][]byte
-	queued  int
+	out     outQueue
 	closing bool
 	closeBy time.Time
 	running bool // Run is writing: rc may be used
-	dropped bool
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -178,8 +176,8 @@ func startSSE(w http.ResponseWriter, r *http.Request, opts sseOptions) (*sseStre
 		return nil, fmt.Errorf("sse: start: %w", err)
 	}
 	s := &sseStream{w: w, rc: rc, ctx: r.Context(), opts: opts, remote: r.RemoteAddr,
-		lastID: r.Header.Get("Last-Event-ID"),
-		kick:   make(chan struct{}, 1), stop: make(chan struct{})}
+		lastID: r.Header.Get("Last-Event-ID"), out: outQueue{maxN: opts.SendQueue, maxB: opts.SendQueueBytes},
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	if opts.Retry > 0 {
 		s.sendRaw(fmt.Appendf(nil, "retry: %d\n\n", opts.Retry.Milliseconds()))
 	}
@@ -203,26 +201,14 @@ func (s *sseStream) sendRaw(b []byte) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if len(s.queue) > 0 && (len(s.queue) >= s.opts.SendQueue || s.queued+len(b) > s.opts.SendQueueBytes) {
-		first := !s.dropped
-		s.dropped = true
-		n, bytes := len(s.queue), s.queued
-		s.mu.Unlock()
-		if s.opts.Slow == slowSkip {
-			if first {
-				s.opts.Log.Warn("event stream client is not keeping up; skipping events",
-					"remote", s.remote, "queued", n, "queuedBytes", bytes)
-			}
-			return false
+	ok, first, n, size := s.out.offer(b)
+	s.mu.Unlock()
+	if !ok {
+		if refused(s.opts.Log, s.opts.Slow, "event stream client", s.remote, first, n, size) {
+			s.end(true)
 		}
-		s.opts.Log.Warn("event stream client is not keeping up; ending its stream",
-			"remote", s.remote, "queued", n, "queuedBytes", bytes)
-		s.end(true)
 		return false
 	}
-	s.queue = append(s.queue, b)
-	s.queued += len(b)
-	s.mu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -248,8 +234,7 @@ func (s *sseStream) end(discard bool) {
 		}
 	}
 	if discard {
-		clear(s.queue)
-		s.queue, s.queued = s.queue[:0], 0
+		s.out.discard()
 	}
 	s.mu.Unlock()
 	s.stopOnce.Do(func() { close(s.stop) })
@@ -284,8 +269,7 @@ func (s *sseStream) Run() error {
 			return nil
 		}
 		s.mu.Lock()
-		batch, s.queue = s.queue, batch[:0]
-		s.queued = 0
+		batch = s.out.take(batch)
 		s.mu.Unlock()
 		var err error
 		if beat {

@@ -408,8 +408,7 @@ type wsConn struct {
 	rerr error // the reader's final error, returned again on later calls
 
 	mu        sync.Mutex
-	queue     [][]byte
-	queued    int // bytes in queue
+	out       outQueue
 	pong      []byte
 	pongDue   bool
 	pingDue   bool
@@ -417,7 +416,6 @@ type wsConn struct {
 	closeBody []byte    // the close frame's payload
 	closeWait bool      // after sending it, wait for the peer's close
 	closeBy   time.Time // when the socket closes whatever happens
-	dropped   bool      // logged once per connection
 
 	kick       chan struct{} // wakes the writer; capacity 1
 	peerClosed chan struct{} // the peer's close frame has arrived
@@ -429,7 +427,7 @@ type wsConn struct {
 
 func newWSConn(nc net.Conn, br *bufio.Reader, opts wsOptions) *wsConn {
 	return &wsConn{nc: nc, br: br, opts: opts, remote: nc.RemoteAddr().String(),
-		kick: make(chan struct{}, 1), peerClosed: make(chan struct{}),
+		out: outQueue{maxN: opts.SendQueue, maxB: opts.SendQueueBytes}, kick: make(chan struct{}, 1), peerClosed: make(chan struct{}),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -450,26 +448,14 @@ func (c *wsConn) Send(text []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if len(c.queue) > 0 && (len(c.queue) >= c.opts.SendQueue || c.queued+len(text) > c.opts.SendQueueBytes) {
-		first := !c.dropped
-		c.dropped = true
-		n, bytes := len(c.queue), c.queued
-		c.mu.Unlock()
-		if c.opts.Slow == slowSkip {
-			if first {
-				c.opts.Log.Warn("websocket client is not keeping up; skipping messages",
-					"remote", c.remote, "queued", n, "queuedBytes", bytes)
-			}
-			return false
+	ok, first, n, size := c.out.offer(text)
+	c.mu.Unlock()
+	if !ok {
+		if refused(c.opts.Log, c.opts.Slow, "websocket client", c.remote, first, n, size) {
+			c.startClose(wsClosePolicy, "slow consumer: send queue full", false, true)
 		}
-		c.opts.Log.Warn("websocket client is not keeping up; closing it",
-			"remote", c.remote, "queued", n, "queuedBytes", bytes)
-		c.startClose(wsClosePolicy, "slow consumer: send queue full", false, true)
 		return false
 	}
-	c.queue = append(c.queue, text)
-	c.queued += len(text)
-	c.mu.Unlock()
 	c.wake()
 	return true
 }
@@ -514,8 +500,7 @@ func (c *wsConn) startClose(code int, reason string, wait, discard bool) {
 		c.closeWait = false
 	}
 	if discard {
-		clear(c.queue)
-		c.queue, c.queued = c.queue[:0], 0
+		c.out.discard()
 	}
 	c.mu.Unlock()
 	c.wake()
@@ -747,8 +732,7 @@ func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, do
 	c.mu.Lock()
 	pong, pongDue, pingDue := c.pong, c.pongDue, c.pingDue
 	c.pong, c.pongDue, c.pingDue = nil, false, false
-	batch, c.queue = c.queue, batch[:0]
-	c.queued = 0
+	batch = c.out.take(batch)
 	var closeBody []byte
 	closeNow := c.closing && len(batch) == 0
 	if closeNow {
