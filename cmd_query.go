@@ -18,12 +18,18 @@ func jobIDOf(r *Req, key string) (string, error) {
 	return id, err
 }
 
-func cmdGetJob(r *Req) error {
-	id, err := jobIDOf(r, "id")
+// readJobAt reads the job named under key, as the engine has it (a view
+// without a job when there is none).
+func readJobAt(r *Req, key string) (JobView, error) {
+	id, err := jobIDOf(r, key)
 	if err != nil {
-		return err
+		return JobView{}, err
 	}
-	v, err := r.eng.ReadJob(r.ctx(), id)
+	return r.eng.ReadJob(r.ctx(), id)
+}
+
+func cmdGetJob(r *Req) error {
+	v, err := readJobAt(r, "id")
 	if err != nil {
 		return err
 	}
@@ -37,11 +43,7 @@ func cmdGetJob(r *Req) error {
 // GetJobByCustomId finds live jobs only: the reference forgets the mapping
 // when a job completes or fails for good.
 func cmdGetJobByCustomID(r *Req) error {
-	id, err := jobIDOf(r, "customId")
-	if err != nil {
-		return err
-	}
-	v, err := r.eng.ReadJob(r.ctx(), id)
+	v, err := readJobAt(r, "customId")
 	if err != nil {
 		return err
 	}
@@ -58,11 +60,7 @@ func liveByCustomID(j *Job) bool {
 }
 
 func cmdGetState(r *Req) error {
-	id, err := jobIDOf(r, "id")
-	if err != nil {
-		return err
-	}
-	v, err := r.eng.ReadJob(r.ctx(), id)
+	v, err := readJobAt(r, "id")
 	if err != nil {
 		return err
 	}
@@ -72,11 +70,7 @@ func cmdGetState(r *Req) error {
 }
 
 func cmdGetResult(r *Req) error {
-	id, err := jobIDOf(r, "id")
-	if err != nil {
-		return err
-	}
-	v, err := r.eng.ReadJob(r.ctx(), id)
+	v, err := readJobAt(r, "id")
 	if err != nil {
 		return err
 	}
@@ -260,11 +254,7 @@ func cmdProgress(r *Req) error {
 }
 
 func cmdGetProgress(r *Req) error {
-	id, err := jobIDOf(r, "id")
-	if err != nil {
-		return err
-	}
-	v, err := r.eng.ReadJob(r.ctx(), id)
+	v, err := readJobAt(r, "id")
 	if err != nil {
 		return err
 	}
