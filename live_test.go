@@ -311,9 +311,8 @@ func TestLiveSlowConsumer(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("%d jobs pushed, pulled and failed in %v with two clients not reading", n, took)
-	if took > 60*time.Second {
-		t.Fatalf("the broker slowed to the clients' pace: %v", took)
-	}
+	// A broker held to the clients' pace would never have answered: they
+	// do not read at all, and every call above has a deadline.
 	// The server still answers on every side.
 	resp := c.ok(map[string]any{"cmd": "Ping"})
 	if resp["ok"] != true {
