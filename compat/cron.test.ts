@@ -5,7 +5,7 @@ import { Queue, Worker } from 'bunqueue/client';
 import { conn, uniq, main, check, eq, sleep, waitFor } from './lib';
 
 await main('cron', async () => {
-  // Every second for 5 s: 5 runs, give or take one.
+  // Every second for 5 s: 5 runs, one more or up to two fewer.
   {
     const name = uniq('every');
     const q = new Queue(name, { connection: conn });
@@ -27,7 +27,9 @@ await main('cron', async () => {
     }, 20000, 'the runs made so far worked');
     const n = got.filter((t) => t - t0 <= 5150).length;
     console.log(`every 1000 ms over 5 s: ${n} runs`);
-    check(Math.abs(n - 5) <= 1, `${n} runs in 5 s, want 5±1`);
+    // Two fewer are allowed: a broker starved of CPU (CI runs many
+    // scripts at once) makes a run late rather than twice.
+    check(n >= 3 && n <= 6, `${n} runs in 5 s, want 5 (3 to 6)`);
     await w.close();
     await q.obliterateAsync(); await q.close();
   }
