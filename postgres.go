@@ -297,7 +297,10 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		pool.Close()
 		return nil, err
 	}
-	b.addTap(p.jobWaits.tap)
+	// migrate connects with no broker: it serves no WaitJob, so no tap.
+	if b != nil {
+		b.addTap(p.jobWaits.tap)
+	}
 	return p, nil
 }
 
