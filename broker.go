@@ -44,8 +44,9 @@ type Broker struct {
 	// no store.
 	pgStatus func() StorageState
 
-	tapMu sync.Mutex
-	taps  atomic.Pointer[[]Tap]
+	tapMu   sync.Mutex
+	taps    atomic.Pointer[[]Tap]
+	notices noticeTaps // the live-event catalogue's (live_catalog.go)
 
 	flowState
 
@@ -104,6 +105,7 @@ func NewBroker(shards int, store Store) *Broker {
 	b.logs = NewLRU[string, []LogEntry](maxLogJobs, func(id string, _ []LogEntry) { b.logsChanged(id, nil) })
 	b.logs.SetBudget(maxLogsBytes, logsBytes)
 	b.workers = newWorkers(func() int64 { return b.now() })
+	b.workers.announce = b.announce
 	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.idx {

@@ -30,6 +30,7 @@ func moveCmd(r *Req, m JobMove) error {
 	if err := r.eng.MoveJob(r.ctx(), id, m); err != nil {
 		return err
 	}
+	r.b.announce(noticeMove(m.Kind, id, r.m))
 	return r.okID()
 }
 
@@ -184,6 +185,9 @@ func cmdClean(r *Req) error {
 	ids, err := r.eng.Clean(r.ctx(), a)
 	if err != nil {
 		return err
+	}
+	if len(ids) > 0 {
+		r.b.announce(noticeQueue("queue:cleaned", a.queue).raw("state", r.m.Get("state")).int("count", int64(len(ids))))
 	}
 	r.field("count").Int(int64(len(ids)))
 	strArray(r.field("ids"), nonNil(ids))

@@ -18,6 +18,7 @@ func cmdCron(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.announce(noticeCron(&got))
 	encodeCron(r.field("cron"), &got)
 	return nil
 }
@@ -56,6 +57,7 @@ func cmdCronDelete(r *Req) error {
 	if err := r.eng.DeleteCron(r.ctx(), name); err != nil {
 		return err
 	}
+	r.b.announce(newNote("cron:deleted").str("name", name))
 	return r.okID()
 }
 

@@ -132,6 +132,11 @@ func cmdRetryDlq(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if sel.jobID != "" {
+		r.b.announce(noticeQueueCount("dlq:retried", name, n).str("jobId", sel.jobID))
+	} else {
+		r.b.announce(noticeQueueCount("dlq:retry-all", name, n))
+	}
 	r.field("count").Int(n)
 	return nil
 }
@@ -145,6 +150,7 @@ func cmdPurgeDlq(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.announce(noticeQueueCount("dlq:purged", name, n))
 	r.field("count").Int(n)
 	return nil
 }
@@ -163,6 +169,7 @@ func cmdSetDlqConfig(r *Req) error {
 			return err
 		}
 	}
+	r.b.announce(noticeConfig("config:dlq-changed", name, r.m.Get("config")))
 	return r.okID()
 }
 

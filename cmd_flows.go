@@ -19,6 +19,7 @@ func cmdPushFlow(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.announce(noticeFlowPushed(admitted))
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("jobs")

@@ -18,7 +18,7 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.pushed(r.eng.Push(r.ctx(), queue, []*Job{j}, false), false)
+	return r.pushed(queue, r.eng.Push(r.ctx(), queue, []*Job{j}, false), false)
 }
 
 func cmdPushBatch(r *Req) error {
@@ -41,20 +41,20 @@ func cmdPushBatch(r *Req) error {
 			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 	}
-	return r.pushed(r.eng.Push(r.ctx(), queue, jobs, true), true)
+	return r.pushed(queue, r.eng.Push(r.ctx(), queue, jobs, true), true)
 }
 
 // pushed answers a push: at once, or from a goroutine of its own when the
 // engine writes the jobs later. A connection with as many commands
 // waiting as it may have waits for this one instead: the client is slowed
 // down rather than its push refused.
-func (r *Req) pushed(p Pushed, batch bool) error {
+func (r *Req) pushed(queue string, p Pushed, batch bool) error {
 	if p.Wait == nil {
-		return writePushed(r, p.IDs, p.Err, batch)
+		return writePushed(r, queue, p.IDs, p.Made, p.Err, batch)
 	}
 	wait := func(ar *Req) error {
-		ids, err := p.Wait()
-		return writePushed(ar, ids, err, batch)
+		ids, made, err := p.Wait()
+		return writePushed(ar, queue, ids, made, err, batch)
 	}
 	if r.c.nAsync.Load() >= maxAsyncPerConn {
 		return wait(r)
@@ -64,7 +64,7 @@ func (r *Req) pushed(p Pushed, batch bool) error {
 
 // writePushed writes PUSH's {id} or PUSHB's {ids}. A refusal of one job
 // of a PUSHB names the job.
-func writePushed(r *Req, ids []string, err error, batch bool) error {
+func writePushed(r *Req, queue string, ids []string, made int, err error, batch bool) error {
 	if err != nil {
 		var je *jobErr
 		if !errors.As(err, &je) {
@@ -76,6 +76,10 @@ func writePushed(r *Req, ids []string, err error, batch bool) error {
 		return je.err
 	}
 	if batch {
+		if len(ids) > 1 && made > 0 && r.b.hearing() {
+			r.b.announce(noticeQueue("batch:pushed", queue).int("total", int64(len(ids))).
+				int("inserted", int64(made)).int("duplicates", int64(len(ids)-made)))
+		}
 		strArray(r.field("ids"), ids)
 	} else {
 		r.field("id").Str(ids[0])
@@ -203,6 +207,9 @@ func (r *Req) writeJobs(jobs []*Job, tokens []string, withToken, batch bool) {
 			}
 		}
 		return
+	}
+	if len(jobs) > 1 && r.b.hearing() {
+		r.b.announce(noticeQueueCount("batch:pulled", jobs[0].Queue, int64(len(jobs))))
 	}
 	e := r.field("jobs")
 	e.ArrayHead(len(jobs))

@@ -18,6 +18,8 @@ func cmdRateLimit(r *Req) error {
 	if err := r.eng.SetRateLimit(r.ctx(), name, l); err != nil {
 		return err
 	}
+	r.b.announce(noticeQueue("ratelimit:set", name).num("max", l.Max).
+		raw("duration", r.m.Get("duration")).raw("ttl", r.m.Get("ttl")))
 	return r.okID()
 }
 
@@ -46,6 +48,7 @@ func cmdRateLimitClear(r *Req) error {
 	if err := r.eng.ClearRateLimit(r.ctx(), name); err != nil {
 		return err
 	}
+	r.b.announce(noticeQueue("ratelimit:cleared", name))
 	return r.okID()
 }
 
@@ -61,6 +64,7 @@ func cmdSetConcurrency(r *Req) error {
 	if err := r.eng.SetConcurrency(r.ctx(), name, int64(limit)); err != nil {
 		return err
 	}
+	r.b.announce(noticeQueue("concurrency:set", name).num("concurrency", limit))
 	return r.okID()
 }
 
@@ -72,6 +76,7 @@ func cmdClearConcurrency(r *Req) error {
 	if err := r.eng.ClearConcurrency(r.ctx(), name); err != nil {
 		return err
 	}
+	r.b.announce(noticeQueue("concurrency:cleared", name))
 	return r.okID()
 }
 
@@ -144,6 +149,7 @@ func cmdSetStallConfig(r *Req) error {
 			return err
 		}
 	}
+	r.b.announce(noticeConfig("config:stall-changed", name, r.m.Get("config")))
 	return r.okID()
 }
 

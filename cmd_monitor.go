@@ -51,6 +51,8 @@ func cmdRegisterWorker(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.announce(noticeWorker("worker:connected", got.ID).str("name", got.Name).strs("queues", got.Queues).
+		str("hostname", got.Hostname).int("pid", got.PID))
 	encodeWorker(r.field("data"), got, "workerId", now, false)
 	return nil
 }
@@ -63,6 +65,7 @@ func cmdUnregisterWorker(r *Req) error {
 	if !r.b.workers.unregister(id) {
 		return errWorkerNotFound
 	}
+	r.b.announce(noticeWorker("worker:disconnected", id))
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("removed")
@@ -94,6 +97,7 @@ func cmdHeartbeat(r *Req) error {
 	if !r.b.workers.heartbeat(id, r.b.now(), vals[0], vals[1], vals[2]) {
 		return errWorkerNotFound
 	}
+	r.b.announce(noticeWorker("worker:heartbeat", id))
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("ok")

@@ -14,6 +14,11 @@ func pauseCmd(r *Req, paused bool) error {
 	if err := r.eng.SetPaused(r.ctx(), name, paused); err != nil {
 		return err
 	}
+	if paused {
+		r.b.announce(noticeQueue("queue:paused", name))
+	} else {
+		r.b.announce(noticeQueue("queue:resumed", name))
+	}
 	return r.okID()
 }
 
@@ -39,6 +44,7 @@ func cmdDrain(r *Req) error {
 	if err != nil {
 		return err
 	}
+	r.b.announce(noticeQueueCount("queue:drained", name, n))
 	r.field("count").Int(n)
 	return nil
 }
@@ -52,6 +58,8 @@ func cmdObliterate(r *Req) error {
 		return err
 	}
 	r.c.srv.mx.dropQueue(name)
+	r.b.announce(noticeQueue("queue:obliterated", name))
+	r.b.announce(noticeQueue("queue:removed", name))
 	return r.okID()
 }
 

@@ -71,6 +71,7 @@ func cmdAddWebhook(r *Req) error {
 	if err := h.add(w); err != nil {
 		return err
 	}
+	r.b.announce(newNote("webhook:added").str("id", w.ID).str("url", w.URL).strs("events", w.Events))
 	e := r.field("data")
 	e.MapHead(5)
 	e.Str("webhookId")
@@ -98,6 +99,7 @@ func cmdRemoveWebhook(r *Req) error {
 	if err := h.remove(id); err != nil {
 		return err
 	}
+	r.b.announce(newNote("webhook:removed").str("id", id))
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("removed")
@@ -175,8 +177,15 @@ func cmdSetWebhookEnabled(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if err := h.setEnabled(id, truthy(r.m, "enabled")); err != nil {
+	on := truthy(r.m, "enabled")
+	changed, err := h.setEnabled(id, on)
+	if err != nil {
 		return err
+	}
+	if changed && on {
+		r.b.announce(noticeWebhook("webhook:enabled", id))
+	} else if changed {
+		r.b.announce(noticeWebhook("webhook:disabled", id))
 	}
 	return r.okID()
 }

@@ -34,6 +34,8 @@ import (
 // read buffers.
 type conn struct {
 	srv      *Server
+	id       string // the clientId of its client:* and auth:failed notices
+	greeted  bool   // client:connected announced (its handshake done)
 	nc       net.Conn
 	br       *bufio.Reader // borrowed while busy; nil while idle
 	bufs     *connBufs     // what br, rb and fields were borrowed from
@@ -126,7 +128,7 @@ func (s *connSource) Read(p []byte) (int, error) {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{srv: s, nc: nc, ctx: ctx, cancel: cancel}
+	c := &conn{srv: s, nc: nc, ctx: ctx, cancel: cancel, id: newID()}
 	c.src.c = c
 	return c
 }
@@ -139,6 +141,8 @@ func (c *conn) serve() {
 	if !c.handshake() {
 		return
 	}
+	c.greeted = true
+	c.srv.b.announce(noticeClient("client:connected", c.id))
 	if c.srv.authRequired() {
 		c.authBy = time.Now().Add(c.srv.authTimeout)
 	}
@@ -448,7 +452,7 @@ func newVirtualConn(s *Server, ctx context.Context, out func(frame []byte), stat
 	ctx, cancel := context.WithCancel(ctx)
 	// There is no token to present: the transport has checked it.
 	return &conn{srv: s, ctx: ctx, cancel: cancel, out: out, stateless: stateless, authed: true,
-		held: make(map[*Job]struct{})}
+		held: make(map[*Job]struct{}), id: newID()}
 }
 
 // owner is the connection that jobs pulled and workers registered by this
@@ -486,7 +490,9 @@ func (c *conn) finish() {
 	c.async.Wait()
 	b := c.srv.b
 	b.unsubscribe(c)
-	b.workers.dropConn(c)
+	for _, w := range b.workers.dropConn(c) {
+		b.announce(noticeWorker("worker:disconnected", w.ID).str("name", w.Name).str("clientId", c.id))
+	}
 	c.srv.eng.Release(context.Background(), c)
 	c.emu.Lock()
 	c.hasSub = false
@@ -504,6 +510,9 @@ func (c *conn) finish() {
 	c.srv.nconns.Add(-1)
 	c.inPlace = 0
 	c.idle()
+	if c.greeted {
+		b.announce(noticeClient("client:disconnected", c.id))
+	}
 }
 
 // ---------------------------------------------------------------------------

@@ -49,6 +49,10 @@ type CronSchedule struct {
 	NextRun    int64 // ms since the epoch
 	Executions int64 // runs fired (skipped runs do not count)
 
+	// replaced: AddCron's answer took the place of a schedule of the same
+	// name (cron:updated, not cron:created).
+	replaced bool
+
 	expr  *CronExpr
 	loc   *time.Location
 	order int64 // first insertion, for listing in the reference's order
@@ -364,7 +368,9 @@ func (c *CronScheduler) Add(in CronSchedule) (CronSchedule, error) {
 		s.NextRun = nowMs
 	}
 	c.insert(&s)
-	return s, nil
+	got := s
+	got.replaced = old != nil
+	return got, nil
 }
 
 // Restore loads schedules recovered from storage, with their next runs and

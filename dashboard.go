@@ -231,8 +231,10 @@ func (srv *Server) heldJobs() (clients, jobs int) {
 }
 
 // compact drops the stale entries the heaps and the completed list keep
-// for lazy deletion, and trims slices grown past their contents.
+// for lazy deletion, and trims slices grown past their contents
+// (CompactMemory and POST /gc, each announcing memory:compacted).
 func (b *Broker) compact() {
+	defer b.announce(newNote("memory:compacted"))
 	for _, s := range b.shards {
 		s.with(func() {
 			s.delayed.Rebuild()

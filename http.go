@@ -197,6 +197,7 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !rt.open && !a.srv.httpAuthorized(r) {
+		a.srv.b.announce(newNote("auth:failed").str("transport", "http"))
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
 		return
 	}

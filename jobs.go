@@ -18,9 +18,12 @@ import (
 // was refused. An engine that writes pushes in groups answers later: Wait
 // is then set, and blocks until the jobs are written.
 type Pushed struct {
-	IDs  []string
+	IDs []string
+	// Made counts the jobs created; the others were already there (a
+	// custom id or unique key held by a live job).
+	Made int
 	Err  error
-	Wait func() ([]string, error)
+	Wait func() (ids []string, made int, err error)
 }
 
 // PullAnswer takes a pull's claimed jobs (and, when the pull had an
@@ -79,10 +82,14 @@ func (b *Broker) Push(_ context.Context, queue string, jobs []*Job, batch bool) 
 		return Pushed{Err: err}
 	}
 	ids := make([]string, len(res))
+	made := 0
 	for i, p := range res {
 		ids[i] = p.ID
+		if !p.Dup {
+			made++
+		}
 	}
-	return Pushed{IDs: ids}
+	return Pushed{IDs: ids, Made: made}
 }
 
 // pushChecks refuses a job whose dependencies are missing, whose repeat

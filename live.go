@@ -47,7 +47,7 @@ type live struct {
 	b   *Broker
 	hub *hub
 	log *slog.Logger
-	in  chan Event
+	in  chan liveItem
 	// dropped counts events the renderer could not keep up with.
 	dropped atomic.Uint64
 	every   liveIntervals
@@ -58,37 +58,6 @@ type live struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-}
-
-// wsValidPatterns are the event names and patterns Subscribe accepts, the
-// reference's list.
-var wsValidPatterns = map[string]bool{}
-
-func init() {
-	for _, p := range []string{"*",
-		"job:pushed", "job:active", "job:completed", "job:failed", "job:removed", "job:promoted", "job:progress",
-		"job:delayed", "job:stalled", "job:retried", "job:discarded", "job:priority-changed", "job:data-updated",
-		"job:delay-changed", "job:timeout", "job:lock-expired", "job:deduplicated", "job:waiting-children",
-		"job:dependencies-resolved", "job:moved-to-delayed", "job:expired", "job:*",
-		"queue:created", "queue:removed", "queue:paused", "queue:resumed", "queue:drained", "queue:cleaned",
-		"queue:obliterated", "queue:counts", "queue:idle", "queue:threshold", "queue:*",
-		"dlq:added", "dlq:retried", "dlq:retry-all", "dlq:purged", "dlq:auto-retried", "dlq:expired", "dlq:*",
-		"flow:completed", "flow:failed", "flow:*",
-		"cron:created", "cron:updated", "cron:deleted", "cron:fired", "cron:missed", "cron:skipped", "cron:*",
-		"worker:connected", "worker:disconnected", "worker:heartbeat", "worker:idle", "worker:removed-stale",
-		"worker:overloaded", "worker:error", "worker:*",
-		"ratelimit:set", "ratelimit:cleared", "ratelimit:hit", "ratelimit:rejected",
-		"concurrency:set", "concurrency:cleared", "concurrency:rejected", "ratelimit:*", "concurrency:*",
-		"webhook:added", "webhook:removed", "webhook:fired", "webhook:failed", "webhook:enabled", "webhook:disabled", "webhook:*",
-		"batch:pushed", "batch:pulled", "batch:*", "client:connected", "client:disconnected", "client:*",
-		"auth:failed", "auth:*", "cleanup:orphans-removed", "cleanup:stale-deps-removed", "cleanup:*",
-		"health:status", "health:*", "stats:snapshot", "stats:*",
-		"storage:status", "storage:backup-started", "storage:backup-completed", "storage:backup-failed",
-		"storage:size-warning", "storage:*",
-		"server:started", "server:shutdown", "server:recovered", "server:memory-warning", "server:*",
-		"memory:compacted", "memory:*", "config:stall-changed", "config:dlq-changed", "config:*"} {
-		wsValidPatterns[p] = true
-	}
 }
 
 // liveEventName maps a broker event to the reference's dashboard name.
@@ -104,7 +73,7 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	if every.stats == 0 {
 		every = liveIntervals{stats: liveStatsEvery, health: liveHealthEvery, storage: liveStorageEvery}
 	}
-	l := &live{srv: srv, b: srv.b, log: log, in: make(chan Event, liveQueueLen), every: every}
+	l := &live{srv: srv, b: srv.b, log: log, in: make(chan liveItem, liveQueueLen), every: every}
 	l.hub = newHub(hubOptions{
 		Log: log,
 		// As the reference: a client that does not keep up misses
@@ -118,9 +87,18 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	})
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.b.addTap(l.tap)
+	l.b.addNoticeTap(NoticeTap{wants: func() bool { return l.hub.Subscribers() > 0 }, take: l.takeNotice})
 	l.wg.Add(1)
 	go l.run()
 	return l
+}
+
+// Shutdown tells every subscriber the server is going (server:shutdown),
+// straight to the hub: the renderer may stop before it would take it.
+// Close, which follows, sends what is queued before closing.
+func (l *live) Shutdown(signal string) {
+	n := newNote("server:shutdown").str("signal", signal)
+	l.systemAt(n.name, l.b.now(), n.o.close())
 }
 
 // Close ends every live subscriber and the renderer, and waits for them.
@@ -138,12 +116,28 @@ func (l *live) tap(ev *Event) {
 	if l.hub.Subscribers() == 0 {
 		return
 	}
+	l.queue(liveItem{ev: *ev})
+}
+
+// liveItem is a job event or a notice: one channel for both keeps the
+// order they happened in (queue:created before the job:pushed it comes
+// with, dlq:added before job:failed).
+type liveItem struct {
+	ev Event
+	n  *Notice
+}
+
+func (l *live) queue(it liveItem) {
 	select {
-	case l.in <- *ev:
+	case l.in <- it:
 	default:
 		l.dropped.Add(1)
 	}
 }
+
+// takeNotice runs where the notice was announced, maybe under a shard
+// lock: it only queues.
+func (l *live) takeNotice(n *Notice) { l.queue(liveItem{n: n}) }
 
 func (l *live) run() {
 	defer l.wg.Done()
@@ -163,8 +157,13 @@ func (l *live) run() {
 		select {
 		case <-l.ctx.Done():
 			return
-		case ev := <-l.in:
-			l.publishJobEvent(&ev)
+		case it := <-l.in:
+			if it.n != nil {
+				l.systemAt(it.n.Name, it.n.At, it.n.Data)
+				continue
+			}
+			ev := &it.ev
+			l.publishJobEvent(ev)
 			changed[ev.Queue] = struct{}{}
 			if !armed {
 				counts.Reset(liveCountsCoalesce)
@@ -245,11 +244,16 @@ func (l *live) publishJobEvent(ev *Event) {
 }
 
 // system publishes a figure to every subscriber, whatever its queue.
-func (l *live) system(name string, data []byte) {
+func (l *live) system(name string, data []byte) { l.systemAt(name, l.b.now(), data) }
+
+// systemAt publishes an event that is no job's to every subscriber,
+// whatever queue it follows (the reference filters only job events by
+// queue), stamped at.
+func (l *live) systemAt(name string, at int64, data []byte) {
 	t := jsonObj{}
 	t.open()
 	t.str("event", name)
-	t.int("ts", l.b.now())
+	t.int("ts", at)
 	t.json("data", data)
 	l.hub.publish(hubEvent{event: name, data: data, tagged: t.close(), system: true})
 }

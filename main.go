@@ -301,7 +301,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	defer signal.Stop(hup)
 	s.announce(ready)
 	runErr := s.wait(ctx, errc, hup)
-	s.shutdown()
+	s.shutdown(shutdownSignal(ctx))
 	return runErr
 }
 
@@ -327,6 +327,8 @@ type serverRun struct {
 	hs      *http.Server
 	lv      *live
 	api     *httpAPI
+	// recovered is what the SQLite file held at the start.
+	recovered *RecoveryStats
 }
 
 // loadCertificate reads --tls-cert and --tls-key: a bad path or pair
@@ -406,6 +408,7 @@ func (s *serverRun) startBroker() error {
 	if err != nil {
 		log.Error("recovery incomplete", "path", c.dataPath, "err", err)
 	}
+	s.recovered = &st
 	log.Info("recovered", "path", c.dataPath, "waiting", st.Waiting, "delayed", st.Delayed,
 		"active_requeued", st.Active, "completed", st.Completed, "dlq", st.Failed, "logs", st.Logs,
 		"queues", st.Queues, "crons", st.Crons, "took", st.Took.Round(time.Millisecond).String())
@@ -551,6 +554,16 @@ func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
 		attrs = append(attrs, "http", s.hln.Addr().String())
 	}
 	log.Info("queued started", attrs...)
+	httpPort := -1
+	if s.hln != nil {
+		httpPort = s.hln.Addr().(*net.TCPAddr).Port
+	}
+	s.b.announce(newNote("server:started").int("tcpPort", int64(s.ln.Addr().(*net.TCPAddr).Port)).
+		int("httpPort", int64(httpPort)).int("shards", int64(len(s.b.shards))))
+	if st := s.recovered; st != nil {
+		s.b.announce(newNote("server:recovered").int("queues", int64(st.Queues)).
+			int("jobs", int64(st.Waiting+st.Delayed+st.Active+st.Completed+st.Failed)))
+	}
 	if s.bk != nil {
 		s.bk.Start()
 	}
@@ -587,8 +600,22 @@ func (s *serverRun) wait(ctx context.Context, errc <-chan error, hup <-chan os.S
 	}
 }
 
+// shutdownSignal names the signal that ended ctx (server:shutdown's
+// field), or says the server was stopped otherwise.
+func shutdownSignal(ctx context.Context) string {
+	cause := fmt.Sprint(context.Cause(ctx))
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		if strings.HasPrefix(cause, sig.String()) {
+			return unix2name[sig]
+		}
+	}
+	return "shutdown"
+}
+
+var unix2name = map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}
+
 // shutdown stops everything, in the reverse order of the start.
-func (s *serverRun) shutdown() {
+func (s *serverRun) shutdown(signal string) {
 	log := s.log
 	if err := sdNotify("STOPPING=1"); err != nil {
 		log.Warn("systemd stopping", "err", err)
@@ -600,7 +627,8 @@ func (s *serverRun) shutdown() {
 	}
 	if s.hs != nil {
 		// Event streams and waiting requests first: Shutdown waits for
-		// every handler to return.
+		// every handler to return. Their subscribers hear why.
+		s.lv.Shutdown(signal)
 		s.lv.Close()
 		s.api.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -222,6 +222,7 @@ func (p *PG) AddCron(ctx context.Context, s CronSchedule) (CronSchedule, error) 
 		} else if s.Immediately {
 			s.NextRun = now
 		}
+		s.replaced = old != nil
 		return pgErr(p.saveCron(ctx, tx, &s))
 	})
 	if err != nil {

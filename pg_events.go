@@ -50,10 +50,33 @@ func (p *PG) forward(queue string, t evType, j *Job, now int64, a evArgs) {
 		e.B = e.B[:0]
 		encodeRemoteEvent(&e, queue, t, j, now, a, true)
 	}
+	p.pend(e.B)
+}
+
+// forwardNotice queues a catalogue notice for the other brokers; one
+// from another broker, or a figure each broker announces for itself, is
+// not sent on.
+func (p *PG) forwardNotice(n *Notice) {
+	if n.remote || n.local {
+		return
+	}
+	var e Enc
+	encodeRemoteNotice(&e, n.Name, n.At, n.Data)
+	if len(e.B) > pgEvRaw {
+		// Only a notice carrying a client's long strings gets here; the
+		// others hear that it happened.
+		e.B = e.B[:0]
+		encodeRemoteNotice(&e, n.Name, n.At, []byte("{}"))
+	}
+	p.pend(e.B)
+}
+
+// pend queues one encoded item for the other brokers.
+func (p *PG) pend(item []byte) {
 	ev := &p.ev
 	ev.mu.Lock()
-	ev.pending = append(ev.pending, e.B)
-	ev.size += len(e.B)
+	ev.pending = append(ev.pending, item)
+	ev.size += len(item)
 	for ev.size > pgEvBacklog && len(ev.pending) > 1 {
 		ev.size -= len(ev.pending[0])
 		ev.pending[0] = nil
@@ -65,6 +88,18 @@ func (p *PG) forward(queue string, t evType, j *Job, now int64, a evArgs) {
 	case ev.kick <- struct{}{}:
 	default:
 	}
+}
+
+// encodeRemoteNotice writes a notice as a map whose "n" key tells it from
+// a job event.
+func encodeRemoteNotice(e *Enc, name string, at int64, data []byte) {
+	e.MapHead(3)
+	e.Str("n")
+	e.Str(name)
+	e.Str("at")
+	e.Int(at)
+	e.Str("x")
+	e.Str(string(data))
 }
 
 // wakeEverywhere wakes this broker's pulls on queues at once and the other
@@ -225,6 +260,22 @@ func decodeRemoteEvent(b Raw) (remoteEvent, error) {
 	return ev, nil
 }
 
+// decodeRemoteNotice reads an item that is a notice (ok false for a job
+// event or an unreadable item, which decodeRemoteEvent then reports).
+func decodeRemoteNotice(b Raw) (*Notice, bool) {
+	m, err := ParseMap(b, nil)
+	if err != nil || !m.Has("n") {
+		return nil, false
+	}
+	name, _, err1 := m.Str("n")
+	at, _, err2 := m.Int("at")
+	data, _, err3 := m.Str("x")
+	if errors.Join(err1, err2, err3) != nil || !wsValidPatterns[name] && !offCatalogue[name] {
+		return nil, false
+	}
+	return &Notice{Name: name, At: at, Data: []byte(data), remote: true}, true
+}
+
 // forwarder sends the pending events until the broker stops.
 func (p *PG) forwarder() {
 	defer p.wg.Done()
@@ -331,6 +382,10 @@ func (p *PG) received(payload string) {
 		return
 	}
 	for _, it := range items {
+		if n, ok := decodeRemoteNotice(it); ok {
+			p.b.deliverNotice(n)
+			continue
+		}
 		ev, err := decodeRemoteEvent(it)
 		if err != nil {
 			p.log.Warn("event notification unreadable", "err", err)

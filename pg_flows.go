@@ -230,7 +230,7 @@ func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) e
 // pushJobs adds jobs to a queue in one transaction with their flow
 // options, and answers their ids. batch holds jobs of the push others of
 // it may depend on, by id.
-func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) (ids []string, err error) {
+func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) (ids []string, made int, err error) {
 	tl := make([]int, len(jobs))
 	for i, j := range jobs {
 		tl[i] = len(j.Timeline)
@@ -240,38 +240,38 @@ func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[
 		for i, j := range jobs {
 			j.Timeline, j.pending = j.Timeline[:tl[i]], 0
 		}
-		ids, err = p.pushOnce(ctx, queue, jobs, batch)
+		ids, made, err = p.pushOnce(ctx, queue, jobs, batch)
 		return err
 	})
-	return ids, err
+	return ids, made, err
 }
 
-func (p *PG) pushOnce(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) ([]string, error) {
+func (p *PG) pushOnce(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) ([]string, int, error) {
 	tx, err := p.begin(ctx)
 	if err != nil {
-		return nil, pgErr(err)
+		return nil, 0, pgErr(err)
 	}
 	defer tx.Rollback(context.Background())
 	plan, err := p.pushChecks(ctx, tx, jobs, batch)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	res, err := p.insertJobs(ctx, tx, queue, jobs)
 	if err != nil {
-		return nil, pgErr(err)
+		return nil, 0, pgErr(err)
 	}
 	if err := p.admitted(ctx, tx, plan, res.made); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, pgErr(err)
+		return nil, 0, pgErr(err)
 	}
 	p.inserted(queue, res)
 	if res.refused != nil {
 		// Those before the refused job stay, as in memory mode.
-		return nil, pgRefused{res.refused}
+		return nil, 0, pgRefused{res.refused}
 	}
-	return res.ids, nil
+	return res.ids, len(res.made), nil
 }
 
 // ---------------------------------------------------------------------------

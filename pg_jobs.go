@@ -38,11 +38,11 @@ func (p *PG) pushNow(ctx context.Context, queue string, jobs []*Job, batch bool)
 	if batch {
 		byID = customIDBatch(jobs)
 	}
-	ids, err := p.pushJobs(ctx, queue, jobs, byID)
+	ids, made, err := p.pushJobs(ctx, queue, jobs, byID)
 	if err != nil {
 		return Pushed{Err: pgPushErr(err)}
 	}
-	return Pushed{IDs: ids}
+	return Pushed{IDs: ids, Made: made}
 }
 
 // pgPushErr makes a failed push's error ready for the client: a refusal of

@@ -34,6 +34,7 @@ type pgPushReq struct {
 	queue string
 	jobs  []*Job
 	ids   []string
+	made  int // jobs of the request created (the others were there)
 	err   error
 	done  chan struct{}
 }
@@ -68,13 +69,13 @@ func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 	if start {
 		go p.pushWriter(lane)
 	}
-	return Pushed{Wait: func() ([]string, error) {
+	return Pushed{Wait: func() ([]string, int, error) {
 		<-req.done
 		p.b.lat.push.since(began)
 		if req.err != nil {
-			return nil, pgPushErr(req.err)
+			return nil, 0, pgPushErr(req.err)
 		}
-		return req.ids, nil
+		return req.ids, req.made, nil
 	}}
 }
 
@@ -127,6 +128,7 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		for _, q := range order {
 			if refused[q] == nil {
 				p.inserted(q, done[q])
+				countMade(byQueue[q], done[q].made)
 			}
 		}
 	}
@@ -138,6 +140,21 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 			r.ids, r.err = nil, refused[r.queue]
 		}
 		close(r.done)
+	}
+}
+
+// countMade tells each request of a queue how many of its jobs were made.
+func countMade(reqs []*pgPushReq, made []*Job) {
+	set := make(map[*Job]struct{}, len(made))
+	for _, j := range made {
+		set[j] = struct{}{}
+	}
+	for _, r := range reqs {
+		for _, j := range r.jobs {
+			if _, ok := set[j]; ok {
+				r.made++
+			}
+		}
 	}
 }
 

@@ -300,6 +300,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	// migrate connects with no broker: it serves no WaitJob, so no tap.
 	if b != nil {
 		b.addTap(p.jobWaits.tap)
+		b.addNoticeTap(NoticeTap{wants: func() bool { return true }, take: p.forwardNotice})
 	}
 	return p, nil
 }

@@ -434,6 +434,7 @@ func appendError(e *Enc, reqID Raw, msg string) {
 // at maxAuthFailures.
 func (c *conn) authFailed() error {
 	invalid := errors.New("Invalid token")
+	c.srv.b.announce(newNote("auth:failed").str("clientId", c.id))
 	if c.nc == nil || !c.srv.authRequired() {
 		return invalid
 	}

@@ -353,7 +353,7 @@ func (h *Webhooks) remove(id string) error {
 	return nil
 }
 
-func (h *Webhooks) setEnabled(id string, on bool) error {
+func (h *Webhooks) setEnabled(id string, on bool) (changed bool, err error) {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	h.mu.Lock()
@@ -365,19 +365,19 @@ func (h *Webhooks) setEnabled(id string, on bool) error {
 	}
 	if w == nil {
 		h.mu.Unlock()
-		return errWebhookNotFound
+		return false, errWebhookNotFound
 	}
 	same := w.Enabled == on
 	def := *w
 	h.mu.Unlock()
 	if same {
-		return nil
+		return false, nil
 	}
 	if h.opts.store != nil {
 		def.Enabled = on
 		if err := h.opts.store.SaveWebhook(&def); err != nil {
 			h.log.Error("webhook not saved", "webhook", id, "err", err)
-			return errInternal
+			return false, errInternal
 		}
 	}
 	h.mu.Lock()
@@ -389,7 +389,7 @@ func (h *Webhooks) setEnabled(id string, on bool) error {
 	w.line.mu.Lock()
 	w.line.resetLocked(h, !on)
 	w.line.mu.Unlock()
-	return nil
+	return true, nil
 }
 
 // webhookView is a webhook as ListWebhooks shows it, copied under the

@@ -50,6 +50,9 @@ type Workers struct {
 	// Running totals: the reference keeps counts of workers that have
 	// since gone, so ListWorkers' stats do too.
 	totalProcessed, totalFailed int64
+	// announce tells of a worker removed for staleness (Broker.announce;
+	// it only queues, so it may run under mu).
+	announce func(*note)
 }
 
 func newWorkers(now func() int64) *Workers { return &Workers{m: make(map[string]*worker), now: now} }
@@ -65,6 +68,9 @@ func (ws *Workers) expire(force bool) {
 	for id, w := range ws.m {
 		if w.conn == nil && now-w.LastSeen > workerExpireMs {
 			delete(ws.m, id)
+			if ws.announce != nil {
+				ws.announce(noticeWorker("worker:removed-stale", id).str("name", w.Name))
+			}
 		}
 	}
 }
@@ -151,14 +157,18 @@ func (ws *Workers) heartbeat(id string, now int64, active, processed, failed *in
 	return true
 }
 
-func (ws *Workers) dropConn(c *conn) {
+// dropConn removes the workers c registered and returns them.
+func (ws *Workers) dropConn(c *conn) []*worker {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	var gone []*worker
 	for id, w := range ws.m {
 		if w.conn == c {
 			delete(ws.m, id)
+			gone = append(gone, w)
 		}
 	}
+	return gone
 }
 
 // list returns copies in registration order.

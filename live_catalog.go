@@ -1,0 +1,300 @@
+package main
+
+// The live-event catalogue: the reference's dashboard events (queue:*,
+// dlq:*, cron:*, worker:*, config:*, ...) besides the job lifecycle
+// events of events.go. A notice is one such event: a name and a JSON
+// object. Whatever causes one (a command, a background loop, either
+// engine) announces it on the broker; the live side (live.go) sends it to
+// WebSocket subscribers whose patterns match and to every SSE stream,
+// whatever queue a stream follows, as the reference does; in PostgreSQL
+// mode the engine forwards it to the other brokers (pg_events.go), so a
+// subscriber on any broker hears it once.
+//
+// The constructors below are the catalogue's shapes, each written once:
+// the reference's field names, and its conditions (a Drain that removed
+// nothing announces nothing) are the callers'. docs/http-api.md lists
+// every event, what fires it, and the few the reference has that queued
+// never fires.
+
+import "sync/atomic"
+
+// wsValidPatterns are the event names and patterns Subscribe accepts, the
+// reference's list.
+var wsValidPatterns = map[string]bool{}
+
+func init() {
+	for _, p := range []string{"*",
+		"job:pushed", "job:active", "job:completed", "job:failed", "job:removed", "job:promoted", "job:progress",
+		"job:delayed", "job:stalled", "job:retried", "job:discarded", "job:priority-changed", "job:data-updated",
+		"job:delay-changed", "job:timeout", "job:lock-expired", "job:deduplicated", "job:waiting-children",
+		"job:dependencies-resolved", "job:moved-to-delayed", "job:expired", "job:*",
+		"queue:created", "queue:removed", "queue:paused", "queue:resumed", "queue:drained", "queue:cleaned",
+		"queue:obliterated", "queue:counts", "queue:idle", "queue:threshold", "queue:*",
+		"dlq:added", "dlq:retried", "dlq:retry-all", "dlq:purged", "dlq:auto-retried", "dlq:expired", "dlq:*",
+		"flow:completed", "flow:failed", "flow:*",
+		"cron:created", "cron:updated", "cron:deleted", "cron:fired", "cron:missed", "cron:skipped", "cron:*",
+		"worker:connected", "worker:disconnected", "worker:heartbeat", "worker:idle", "worker:removed-stale",
+		"worker:overloaded", "worker:error", "worker:*",
+		"ratelimit:set", "ratelimit:cleared", "ratelimit:hit", "ratelimit:rejected",
+		"concurrency:set", "concurrency:cleared", "concurrency:rejected", "ratelimit:*", "concurrency:*",
+		"webhook:added", "webhook:removed", "webhook:fired", "webhook:failed", "webhook:enabled", "webhook:disabled", "webhook:*",
+		"batch:pushed", "batch:pulled", "batch:*", "client:connected", "client:disconnected", "client:*",
+		"auth:failed", "auth:*", "cleanup:orphans-removed", "cleanup:stale-deps-removed", "cleanup:*",
+		"health:status", "health:*", "stats:snapshot", "stats:*",
+		"storage:status", "storage:backup-started", "storage:backup-completed", "storage:backup-failed",
+		"storage:size-warning", "storage:*",
+		"server:started", "server:shutdown", "server:recovered", "server:memory-warning", "server:*",
+		"memory:compacted", "memory:*", "config:stall-changed", "config:dlq-changed", "config:*"} {
+		wsValidPatterns[p] = true
+	}
+}
+
+// offCatalogue are the names the reference announces that Subscribe does
+// not take by name (a pattern such as flow:* or * takes them).
+var offCatalogue = map[string]bool{"flow:pushed": true}
+
+// Notice is one catalogue event as taps see it.
+type Notice struct {
+	Name string
+	At   int64
+	Data []byte // a JSON object
+	// local: a figure each broker works out for itself from storage
+	// (queue:idle, say); every broker announces its own, so none is
+	// forwarded.
+	local bool
+	// remote: announced on another broker and forwarded here.
+	remote bool
+}
+
+// NoticeTap receives notices. It may run under a shard lock: it only
+// queues. wants reports whether it would take one now, so that a broker
+// nobody listens to builds none.
+type NoticeTap struct {
+	wants func() bool
+	take  func(n *Notice)
+}
+
+type noticeTaps struct {
+	list atomic.Pointer[[]NoticeTap]
+}
+
+// addNoticeTap registers a tap; taps are few and registered at start.
+func (b *Broker) addNoticeTap(t NoticeTap) {
+	b.tapMu.Lock()
+	defer b.tapMu.Unlock()
+	var list []NoticeTap
+	if cur := b.notices.list.Load(); cur != nil {
+		list = append(list, *cur...)
+	}
+	list = append(list, t)
+	b.notices.list.Store(&list)
+}
+
+// hearing says whether a notice announced now would reach anyone; callers
+// on hot paths (every PUSHB, every PULLB) ask before building one.
+func (b *Broker) hearing() bool {
+	taps := b.notices.list.Load()
+	if taps == nil {
+		return false
+	}
+	for _, t := range *taps {
+		if t.wants() {
+			return true
+		}
+	}
+	return false
+}
+
+// announce hands a notice to the taps that want it.
+func (b *Broker) announce(n *note) {
+	if n == nil {
+		return
+	}
+	b.deliverNotice(&Notice{Name: n.name, At: b.now(), Data: n.o.close(), local: n.local})
+}
+
+func (b *Broker) deliverNotice(n *Notice) {
+	taps := b.notices.list.Load()
+	if taps == nil {
+		return
+	}
+	for _, t := range *taps {
+		if t.wants() {
+			t.take(n)
+		}
+	}
+}
+
+// note is a notice being built.
+type note struct {
+	name  string
+	o     jsonObj
+	local bool
+}
+
+func newNote(name string) *note {
+	n := &note{name: name}
+	n.o.open()
+	return n
+}
+
+// The field writers take a nil note (a notice its condition ruled out)
+// and leave it nil.
+
+func (n *note) str(k, v string) *note {
+	if n != nil {
+		n.o.str(k, v)
+	}
+	return n
+}
+
+func (n *note) int(k string, v int64) *note {
+	if n != nil {
+		n.o.int(k, v)
+	}
+	return n
+}
+
+func (n *note) num(k string, v float64) *note {
+	if n != nil {
+		n.o.num(k, v)
+	}
+	return n
+}
+
+func (n *note) boolean(k string, v bool) *note {
+	if n != nil {
+		n.o.boolean(k, v)
+	}
+	return n
+}
+
+// raw writes a MessagePack value as sent (undefined left out).
+func (n *note) raw(k string, v Raw) *note {
+	if n != nil {
+		n.o.raw(k, v)
+	}
+	return n
+}
+
+// json writes a value already in JSON.
+func (n *note) json(k string, v []byte) *note {
+	if n != nil {
+		n.o.json(k, v)
+	}
+	return n
+}
+
+func (n *note) strs(k string, v []string) *note {
+	b := []byte{'['}
+	for i, s := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, []byte(s))
+	}
+	return n.json(k, append(b, ']'))
+}
+
+// ---------------------------------------------------------------------------
+// The catalogue's shapes
+
+// noticeQueue is the shape of queue:created, queue:paused, queue:resumed,
+// queue:obliterated, queue:removed, ratelimit:cleared, concurrency:cleared,
+// ratelimit:rejected and concurrency:rejected.
+func noticeQueue(name, queue string) *note { return newNote(name).str("queue", queue) }
+
+// noticeQueueCount is the shape of queue:drained, dlq:retry-all,
+// dlq:purged, dlq:auto-retried, dlq:expired and batch:pulled; like the
+// reference, nothing is announced when nothing was counted.
+func noticeQueueCount(name, queue string, count int64) *note {
+	if count <= 0 {
+		return nil
+	}
+	return noticeQueue(name, queue).int("count", count)
+}
+
+// noticeJob is the shape of the job notices made by a command (the id as
+// the command named it, no queue): job:promoted, job:discarded,
+// job:data-updated.
+func noticeJob(name, id string) *note { return newNote(name).str("jobId", id) }
+
+// noticeMove is what a successful move by hand announces, with the
+// reference's fields ("as sent": the command's own values).
+func noticeMove(kind MoveKind, id string, m Map) *note {
+	switch kind {
+	case MovePromote:
+		return noticeJob("job:promoted", id)
+	case MoveDiscard:
+		return noticeJob("job:discarded", id)
+	case MoveUpdate:
+		return noticeJob("job:data-updated", id)
+	case MoveChangePriority:
+		return noticeJob("job:priority-changed", id).raw("newPriority", m.Get("priority"))
+	case MoveChangeDelay:
+		return noticeJob("job:delay-changed", id).raw("newDelay", m.Get("delay"))
+	case MoveToDelayed:
+		return noticeJob("job:moved-to-delayed", id).raw("delay", m.Get("delay"))
+	}
+	return nil
+}
+
+// noticeQueueJob is the shape of job notices a queue's own work makes:
+// dlq:added (with reason), job:dependencies-resolved, job:lock-expired
+// (with renewalCount), job:timeout (with timeout), job:expired.
+func noticeQueueJob(name, queue, id string) *note {
+	return newNote(name).str("queue", queue).str("jobId", id)
+}
+
+func noticeDLQAdded(queue, id, reason string) *note {
+	return noticeQueueJob("dlq:added", queue, id).str("reason", reason)
+}
+
+func noticeWorker(name, id string) *note { return newNote(name).str("workerId", id) }
+
+func noticeWebhook(name, id string) *note { return newNote(name).str("webhookId", id) }
+
+func noticeClient(name, clientID string) *note {
+	return newNote(name).str("clientId", clientID).str("transport", "tcp")
+}
+
+// noticeConfig is config:stall-changed and config:dlq-changed: the queue
+// and the configuration the command set, its numbers as numbers.
+func noticeConfig(name, queue string, config Raw) *note {
+	n := noticeQueue(name, queue)
+	if config == nil || isUndefined(config) {
+		return n
+	}
+	return n.raw("config", config)
+}
+
+// noticeCron is cron:created or cron:updated: the schedule as it now is.
+func noticeCron(s *CronSchedule) *note {
+	name := "cron:created"
+	if s.replaced {
+		name = "cron:updated"
+	}
+	n := newNote(name).str("name", s.Name).str("queue", s.Queue)
+	if s.Schedule != "" {
+		n.str("pattern", s.Schedule)
+	} else {
+		n.int("every", s.RepeatEvery)
+	}
+	return n.int("nextRun", s.NextRun)
+}
+
+// noticeCronRun is cron:fired (a run's job pushed), cron:skipped (with
+// reason) and cron:missed (with error).
+func noticeCronRun(name string, s *CronSchedule) *note {
+	return newNote(name).str("name", s.Name).str("queue", s.Queue)
+}
+
+// noticeFlowPushed is flow:pushed: how many jobs a flow made, in how many
+// queues.
+func noticeFlowPushed(jobs []*Job) *note {
+	queues := map[string]struct{}{}
+	for _, j := range jobs {
+		queues[j.Queue] = struct{}{}
+	}
+	return newNote("flow:pushed").int("jobs", int64(len(jobs))).int("queues", int64(len(queues)))
+}

@@ -1,0 +1,335 @@
+package main
+
+// The live-event catalogue end to end: commands over the wire protocol,
+// a WebSocket subscribed to "*" and an SSE stream reading the notices in
+// the reference's names and shapes.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// liveWatch collects the tagged messages of a WebSocket subscribed to
+// patterns, in the background.
+type liveWatch struct {
+	t    testing.TB
+	msgs chan map[string]any
+	seen []map[string]any
+}
+
+func watchLive(t testing.TB, httpAddr, path string, patterns ...string) *liveWatch {
+	t.Helper()
+	ws := dialWS(t, httpAddr, path)
+	list, _ := json.Marshal(patterns)
+	ws.text(`{"cmd":"Subscribe","events":` + string(list) + `,"reqId":"sub"}`)
+	if m := ws.wsJSON(); m["ok"] != true {
+		t.Fatalf("Subscribe answered %v", m)
+	}
+	w := &liveWatch{t: t, msgs: make(chan map[string]any, 4096)}
+	go func() {
+		defer close(w.msgs)
+		for {
+			f, err := ws.read()
+			if err != nil {
+				return
+			}
+			if f.op != 0x1 {
+				continue
+			}
+			var m map[string]any
+			if json.Unmarshal(f.payload, &m) == nil {
+				w.msgs <- m
+			}
+		}
+	}()
+	t.Cleanup(func() { ws.nc.Close() })
+	return w
+}
+
+// expect waits for an event named name whose data has the given fields
+// (numbers as float64), and returns its data.
+func (w *liveWatch) expect(name string, fields map[string]any) map[string]any {
+	w.t.Helper()
+	match := func(m map[string]any) (map[string]any, bool) {
+		if m["event"] != name {
+			return nil, false
+		}
+		d, _ := m["data"].(map[string]any)
+		for k, v := range fields {
+			if fmt.Sprint(d[k]) != fmt.Sprint(v) {
+				return nil, false
+			}
+		}
+		return d, true
+	}
+	for _, m := range w.seen {
+		if d, ok := match(m); ok {
+			return d
+		}
+	}
+	deadline := time.After(wsTestTimeout)
+	for {
+		select {
+		case m, ok := <-w.msgs:
+			if !ok {
+				w.t.Fatalf("the WebSocket closed before %s %v", name, fields)
+			}
+			w.seen = append(w.seen, m)
+			if d, ok := match(m); ok {
+				return d
+			}
+		case <-deadline:
+			w.t.Fatalf("no %s with %v; seen: %v", name, fields, w.names())
+		}
+	}
+}
+
+// names lists the events seen so far.
+func (w *liveWatch) names() []string {
+	var out []string
+	for _, m := range w.seen {
+		out = append(out, fmt.Sprint(m["event"]))
+	}
+	return out
+}
+
+// absent checks that no event named name has been seen, after a round
+// trip through the stream (marker) that every earlier notice precedes.
+func (w *liveWatch) absent(name string, marker func() string) {
+	w.t.Helper()
+	id := marker()
+	w.expect("webhook:removed", map[string]any{"id": id})
+	for _, m := range w.seen {
+		if m["event"] == name {
+			w.t.Fatalf("%s was announced: %v", name, m)
+		}
+	}
+}
+
+// TestLiveCatalogCommands: each command of the catalogue announces its
+// notice, with the reference's fields, and only when the reference does.
+func TestLiveCatalogCommands(t *testing.T) {
+	ts := startServerHTTP(t, &config{webhookAllowPrivate: true})
+	w := watchLive(t, ts.http, "/ws/queues/other", "*")
+	sse := dialSSE(t, ts.http, "/events/queues/other")
+	c := dial(t, ts.addr)
+	// The marker: a webhook added and removed, announced in order after
+	// whatever came before.
+	marker := func() string {
+		d := jobj(t, c.ok(M{"cmd": "AddWebhook", "url": "http://127.0.0.1:9/x", "events": []any{"job.completed"}})["data"])
+		id := fmt.Sprint(d["webhookId"])
+		c.ok(M{"cmd": "RemoveWebhook", "webhookId": id})
+		return id
+	}
+
+	// Queues. A per-queue stream gets them all: only job events are
+	// filtered by queue, as in the reference.
+	c.ok(M{"cmd": "Pause", "queue": "cq"})
+	w.expect("queue:paused", M{"queue": "cq"})
+	c.ok(M{"cmd": "Resume", "queue": "cq"})
+	w.expect("queue:resumed", M{"queue": "cq"})
+	c.ok(M{"cmd": "Drain", "queue": "cq"})
+	w.absent("queue:drained", marker) // nothing drained, nothing said
+	for i := 0; i < 3; i++ {
+		c.ok(M{"cmd": "PUSH", "queue": "cq", "data": M{"i": i}})
+	}
+	c.ok(M{"cmd": "Drain", "queue": "cq"})
+	w.expect("queue:drained", M{"queue": "cq", "count": 3})
+	c.ok(M{"cmd": "PUSH", "queue": "cq", "data": M{}})
+	c.ok(M{"cmd": "Clean", "queue": "cq", "grace": 0, "state": "wait"})
+	w.expect("queue:cleaned", M{"queue": "cq", "state": "wait", "count": 1})
+	c.ok(M{"cmd": "Obliterate", "queue": "cq"})
+	w.expect("queue:obliterated", M{"queue": "cq"})
+	w.expect("queue:removed", M{"queue": "cq"})
+
+	// Moves by hand: the job id as the command named it, no queue.
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "mv", "data": M{}, "delay": 60000}), "id")
+	c.ok(M{"cmd": "ChangeDelay", "id": id, "delay": 30000})
+	w.expect("job:delay-changed", M{"jobId": id, "newDelay": 30000})
+	c.ok(M{"cmd": "Promote", "id": id})
+	w.expect("job:promoted", M{"jobId": id})
+	c.ok(M{"cmd": "ChangePriority", "id": id, "priority": 7})
+	w.expect("job:priority-changed", M{"jobId": id, "newPriority": 7})
+	c.ok(M{"cmd": "Update", "id": id, "data": M{"v": 2}})
+	w.expect("job:data-updated", M{"jobId": id})
+	c.ok(M{"cmd": "MoveToDelayed", "id": id, "delay": 5000})
+	w.expect("job:moved-to-delayed", M{"jobId": id, "delay": 5000})
+	c.ok(M{"cmd": "Discard", "id": id})
+	w.expect("job:discarded", M{"jobId": id})
+	c.fail(M{"cmd": "Promote", "id": "no-such-job"})
+	w.absent("job:promoted-no-such-job", marker)
+
+	// Limits and policies.
+	c.ok(M{"cmd": "RateLimit", "queue": "lim", "limit": 5, "duration": 2000})
+	d := w.expect("ratelimit:set", M{"queue": "lim", "max": 5, "duration": 2000})
+	if _, ok := d["ttl"]; ok {
+		t.Errorf("ratelimit:set has a ttl the command did not send: %v", d)
+	}
+	c.ok(M{"cmd": "RateLimitClear", "queue": "lim"})
+	w.expect("ratelimit:cleared", M{"queue": "lim"})
+	c.ok(M{"cmd": "SetConcurrency", "queue": "lim", "limit": 3})
+	w.expect("concurrency:set", M{"queue": "lim", "concurrency": 3})
+	c.ok(M{"cmd": "ClearConcurrency", "queue": "lim"})
+	w.expect("concurrency:cleared", M{"queue": "lim"})
+	c.ok(M{"cmd": "SetStallConfig", "queue": "lim", "config": M{"maxStalls": 4}})
+	d = w.expect("config:stall-changed", M{"queue": "lim"})
+	if fmt.Sprint(d["config"]) != "map[maxStalls:4]" {
+		t.Errorf("config:stall-changed config %v", d["config"])
+	}
+	c.ok(M{"cmd": "SetDlqConfig", "queue": "lim", "config": M{"maxEntries": 9}})
+	d = w.expect("config:dlq-changed", M{"queue": "lim"})
+	if fmt.Sprint(d["config"]) != "map[maxEntries:9]" {
+		t.Errorf("config:dlq-changed config %v", d["config"])
+	}
+
+	// The DLQ: retries and purges announce what they moved.
+	dead := func() string {
+		id := str(t, c.ok(M{"cmd": "PUSH", "queue": "dq", "data": M{}, "maxAttempts": 1}), "id")
+		job := jobj(t, c.ok(M{"cmd": "PULL", "queue": "dq"})["job"])
+		if job["id"] != id {
+			t.Fatalf("pulled %v, want %s", job["id"], id)
+		}
+		c.ok(M{"cmd": "FAIL", "id": id, "error": "boom"})
+		return id
+	}
+	one := dead()
+	c.ok(M{"cmd": "RetryDlq", "queue": "dq", "jobId": one})
+	w.expect("dlq:retried", M{"queue": "dq", "count": 1, "jobId": one})
+	c.ok(M{"cmd": "PULL", "queue": "dq"})
+	c.ok(M{"cmd": "FAIL", "id": one, "error": "again"})
+	dead()
+	c.ok(M{"cmd": "RetryDlq", "queue": "dq"})
+	w.expect("dlq:retry-all", M{"queue": "dq", "count": 2})
+	for i := 0; i < 2; i++ {
+		c.ok(M{"cmd": "PULL", "queue": "dq"})
+	}
+	c.ok(M{"cmd": "PurgeDlq", "queue": "dq"})
+	w.absent("dlq:purged", marker) // the two are active, not dead
+	dead()
+	c.ok(M{"cmd": "PurgeDlq", "queue": "dq"})
+	w.expect("dlq:purged", M{"queue": "dq", "count": 1})
+
+	// Cron.
+	c.ok(M{"cmd": "Cron", "name": "nightly", "queue": "cr", "schedule": "0 3 * * *"})
+	d = w.expect("cron:created", M{"name": "nightly", "queue": "cr", "pattern": "0 3 * * *"})
+	if d["nextRun"] == nil || d["every"] != nil {
+		t.Errorf("cron:created %v", d)
+	}
+	c.ok(M{"cmd": "Cron", "name": "nightly", "queue": "cr", "repeatEvery": 60000})
+	w.expect("cron:updated", M{"name": "nightly", "every": 60000})
+	c.ok(M{"cmd": "CronDelete", "name": "nightly"})
+	w.expect("cron:deleted", M{"name": "nightly"})
+
+	// Workers, and a connection's own.
+	wc := dial(t, ts.addr)
+	wd := jobj(t, wc.ok(M{"cmd": "RegisterWorker", "name": "w1", "queues": []any{"a", "b"}, "hostname": "h", "pid": 42})["data"])
+	wid := fmt.Sprint(wd["workerId"])
+	w.expect("worker:connected", M{"workerId": wid, "name": "w1", "hostname": "h", "pid": 42})
+	wc.ok(M{"cmd": "Heartbeat", "id": wid})
+	w.expect("worker:heartbeat", M{"workerId": wid})
+	wc.ok(M{"cmd": "UnregisterWorker", "workerId": wid})
+	w.expect("worker:disconnected", M{"workerId": wid})
+	wd = jobj(t, wc.ok(M{"cmd": "RegisterWorker", "name": "w2", "queues": []any{"a"}})["data"])
+	wid = fmt.Sprint(wd["workerId"])
+	wc.close()
+	gone := w.expect("worker:disconnected", M{"workerId": wid, "name": "w2"})
+	client := fmt.Sprint(gone["clientId"])
+	w.expect("client:disconnected", M{"clientId": client, "transport": "tcp"})
+	w.expect("client:connected", M{"clientId": client, "transport": "tcp"})
+
+	// Webhooks.
+	hd := jobj(t, c.ok(M{"cmd": "AddWebhook", "url": "http://127.0.0.1:9/h", "events": []any{"job.failed"}})["data"])
+	hid := fmt.Sprint(hd["webhookId"])
+	d = w.expect("webhook:added", M{"id": hid, "url": "http://127.0.0.1:9/h"})
+	if fmt.Sprint(d["events"]) != "[job.failed]" {
+		t.Errorf("webhook:added events %v", d["events"])
+	}
+	c.ok(M{"cmd": "SetWebhookEnabled", "id": hid, "enabled": false})
+	w.expect("webhook:disabled", M{"webhookId": hid})
+	c.ok(M{"cmd": "SetWebhookEnabled", "id": hid, "enabled": false})
+	c.ok(M{"cmd": "SetWebhookEnabled", "id": hid, "enabled": true})
+	w.expect("webhook:enabled", M{"webhookId": hid})
+	n := 0
+	for _, m := range w.seen {
+		if m["event"] == "webhook:disabled" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("webhook:disabled announced %d times; a second disable changes nothing", n)
+	}
+
+	// Batches.
+	jobs := []any{M{"data": M{}}, M{"data": M{}, "customId": "dup-1"}, M{"data": M{}, "customId": "dup-1"}}
+	c.ok(M{"cmd": "PUSHB", "queue": "bt", "jobs": jobs})
+	w.expect("batch:pushed", M{"queue": "bt", "total": 3, "inserted": 2, "duplicates": 1})
+	c.ok(M{"cmd": "PULLB", "queue": "bt", "count": 10})
+	w.expect("batch:pulled", M{"queue": "bt", "count": 2})
+
+	// Memory.
+	c.ok(M{"cmd": "CompactMemory"})
+	w.expect("memory:compacted", nil)
+
+	// SSE streams carry the same notices, whatever queue they follow.
+	for _, name := range []string{"queue:paused", "job:promoted", "cron:created", "worker:connected", "memory:compacted"} {
+		ev := sse.nextNamed(name)
+		if !strings.HasPrefix(ev.data, "{") {
+			t.Errorf("SSE %s data %q", name, ev.data)
+		}
+	}
+}
+
+// TestLiveCatalogAuthFailed: a wrong token is announced, over TCP with
+// the connection's id and over HTTP with the transport.
+func TestLiveCatalogAuthFailed(t *testing.T) {
+	ts := startServerHTTP(t, &config{authTokens: "right"})
+	ws := rawHandshake(t, ts.http, wsRequest("/ws", "Authorization: Bearer right"))
+	ws.text(`{"cmd":"Subscribe","events":["auth:*","client:connected"],"reqId":"s"}`)
+	if m := ws.wsJSON(); m["ok"] != true {
+		t.Fatalf("Subscribe answered %v", m)
+	}
+	c := dial(t, ts.addr)
+	c.fail(M{"cmd": "Auth", "token": "wrong"})
+	conn := ws.wsUntil("client:connected", func(m map[string]any) bool { return m["event"] == "client:connected" })
+	m := ws.wsUntil("auth:failed", func(m map[string]any) bool { return m["event"] == "auth:failed" })
+	if jobj(t, m["data"])["clientId"] != jobj(t, conn["data"])["clientId"] {
+		t.Errorf("auth:failed %v, connection %v", m, conn)
+	}
+	req, _ := http.NewRequest("GET", "http://"+ts.http+"/stats", nil)
+	req.Header.Set("Authorization", "Bearer wrong")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("GET /stats with a wrong token: %d", resp.StatusCode)
+	}
+	m = ws.wsUntil("auth:failed over HTTP", func(m map[string]any) bool { return m["event"] == "auth:failed" })
+	if jobj(t, m["data"])["transport"] != "http" {
+		t.Errorf("auth:failed over HTTP %v", m)
+	}
+}
+
+// TestLiveCatalogNames keeps the catalogue the reference's: every name
+// Subscribe takes, sorted, by family.
+func TestLiveCatalogNames(t *testing.T) {
+	var names []string
+	for p := range wsValidPatterns {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	if len(names) != 106 {
+		t.Errorf("%d names and patterns, the reference has 106", len(names))
+	}
+	for _, n := range names {
+		if n != "*" && !strings.Contains(n, ":") {
+			t.Errorf("pattern %q has no family", n)
+		}
+	}
+}
