@@ -45,6 +45,27 @@ func (a *answered) add(at time.Time, ids ...string) {
 	}
 }
 
+// count is how many ids have been answered.
+func (a *answered) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ids)
+}
+
+// awaitAnswers waits until n pushes have been answered, however long a
+// loaded machine takes (bounded by the test's own deadline): the kill
+// comes in the middle of a stream of pushes, not after a fixed time.
+func awaitAnswers(t *testing.T, a *answered, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for a.count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d pushes answered in 2 minutes", a.count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // before returns the ids answered before t.
 func (a *answered) before(t time.Time) []string {
 	a.mu.Lock()
@@ -137,7 +158,7 @@ func TestCrashDurablePushes(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	awaitAnswers(t, &got, 2000)
 	srv.kill9(t)
 	close(stop)
 	wg.Wait()
@@ -186,7 +207,10 @@ func TestCrashBufferedPushes(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	awaitAnswers(t, &got, 5000)
+	// The pushes answered killMargin before the kill must survive: let a
+	// killMargin's worth more come first.
+	time.Sleep(killMargin)
 	killAt := time.Now()
 	srv.kill9(t)
 	close(stop)

@@ -174,6 +174,9 @@ type CronConfig struct {
 	// Removed is told when a schedule ended by itself: maxLimit reached, or
 	// no run left.
 	Removed func(name string)
+	// Skipped is told of a run skipped for want of a worker (cron:skipped),
+	// under the scheduler's lock: it must only record it.
+	Skipped func(s *CronSchedule)
 	Log     *slog.Logger
 }
 
@@ -273,6 +276,9 @@ func (c *CronScheduler) round() {
 		at := s.NextRun
 		if s.SkipIfNoWorker && c.cfg.HasWorkers != nil && !c.cfg.HasWorkers(s.Queue) {
 			// Skipped: not counted, as the reference counts only runs.
+			if c.cfg.Skipped != nil {
+				c.cfg.Skipped(s)
+			}
 		} else {
 			s.Executions++
 			cp := *s
@@ -582,6 +588,7 @@ func (b *Broker) startCron() {
 				b.store.CronRemoved(name)
 			}
 		},
+		Skipped: func(s *CronSchedule) { b.announce(noticeCronRun("cron:skipped", s).str("reason", "no-worker")) },
 	})
 }
 
@@ -590,9 +597,11 @@ func (b *Broker) cronFire(s *CronSchedule, at time.Time) {
 	j, err := cronJob(s, b.now())
 	if err != nil {
 		b.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
+		b.announce(noticeCronRun("cron:missed", s).str("error", err.Error()))
 		return
 	}
-	b.pushJobs(s.Queue, []*Job{j}, nil)
+	res := b.pushJobs(s.Queue, []*Job{j}, nil)
+	b.announce(cronOutcome(s, res[len(res)-1].Err))
 }
 
 // cronJob builds the job a schedule pushes: its name, data and priority,

@@ -110,9 +110,11 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 		if err != nil {
 			return "", false, err
 		}
+		s.b.announce(noticeDeduplicated(q.name, owner.ID, "extend"))
 		return owner.ID, false, nil
 	}
 	s.emit(q, evDuplicated, owner, now, evArgs{})
+	s.b.announce(noticeDeduplicated(q.name, owner.ID, "default"))
 	return owner.ID, false, nil
 }
 

@@ -50,6 +50,10 @@ func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int
 	j.failErr, j.hasFail = err, hasErr
 	j.notifyDone(waitOutcome{err: err})
 	j.dlq = dlqEntry(j.dlq, j.dlq != nil && j.dlq.kept, q.dlqCfg, reason, err, hasErr, now)
+	s.b.announce(noticeDLQAdded(q.name, j.ID, reason))
+	if j.ParentID != "" {
+		s.b.announce(noticeFlowFailed(j.ParentID, j.ID, q.name, err, "Max attempts exceeded"))
+	}
 	s.childFailed(j, err)
 	q.dlq = append(q.dlq, j)
 	s.trimDLQ(q)
@@ -122,9 +126,11 @@ func (s *Shard) dlqDue(q *Queue, j *Job, now int64) {
 		q.removeDLQ(j)
 		s.b.dropLogs(j.ID)
 		s.forget(j)
+		s.b.announce(noticeQueueCount("dlq:expired", q.name, 1))
 		return
 	case dlqRetry:
 		if s.retryDLQ(q, j, now, true) {
+			s.b.announce(noticeQueueCount("dlq:auto-retried", q.name, 1))
 			return
 		}
 	}

@@ -149,6 +149,7 @@ func (b *Broker) flowApply(it *flowItem) {
 				}
 				if w.pending == 0 {
 					s.releaseWaiting(s.queues[w.Queue], w, b.now(), false)
+					b.announce(noticeResolved(w))
 				}
 			})
 		}
@@ -368,6 +369,7 @@ func (b *Broker) applyPolicy(it *flowItem) {
 		}
 		s.releaseUnique(q, p)
 		msg := policyRecord(p, it, now)
+		b.announce(noticeFlowFailed(p.ID, it.childID, p.Queue, it.err, "Child job failed"))
 		s.toDLQ(q, p, "unknown", msg, true, now)
 		p.failErr, p.hasFail = "", false // GetJob's failedReason comes from the timeline
 		s.emit(q, evFailed, p, now, evArgs{err: msg, hasErr: true})

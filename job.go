@@ -148,6 +148,7 @@ type Job struct {
 	dgen        uint32 // generation of the job's entry in the completed list
 	concSlot    bool   // holds one of its queue's concurrency slots
 	groupActive bool   // counted in its group's active jobs
+	dlqNew      bool   // PostgreSQL mode: dead-lettered, dlq:added not yet announced
 	groupMax    int64  // groupMaxSize asked at push (admission only)
 	lease       *Lease
 	deadline    int64 // when the active job must be looked at again

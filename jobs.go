@@ -197,6 +197,9 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 	s.placeNew(q, j, now)
 	s.b.stats.pushed.Add(1)
 	s.emit(q, evPushed, j, now, evArgs{})
+	if j.pending > 0 {
+		s.b.announce(noticeWaitingChildren(q.name, j))
+	}
 	s.b.persist(j)
 	return PushResult{ID: j.ID}
 }
@@ -258,6 +261,9 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 	}
 	for len(jobs) < n && q.nReady > 0 {
 		if !q.admitOne(now) {
+			if s.b.hearing() {
+				s.b.announce(noticeQueue(q.refusal(now), q.name))
+			}
 			break
 		}
 		j := s.pickReady(q, o.Group, now)
@@ -273,14 +279,16 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			q.nPrio--
 		}
 		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
-			// Expired while waiting: dropped without an event, as the
-			// reference does; the token it took goes back.
+			// Expired while waiting: dropped with no job event, as the
+			// reference does (job:expired tells the live streams); the
+			// token it took goes back.
 			if q.rate != nil {
 				q.rate.giveBack()
 			}
 			s.groupReleased(q, j)
 			s.releaseUnique(q, j)
 			s.forget(j)
+			s.b.announce(noticeExpired(q.name, j, now))
 			continue
 		}
 		if q.concLimit != nil {

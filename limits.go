@@ -93,6 +93,14 @@ func (q *Queue) admitOne(now int64) bool {
 	return true
 }
 
+// refusal names the limit admitOne found full, as the live notice.
+func (q *Queue) refusal(now int64) string {
+	if q.concLimit != nil && q.concActive >= *q.concLimit {
+		return "concurrency:rejected"
+	}
+	return "ratelimit:rejected"
+}
+
 // limitWait is how long a waiting pull should sleep at most before trying
 // again, because a limit rather than an empty queue held it back.
 // (A pull held back by concurrency is woken when a slot frees instead.)

@@ -10,10 +10,9 @@ package main
 // subscriber. When the channel is full, events are dropped and counted:
 // the broker never waits for the live side either.
 //
-// The same goroutine sends the reference's periodic figures
-// (stats:snapshot every 5 s, health:status every 10 s, storage:status
-// every 30 s) and queue:counts for the queues that changed, coalesced over
-// 10 ms.
+// A second goroutine (live_figures.go) reads storage for the figures:
+// the reference's periodic snapshots, queue:counts for the queues that
+// changed, and the monitor's notices (queue:idle and the like).
 //
 // A WebSocket also takes every protocol command as JSON text and answers
 // with the JSON the reference answers, through the same command table as
@@ -32,14 +31,16 @@ const (
 	liveQueueLen       = 16384 // events between the tap and the renderer
 	liveMaxClients     = 1000  // per transport, as the reference
 	liveCountsCoalesce = 10 * time.Millisecond
-	liveStatsEvery     = 5 * time.Second
-	liveHealthEvery    = 10 * time.Second
-	liveStorageEvery   = 30 * time.Second
+	// livePGCountsCoalesce: in PostgreSQL mode each count is a query.
+	livePGCountsCoalesce = 250 * time.Millisecond
+	liveStatsEvery       = 5 * time.Second
+	liveHealthEvery      = 10 * time.Second
+	liveStorageEvery     = 30 * time.Second
 )
 
 // liveIntervals can be shortened by tests.
 type liveIntervals struct {
-	stats, health, storage time.Duration
+	stats, health, storage, monitor time.Duration
 }
 
 type live struct {
@@ -54,6 +55,12 @@ type live struct {
 
 	// checkOrigin is the HTTP side's rule for who may act (set by it).
 	checkOrigin func(*http.Request) bool
+
+	// countsReq hands the queues events touched to the figures goroutine;
+	// coalesce is how long they gather first.
+	countsReq chan map[string]struct{}
+	coalesce  time.Duration
+	mon       liveMonitor
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -73,7 +80,16 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	if every.stats == 0 {
 		every = liveIntervals{stats: liveStatsEvery, health: liveHealthEvery, storage: liveStorageEvery}
 	}
-	l := &live{srv: srv, b: srv.b, log: log, in: make(chan liveItem, liveQueueLen), every: every}
+	if every.monitor == 0 {
+		every.monitor = liveMonitorEvery
+	}
+	l := &live{srv: srv, b: srv.b, log: log, in: make(chan liveItem, liveQueueLen), every: every,
+		countsReq: make(chan map[string]struct{}), coalesce: liveCountsCoalesce, mon: newLiveMonitor()}
+	if srv.pg != nil {
+		// Each count is a query: a dashboard open on a busy queue asks a
+		// few times a second, not a hundred.
+		l.coalesce = livePGCountsCoalesce
+	}
 	l.hub = newHub(hubOptions{
 		Log: log,
 		// As the reference: a client that does not keep up misses
@@ -88,8 +104,9 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.b.addTap(l.tap)
 	l.b.addNoticeTap(NoticeTap{wants: func() bool { return l.hub.Subscribers() > 0 }, take: l.takeNotice})
-	l.wg.Add(1)
+	l.wg.Add(2)
 	go l.run()
+	go l.figures()
 	return l
 }
 
@@ -139,20 +156,16 @@ func (l *live) queue(it liveItem) {
 // lock: it only queues.
 func (l *live) takeNotice(n *Notice) { l.queue(liveItem{n: n}) }
 
+// run renders the events and notices in the order they came, and hands
+// the queues they touched to the figures goroutine, coalesced, for their
+// queue:counts. It never waits on storage.
 func (l *live) run() {
 	defer l.wg.Done()
-	stats := time.NewTicker(l.every.stats)
-	health := time.NewTicker(l.every.health)
-	storage := time.NewTicker(l.every.storage)
 	counts := time.NewTimer(time.Hour)
 	counts.Stop()
-	defer stats.Stop()
-	defer health.Stop()
-	defer storage.Stop()
 	defer counts.Stop()
 	changed := map[string]struct{}{}
 	armed := false
-	var lastDrops uint64
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -166,31 +179,17 @@ func (l *live) run() {
 			l.publishJobEvent(ev)
 			changed[ev.Queue] = struct{}{}
 			if !armed {
-				counts.Reset(liveCountsCoalesce)
+				counts.Reset(l.coalesce)
 				armed = true
 			}
 		case <-counts.C:
-			armed = false
-			for q := range changed {
-				l.publishCounts(q)
-				delete(changed, q)
-			}
-		case <-stats.C:
-			if l.hub.Subscribers() > 0 {
-				l.system("stats:snapshot", l.statsSnapshot())
-			}
-			if n := l.dropped.Load(); n != lastDrops {
-				l.log.Warn("live events dropped: subscribers were sent fewer events than happened",
-					"dropped", n-lastDrops, "dropped_total", n)
-				lastDrops = n
-			}
-		case <-health.C:
-			if l.hub.Subscribers() > 0 {
-				l.system("health:status", l.healthSnapshot())
-			}
-		case <-storage.C:
-			if l.hub.Subscribers() > 0 {
-				l.system("storage:status", l.storageSnapshot())
+			select {
+			case l.countsReq <- changed:
+				changed = map[string]struct{}{}
+				armed = false
+			default:
+				// Still counting the last ones: these go with the next.
+				counts.Reset(l.coalesce)
 			}
 		}
 	}
@@ -256,115 +255,6 @@ func (l *live) systemAt(name string, at int64, data []byte) {
 	t.int("ts", at)
 	t.json("data", data)
 	l.hub.publish(hubEvent{event: name, data: data, tagged: t.close(), system: true})
-}
-
-// publishCounts sends queue:counts for one queue (nothing for a queue that
-// is gone).
-func (l *live) publishCounts(queue string) {
-	s := l.b.shardOf(queue)
-	s.mu.Lock()
-	q := s.queues[queue]
-	if q == nil {
-		s.mu.Unlock()
-		return
-	}
-	s.promote(l.b.now())
-	c := queueSnap{waiting: q.ready.Len() - q.nPrio, prioritized: q.nPrio, delayed: q.nDelayed,
-		active: q.nActive, dlq: len(q.dlq), done: q.nDone}
-	s.mu.Unlock()
-	o := jsonObj{}
-	o.open()
-	o.str("queue", queue)
-	o.int("waiting", int64(c.waiting))
-	o.int("prioritized", int64(c.prioritized))
-	o.int("active", int64(c.active))
-	o.int("completed", int64(c.done))
-	o.int("failed", int64(c.dlq))
-	o.int("delayed", int64(c.delayed))
-	l.system("queue:counts", o.close())
-}
-
-func (l *live) statsSnapshot() []byte {
-	b := l.b
-	now := b.now()
-	t := b.totals()
-	pushed, completed, failed := b.stats.pushed.Load(), b.stats.completed.Load(), b.stats.failed.Load()
-	rates := b.rates.current()
-	o := jsonObj{}
-	o.open()
-	o.int("waiting", int64(t.Waiting))
-	o.int("active", int64(t.Active))
-	o.int("delayed", int64(t.Delayed))
-	o.int("completed", int64(t.Completed))
-	o.int("dlq", int64(t.DLQ))
-	o.int("totalPushed", pushed)
-	o.int("totalCompleted", completed)
-	o.int("totalFailed", failed)
-	o.num("pushPerSec", rates[0])
-	o.num("pullPerSec", rates[1])
-	o.int("uptime", now-b.started)
-	qs := jsonObj{}
-	qs.open()
-	for _, q := range b.queueSnaps() {
-		x := jsonObj{}
-		x.open()
-		x.int("waiting", int64(q.waiting))
-		x.int("active", int64(q.active))
-		x.int("delayed", int64(q.delayed))
-		x.int("dlq", int64(q.dlq))
-		x.boolean("paused", q.paused)
-		qs.json(q.name, x.close())
-	}
-	o.json("queues", qs.close())
-	workers, _, _ := b.workers.list()
-	active := 0
-	for i := range workers {
-		if now-workers[i].LastSeen < workerTimeoutMs {
-			active++
-		}
-	}
-	w := jsonObj{}
-	w.open()
-	w.int("total", int64(len(workers)))
-	w.int("active", int64(active))
-	o.json("workers", w.close())
-	o.int("cronJobs", int64(len(b.cron.List())))
-	return o.close()
-}
-
-// healthSnapshot counts both transports' connections in one event (the
-// reference sends each transport its own count).
-func (l *live) healthSnapshot() []byte {
-	st := l.b.storageState()
-	mem := memoryMB(false)
-	ws, sse := l.hub.Counts()
-	o := jsonObj{}
-	o.open()
-	o.boolean("ok", st.Err == nil)
-	o.int("uptime", (l.b.now()-l.b.started)/1000)
-	m := jsonObj{}
-	m.open()
-	m.int("rss", mem["rss"].(int64))
-	m.int("heapUsed", mem["heapUsed"].(int64))
-	o.json("memory", m.close())
-	c := jsonObj{}
-	c.open()
-	c.int("ws", int64(ws))
-	c.int("sse", int64(sse))
-	o.json("connections", c.close())
-	return o.close()
-}
-
-func (l *live) storageSnapshot() []byte {
-	var e Enc
-	t := l.b.totals()
-	encodeCollections(&e, l.b.collections(l.srv, t), t)
-	coll, _ := appendJSON(nil, e.B)
-	o := jsonObj{}
-	o.open()
-	o.json("collections", coll)
-	o.boolean("diskFull", isDiskFull(l.b.storageState().Err))
-	return o.close()
 }
 
 // ---------------------------------------------------------------------------

@@ -298,3 +298,62 @@ func noticeFlowPushed(jobs []*Job) *note {
 	}
 	return newNote("flow:pushed").int("jobs", int64(len(jobs))).int("queues", int64(len(queues)))
 }
+
+// noticeFlowFailed is flow:failed: a child of parent failed for good
+// (queue is the child's when it is dead-lettered, the parent's when its
+// policy fails the parent); def is the error when the failure had none.
+func noticeFlowFailed(parent, child, queue, err, def string) *note {
+	if err == "" {
+		err = def
+	}
+	return newNote("flow:failed").str("parentJobId", parent).str("failedChildId", child).
+		str("queue", queue).str("error", err)
+}
+
+// noticeFlowCompleted is flow:completed: the last child of parent
+// completed (queue is the parent's).
+func noticeFlowCompleted(parent, queue string, children int) *note {
+	return newNote("flow:completed").str("parentJobId", parent).str("queue", queue).int("childrenCount", int64(children))
+}
+
+func noticeLockExpired(queue, id string, renewals int32) *note {
+	return noticeQueueJob("job:lock-expired", queue, id).int("renewalCount", int64(renewals))
+}
+
+// noticeExpired is job:expired: a job whose ttl ran out while it waited,
+// dropped when a pull came to it.
+func noticeExpired(queue string, j *Job, now int64) *note {
+	return noticeQueueJob("job:expired", queue, j.ID).int("ttl", j.TTL).int("age", now-j.CreatedAt)
+}
+
+// noticeDeduplicated is job:deduplicated: a push whose unique key a live
+// job holds (id), under the default strategy or extending the hold.
+func noticeDeduplicated(queue, id, strategy string) *note {
+	return noticeQueueJob("job:deduplicated", queue, id).str("strategy", strategy)
+}
+
+// noticeWaitingChildren is job:waiting-children as the reference
+// announces a job admitted to wait for its dependencies.
+func noticeWaitingChildren(queue string, j *Job) *note {
+	return newNote("job:waiting-children").str("jobId", j.ID).str("queue", queue).strs("dependsOn", j.DependsOn)
+}
+
+// noticeResolved is what a job released by its last dependency announces:
+// flow:completed for a flow's parent, job:dependencies-resolved for a job
+// that named others in dependsOn.
+func noticeResolved(j *Job) *note {
+	if len(j.Children) > 0 {
+		return noticeFlowCompleted(j.ID, j.Queue, len(j.Children))
+	}
+	return newNote("job:dependencies-resolved").str("jobId", j.ID).str("queue", j.Queue)
+}
+
+// cronOutcome is what a run's push announces: cron:fired, or cron:missed
+// with the push's error. (A run whose unique key a live job holds, with
+// preventOverlap, is fired as the reference fires it: the push was made.)
+func cronOutcome(s *CronSchedule, err error) *note {
+	if err != nil {
+		return noticeCronRun("cron:missed", s).str("error", err.Error())
+	}
+	return noticeCronRun("cron:fired", s)
+}

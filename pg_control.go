@@ -58,7 +58,9 @@ func (p *PG) moveJob(ctx context.Context, tx pgx.Tx, j *Job, m JobMove, step mov
 		}
 		return func() { p.emit(j.Queue, evRemoved, j, now, evArgs{prev: "waiting"}) }, nil
 	case stepDLQ:
-		err = p.discard(ctx, tx, j, m.Token, now)
+		if err = p.discard(ctx, tx, j, m.Token, now); err == nil {
+			return func() { p.deadLettered(j) }, nil
+		}
 	case stepQueue:
 		if active {
 			if err := pgTakeActive(j, m.Token); err != nil {

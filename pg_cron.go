@@ -61,15 +61,16 @@ func (p *PG) cronOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if run.made != nil {
-			out = append(out, run)
-		}
+		out = append(out, run)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("fire schedules: %w", err)
 	}
 	for _, f := range out {
-		p.pushed(f.queue, f.made)
+		if f.made != nil {
+			p.pushed(f.queue, f.made)
+		}
+		p.b.announce(f.note)
 	}
 	return nil
 }
@@ -102,6 +103,7 @@ func (p *PG) dueCrons(ctx context.Context, tx pgx.Tx, now int64) ([]CronSchedule
 type pgCronRun struct {
 	queue string
 	made  []*Job
+	note  *note // cron:fired, cron:skipped or cron:missed (nil: none)
 }
 
 // fireCron pushes a due schedule's job in tx (unless it skips the run)
@@ -118,6 +120,7 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 		j, err := cronJob(s, now)
 		if err != nil {
 			p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
+			run.note = noticeCronRun("cron:missed", s).str("error", err.Error())
 		} else {
 			_, made, err := p.insertTx(ctx, tx, s.Queue, []*Job{j})
 			var refused pgRefused
@@ -127,13 +130,16 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 				// by a running job): the run is spent, as in memory
 				// mode, and the other schedules go on.
 				p.log.Warn("cron run refused", "name", s.Name, "err", refused.error)
+				run.note = cronOutcome(s, refused.error)
 			case err != nil:
 				return run, fmt.Errorf("cron %s: %w", s.Name, err)
 			default:
-				run = pgCronRun{s.Queue, made}
+				run = pgCronRun{s.Queue, made, cronOutcome(s, nil)}
 			}
 			s.Executions++
 		}
+	} else {
+		run.note = noticeCronRun("cron:skipped", s).str("reason", "no-worker")
 	}
 	return run, p.nextCronRun(ctx, tx, s, now)
 }

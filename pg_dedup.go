@@ -31,6 +31,7 @@ type dedupPlan struct {
 	dropped map[int]bool   // by index: replaced by a later job of the batch
 	expires map[int]*int64 // by index: the key's expiry for a created job
 	events  []string       // holders told of as duplicated
+	extends []string       // holders whose hold a push extended
 	upto    int            // jobs from here on are not taken (refused below)
 	refused error
 }
@@ -192,6 +193,7 @@ func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]
 			} else {
 				w.extend[h.id] = exp
 			}
+			plan.extends = append(plan.extends, h.id)
 			if refused != nil {
 				plan.upto, plan.refused = i, refused
 				return w

@@ -223,8 +223,12 @@ func (p *PG) trimDLQ(ctx context.Context, tx pgx.Tx, queue string, c DLQConfig) 
 // time comes, as the memory engine's dlqDue does.
 func (p *PG) reapDLQ(ctx context.Context) error {
 	now := p.now()
-	return p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
+	// By queue, what the committed pass expired and retried (a pass run
+	// again after a conflict counts afresh).
+	var expiredIn, retriedIn map[string]int64
+	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
 		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+		expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
 		set, err := p.settingsOf(ctx, tx, jobs)
 		if err != nil {
 			return err
@@ -240,6 +244,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 			switch dlqStep(j.dlq, cfg, now) {
 			case dlqExpire:
 				expired = append(expired, j.ID)
+				expiredIn[j.Queue]++
 				continue
 			case dlqRetry:
 				held, err := p.uniqueHeld(ctx, tx, j)
@@ -251,6 +256,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 					j.state = j.readyState()
 					save = append(save, j)
 					queues[j.Queue] = true
+					retriedIn[j.Queue]++
 					continue
 				}
 			}
@@ -278,6 +284,15 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err == nil {
+		for q, n := range expiredIn {
+			p.b.announce(noticeQueueCount("dlq:expired", q, n))
+		}
+		for q, n := range retriedIn {
+			p.b.announce(noticeQueueCount("dlq:auto-retried", q, n))
+		}
+	}
+	return err
 }
 
 // pgTime is a time column's value: nil for never (MaxInt64).

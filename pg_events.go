@@ -30,6 +30,10 @@ const (
 	// pgEvBacklog bounds what waits to be forwarded while the database is
 	// away; beyond it the oldest events are dropped, and counted.
 	pgEvBacklog = 8 << 20
+	// pgAnySender marks a notification sent from inside a transaction
+	// rather than by a broker's forwarder: every broker delivers it, the
+	// one whose transaction sent it too.
+	pgAnySender = "tx"
 )
 
 // pgEvents is one broker's outgoing event batch.
@@ -398,8 +402,26 @@ func (p *PG) received(payload string) {
 // emit tells this broker's subscribers and taps of an event, and the
 // other brokers' through the event channel (pg_events.go).
 func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
+	if j != nil {
+		// The first event of a job the committed transaction
+		// dead-lettered: dlq:added comes before it, as in memory mode.
+		p.deadLettered(j)
+	}
 	p.emitLocal(queue, t, j, now, a)
 	p.forward(queue, t, j, now, a)
+}
+
+// deadLettered announces dlq:added (and flow:failed for a flow's child)
+// for a job a committed transaction dead-lettered, once.
+func (p *PG) deadLettered(j *Job) {
+	if !j.dlqNew || j.dlq == nil {
+		return
+	}
+	j.dlqNew = false
+	p.b.announce(noticeDLQAdded(j.Queue, j.ID, j.dlq.Reason))
+	if j.ParentID != "" {
+		p.b.announce(noticeFlowFailed(j.ParentID, j.ID, j.Queue, j.failErr, "Max attempts exceeded"))
+	}
 }
 
 func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {

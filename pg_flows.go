@@ -49,6 +49,7 @@ type pgFlowEvent struct {
 // the commit.
 type pgFlowTx struct {
 	events []pgFlowEvent
+	notes  []*note           // catalogue notices (live_catalog.go)
 	pushed map[string][]*Job // repeat successors, by queue
 	failed int               // parents failed by a child's policy
 }
@@ -60,6 +61,9 @@ func (f *pgFlowTx) after(p *PG, now int64) {
 	p.b.stats.failed.Add(int64(f.failed))
 	for q, made := range f.pushed {
 		p.pushed(q, made)
+	}
+	for _, n := range f.notes {
+		p.b.announce(n)
 	}
 	for _, e := range f.events {
 		p.emit(e.j.Queue, e.t, e.j, now, e.a)
@@ -358,6 +362,7 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 			}
 			pgRelease(w, now)
 			changed[w] = true
+			f.notes = append(f.notes, noticeResolved(w))
 			if err := p.notify(ctx, tx, w.Queue); err != nil {
 				return nil, err
 			}
@@ -498,6 +503,7 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 				return fmt.Errorf("fail parent %s: %w", par.ID, err)
 			}
 			msg := policyRecord(par, &it, now)
+			f.notes = append(f.notes, noticeFlowFailed(par.ID, it.childID, par.Queue, it.err, "Child job failed"))
 			set, serr := p.settings(ctx, tx, []string{par.Queue})
 			if serr != nil {
 				return serr

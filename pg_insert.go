@@ -18,6 +18,10 @@ func (p *PG) inserted(queue string, res pgInserted) {
 	now := p.now()
 	for _, id := range res.dups {
 		p.emit(queue, evDuplicated, &Job{ID: id, Queue: queue}, now, evArgs{})
+		p.b.announce(noticeDeduplicated(queue, id, "default"))
+	}
+	for _, id := range res.extends {
+		p.b.announce(noticeDeduplicated(queue, id, "extend"))
 	}
 }
 
@@ -27,6 +31,9 @@ func (p *PG) pushed(queue string, made []*Job) {
 	now := p.now()
 	for _, j := range made {
 		p.emit(queue, evPushed, j, now, evArgs{})
+		if j.pending > 0 {
+			p.b.announce(noticeWaitingChildren(queue, j))
+		}
 	}
 }
 
@@ -103,6 +110,7 @@ type pgInserted struct {
 	ids     []string // by job: its id, or the one answered for it
 	made    []*Job   // created, to be told of once committed
 	dups    []string // holders of unique keys to tell of as duplicated
+	extends []string // holders whose key's hold a push extended
 	refused error    // the job after the last of ids was refused
 }
 
@@ -123,7 +131,7 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		return res, err
 	}
 	jobs = jobs[:plan.upto]
-	res.dups, res.refused = plan.events, plan.refused
+	res.dups, res.extends, res.refused = plan.events, plan.extends, plan.refused
 	var rows pgRows
 	ready := false
 	for i, j := range jobs {

@@ -150,6 +150,10 @@ type pgClaimed struct {
 	jobs   []*Job
 	tokens []string // parallel to jobs when the pull had an owner
 	next   int64    // nothing claimed: when the next delayed job comes due (0: none)
+	// expired are jobs dropped because their ttl ran out (job:expired);
+	// refused names the limit that held back a ready job (its notice).
+	expired []*Job
+	refused string
 }
 
 // claim takes up to n ready jobs of a queue, skipping rows other brokers
@@ -170,6 +174,12 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		return nil, nil, 0, err
 	}
 	p.b.stats.pulled.Add(int64(len(c.jobs)))
+	for _, j := range c.expired {
+		p.b.announce(noticeExpired(queue, j, now))
+	}
+	if c.refused != "" {
+		p.b.announce(noticeQueue(c.refused, queue))
+	}
 	for _, j := range c.jobs {
 		if j.Attempts == 0 {
 			// As in memory mode: retries wait for their backoff, not
@@ -205,7 +215,8 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 			return pgClaimed{}, err
 		}
 		if n == 0 {
-			return pgClaimed{next: wait}, nil
+			refused, err := p.refusal(ctx, tx, queue, rate, now)
+			return pgClaimed{next: wait, refused: refused}, err
 		}
 	}
 	var jobs []*Job
@@ -223,6 +234,21 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 		return pgClaimed{next: next}, err
 	}
 	return p.activate(ctx, tx, queue, jobs, o, rate, now)
+}
+
+// refusal names the limit that held a claim back (rate when its bucket
+// is empty, else concurrency), as the notice the reference announces
+// when a ready job was there to take; "" when none was.
+func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket, now int64) (string, error) {
+	var ready bool
+	if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at <= $2)`),
+		queue, now).Scan(&ready); err != nil || !ready {
+		return "", err
+	}
+	if rate != nil && rate.tokens < 1 {
+		return "ratelimit:rejected", nil
+	}
+	return "concurrency:rejected", nil
 }
 
 // nextDue is when a claim that found nothing should look again: when the
@@ -250,6 +276,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 	for _, j := range jobs {
 		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
 			expired = append(expired, j.ID)
+			c.expired = append(c.expired, j)
 			continue
 		}
 		j.state = StateActive

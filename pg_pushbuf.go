@@ -193,7 +193,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 			}
 		}
 		jobs[i] = int64(len(rows.ids))
-		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues))
+		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
 		if ready {

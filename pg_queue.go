@@ -23,6 +23,9 @@ func (p *PG) SetPaused(ctx context.Context, queue string, paused bool) error {
 			if err := p.queueMade(ctx, tx, queue); err != nil {
 				return pgRefusedOr(err)
 			}
+			if err := p.queueCreated(ctx, tx, queue); err != nil {
+				return pgErr(err)
+			}
 		}
 		if !paused {
 			return pgErr(p.notify(ctx, tx, queue))

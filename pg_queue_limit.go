@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -39,11 +40,32 @@ const (
 	// counts the queues only when the queue has no row, and makes none
 	// past the limit ($2; 0: none). The jobs' insert then finds no queue
 	// and inserts nothing (pgInsertBareSQL).
-	pgRegisterBareSQL = `INSERT INTO {s}.queues (name) SELECT $1
+	pgRegisterBareSQL = `WITH made AS (INSERT INTO {s}.queues (name) SELECT $1
 		WHERE CASE WHEN EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) THEN false
 			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
-		ON CONFLICT DO NOTHING`
+		ON CONFLICT DO NOTHING RETURNING name)
+		SELECT pg_notify($3, $4) FROM made`
 )
+
+// queueCreated tells every broker, this one too, that tx made queue's row
+// (queue:created): a NOTIFY is sent when its transaction commits, and
+// never when it rolls back, so a queue is announced once, by whichever
+// broker made it.
+func (p *PG) queueCreated(ctx context.Context, tx pgx.Tx, queue string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, p.createdPayload(queue)); err != nil {
+		return fmt.Errorf("announce queue %s: %w", queue, err)
+	}
+	return nil
+}
+
+// createdPayload is queue:created as an event notification from no
+// broker in particular (pgAnySender): every broker delivers it.
+func (p *PG) createdPayload(queue string) string {
+	var e Enc
+	e.ArrayHead(1)
+	encodeRemoteNotice(&e, "queue:created", p.now(), noticeQueue("queue:created", queue).o.close())
+	return pgAnySender + " " + base64.StdEncoding.EncodeToString(e.B)
+}
 
 // registerQueue makes a queue's row if it has none, within --max-queues;
 // grouped marks it as having grouped jobs. A refusal is a pgRefused, and
@@ -65,7 +87,10 @@ func (p *PG) registerQueue(ctx context.Context, tx pgx.Tx, queue string, grouped
 	if !made {
 		return nil
 	}
-	return p.queueMade(ctx, tx, queue)
+	if err := p.queueMade(ctx, tx, queue); err != nil {
+		return err
+	}
+	return p.queueCreated(ctx, tx, queue)
 }
 
 // queueMade checks a queue row tx has just made against --max-queues,

@@ -84,6 +84,9 @@ func (p *PG) reapLeases(ctx context.Context) error {
 	for _, e := range r.evs {
 		p.emit(e.j.Queue, e.t, e.j, r.now, e.a)
 	}
+	for _, n := range r.notes {
+		p.b.announce(n)
+	}
 	r.fl.after(p, r.now)
 	return nil
 }
@@ -104,6 +107,7 @@ type leaseReap struct {
 	// failure acts on its parent (pg_flows.go).
 	gaveUp []reapedJob
 	evs    []reapEvent
+	notes  []*note // catalogue notices, after the events
 	failed int
 }
 
@@ -166,6 +170,7 @@ func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
 	} else {
 		r.gaveUp = append(r.gaveUp, reapedJob{j, f.err})
 	}
+	r.notes = append(r.notes, noticeQueueJob("job:timeout", j.Queue, j.ID).int("timeout", j.Timeout))
 }
 
 // lockLapsed puts back a job whose lock ran out, or dead-letters it past
@@ -180,6 +185,7 @@ func (r *leaseReap) lockLapsed(j *Job, stall StallConfig, dlq DLQConfig, renewal
 		j.state = j.readyState()
 		r.event(j, evStalled, evArgs{})
 	}
+	r.notes = append(r.notes, noticeLockExpired(j.Queue, j.ID, renewals))
 	r.keep = append(r.keep, j)
 }
 

@@ -824,6 +824,8 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	j.failErr, j.hasFail = err, hasErr
 	j.lease = nil
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
+	// Announced by the first event told of it once committed (PG.emit).
+	j.dlqNew = true
 }
 
 // pgErr names the database in an error that reaches a client.

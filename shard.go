@@ -190,6 +190,7 @@ func (s *Shard) queue(name string) *Queue {
 			created: s.b.seq.Add(1)}
 		s.queues[name] = q
 		s.b.nQueues.Add(1)
+		s.b.announce(noticeQueue("queue:created", name))
 	}
 	return q
 }
@@ -527,6 +528,7 @@ func (s *Shard) expire(now int64) {
 		case j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now:
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
+			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.Timeout))
 		case j.lease != nil:
 			s.lockExpired(q, j, now)
 		default:
@@ -554,11 +556,13 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 		s.toDLQ(q, j, reason, msg, true, now)
 		s.emit(q, evFailed, j, now, evArgs{err: ev, hasErr: true, noData: true})
 		s.b.stats.failed.Add(1)
+		s.b.announce(noticeLockExpired(q.name, j.ID, renewals))
 		return
 	}
 	s.enqueue(q, j, now)
 	s.emit(q, evStalled, j, now, evArgs{})
 	s.b.persist(j)
+	s.b.announce(noticeLockExpired(q.name, j.ID, renewals))
 }
 
 // lockLapsed counts a lapsed lock against a job. When the job has used

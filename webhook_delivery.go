@@ -437,6 +437,7 @@ func (h *Webhooks) deliver(d *delivery) deliveryResult {
 			w.lastTriggered = time.Now().UnixMilli()
 			h.mu.Unlock()
 			h.delivered.Add(1)
+			h.announce(newNote("webhook:fired").str("webhookId", w.ID).str("url", w.URL).str("event", event))
 			return deliveryDone
 		}
 		if h.ctx.Err() != nil {
@@ -449,7 +450,17 @@ func (h *Webhooks) deliver(d *delivery) deliveryResult {
 	h.failed.Add(1)
 	h.log.Warn("webhook delivery failed", "webhook", w.ID, "receiver", logURL(w.URL), "event", event,
 		"attempts", webhookAttempts, "err", err)
+	h.announce(newNote("webhook:failed").str("webhookId", w.ID).str("url", w.URL).str("event", event).
+		str("error", err.Error()))
 	return deliveryFailedAll
+}
+
+// announce tells the live streams of a delivery (no broker in the unit
+// tests that make webhooks alone).
+func (h *Webhooks) announce(n *note) {
+	if h.b != nil {
+		h.b.announce(n)
+	}
 }
 
 func (h *Webhooks) post(target, event string, at int64, body []byte, sig string) error {

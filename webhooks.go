@@ -138,6 +138,7 @@ type webhookOptions struct {
 type Webhooks struct {
 	opts   webhookOptions
 	log    *slog.Logger
+	b      *Broker // announces webhook:fired and webhook:failed
 	client *http.Client
 	tr     *http.Transport
 
@@ -188,7 +189,7 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 	if opts.breakAfter <= 0 {
 		opts.breakAfter = webhookBreakAfter
 	}
-	h := &Webhooks{opts: opts, log: opts.log, shared: make(chan struct{}, webhookSharedSenders)}
+	h := &Webhooks{opts: opts, log: opts.log, shared: make(chan struct{}, webhookSharedSenders), b: b}
 	if opts.store != nil {
 		list, err := opts.store.LoadWebhooks()
 		if err != nil {
