@@ -309,7 +309,7 @@ func TestDashboardHistoryAfterRun(t *testing.T) {
 // TestPullServiceExcludesLongPollWait: a long poll that waits a second for
 // a job counts its wait in the pull latency (as the reference does) but
 // not in the service time, which the dashboard shows and Prometheus
-// exports as queued_pull_service_seconds; one that waits a second for
+// exports as bunqueue_pull_service_seconds; one that waits a second for
 // nothing is in the service time only (the reference's pull latency
 // leaves empty pulls out).
 func TestPullServiceExcludesLongPollWait(t *testing.T) {
@@ -327,7 +327,7 @@ func TestPullServiceExcludesLongPollWait(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	for _, line := range []string{"queued_pull_service_seconds_count 2", "queued_pull_duration_seconds_count 1"} {
+	for _, line := range []string{"bunqueue_pull_service_seconds_count 2", "bunqueue_pull_duration_seconds_count 1"} {
 		if !strings.Contains(string(body), "\n"+line+"\n") {
 			t.Errorf("/prometheus has no %q", line)
 		}
