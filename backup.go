@@ -239,15 +239,22 @@ type BackupService struct {
 	done   chan struct{} // closed when the schedule stops; nil if never started
 	closed sync.Once
 
-	mu        sync.Mutex
-	running   bool
-	last      *backupResult
-	lastErr   string
-	errAt     time.Time
-	failures  int // consecutive
-	next      time.Time
-	pruneErr  string
-	lastKeyAt time.Time // keys are unique: two backups in one millisecond get two
+	mu         sync.Mutex
+	running    bool
+	scheduling bool // the schedule's goroutine runs
+	last       *backupResult
+	lastErr    string
+	errAt      time.Time
+	failures   int // consecutive
+	next       time.Time
+	pruneErr   string
+	lastKeyAt  time.Time // keys are unique: two backups in one millisecond get two
+	// Since the start, for Prometheus (the reference's backup telemetry):
+	// attempts begun, and how they ended. failures above is only the
+	// current run of failures; failed counts them all.
+	attempts, succeeded, failed int64
+	okAt                        time.Time     // when the last successful backup ended
+	lastTook                    time.Duration // the last attempt's, failed or not (res.Took is a success's only)
 }
 
 // noSQLiteBackup says why a server without a SQLite file has nothing to
@@ -312,6 +319,9 @@ func (s *BackupService) Start() {
 		return
 	}
 	s.done = make(chan struct{})
+	s.mu.Lock()
+	s.scheduling = true
+	s.mu.Unlock()
 	go s.schedule()
 }
 
@@ -329,6 +339,11 @@ func (s *BackupService) Close() {
 
 func (s *BackupService) schedule() {
 	defer close(s.done)
+	defer func() {
+		s.mu.Lock()
+		s.scheduling = false
+		s.mu.Unlock()
+	}()
 	next := s.firstRun()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -398,16 +413,21 @@ func (s *BackupService) BackupNow(ctx context.Context) (backupResult, error) {
 
 	s.mu.Lock()
 	s.running = true
+	s.attempts++
 	s.mu.Unlock()
+	t0 := time.Now()
 	res, err := s.backupOnce(ctx)
+	took := time.Since(t0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running = false
+	s.lastTook = took
 	if err != nil {
 		if s.ctx.Err() != nil {
 			err = fmt.Errorf("backup cancelled by shutdown: %w", err)
 		}
 		s.failures++
+		s.failed++
 		s.lastErr, s.errAt = err.Error(), s.now()
 		s.log.Error("backup failed", "target", s.target(), "failures", s.failures, "err", err)
 		return res, err
@@ -416,6 +436,8 @@ func (s *BackupService) BackupNow(ctx context.Context) (backupResult, error) {
 		s.log.Info("backups recovered", "after_failures", s.failures)
 	}
 	s.failures, s.lastErr = 0, ""
+	s.succeeded++
+	s.okAt = s.now()
 	s.last = &res
 	s.log.Info("backup uploaded", "key", res.Key, "bytes", res.Bytes, "db_bytes", res.DBBytes,
 		"took", res.Took.Round(time.Millisecond).String(), "snapshot", res.Snapshot.Round(time.Millisecond).String(),
@@ -557,6 +579,40 @@ func (s *BackupService) health() map[string]any {
 		h["nextAt"] = s.next.UnixMilli()
 	}
 	return h
+}
+
+// backupMetrics are the figures of the reference's backup telemetry, as
+// Prometheus exports them.
+type backupMetrics struct {
+	enabled, schedulerRunning, inProgress bool
+	interval                              time.Duration
+	retention                             int
+	attempts, successes, failures         int64
+	// overlapRejections stays 0: the reference refuses a backup asked for
+	// while one runs, BackupNow waits for it to end and then takes its own.
+	overlapRejections        int64
+	consecutiveFailures      int
+	lastSuccess, lastFailure time.Time // zero: never
+	lastDuration             time.Duration
+	lastSizeBytes            int64 // compressed, of the last success
+}
+
+// metrics reads the backup figures; a nil service (no bucket configured)
+// has all of them at zero, as the reference reports a server without a
+// backup manager.
+func (s *BackupService) metrics() backupMetrics {
+	if s == nil {
+		return backupMetrics{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := backupMetrics{enabled: s.interval > 0, schedulerRunning: s.scheduling, inProgress: s.running,
+		interval: s.interval, retention: s.keep, attempts: s.attempts, successes: s.succeeded, failures: s.failed,
+		consecutiveFailures: s.failures, lastSuccess: s.okAt, lastFailure: s.errAt, lastDuration: s.lastTook}
+	if s.last != nil {
+		m.lastSizeBytes = s.last.Bytes
+	}
+	return m
 }
 
 // serveBackupNow is POST /backup/s3: a backup now, answered when uploaded.

@@ -607,7 +607,7 @@ func TestCLIMonitoring(t *testing.T) {
 	}
 	// metrics shows the server's Prometheus text.
 	out, _ = cli(t, g, 0, "metrics")
-	if !strings.Contains(out, "queued_jobs_pushed_total 1") || !strings.Contains(out, `queued_queue_jobs_waiting{queue="m"} 1`) {
+	if !strings.Contains(out, "bunqueue_jobs_pushed_total 1") || !strings.Contains(out, `bunqueue_queue_jobs_waiting{queue="m"} 1`) {
 		t.Errorf("metrics: %q", out)
 	}
 	out, _ = cli(t, g, 0, "version")

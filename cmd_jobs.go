@@ -152,21 +152,22 @@ func cmdPullBatch(r *Req) error {
 // pull claims at once, or waits up to the timeout from a goroutine of its
 // own so that later commands on the connection are not held up. A long
 // poll's wait counts in the pull latency, as the reference counts it: the
-// figure is how long a worker waited for its answer. The service time
-// leaves the wait out: it is the server's work.
+// figure is how long a worker waited for a job, so a pull that delivered
+// none is not in it. The service time leaves the wait out and counts
+// every pull: it is the server's work.
 func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	start := time.Now()
 	withToken := a.opts.Owner != ""
-	answered := false
+	answered, delivered := false, false
 	answer := func(rr *Req) PullAnswer {
 		return func(jobs []*Job, tokens []string) {
-			answered = true
+			answered, delivered = true, len(jobs) > 0
 			rr.writeJobs(jobs, tokens, withToken, batch)
 		}
 	}
 	wait, err := r.eng.Pull(r.ctx(), a.queue, n, a.opts, a.timeout, answer(r))
 	if wait == nil {
-		r.b.lat.observePull(start, 0)
+		r.b.lat.observePull(start, 0, delivered)
 		if err != nil {
 			return err
 		}
@@ -177,7 +178,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	}
 	return r.goAsync(func(ar *Req) error {
 		waited, err := wait(answer(ar))
-		r.b.lat.observePull(start, waited)
+		r.b.lat.observePull(start, waited, delivered)
 		if err != nil {
 			return err
 		}

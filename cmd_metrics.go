@@ -117,6 +117,6 @@ func cmdPrometheus(r *Req) error {
 	e := r.field("data")
 	e.MapHead(1)
 	e.Str("metrics")
-	e.Str(string(r.c.srv.prometheusText()))
+	e.Str(string(r.c.srv.prometheusText(r.ctx())))
 	return nil
 }

@@ -112,9 +112,10 @@ func (s HistSnap) QuantileMs(q float64) float64 {
 type latencies struct {
 	push, pull, ack *Histogram // one observation per operation
 	// pullService is a pull's time less the time it slept in a long poll
-	// waiting for a job: what the server spent answering it. pull counts
-	// the wait too, as the reference does, so a worker polling an idle
-	// queue for 1 s records 1 s there and next to nothing here.
+	// waiting for a job: what the server spent answering it, for every
+	// pull. pull counts the wait too and, as the reference's, only the
+	// pulls that delivered a job, so a worker polling an idle queue for
+	// 1 s records nothing there and next to nothing here.
 	pullService *Histogram
 	wait        *Histogram // push to first pull, per job
 	proc        *Histogram // pull to ack, per job
@@ -126,9 +127,14 @@ func newLatencies() latencies {
 }
 
 // observePull records a pull that started at start and slept waited of
-// its time waiting for a job.
-func (l latencies) observePull(start time.Time, waited time.Duration) {
+// its time waiting for a job; delivered says whether it handed out any.
+// An empty pull is left out of pull, as the reference leaves it out of
+// its pull latency: dashboards built for it read pull as the time a job
+// took to reach a worker.
+func (l latencies) observePull(start time.Time, waited time.Duration, delivered bool) {
 	total := time.Since(start)
-	l.pull.Observe(total)
+	if delivered {
+		l.pull.Observe(total)
+	}
 	l.pullService.Observe(total - min(waited, total))
 }

@@ -44,6 +44,9 @@ type httpConfig struct {
 	dataPath string
 	// live, when set, serves /events and /ws.
 	live *live
+	// metricsOpen leaves GET /prometheus open when tokens are set
+	// (--metrics-auth=false).
+	metricsOpen bool
 }
 
 type httpAPI struct {
@@ -61,6 +64,9 @@ type httpAPI struct {
 
 	dataPath   string
 	backupBusy atomic.Bool // one GET /backup at a time
+
+	// metricsOpen: GET /prometheus needs no token (--metrics-auth=false).
+	metricsOpen bool
 
 	// ctx ends at shutdown, and with it every command an HTTP request is
 	// waiting on (long-poll pulls, WaitJob).
@@ -94,7 +100,7 @@ func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 }
 
 func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *httpAPI {
-	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath}
+	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath, metricsOpen: cfg.metricsOpen}
 	a.setHosts(cfg)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.addProbeRoutes()
@@ -415,19 +421,21 @@ func (a *httpAPI) addProbeRoutes() {
 			"storage": map[string]any{"diskFull": isDiskFull(st.Err), "error": msg, "since": st.Since.UnixMilli()}})
 	})
 
-	// Prometheus scrapes /metrics and /prometheus. The reference answers
-	// /metrics with a small JSON object; a client that asks for JSON gets
-	// that, anything else (a scraper, curl) the exposition text.
-	prom := func(w http.ResponseWriter, r *http.Request, _ []string) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.Write(srv.prometheusText())
+	// Prometheus scrapes /prometheus, as it scrapes the reference. With
+	// tokens it needs one unless --metrics-auth=false, which leaves it
+	// open as the reference does by default: a bunqueue deployment's
+	// scraper may have no token.
+	var promFlags routeFlags
+	if a.metricsOpen {
+		promFlags = routeOpen
 	}
-	a.handle("GET", "/prometheus", 0, prom)
-	a.handle("GET", "/metrics", 0, func(w http.ResponseWriter, r *http.Request, p []string) {
-		if !wantsJSON(r) {
-			prom(w, r, p)
-			return
-		}
+	a.handle("GET", "/prometheus", promFlags, func(w http.ResponseWriter, r *http.Request, _ []string) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Write(srv.prometheusText(r.Context()))
+	})
+	// /metrics is the reference's small JSON object, whatever the client
+	// accepts: clients written for the reference read it.
+	a.handle("GET", "/metrics", 0, func(w http.ResponseWriter, r *http.Request, _ []string) {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "metrics": map[string]any{
 			"totalPushed": b.stats.pushed.Load(), "totalPulled": b.stats.pulled.Load(),
 			"totalCompleted": b.stats.completed.Load(), "totalFailed": b.stats.failed.Load()}})
@@ -526,19 +534,6 @@ func storageErrorSummary(err error) string {
 		return "disk full"
 	}
 	return "storage writes are failing"
-}
-
-// wantsJSON reports whether the client asked for JSON by name.
-func wantsJSON(r *http.Request) bool {
-	for _, v := range r.Header.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-			if strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // memoryMB is the process's memory in MiB, rounded, under the names the

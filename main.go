@@ -66,6 +66,14 @@ type config struct {
 	pgNamespace string
 	explicitDB  bool // --data-path was given on the command line
 
+	// metricsAuth (--metrics-auth) says whether /prometheus needs the
+	// bearer token when tokens are set; metricsMaxQueues bounds the queues
+	// given labelled Prometheus series. Both are pointers so that nil, in
+	// a config made in code (as the tests make them), means the flag's
+	// default: the token needed, 100 queues.
+	metricsAuth      *bool
+	metricsMaxQueues *int
+
 	webhookAllowPrivate bool
 	tlsCert             string
 	tlsKey              string
@@ -108,6 +116,16 @@ func envInt(keys []string, def int) int {
 func envBool(key string) bool {
 	switch strings.ToLower(envOr([]string{key}, "")) {
 	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// envIsNo reads a yes/no variable whose default is yes: 0, false, no and
+// off are no.
+func envIsNo(key string) bool {
+	switch strings.ToLower(envOr([]string{key}, "")) {
+	case "0", "false", "no", "off":
 		return true
 	}
 	return false
@@ -163,6 +181,15 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
 		"without --auth-tokens, the host names browsers may reach the HTTP port by besides loopback names, IP addresses, --host and the --cors-origins hosts; comma-separated, .example.com for a domain and its subdomains, * for any [QUEUED_ALLOWED_HOSTS]")
+	// queued's default is the secure one: with tokens, /prometheus needs
+	// one like every other route. The reference leaves it open unless
+	// METRICS_AUTH=true; METRICS_AUTH=false gives a token-less scraper
+	// that behaviour back.
+	c.metricsAuth, c.metricsMaxQueues = new(bool), new(int)
+	fs.BoolVar(c.metricsAuth, "metrics-auth", !envIsNo("METRICS_AUTH"),
+		"with --auth-tokens, GET /prometheus needs the bearer token; false leaves it open to a scraper without one, as the reference does by default [METRICS_AUTH]")
+	fs.IntVar(c.metricsMaxQueues, "metrics-max-queues", envInt([]string{"METRICS_MAX_QUEUES"}, defaultPromMaxQueues),
+		"queues given labelled Prometheus series, the first made; the others are counted in bunqueue_queue_metrics_omitted (0: none) [METRICS_MAX_QUEUES]")
 	addBackupFlags(fs, &c.backup)
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", envBool("QUEUED_WEBHOOK_ALLOW_PRIVATE"),
 		"let webhooks reach loopback, private, link-local and metadata addresses [QUEUED_WEBHOOK_ALLOW_PRIVATE]")
@@ -271,6 +298,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
+	}
+	if c.metricsMaxQueues != nil && *c.metricsMaxQueues < 0 {
+		return fmt.Errorf("--metrics-max-queues %d: want 0 (no labelled series) or a positive count", *c.metricsMaxQueues)
 	}
 	s := &serverRun{c: c, log: log}
 	if err := s.loadCertificate(); err != nil {
@@ -446,6 +476,10 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	if c.stallTimeout > 0 {
 		srv.stallTimeout = c.stallTimeout
 	}
+	if c.metricsMaxQueues != nil {
+		srv.promMaxQueues = *c.metricsMaxQueues
+	}
+	srv.bk = s.bk
 	s.srv = srv
 	if c.pgURL != "" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -504,8 +538,9 @@ func (s *serverRun) listen() error {
 	}
 	s.hln = newRetryListener(hln, "http", log)
 	s.lv = newLive(s.srv, log, c.liveEvery)
+	s.srv.live = s.lv // before serving: the Prometheus figures read its clients
 	hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
-		listenHost: c.host, live: s.lv}
+		listenHost: c.host, live: s.lv, metricsOpen: c.metricsAuth != nil && !*c.metricsAuth}
 	if s.sq != nil {
 		hcfg.dataPath = c.dataPath
 	}

@@ -56,6 +56,13 @@ type Server struct {
 
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
+	// bk and live are set by runServer before it serves, for the
+	// Prometheus figures; nil (no S3 backups, no HTTP port) gives zeros.
+	bk   *BackupService
+	live *live
+	// promMaxQueues bounds the queues given labelled Prometheus series
+	// (--metrics-max-queues).
+	promMaxQueues int
 
 	eng Engine // storage: the broker itself, or pg
 	pg  *PG    // PostgreSQL mode's engine; nil in the other modes
@@ -100,7 +107,7 @@ const (
 
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
-		mx: newMetrics(b), eng: b,
+		mx: newMetrics(b), eng: b, promMaxQueues: defaultPromMaxQueues,
 		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
 	for _, t := range tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))

@@ -504,7 +504,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 		t.Fatalf("status %v, %d changes dropped, want none failing and 2 dropped", serr, st.Dropped())
 	}
 	srv := NewServer(b, nil, quietLog())
-	if text := string(srv.prometheusText()); !strings.Contains(text, "\nqueued_storage_dropped_changes_total 2\n") {
+	if text := string(srv.prometheusText(t.Context())); !strings.Contains(text, "\nbunqueue_storage_dropped_changes_total 2\n") {
 		t.Fatalf("the metric does not count the dropped changes:\n%s", text)
 	}
 	logged := logBuf.String()
