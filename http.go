@@ -69,7 +69,10 @@ type httpAPI struct {
 }
 
 // route is one path pattern and method. Segments starting with ':' match
-// any one segment, which is passed, unescaped, to the handler.
+// any one segment, which is passed, unescaped, to the handler. The method
+// anyMethod matches every method: the probes, which the reference answers
+// whatever the method (a load balancer's health check may be set to POST
+// or HEAD).
 type route struct {
 	method  string
 	pattern []string
@@ -88,6 +91,9 @@ const (
 	routeOpen    routeFlags = 1 << iota // no token needed
 	routeEffects                        // a GET that changes something
 )
+
+// anyMethod is the method of a route that answers every method.
+const anyMethod = "*"
 
 func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 	return newHTTPAPI(b, srv, bk, httpConfig{})
@@ -117,8 +123,11 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 func (a *httpAPI) Close() { a.cancel() }
 
 func (a *httpAPI) handle(method, pattern string, f routeFlags, h func(w http.ResponseWriter, r *http.Request, p []string)) {
+	// A probe answering any method reads and changes nothing, whatever
+	// the method.
+	reads := method == http.MethodGet || method == anyMethod
 	a.routes = append(a.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"),
-		open: f&routeOpen != 0, effects: method != http.MethodGet || f&routeEffects != 0, h: h})
+		open: f&routeOpen != 0, effects: !reads || f&routeEffects != 0, h: h})
 }
 
 // match finds the first route for the path and method, in the order they
@@ -150,7 +159,7 @@ func (a *httpAPI) match(method string, segs []string) (rt *route, params []strin
 		if !ok {
 			continue
 		}
-		if r.method == method {
+		if r.method == method || r.method == anyMethod {
 			return r, ps, nil
 		}
 		if !slices.Contains(allow, r.method) {
@@ -186,6 +195,12 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		segs[i] = u
 	}
 	rt, params, allow := a.match(r.Method, segs)
+	if rt == nil && !a.srv.httpAuthorized(r) {
+		// With tokens, a caller without one learns nothing of the routes,
+		// as in the reference, which checks the token before it routes.
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
+		return
+	}
 	if rt == nil {
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -391,14 +406,14 @@ func (a *httpAPI) hostRefusal(host string) string {
 
 func (a *httpAPI) addProbeRoutes() {
 	b, srv := a.b, a.srv
-	a.handle("GET", "/health", routeOpen, a.serveHealth)
+	a.handle(anyMethod, "/health", routeOpen, a.serveHealth)
 	ok := func(w http.ResponseWriter, r *http.Request, _ []string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "OK")
 	}
-	a.handle("GET", "/healthz", routeOpen, ok)
-	a.handle("GET", "/live", routeOpen, ok)
-	a.handle("GET", "/ready", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) {
+	a.handle(anyMethod, "/healthz", routeOpen, ok)
+	a.handle(anyMethod, "/live", routeOpen, ok)
+	a.handle(anyMethod, "/ready", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) {
 		st := b.storageState()
 		if st.Err == nil {
 			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "ready": true})
@@ -561,13 +576,19 @@ func memoryMB(extra bool) map[string]any {
 	return m
 }
 
-// httpAuthorized checks the bearer token when tokens are configured.
+// httpAuthorized checks the token when tokens are configured: sent as
+// "Authorization: Bearer <token>", or, as the reference also takes it,
+// the bare token (which is no weaker: the token itself must match).
 func (s *Server) httpAuthorized(r *http.Request) bool {
 	if !s.authRequired() {
 		return true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && s.checkToken(tok)
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		tok = h
+	}
+	return tok != "" && s.checkToken(tok)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

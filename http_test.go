@@ -176,9 +176,21 @@ func TestHTTPProbes(t *testing.T) {
 	if r := c.ok("GET", "/ready", nil); r["ready"] != true {
 		t.Fatalf("/ready %v", r)
 	}
-	// HEAD works where GET does.
+	// HEAD works where GET does, and the probes answer any method, as the
+	// reference's do (a load balancer's check may be set to POST).
 	if code, _, _ := c.do("HEAD", "/healthz", nil); code != 200 {
 		t.Fatalf("HEAD /healthz: %d", code)
+	}
+	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
+		for _, p := range []string{"/health", "/healthz", "/live", "/ready"} {
+			want := 200
+			if m == "OPTIONS" {
+				want = 204 // a preflight, before any route
+			}
+			if code, _, raw := c.do(m, p, nil); code != want {
+				t.Errorf("%s %s: %d %.100s", m, p, code, raw)
+			}
+		}
 	}
 }
 
@@ -608,11 +620,25 @@ func TestHTTPAuth(t *testing.T) {
 			t.Errorf("%s %s: %q", r[0], r[1], e)
 		}
 	}
+	// Without a token, nothing is learnt of the routes: an unknown path
+	// and a wrong method are a 401 too, as in the reference.
+	c.fail("GET", "/nope", nil, 401)
+	c.fail("PUT", "/jobs/x", nil, 401)
 	c.token = "wrong"
 	c.fail("GET", "/queues", nil, 401)
+	c.fail("GET", "/nope", nil, 401)
 	c.token = "other"
 	c.ok("GET", "/queues", nil)
 	c.ok("POST", "/queues/q/jobs", map[string]any{"data": 1})
+	c.fail("GET", "/nope", nil, 404)
+	c.fail("PUT", "/jobs/x", nil, 405)
+	// The bare token, without "Bearer ", as the reference takes it.
+	c.token = ""
+	c.hdr = map[string]string{"Authorization": "s3cret"}
+	c.ok("GET", "/queues", nil)
+	c.hdr = map[string]string{"Authorization": "Bearer"}
+	c.fail("GET", "/queues", nil, 401)
+	c.hdr = nil
 	// A browser's preflight comes without the token.
 	c.token = ""
 	if code, _, _ := c.do("OPTIONS", "/queues", nil); code != 204 {
