@@ -307,18 +307,30 @@ func writeHTTPError(w http.ResponseWriter, err error) {
 	writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
 }
 
-// queryInt reads an integer query parameter: ok false when absent, a 400
-// naming it when it is not an integer.
-func queryInt(r *http.Request, name string) (int64, bool, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return 0, false, nil
+// jsParseInt reads a number as JavaScript's parseInt(s, 10) does, which
+// is how the reference reads its integer query parameters, so that a
+// script's "timeout=5000ms" or "offset=2.5" means there what it means
+// here: leading white space, a sign, and the digits after them ("5000ms"
+// is 5000). ok is false where parseInt gives NaN: no digits. Values past
+// 2^53 are held there, where a JavaScript number stops being exact.
+func jsParseInt(s string) (n int64, ok bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r\u00a0\ufeff")
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, false, badRequest("query parameter " + name + " must be an integer, not " + strconv.Quote(v))
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			break
+		}
+		ok = true
+		n = min(n*10+int64(c-'0'), 1<<53)
 	}
-	return n, true, nil
+	if neg {
+		n = -n
+	}
+	return n, ok
 }
 
 // pageBounds is the page [lo, hi) of n items that starts at offset and
@@ -534,11 +546,17 @@ func cronCmd(_ []string, b Map) (*cmdReq, error) {
 }
 
 // GET /queues/:queue/jobs?timeout=: PULL, a long poll when timeout is set.
+// The timeout is read as the reference reads it (jsParseInt); one that is
+// not a number at all, an empty one included, is PULL's own ok:false
+// answer, with a 200 as all of this route's answers.
 func (a *httpAPI) servePull(w http.ResponseWriter, r *http.Request, p []string) {
-	timeout, _, err := queryInt(r, "timeout")
-	if err != nil {
-		writeHTTPError(w, err)
-		return
+	var timeout int64
+	if vs, set := r.URL.Query()["timeout"]; set {
+		var ok bool
+		if timeout, ok = jsParseInt(vs[0]); !ok {
+			writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "timeout must be a finite number"})
+			return
+		}
 	}
 	writeAnswer(w, a.exec(r, newCmd("PULL").str("queue", p[0]).num("timeout", timeout).done()), http.StatusOK)
 }
@@ -631,14 +649,24 @@ func (a *httpAPI) serveJobsList(w http.ResponseWriter, r *http.Request, p []stri
 		strArray(&e, states)
 		c.raw("state", e.B)
 	}
-	for _, k := range []string{"limit", "offset"} {
-		n, ok, err := queryInt(r, k)
-		if err != nil {
-			writeHTTPError(w, err)
-			return
+	// limit and offset as the reference reads them: empty is absent, and
+	// a value that is not a number makes the page's bounds NaN there,
+	// which is an empty page; limit 0 is that page here.
+	var page [2]int64
+	var set [2]bool
+	for i, k := range []string{"limit", "offset"} {
+		if v := q.Get(k); v != "" {
+			n, ok := jsParseInt(v)
+			if !ok {
+				page, set = [2]int64{0, 0}, [2]bool{true, false}
+				break
+			}
+			page[i], set[i] = n, true
 		}
-		if ok {
-			c.num(k, n)
+	}
+	for i, k := range []string{"limit", "offset"} {
+		if set[i] {
+			c.num(k, page[i])
 		}
 	}
 	writeAnswer(w, a.exec(r, c.done()), http.StatusOK)
@@ -882,16 +910,14 @@ func appendRawArray(dst []byte, items []Raw) []byte {
 // GET /dashboard/queues?limit=&offset=: a page of queues with their
 // counts.
 func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _ []string) {
-	// As the reference parses them: what is not a number is the default.
-	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
-	if err != nil || limit == 0 {
+	// As the reference parses them (jsParseInt): a limit that is not a
+	// number, or 0, is the default.
+	limit, _ := jsParseInt(r.URL.Query().Get("limit"))
+	if limit == 0 {
 		limit = 100
 	}
 	limit = min(max(limit, 1), 500)
-	offset, err := strconv.Atoi(r.URL.Query().Get("offset"))
-	if err != nil {
-		offset = 0
-	}
+	offset, _ := jsParseInt(r.URL.Query().Get("offset"))
 	offset = max(offset, 0)
 	// Through the command table, so that PostgreSQL mode's figures are the
 	// database's.
@@ -902,7 +928,7 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 	}
 	data, _, _ := ans.Map("data")
 	qs, _, _ := data.Array("queues")
-	lo, hi := pageBounds(len(qs), int64(offset), int64(limit), true)
+	lo, hi := pageBounds(len(qs), offset, limit, true)
 	page := qs[lo:hi]
 	list := []byte{'['}
 	for i, raw := range page {
@@ -916,7 +942,9 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 		o := jsonObj{b: list}
 		o.open()
 		o.str("name", name)
-		o.int("waiting", n("waiting")+n("prioritized"))
+		// waiting is the jobs ready to run without a priority, as the
+		// reference counts them; prioritized ones are not in it.
+		o.int("waiting", n("waiting"))
 		o.int("delayed", n("delayed"))
 		o.int("active", n("active"))
 		o.int("dlq", n("dlq"))
@@ -928,8 +956,8 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 	o.boolean("ok", true)
 	o.json("queues", append(list, ']'))
 	o.int("total", int64(len(qs)))
-	o.int("limit", int64(limit))
-	o.int("offset", int64(offset))
+	o.int("limit", limit)
+	o.int("offset", offset)
 	o.int("timestamp", a.b.now())
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
