@@ -673,10 +673,16 @@ func (a *httpAPI) serveJobsList(w http.ResponseWriter, r *http.Request, p []stri
 }
 
 // GET /queues/summary: every queue with its counts, a bare array as the
-// reference answers it.
+// reference answers it. The counts are the engine's (the database's in
+// PostgreSQL mode), as DashboardQueues reads them.
 func (a *httpAPI) serveQueuesSummary(w http.ResponseWriter, r *http.Request, _ []string) {
+	qs, err := a.srv.eng.DashboardQueues(r.Context())
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	out := []byte{'['}
-	for i, q := range a.b.queueSnaps() {
+	for i, q := range qs {
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -787,27 +793,45 @@ func (a *httpAPI) serveDLQStats(w http.ResponseWriter, r *http.Request, p []stri
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
 
-// GET /stats: the broker's figures, rates, memory and collections.
+// engineOverview reads the job figures, collection sizes and schedules
+// from the engine, as DashboardOverview does: in PostgreSQL mode they are
+// the database's, which every broker shows alike; the in-memory broker of
+// a PostgreSQL-mode server holds no jobs. The connections that hold jobs
+// are this server's.
+func (a *httpAPI) engineOverview(r *http.Request) (dashOverview, error) {
+	o, err := a.srv.eng.DashboardOverview(r.Context())
+	if err != nil {
+		return o, err
+	}
+	o.sizes.clients, o.sizes.clientJobs = a.srv.heldJobs()
+	return o, nil
+}
+
+// writeEngineError answers a route whose figures the engine could not
+// read (the database is out of reach).
+func writeEngineError(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
+}
+
+// GET /stats: the engine's job figures (engineOverview), with this
+// broker's counters, rates and memory.
 func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	ov, err := a.engineOverview(r)
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	b := a.b
 	now := b.now()
-	t := b.totals()
+	t := ov.totals
 	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
 	rates := b.rates.current()
-	crons := b.cron.List()
+	crons := ov.crons
 	pending := 0
 	for i := range crons {
 		if crons[i].MaxLimit == 0 || crons[i].Executions < crons[i].MaxLimit {
 			pending++
 		}
-	}
-	wc := 0
-	for _, s := range b.shards {
-		s.with(func() {
-			for _, q := range s.queues {
-				wc += len(q.wc)
-			}
-		})
 	}
 	st := jsonObj{}
 	st.open()
@@ -816,7 +840,7 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 		v int64
 	}{{"waiting", int64(t.Waiting)}, {"prioritized", int64(t.Prioritized)}, {"delayed", int64(t.Delayed)},
 		{"active", int64(t.Active)}, {"dlq", int64(t.DLQ)}, {"completed", int64(t.Completed)},
-		{"waiting-children", int64(wc)}, {"totalPushed", pushed}, {"totalPulled", pulled},
+		{"waiting-children", int64(t.WaitingChildren)}, {"totalPushed", pushed}, {"totalPulled", pulled},
 		{"totalCompleted", completed}, {"totalFailed", failed}, {"uptime", now - b.started},
 		{"cronJobs", int64(len(crons))}, {"cronPending", int64(pending)}} {
 		st.int(kv.k, kv.v)
@@ -830,14 +854,14 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 	o.boolean("ok", true)
 	o.json("stats", st.close())
 	o.json("memory", mem)
-	o.json("collections", a.collectionsJSON(t))
+	o.json("collections", collectionsJSON(ov))
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
 
 // collectionsJSON is the overview's collections object.
-func (a *httpAPI) collectionsJSON(t Totals) []byte {
+func collectionsJSON(ov dashOverview) []byte {
 	var e Enc
-	encodeCollections(&e, a.b.collections(a.srv, t), t)
+	encodeCollections(&e, ov.sizes, ov.totals)
 	out, _ := appendJSON(nil, e.B)
 	return out
 }
@@ -996,8 +1020,13 @@ func (a *httpAPI) serveGC(w http.ResponseWriter, r *http.Request, _ []string) {
 
 // GET /heapstats: heap figures for chasing a leak. The reference lists
 // JavaScript object types; Go's nearest is the runtime's allocation
-// counts, and the object count.
+// counts, and the object count. collections are /stats' (the engine's).
 func (a *httpAPI) serveHeapStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	ov, err := a.engineOverview(r)
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -1009,7 +1038,7 @@ func (a *httpAPI) serveHeapStats(w http.ResponseWriter, r *http.Request, _ []str
 	heap, _ := jsonMarshal(map[string]any{"objectCount": ms.HeapObjects, "goroutines": runtime.NumGoroutine(),
 		"gcCycles": ms.NumGC, "mallocs": ms.Mallocs, "frees": ms.Frees})
 	o.json("heap", heap)
-	o.json("collections", a.collectionsJSON(a.b.totals()))
+	o.json("collections", collectionsJSON(ov))
 	o.json("topObjectTypes", []byte("[]"))
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
