@@ -13,6 +13,7 @@ import (
 // Totals is a snapshot of the broker's state across every queue.
 type Totals struct {
 	Waiting, Prioritized, Delayed, Active, DLQ, Completed, Paused int
+	WaitingChildren                                               int
 	Queues                                                        int
 }
 
@@ -33,6 +34,7 @@ func (b *Broker) totals() Totals {
 				t.Active += q.nActive
 				t.DLQ += len(q.dlq)
 				t.Completed += q.nDone
+				t.WaitingChildren += len(q.wc)
 				if q.listed {
 					t.Queues++
 				}

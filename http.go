@@ -75,7 +75,10 @@ type httpAPI struct {
 }
 
 // route is one path pattern and method. Segments starting with ':' match
-// any one segment, which is passed, unescaped, to the handler.
+// any one segment, which is passed, unescaped, to the handler. The method
+// anyMethod matches every method: the probes, which the reference answers
+// whatever the method (a load balancer's health check may be set to POST
+// or HEAD).
 type route struct {
 	method  string
 	pattern []string
@@ -94,6 +97,9 @@ const (
 	routeOpen    routeFlags = 1 << iota // no token needed
 	routeEffects                        // a GET that changes something
 )
+
+// anyMethod is the method of a route that answers every method.
+const anyMethod = "*"
 
 func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
 	return newHTTPAPI(b, srv, bk, httpConfig{})
@@ -123,8 +129,11 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 func (a *httpAPI) Close() { a.cancel() }
 
 func (a *httpAPI) handle(method, pattern string, f routeFlags, h func(w http.ResponseWriter, r *http.Request, p []string)) {
+	// A probe answering any method reads and changes nothing, whatever
+	// the method.
+	reads := method == http.MethodGet || method == anyMethod
 	a.routes = append(a.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"),
-		open: f&routeOpen != 0, effects: method != http.MethodGet || f&routeEffects != 0, h: h})
+		open: f&routeOpen != 0, effects: !reads || f&routeEffects != 0, h: h})
 }
 
 // match finds the first route for the path and method, in the order they
@@ -156,7 +165,7 @@ func (a *httpAPI) match(method string, segs []string) (rt *route, params []strin
 		if !ok {
 			continue
 		}
-		if r.method == method {
+		if r.method == method || r.method == anyMethod {
 			return r, ps, nil
 		}
 		if !slices.Contains(allow, r.method) {
@@ -192,6 +201,12 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		segs[i] = u
 	}
 	rt, params, allow := a.match(r.Method, segs)
+	if rt == nil && !a.srv.httpAuthorized(r) {
+		// With tokens, a caller without one learns nothing of the routes,
+		// as in the reference, which checks the token before it routes.
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
+		return
+	}
 	if rt == nil {
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -398,14 +413,14 @@ func (a *httpAPI) hostRefusal(host string) string {
 
 func (a *httpAPI) addProbeRoutes() {
 	b, srv := a.b, a.srv
-	a.handle("GET", "/health", routeOpen, a.serveHealth)
+	a.handle(anyMethod, "/health", routeOpen, a.serveHealth)
 	ok := func(w http.ResponseWriter, r *http.Request, _ []string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "OK")
 	}
-	a.handle("GET", "/healthz", routeOpen, ok)
-	a.handle("GET", "/live", routeOpen, ok)
-	a.handle("GET", "/ready", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) {
+	a.handle(anyMethod, "/healthz", routeOpen, ok)
+	a.handle(anyMethod, "/live", routeOpen, ok)
+	a.handle(anyMethod, "/ready", routeOpen, func(w http.ResponseWriter, r *http.Request, _ []string) {
 		st := b.storageState()
 		if st.Err == nil {
 			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "ready": true})
@@ -475,7 +490,6 @@ func (a *httpAPI) serveHealth(w http.ResponseWriter, r *http.Request, _ []string
 		writeJSON(w, code, map[string]any{"ok": st.Err == nil, "status": status})
 		return
 	}
-	t := b.totals()
 	storage := map[string]any{"driver": st.Driver, "ok": st.Err == nil, "backlog": st.Backlog}
 	if st.Location != "" {
 		storage["path"] = st.Location
@@ -503,18 +517,10 @@ func (a *httpAPI) serveHealth(w http.ResponseWriter, r *http.Request, _ []string
 		"bunqueueVersion": compatVersion,
 		"protocolVersion": protocolVersion,
 		"uptime":          (b.now() - b.started) / 1000,
-		"queues": map[string]any{
-			"count":       t.Queues,
-			"waiting":     t.Waiting,
-			"prioritized": t.Prioritized,
-			"delayed":     t.Delayed,
-			"active":      t.Active,
-			"completed":   t.Completed,
-			"dlq":         t.DLQ,
-		},
-		"connections": map[string]any{"tcp": srv.nconns.Load(), "ws": ws, "sse": sse},
-		"memory":      memoryMB(false),
-		"workers":     b.workers.count(),
+		"queues":          a.healthQueues(r),
+		"connections":     map[string]any{"tcp": srv.nconns.Load(), "ws": ws, "sse": sse},
+		"memory":          memoryMB(false),
+		"workers":         b.workers.count(),
 	}
 	if a.live != nil {
 		// Events the live subscribers did not get: they were not
@@ -526,6 +532,32 @@ func (a *httpAPI) serveHealth(w http.ResponseWriter, r *http.Request, _ []string
 	}
 	writeJSON(w, code, resp)
 }
+
+// healthQueues is /health's job figures, the engine's (the database's in
+// PostgreSQL mode, as /stats). A probe must answer while the database
+// does not, and soon: the figures wait at most healthFiguresTimeout, and
+// without them queues says why instead.
+func (a *httpAPI) healthQueues(r *http.Request) map[string]any {
+	ctx, cancel := context.WithTimeout(r.Context(), healthFiguresTimeout)
+	defer cancel()
+	t, err := a.srv.eng.Totals(ctx)
+	if err != nil {
+		return map[string]any{"error": "job figures unavailable: " + err.Error()}
+	}
+	return map[string]any{
+		"count":       t.Queues,
+		"waiting":     t.Waiting,
+		"prioritized": t.Prioritized,
+		"delayed":     t.Delayed,
+		"active":      t.Active,
+		"completed":   t.Completed,
+		"dlq":         t.DLQ,
+	}
+}
+
+// healthFiguresTimeout bounds the database's share of a /health answer:
+// well under the few seconds a load balancer's check waits.
+const healthFiguresTimeout = 2 * time.Second
 
 // storageErrorSummary is what an unauthenticated caller learns of a
 // storage error: its kind, not its text.
@@ -557,13 +589,19 @@ func memoryMB(extra bool) map[string]any {
 	return m
 }
 
-// httpAuthorized checks the bearer token when tokens are configured.
+// httpAuthorized checks the token when tokens are configured: sent as
+// "Authorization: Bearer <token>", or, as the reference also takes it,
+// the bare token (which is no weaker: the token itself must match).
 func (s *Server) httpAuthorized(r *http.Request) bool {
 	if !s.authRequired() {
 		return true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && s.checkToken(tok)
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		tok = h
+	}
+	return tok != "" && s.checkToken(tok)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -307,18 +307,30 @@ func writeHTTPError(w http.ResponseWriter, err error) {
 	writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
 }
 
-// queryInt reads an integer query parameter: ok false when absent, a 400
-// naming it when it is not an integer.
-func queryInt(r *http.Request, name string) (int64, bool, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return 0, false, nil
+// jsParseInt reads a number as JavaScript's parseInt(s, 10) does, which
+// is how the reference reads its integer query parameters, so that a
+// script's "timeout=5000ms" or "offset=2.5" means there what it means
+// here: leading white space, a sign, and the digits after them ("5000ms"
+// is 5000). ok is false where parseInt gives NaN: no digits. Values past
+// 2^53 are held there, where a JavaScript number stops being exact.
+func jsParseInt(s string) (n int64, ok bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r\u00a0\ufeff")
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, false, badRequest("query parameter " + name + " must be an integer, not " + strconv.Quote(v))
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			break
+		}
+		ok = true
+		n = min(n*10+int64(c-'0'), 1<<53)
 	}
-	return n, true, nil
+	if neg {
+		n = -n
+	}
+	return n, ok
 }
 
 // pageBounds is the page [lo, hi) of n items that starts at offset and
@@ -534,11 +546,17 @@ func cronCmd(_ []string, b Map) (*cmdReq, error) {
 }
 
 // GET /queues/:queue/jobs?timeout=: PULL, a long poll when timeout is set.
+// The timeout is read as the reference reads it (jsParseInt); one that is
+// not a number at all, an empty one included, is PULL's own ok:false
+// answer, with a 200 as all of this route's answers.
 func (a *httpAPI) servePull(w http.ResponseWriter, r *http.Request, p []string) {
-	timeout, _, err := queryInt(r, "timeout")
-	if err != nil {
-		writeHTTPError(w, err)
-		return
+	var timeout int64
+	if vs, set := r.URL.Query()["timeout"]; set {
+		var ok bool
+		if timeout, ok = jsParseInt(vs[0]); !ok {
+			writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "timeout must be a finite number"})
+			return
+		}
 	}
 	writeAnswer(w, a.exec(r, newCmd("PULL").str("queue", p[0]).num("timeout", timeout).done()), http.StatusOK)
 }
@@ -631,24 +649,40 @@ func (a *httpAPI) serveJobsList(w http.ResponseWriter, r *http.Request, p []stri
 		strArray(&e, states)
 		c.raw("state", e.B)
 	}
-	for _, k := range []string{"limit", "offset"} {
-		n, ok, err := queryInt(r, k)
-		if err != nil {
-			writeHTTPError(w, err)
-			return
+	// limit and offset as the reference reads them: empty is absent, and
+	// a value that is not a number makes the page's bounds NaN there,
+	// which is an empty page; limit 0 is that page here.
+	var page [2]int64
+	var set [2]bool
+	for i, k := range []string{"limit", "offset"} {
+		if v := q.Get(k); v != "" {
+			n, ok := jsParseInt(v)
+			if !ok {
+				page, set = [2]int64{0, 0}, [2]bool{true, false}
+				break
+			}
+			page[i], set[i] = n, true
 		}
-		if ok {
-			c.num(k, n)
+	}
+	for i, k := range []string{"limit", "offset"} {
+		if set[i] {
+			c.num(k, page[i])
 		}
 	}
 	writeAnswer(w, a.exec(r, c.done()), http.StatusOK)
 }
 
 // GET /queues/summary: every queue with its counts, a bare array as the
-// reference answers it.
+// reference answers it. The counts are the engine's (the database's in
+// PostgreSQL mode), as DashboardQueues reads them.
 func (a *httpAPI) serveQueuesSummary(w http.ResponseWriter, r *http.Request, _ []string) {
+	qs, err := a.srv.eng.DashboardQueues(r.Context())
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	out := []byte{'['}
-	for i, q := range a.b.queueSnaps() {
+	for i, q := range qs {
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -759,27 +793,45 @@ func (a *httpAPI) serveDLQStats(w http.ResponseWriter, r *http.Request, p []stri
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
 
-// GET /stats: the broker's figures, rates, memory and collections.
+// engineOverview reads the job figures, collection sizes and schedules
+// from the engine, as DashboardOverview does: in PostgreSQL mode they are
+// the database's, which every broker shows alike; the in-memory broker of
+// a PostgreSQL-mode server holds no jobs. The connections that hold jobs
+// are this server's.
+func (a *httpAPI) engineOverview(r *http.Request) (dashOverview, error) {
+	o, err := a.srv.eng.DashboardOverview(r.Context())
+	if err != nil {
+		return o, err
+	}
+	o.sizes.clients, o.sizes.clientJobs = a.srv.heldJobs()
+	return o, nil
+}
+
+// writeEngineError answers a route whose figures the engine could not
+// read (the database is out of reach).
+func writeEngineError(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false, "error": err.Error()})
+}
+
+// GET /stats: the engine's job figures (engineOverview), with this
+// broker's counters, rates and memory.
 func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	ov, err := a.engineOverview(r)
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	b := a.b
 	now := b.now()
-	t := b.totals()
+	t := ov.totals
 	pushed, pulled, completed, failed := b.stats.pushed.Load(), b.stats.pulled.Load(), b.stats.completed.Load(), b.stats.failed.Load()
 	rates := b.rates.current()
-	crons := b.cron.List()
+	crons := ov.crons
 	pending := 0
 	for i := range crons {
 		if crons[i].MaxLimit == 0 || crons[i].Executions < crons[i].MaxLimit {
 			pending++
 		}
-	}
-	wc := 0
-	for _, s := range b.shards {
-		s.with(func() {
-			for _, q := range s.queues {
-				wc += len(q.wc)
-			}
-		})
 	}
 	st := jsonObj{}
 	st.open()
@@ -788,7 +840,7 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 		v int64
 	}{{"waiting", int64(t.Waiting)}, {"prioritized", int64(t.Prioritized)}, {"delayed", int64(t.Delayed)},
 		{"active", int64(t.Active)}, {"dlq", int64(t.DLQ)}, {"completed", int64(t.Completed)},
-		{"waiting-children", int64(wc)}, {"totalPushed", pushed}, {"totalPulled", pulled},
+		{"waiting-children", int64(t.WaitingChildren)}, {"totalPushed", pushed}, {"totalPulled", pulled},
 		{"totalCompleted", completed}, {"totalFailed", failed}, {"uptime", now - b.started},
 		{"cronJobs", int64(len(crons))}, {"cronPending", int64(pending)}} {
 		st.int(kv.k, kv.v)
@@ -802,14 +854,14 @@ func (a *httpAPI) serveStats(w http.ResponseWriter, r *http.Request, _ []string)
 	o.boolean("ok", true)
 	o.json("stats", st.close())
 	o.json("memory", mem)
-	o.json("collections", a.collectionsJSON(t))
+	o.json("collections", collectionsJSON(ov))
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
 
 // collectionsJSON is the overview's collections object.
-func (a *httpAPI) collectionsJSON(t Totals) []byte {
+func collectionsJSON(ov dashOverview) []byte {
 	var e Enc
-	encodeCollections(&e, a.b.collections(a.srv, t), t)
+	encodeCollections(&e, ov.sizes, ov.totals)
 	out, _ := appendJSON(nil, e.B)
 	return out
 }
@@ -882,16 +934,14 @@ func appendRawArray(dst []byte, items []Raw) []byte {
 // GET /dashboard/queues?limit=&offset=: a page of queues with their
 // counts.
 func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _ []string) {
-	// As the reference parses them: what is not a number is the default.
-	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
-	if err != nil || limit == 0 {
+	// As the reference parses them (jsParseInt): a limit that is not a
+	// number, or 0, is the default.
+	limit, _ := jsParseInt(r.URL.Query().Get("limit"))
+	if limit == 0 {
 		limit = 100
 	}
 	limit = min(max(limit, 1), 500)
-	offset, err := strconv.Atoi(r.URL.Query().Get("offset"))
-	if err != nil {
-		offset = 0
-	}
+	offset, _ := jsParseInt(r.URL.Query().Get("offset"))
 	offset = max(offset, 0)
 	// Through the command table, so that PostgreSQL mode's figures are the
 	// database's.
@@ -902,7 +952,7 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 	}
 	data, _, _ := ans.Map("data")
 	qs, _, _ := data.Array("queues")
-	lo, hi := pageBounds(len(qs), int64(offset), int64(limit), true)
+	lo, hi := pageBounds(len(qs), offset, limit, true)
 	page := qs[lo:hi]
 	list := []byte{'['}
 	for i, raw := range page {
@@ -916,7 +966,9 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 		o := jsonObj{b: list}
 		o.open()
 		o.str("name", name)
-		o.int("waiting", n("waiting")+n("prioritized"))
+		// waiting is the jobs ready to run without a priority, as the
+		// reference counts them; prioritized ones are not in it.
+		o.int("waiting", n("waiting"))
 		o.int("delayed", n("delayed"))
 		o.int("active", n("active"))
 		o.int("dlq", n("dlq"))
@@ -928,8 +980,8 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 	o.boolean("ok", true)
 	o.json("queues", append(list, ']'))
 	o.int("total", int64(len(qs)))
-	o.int("limit", int64(limit))
-	o.int("offset", int64(offset))
+	o.int("limit", limit)
+	o.int("offset", offset)
 	o.int("timestamp", a.b.now())
 	writeJSONBytes(w, http.StatusOK, o.close())
 }
@@ -968,8 +1020,13 @@ func (a *httpAPI) serveGC(w http.ResponseWriter, r *http.Request, _ []string) {
 
 // GET /heapstats: heap figures for chasing a leak. The reference lists
 // JavaScript object types; Go's nearest is the runtime's allocation
-// counts, and the object count.
+// counts, and the object count. collections are /stats' (the engine's).
 func (a *httpAPI) serveHeapStats(w http.ResponseWriter, r *http.Request, _ []string) {
+	ov, err := a.engineOverview(r)
+	if err != nil {
+		writeEngineError(w, err)
+		return
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -981,7 +1038,7 @@ func (a *httpAPI) serveHeapStats(w http.ResponseWriter, r *http.Request, _ []str
 	heap, _ := jsonMarshal(map[string]any{"objectCount": ms.HeapObjects, "goroutines": runtime.NumGoroutine(),
 		"gcCycles": ms.NumGC, "mallocs": ms.Mallocs, "frees": ms.Frees})
 	o.json("heap", heap)
-	o.json("collections", a.collectionsJSON(a.b.totals()))
+	o.json("collections", collectionsJSON(ov))
 	o.json("topObjectTypes", []byte("[]"))
 	writeJSONBytes(w, http.StatusOK, o.close())
 }

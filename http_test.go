@@ -176,9 +176,21 @@ func TestHTTPProbes(t *testing.T) {
 	if r := c.ok("GET", "/ready", nil); r["ready"] != true {
 		t.Fatalf("/ready %v", r)
 	}
-	// HEAD works where GET does.
+	// HEAD works where GET does, and the probes answer any method, as the
+	// reference's do (a load balancer's check may be set to POST).
 	if code, _, _ := c.do("HEAD", "/healthz", nil); code != 200 {
 		t.Fatalf("HEAD /healthz: %d", code)
+	}
+	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
+		for _, p := range []string{"/health", "/healthz", "/live", "/ready"} {
+			want := 200
+			if m == "OPTIONS" {
+				want = 204 // a preflight, before any route
+			}
+			if code, _, raw := c.do(m, p, nil); code != want {
+				t.Errorf("%s %s: %d %.100s", m, p, code, raw)
+			}
+		}
 	}
 }
 
@@ -230,11 +242,22 @@ func TestHTTPBadInput(t *testing.T) {
 	if e := c.fail("POST", "/queues/q/jobs", `{"data":{},"priority":"high"}`, 400); !strings.Contains(e, "priority") {
 		t.Errorf("error %q", e)
 	}
-	// Query parameters.
-	if e := c.fail("GET", "/queues/q/jobs?timeout=soon", nil, 400); !strings.Contains(e, "timeout") {
+	// Query parameters are read as the reference reads them, with
+	// JavaScript's parseInt: a number's leading digits count, and what is
+	// not a number is PULL's ok:false, or an empty page of a listing.
+	if e := c.fail("GET", "/queues/q/jobs?timeout=soon", nil, 200); e != "timeout must be a finite number" {
 		t.Errorf("error %q", e)
 	}
-	c.fail("GET", "/queues/q/jobs/list?limit=x", nil, 400)
+	c.ok("POST", "/queues/lim/jobs", map[string]any{"data": 1})
+	c.ok("POST", "/queues/lim/jobs", map[string]any{"data": 2})
+	for query, want := range map[string]int{"limit=x": 0, "offset=x": 0, "limit=1x": 1, "limit=": 2, "limit=%201": 1, "offset=1.9": 1} {
+		if got := jarr(t, c.ok("GET", "/queues/lim/jobs/list?"+query, nil)["jobs"]); len(got) != want {
+			t.Errorf("jobs/list?%s: %d jobs, want %d", query, len(got), want)
+		}
+	}
+	if j := c.ok("GET", "/queues/lim/jobs?timeout=5ms", nil); j["job"] == nil {
+		t.Errorf("pull with timeout=5ms: %v", j)
+	}
 	c.fail("GET", "/dashboard/queues/"+strings.Repeat("x", 300), nil, 400)
 
 	// Bodies are bounded.
@@ -508,6 +531,15 @@ func TestHTTPFigures(t *testing.T) {
 		t.Fatalf("/dashboard/queues %v", dq)
 	}
 	hasKeys(t, "/dashboard/queues item", jobj(t, jarr(t, dq["queues"])[0]), "name", "waiting", "delayed", "active", "dlq", "paused")
+	// waiting leaves out prioritized jobs, as the reference counts it.
+	c.ok("POST", "/queues/f/jobs", map[string]any{"data": 9, "priority": 5})
+	if w := jnum(t, jobj(t, jarr(t, c.ok("GET", "/dashboard/queues", nil)["queues"])[0])["waiting"]); w != 3 {
+		t.Fatalf("/dashboard/queues waiting %d, want 3 (the prioritized job is not waiting)", w)
+	}
+	// Integers are read as JavaScript's parseInt reads them.
+	if dq := c.ok("GET", "/dashboard/queues?limit=5abc&offset=x", nil); jnum(t, dq["limit"]) != 5 || jnum(t, dq["offset"]) != 0 {
+		t.Fatalf("/dashboard/queues?limit=5abc %v", dq)
+	}
 	if n := len(jarr(t, c.ok("GET", "/dashboard/queues?offset=5", nil)["queues"])); n != 0 {
 		t.Fatalf("offset past the end: %d", n)
 	}
@@ -602,11 +634,25 @@ func TestHTTPAuth(t *testing.T) {
 			t.Errorf("%s %s: %q", r[0], r[1], e)
 		}
 	}
+	// Without a token, nothing is learnt of the routes: an unknown path
+	// and a wrong method are a 401 too, as in the reference.
+	c.fail("GET", "/nope", nil, 401)
+	c.fail("PUT", "/jobs/x", nil, 401)
 	c.token = "wrong"
 	c.fail("GET", "/queues", nil, 401)
+	c.fail("GET", "/nope", nil, 401)
 	c.token = "other"
 	c.ok("GET", "/queues", nil)
 	c.ok("POST", "/queues/q/jobs", map[string]any{"data": 1})
+	c.fail("GET", "/nope", nil, 404)
+	c.fail("PUT", "/jobs/x", nil, 405)
+	// The bare token, without "Bearer ", as the reference takes it.
+	c.token = ""
+	c.hdr = map[string]string{"Authorization": "s3cret"}
+	c.ok("GET", "/queues", nil)
+	c.hdr = map[string]string{"Authorization": "Bearer"}
+	c.fail("GET", "/queues", nil, 401)
+	c.hdr = nil
 	// A browser's preflight comes without the token.
 	c.token = ""
 	if code, _, _ := c.do("OPTIONS", "/queues", nil); code != 204 {

@@ -674,7 +674,7 @@ func TestPGDashboardFromTheDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, _ := json.Marshal(body.Queues)
-		want := `[{"active":1,"delayed":1,"dlq":1,"name":"dash","paused":false,"waiting":4},{"active":0,"delayed":0,"dlq":0,"name":"other","paused":true,"waiting":1}]`
+		want := `[{"active":1,"delayed":1,"dlq":1,"name":"dash","paused":false,"waiting":2},{"active":0,"delayed":0,"dlq":0,"name":"other","paused":true,"waiting":1}]`
 		if string(got) != want || body.Total != 2 {
 			t.Fatalf("GET /dashboard/queues on port %d: %s (total %d), want %s", p.httpPort, got, body.Total, want)
 		}

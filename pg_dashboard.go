@@ -15,7 +15,7 @@ import (
 // with sizes, in the same pass, the collection sizes of the overview.
 func (p *PG) totals(ctx context.Context, q pgQuerier, sizes *collectionSizes) (Totals, error) {
 	var t Totals
-	dst := []any{&t.Waiting, &t.Prioritized, &t.Delayed, &t.Active, &t.DLQ, &t.Completed, &t.Paused, &t.Queues}
+	dst := []any{&t.Waiting, &t.Prioritized, &t.Delayed, &t.Active, &t.DLQ, &t.Completed, &t.Paused, &t.WaitingChildren, &t.Queues}
 	sql := `SELECT
 			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority <= 0),
 			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority > 0),
@@ -24,6 +24,7 @@ func (p *PG) totals(ctx context.Context, q pgQuerier, sizes *collectionSizes) (T
 			count(*) FILTER (WHERE j.state = 6),
 			count(*) FILTER (WHERE j.state = 5),
 			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND q.paused),
+			count(*) FILTER (WHERE j.state = 7),
 			(SELECT count(*) FROM {s}.queues)`
 	if sizes != nil {
 		sql += `,
