@@ -204,6 +204,7 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt == nil && !a.srv.httpAuthorized(r) {
 		// With tokens, a caller without one learns nothing of the routes,
 		// as in the reference, which checks the token before it routes.
+		a.srv.b.announce(newNote("auth:failed").str("transport", "http"))
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
 		return
 	}
