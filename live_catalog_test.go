@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
@@ -332,4 +333,227 @@ func TestLiveCatalogNames(t *testing.T) {
 			t.Errorf("pattern %q has no family", n)
 		}
 	}
+}
+
+// catalogModes are the storage modes the engine notices are proven in:
+// each starts a server subprocess and answers the addresses to act on
+// and to watch (in PostgreSQL mode, two brokers of one namespace: what
+// one broker's engine does must reach the other's subscribers, once).
+func catalogModes(t *testing.T) map[string]func(t *testing.T) (act *serverProc, watch *serverProc) {
+	return map[string]func(t *testing.T) (*serverProc, *serverProc){
+		"memory": func(t *testing.T) (*serverProc, *serverProc) {
+			p := startBinary(t, "--memory", "--webhook-allow-private")
+			return p, p
+		},
+		"sqlite": func(t *testing.T) (*serverProc, *serverProc) {
+			p := startBinary(t, "--data-path", t.TempDir()+"/q.db", "--webhook-allow-private")
+			return p, p
+		},
+		"postgres": func(t *testing.T) (*serverProc, *serverProc) {
+			ns := pgTestNamespace(t)
+			a := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--webhook-allow-private")
+			b := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--webhook-allow-private")
+			return a, b
+		},
+	}
+}
+
+// TestLiveCatalogEngine: what the engines' own work announces (a job
+// dead-lettered, timed out, expired, a flow completed, a cron run, ...),
+// in every storage mode.
+func TestLiveCatalogEngine(t *testing.T) {
+	for mode, start := range catalogModes(t) {
+		t.Run(mode, func(t *testing.T) {
+			act, watch := start(t)
+			w := watchLive(t, fmt.Sprintf("127.0.0.1:%d", watch.httpPort), "/ws", "*")
+			c := dial(t, act.addr())
+			catalogEngineScript(t, c, w)
+			if mode == "postgres" {
+				// Each notice reached the watching broker once.
+				counts := map[string]int{}
+				for _, m := range w.seen {
+					if d, ok := m["data"].(map[string]any); ok && m["event"] == "queue:created" {
+						counts[fmt.Sprint(d["queue"])]++
+					}
+				}
+				for q, n := range counts {
+					if n != 1 {
+						t.Errorf("queue:created for %s reached the other broker %d times", q, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+func catalogEngineScript(t *testing.T, c *tclient, w *liveWatch) {
+	// A new queue, and a job that waits for another.
+	dep := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-deps", "data": M{}}), "id")
+	w.expect("queue:created", M{"queue": "e-deps"})
+	waiter := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-deps", "data": M{}, "dependsOn": []any{dep}}), "id")
+	d := w.expect("job:waiting-children", M{"jobId": waiter, "queue": "e-deps"})
+	if fmt.Sprint(d["dependsOn"]) != "["+dep+"]" {
+		t.Errorf("job:waiting-children dependsOn %v", d["dependsOn"])
+	}
+	if got := jobj(t, c.ok(M{"cmd": "PULL", "queue": "e-deps"})["job"])["id"]; got != dep {
+		t.Fatalf("pulled %v, want %s", got, dep)
+	}
+	c.ok(M{"cmd": "ACK", "id": dep})
+	w.expect("job:dependencies-resolved", M{"jobId": waiter, "queue": "e-deps"})
+
+	// Dead-lettered, with the reason.
+	dead := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-dlq", "data": M{}, "maxAttempts": 1}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "e-dlq"})
+	c.ok(M{"cmd": "FAIL", "id": dead, "error": "boom"})
+	w.expect("dlq:added", M{"queue": "e-dlq", "jobId": dead, "reason": "max_attempts_exceeded"})
+
+	// A job past its timeout, and one whose lock lapsed.
+	slow := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-time", "data": M{}, "timeout": 300}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "e-time"})
+	w.expect("job:timeout", M{"jobId": slow, "queue": "e-time", "timeout": 300})
+	held := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-lock", "data": M{}}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "e-lock", "owner": "w", "lockTtl": 300})
+	w.expect("job:lock-expired", M{"jobId": held, "queue": "e-lock", "renewalCount": 0})
+
+	// A job whose ttl ran out while it waited.
+	old := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-ttl", "data": M{}, "ttl": 50}), "id")
+	time.Sleep(150 * time.Millisecond)
+	c.ok(M{"cmd": "PULL", "queue": "e-ttl"})
+	w.expect("job:expired", M{"jobId": old, "queue": "e-ttl", "ttl": 50})
+
+	// Deduplication, by default and extending the hold.
+	first := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-dup", "data": M{}, "uniqueKey": "k"}), "id")
+	c.ok(M{"cmd": "PUSH", "queue": "e-dup", "data": M{}, "uniqueKey": "k"})
+	w.expect("job:deduplicated", M{"queue": "e-dup", "jobId": first, "strategy": "default"})
+	ext := M{"ttl": 60000, "extend": true}
+	kept := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-dup", "data": M{}, "uniqueKey": "x", "dedup": ext}), "id")
+	c.ok(M{"cmd": "PUSH", "queue": "e-dup", "data": M{}, "uniqueKey": "x", "dedup": ext})
+	w.expect("job:deduplicated", M{"queue": "e-dup", "jobId": kept, "strategy": "extend"})
+
+	// Flows: the last child completes the parent; a child dead-lettered
+	// fails it.
+	flow := func(parent, child string, childOpts M) {
+		in := M{"parentId": parent, "data": M{"__parentId": parent, "__parentQueue": "e-flow"}}
+		for k, v := range childOpts {
+			in[k] = v
+		}
+		c.ok(M{"cmd": "PUSHF", "jobs": []any{
+			M{"id": child, "queue": "e-kids", "input": in},
+			M{"id": parent, "queue": "e-flow", "input": M{"dependsOn": []any{child}, "childrenIds": []any{child}, "data": M{}}},
+		}})
+	}
+	flow("par-ok", "kid-ok", nil)
+	c.ok(M{"cmd": "PULL", "queue": "e-kids"})
+	c.ok(M{"cmd": "ACK", "id": "kid-ok", "result": "done"})
+	w.expect("flow:completed", M{"parentJobId": "par-ok", "queue": "e-flow", "childrenCount": 1})
+	flow("par-bad", "kid-bad", M{"maxAttempts": 1})
+	c.ok(M{"cmd": "PULL", "queue": "e-kids"})
+	c.ok(M{"cmd": "FAIL", "id": "kid-bad", "error": "kid broke"})
+	w.expect("flow:failed", M{"parentJobId": "par-bad", "failedChildId": "kid-bad", "queue": "e-kids", "error": "kid broke"})
+
+	// Limits holding a ready job back.
+	c.ok(M{"cmd": "SetConcurrency", "queue": "e-conc", "limit": 1})
+	for i := 0; i < 2; i++ {
+		c.ok(M{"cmd": "PUSH", "queue": "e-conc", "data": M{}})
+	}
+	c.ok(M{"cmd": "PULL", "queue": "e-conc"})
+	c.ok(M{"cmd": "PULL", "queue": "e-conc"})
+	w.expect("concurrency:rejected", M{"queue": "e-conc"})
+	c.ok(M{"cmd": "RateLimit", "queue": "e-rate", "limit": 1, "duration": 60000})
+	for i := 0; i < 2; i++ {
+		c.ok(M{"cmd": "PUSH", "queue": "e-rate", "data": M{}})
+	}
+	c.ok(M{"cmd": "PULL", "queue": "e-rate"})
+	c.ok(M{"cmd": "PULL", "queue": "e-rate"})
+	w.expect("ratelimit:rejected", M{"queue": "e-rate"})
+
+	// The DLQ's own time: an auto-retry, and an entry past its age.
+	c.ok(M{"cmd": "SetDlqConfig", "queue": "e-auto", "config": M{"autoRetry": true, "autoRetryInterval": 200, "maxAutoRetries": 1}})
+	auto := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-auto", "data": M{}, "maxAttempts": 1}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "e-auto"})
+	c.ok(M{"cmd": "FAIL", "id": auto})
+	w.expect("dlq:auto-retried", M{"queue": "e-auto", "count": 1})
+	c.ok(M{"cmd": "SetDlqConfig", "queue": "e-age", "config": M{"maxAge": 200}})
+	aged := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-age", "data": M{}, "maxAttempts": 1}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "e-age"})
+	c.ok(M{"cmd": "FAIL", "id": aged})
+	w.expect("dlq:expired", M{"queue": "e-age", "count": 1})
+
+	// Cron runs: fired, and skipped for want of a worker.
+	c.ok(M{"cmd": "Cron", "name": "e-tick", "queue": "e-cron", "repeatEvery": 200, "maxLimit": 1})
+	w.expect("cron:fired", M{"name": "e-tick", "queue": "e-cron"})
+	c.ok(M{"cmd": "Cron", "name": "e-idle", "queue": "e-cron-none", "repeatEvery": 200, "skipIfNoWorker": true})
+	w.expect("cron:skipped", M{"name": "e-idle", "queue": "e-cron-none", "reason": "no-worker"})
+	c.ok(M{"cmd": "CronDelete", "name": "e-idle"})
+
+	// Webhook deliveries.
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer good.Close()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	defer bad.Close()
+	okHook := fmt.Sprint(jobj(t, c.ok(M{"cmd": "AddWebhook", "url": good.URL, "events": []any{"job.pushed"}, "queue": "e-hook"})["data"])["webhookId"])
+	badHook := fmt.Sprint(jobj(t, c.ok(M{"cmd": "AddWebhook", "url": bad.URL, "events": []any{"job.pushed"}, "queue": "e-hook"})["data"])["webhookId"])
+	c.ok(M{"cmd": "PUSH", "queue": "e-hook", "data": M{}})
+	w.expect("webhook:fired", M{"webhookId": okHook, "url": good.URL, "event": "job.pushed"})
+	d = w.expect("webhook:failed", M{"webhookId": badHook, "url": bad.URL, "event": "job.pushed"})
+	if d["error"] == nil {
+		t.Errorf("webhook:failed without its error: %v", d)
+	}
+}
+
+// TestLiveCatalogMonitor: the monitor's notices, with the reference's
+// thresholds from the environment.
+func TestLiveCatalogMonitor(t *testing.T) {
+	t.Setenv("QUEUE_IDLE_THRESHOLD_MS", "200")
+	t.Setenv("QUEUE_SIZE_THRESHOLD", "3")
+	t.Setenv("WORKER_OVERLOAD_THRESHOLD_MS", "200")
+	t.Setenv("MEMORY_WARNING_MB", "1")
+	ts := startServerHTTP(t, &config{webhookAllowPrivate: true,
+		liveEvery: liveIntervals{stats: time.Hour, health: time.Hour, storage: time.Hour, monitor: 100 * time.Millisecond}})
+	w := watchLive(t, ts.http, "/ws", "*")
+	c := dial(t, ts.addr)
+	c.ok(M{"cmd": "PUSH", "queue": "m-idle", "data": M{}})
+	c.ok(M{"cmd": "PULL", "queue": "m-idle"})
+	c.ok(M{"cmd": "Drain", "queue": "m-idle"})
+	// Active jobs keep a queue busy; its job done, it goes idle.
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "m-idle", "data": M{}}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "m-idle"})
+	c.ok(M{"cmd": "ACK", "id": id})
+	d := w.expect("queue:idle", M{"queue": "m-idle"})
+	if n, _ := d["idleSeconds"].(float64); n < 0 {
+		t.Errorf("queue:idle %v", d)
+	}
+	for i := 0; i < 3; i++ {
+		c.ok(M{"cmd": "PUSH", "queue": "m-big", "data": M{}})
+	}
+	w.expect("queue:threshold", M{"queue": "m-big", "size": 3, "threshold": 3})
+	wd := jobj(t, c.ok(M{"cmd": "RegisterWorker", "name": "busy", "queues": []any{"m-big"}, "concurrency": 2})["data"])
+	wid := fmt.Sprint(wd["workerId"])
+	c.ok(M{"cmd": "Heartbeat", "id": wid, "activeJobs": 2})
+	w.expect("worker:overloaded", M{"workerId": wid, "name": "busy", "activeJobs": 2, "concurrency": 2})
+	d = w.expect("server:memory-warning", M{"thresholdMB": 1})
+	if d["heapUsedMB"] == nil || d["rssMB"] == nil {
+		t.Errorf("server:memory-warning %v", d)
+	}
+	// Said once while it holds.
+	time.Sleep(300 * time.Millisecond)
+	w.absent("queue:threshold-twice", func() string { return markerHook(t, c) })
+	n := 0
+	for _, m := range w.seen {
+		if m["event"] == "queue:threshold" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("queue:threshold announced %d times while the queue stayed over it", n)
+	}
+}
+
+// markerHook adds and removes a webhook: its webhook:removed is a marker
+// in the stream.
+func markerHook(t *testing.T, c *tclient) string {
+	d := jobj(t, c.ok(M{"cmd": "AddWebhook", "url": "http://127.0.0.1:9/x", "events": []any{"job.completed"}})["data"])
+	id := fmt.Sprint(d["webhookId"])
+	c.ok(M{"cmd": "RemoveWebhook", "webhookId": id})
+	return id
 }
