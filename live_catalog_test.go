@@ -512,12 +512,11 @@ func TestLiveCatalogMonitor(t *testing.T) {
 		liveEvery: liveIntervals{stats: time.Hour, health: time.Hour, storage: time.Hour, monitor: 100 * time.Millisecond}})
 	w := watchLive(t, ts.http, "/ws", "*")
 	c := dial(t, ts.addr)
-	c.ok(M{"cmd": "PUSH", "queue": "m-idle", "data": M{}})
-	c.ok(M{"cmd": "PULL", "queue": "m-idle"})
-	c.ok(M{"cmd": "Drain", "queue": "m-idle"})
-	// Active jobs keep a queue busy; its job done, it goes idle.
+	// An active job keeps a queue busy; its job done, it goes idle.
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "m-idle", "data": M{}}), "id")
 	c.ok(M{"cmd": "PULL", "queue": "m-idle"})
+	time.Sleep(500 * time.Millisecond) // more than two idle thresholds
+	w.absent("queue:idle", func() string { return markerHook(t, c) })
 	c.ok(M{"cmd": "ACK", "id": id})
 	d := w.expect("queue:idle", M{"queue": "m-idle"})
 	if n, _ := d["idleSeconds"].(float64); n < 0 {
