@@ -222,7 +222,10 @@ func (r backupResult) JSON() map[string]any {
 
 // BackupService takes backups of one database to one bucket.
 type BackupService struct {
-	log      *slog.Logger
+	log *slog.Logger
+	// announce tells the live streams of each backup (storage:backup-*;
+	// Broker.announce, set once the broker is made).
+	announce func(*note)
 	src      backupSource
 	workDir  string // snapshots are made beside the database, not in a RAM-backed /tmp
 	s3       *S3Client
@@ -396,6 +399,14 @@ func (s *BackupService) firstRun() time.Time {
 	return now
 }
 
+// tell announces a backup's progress to the live streams, when the server
+// has them.
+func (s *BackupService) tell(n *note) {
+	if s.announce != nil {
+		s.announce(n)
+	}
+}
+
 // BackupNow takes one backup, waiting for one in progress to finish first.
 func (s *BackupService) BackupNow(ctx context.Context) (backupResult, error) {
 	select {
@@ -415,9 +426,15 @@ func (s *BackupService) BackupNow(ctx context.Context) (backupResult, error) {
 	s.running = true
 	s.attempts++
 	s.mu.Unlock()
+	s.tell(newNote("storage:backup-started").str("bucket", s.s3.bucket))
 	t0 := time.Now()
 	res, err := s.backupOnce(ctx)
 	took := time.Since(t0)
+	if err != nil {
+		s.tell(newNote("storage:backup-failed").str("bucket", s.s3.bucket).str("error", err.Error()))
+	} else {
+		s.tell(newNote("storage:backup-completed").str("bucket", s.s3.bucket).str("key", res.Key))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running = false

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -710,5 +712,42 @@ func TestBackupInPostgresMode(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "pg_dump") || strings.Contains(string(body), "memory") {
 		t.Fatalf("GET /backup in PostgreSQL mode: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A backup announces itself to the live streams: started, then completed
+// with its key, or failed with the error.
+func TestBackupNotices(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.db")
+	b, st, _ := openTestStore(t, live)
+	defer st.Close()
+	defer b.Close()
+	pushN(t, b, st, "n", 10)
+	fake := newFakeS3("bk")
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	bk, _ := testBackups(t, st, live, ts.URL, "bk", 3, time.Hour)
+	var mu sync.Mutex
+	var got []string
+	bk.announce = func(n *note) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n.name+" "+string(n.o.close()))
+	}
+	res, err := bk.BackupNow(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.failWhen(func(r *http.Request) bool { return r.Method == "PUT" })
+	if _, err := bk.BackupNow(t.Context()); err == nil {
+		t.Fatal("a backup to a failing bucket succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{`storage:backup-started {"bucket":"bk"}`, `storage:backup-completed {"bucket":"bk","key":` + strconv.Quote(res.Key) + `}`,
+		`storage:backup-started {"bucket":"bk"}`}
+	if len(got) != 4 || !slices.Equal(got[:3], want) || !strings.HasPrefix(got[3], `storage:backup-failed {"bucket":"bk","error":"`) {
+		t.Fatalf("notices:\n%s", strings.Join(got, "\n"))
 	}
 }

@@ -427,6 +427,9 @@ func (s *serverRun) startBroker() error {
 	}
 	b.log = log
 	s.b = b
+	if s.bk != nil {
+		s.bk.announce = b.announce
+	}
 	if s.sq == nil {
 		return nil
 	}
