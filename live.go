@@ -216,6 +216,14 @@ func (l *live) publishJobEvent(ev *Event) {
 			}
 		case evDelayed:
 			o.int("delay", a.delay)
+		case evStalled:
+			// The reference sends a stall twice, {queue, jobId} and
+			// {jobId, queue, stallCount, action}; here it is once, with
+			// both's fields.
+			if a.action != "" {
+				o.int("stallCount", int64(a.stallCount))
+				o.str("action", a.action)
+			}
 		}
 	}
 	d := jsonObj{}

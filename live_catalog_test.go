@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -555,4 +556,48 @@ func markerHook(t *testing.T, c *tclient) string {
 	id := fmt.Sprint(d["webhookId"])
 	c.ok(M{"cmd": "RemoveWebhook", "webhookId": id})
 	return id
+}
+
+// TestLiveCatalogDocs: docs/http-api.md's catalogue names every event
+// Subscribe takes.
+func TestLiveCatalogDocs(t *testing.T) {
+	doc, err := os.ReadFile("docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(doc), "\n### The event catalogue\n")
+	if !ok {
+		t.Fatal(`docs/http-api.md has no "### The event catalogue" section`)
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	for p := range wsValidPatterns {
+		if strings.HasSuffix(p, "*") {
+			continue
+		}
+		if !strings.Contains(sec, "`"+p+"`") {
+			t.Errorf("%s is not in docs/http-api.md's event catalogue", p)
+		}
+	}
+}
+
+// TestLiveCatalogShutdown: subscribers hear the server go before their
+// streams close.
+func TestLiveCatalogShutdown(t *testing.T) {
+	ts := startServerHTTP(t, nil)
+	w := watchLive(t, ts.http, "/ws", "server:*")
+	ts.cancel()
+	w.expect("server:shutdown", M{"signal": "shutdown"})
+}
+
+// TestLiveCatalogStall: a stall, with its count and what became of the job.
+func TestLiveCatalogStall(t *testing.T) {
+	ts := startServerHTTP(t, nil)
+	w := watchLive(t, ts.http, "/ws", "job:stalled")
+	c := dial(t, ts.addr)
+	c.ok(M{"cmd": "SetStallConfig", "queue": "st", "config": M{"stallInterval": 200, "gracePeriod": 0}})
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "st", "data": M{}, "stallTimeout": 200}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "st"})
+	w.expect("job:stalled", M{"jobId": id, "queue": "st", "stallCount": 1, "action": "retry"})
 }
