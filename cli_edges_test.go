@@ -6,6 +6,8 @@ package main
 // pull, fail and queue clean tell and do.
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -329,5 +331,33 @@ func TestCLICleanDefaultKeepsWaiting(t *testing.T) {
 	_, help, _ := runCLI(t, "help", "queue")
 	if !strings.Contains(help, "completed (the default)") || !strings.Contains(help, "only when asked for") {
 		t.Errorf("help queue does not give clean's default:\n%s", help)
+	}
+}
+
+// TestServeRefusesBadEnv: a number or yes/no variable that is neither is
+// refused, naming it, as its flag would be (TCP_PORT=abc used to start on
+// 6789 without a word); the flag on the command line wins over it.
+func TestServeRefusesBadEnv(t *testing.T) {
+	for _, c := range []struct{ key, val, want string }{
+		{"TCP_PORT", "abc", `TCP_PORT="abc" is not a whole number (it sets --tcp-port)`},
+		{"HTTP_PORT", "xyz", `HTTP_PORT="xyz" is not a whole number (it sets --http-port)`},
+		{"QUEUED_WEBHOOK_ALLOW_PRIVATE", "bogus", `QUEUED_WEBHOOK_ALLOW_PRIVATE="bogus" is neither yes nor no`},
+		{"S3_BACKUP_RETENTION", "seven", `S3_BACKUP_RETENTION="seven" is not a whole number (it sets --backup-keep)`},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			t.Setenv(c.key, c.val)
+			var out, errb bytes.Buffer
+			if code := run([]string{"serve", "--memory"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+		})
+	}
+	t.Setenv("TCP_PORT", "abc")
+	fs, _ := serverFlags(io.Discard)
+	if err := fs.Parse([]string{"--tcp-port", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkFlagEnv(fs); err != nil {
+		t.Fatalf("--tcp-port given, TCP_PORT is not read: %v", err)
 	}
 }

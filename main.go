@@ -112,6 +112,49 @@ func envInt(keys []string, def int) int {
 	return n
 }
 
+// checkFlagEnv refuses a number or yes/no flag whose default came from an
+// environment variable that is not one (TCP_PORT=abc), as the flag itself
+// would be refused; envInt and envBool fall back to the default rather
+// than fail where the variable is read. A flag given on the command line
+// wins, so its variable is not looked at. A flag's variables are the ones
+// its usage names in brackets.
+func checkFlagEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if given[f.Name] || !ok {
+			return
+		}
+		open, close := strings.LastIndex(f.Usage, "["), strings.LastIndex(f.Usage, "]")
+		if open < 0 || close < open {
+			return
+		}
+		for _, key := range strings.Split(f.Usage[open+1:close], ",") {
+			key = strings.TrimSpace(key)
+			v, set := os.LookupEnv(key)
+			if !set || v == "" {
+				continue
+			}
+			switch g.Get().(type) {
+			case int:
+				if _, err := strconv.Atoi(v); err != nil {
+					errs = append(errs, fmt.Errorf("%s=%q is not a whole number (it sets --%s)", key, v, f.Name))
+				}
+			case bool:
+				switch strings.ToLower(v) {
+				case "1", "true", "yes", "on", "0", "false", "no", "off":
+				default:
+					errs = append(errs, fmt.Errorf("%s=%q is neither yes nor no (1, true, yes, on; 0, false, no, off; it sets --%s)", key, v, f.Name))
+				}
+			}
+			return // the first variable set is the one used
+		}
+	})
+	return errors.Join(errs...)
+}
+
 // envBool reads a yes/no variable: 1, true, yes and on are yes.
 func envBool(key string) bool {
 	switch strings.ToLower(envOr([]string{key}, "")) {
@@ -233,6 +276,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "queued: unexpected argument %q\nThe server's flags: queued help serve; the commands: queued help\n", fs.Arg(0))
+		return 2
+	}
+	if err := checkFlagEnv(fs); err != nil {
+		fmt.Fprintf(stderr, "queued: %v\nThe server's flags: queued help serve\n", err)
 		return 2
 	}
 	if c.httpPort <= 0 {
