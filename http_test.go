@@ -139,7 +139,7 @@ func jnum(t *testing.T, v any) int64 {
 	return i
 }
 
-func jobj(t *testing.T, v any) map[string]any {
+func jobj(t testing.TB, v any) map[string]any {
 	t.Helper()
 	m, ok := v.(map[string]any)
 	if !ok {
