@@ -217,7 +217,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"SQLite durability: normal survives a process crash, full also a power loss [QUEUED_SYNC]")
 	c.pgURL = pgURLFromEnv()
 	fs.Var(dsnFlag{&c.pgURL}, "postgres-url",
-		"PostgreSQL mode: several brokers share this database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
+		"PostgreSQL mode: several brokers share this database `URL` (shown with its password masked); also DATABASE_URL with BUNQUEUE_STORAGE_DRIVER=postgres [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
@@ -293,7 +293,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	// DATA_PATH a default and its env file still choose PostgreSQL.
 	fs.Visit(func(f *flag.Flag) { c.explicitDB = c.explicitDB || f.Name == "data-path" })
 	if c.pgURL == "" && strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "postgres") {
-		fmt.Fprintln(stderr, "queued: BUNQUEUE_STORAGE_DRIVER=postgres needs a URL: --postgres-url or BUNQUEUE_POSTGRES_URL")
+		fmt.Fprintln(stderr, "queued: BUNQUEUE_STORAGE_DRIVER=postgres needs a URL: --postgres-url, BUNQUEUE_POSTGRES_URL or DATABASE_URL")
 		return 2
 	}
 	if c.pgURL != "" && (c.explicitDB || c.memory) {
