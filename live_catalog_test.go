@@ -339,25 +339,34 @@ func TestLiveCatalogNames(t *testing.T) {
 	}
 }
 
+// catalogMode is a storage mode's servers: act is acted on, watch is
+// watched, and another starts one more broker of the same storage
+// (PostgreSQL mode only; nil otherwise).
+type catalogMode struct {
+	act, watch *serverProc
+	another    func() *serverProc
+}
+
 // catalogModes are the storage modes the engine notices are proven in:
-// each starts a server subprocess and answers the addresses to act on
-// and to watch (in PostgreSQL mode, two brokers of one namespace: what
-// one broker's engine does must reach the other's subscribers, once).
-func catalogModes(t *testing.T) map[string]func(t *testing.T) (act *serverProc, watch *serverProc) {
-	return map[string]func(t *testing.T) (*serverProc, *serverProc){
-		"memory": func(t *testing.T) (*serverProc, *serverProc) {
+// each starts server subprocesses (in PostgreSQL mode, two brokers of one
+// namespace: what one broker's engine does must reach the other's
+// subscribers, once).
+func catalogModes() map[string]func(t *testing.T) catalogMode {
+	return map[string]func(t *testing.T) catalogMode{
+		"memory": func(t *testing.T) catalogMode {
 			p := startBinary(t, "--memory", "--webhook-allow-private")
-			return p, p
+			return catalogMode{act: p, watch: p}
 		},
-		"sqlite": func(t *testing.T) (*serverProc, *serverProc) {
+		"sqlite": func(t *testing.T) catalogMode {
 			p := startBinary(t, "--data-path", t.TempDir()+"/q.db", "--webhook-allow-private")
-			return p, p
+			return catalogMode{act: p, watch: p}
 		},
-		"postgres": func(t *testing.T) (*serverProc, *serverProc) {
+		"postgres": func(t *testing.T) catalogMode {
 			ns := pgTestNamespace(t)
-			a := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--webhook-allow-private")
-			b := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--webhook-allow-private")
-			return a, b
+			start := func() *serverProc {
+				return startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--webhook-allow-private")
+			}
+			return catalogMode{act: start(), watch: start(), another: start}
 		},
 	}
 }
@@ -366,24 +375,28 @@ func catalogModes(t *testing.T) map[string]func(t *testing.T) (act *serverProc, 
 // dead-lettered, timed out, expired, a flow completed, a cron run, ...),
 // in every storage mode.
 func TestLiveCatalogEngine(t *testing.T) {
-	for mode, start := range catalogModes(t) {
+	for mode, start := range catalogModes() {
 		t.Run(mode, func(t *testing.T) {
-			act, watch := start(t)
-			w := watchLive(t, fmt.Sprintf("127.0.0.1:%d", watch.httpPort), "/ws", "*")
-			c := dial(t, act.addr())
+			m := start(t)
+			w := watchLive(t, fmt.Sprintf("127.0.0.1:%d", m.watch.httpPort), "/ws", "*")
+			c := dial(t, m.act.addr())
 			catalogEngineScript(t, c, w)
-			if mode == "postgres" {
-				// Each notice reached the watching broker once.
-				counts := map[string]int{}
-				for _, m := range w.seen {
-					if d, ok := m["data"].(map[string]any); ok && m["event"] == "queue:created" {
-						counts[fmt.Sprint(d["queue"])]++
-					}
+			if m.another == nil {
+				return
+			}
+			// A broker that starts tells the others.
+			third := m.another()
+			w.expect("server:started", M{"tcpPort": third.tcpPort})
+			// Each notice reached the watching broker once.
+			counts := map[string]int{}
+			for _, e := range w.seen {
+				if d, ok := e["data"].(map[string]any); ok && e["event"] == "queue:created" {
+					counts[fmt.Sprint(d["queue"])]++
 				}
-				for q, n := range counts {
-					if n != 1 {
-						t.Errorf("queue:created for %s reached the other broker %d times", q, n)
-					}
+			}
+			for q, n := range counts {
+				if n != 1 {
+					t.Errorf("queue:created for %s reached the other broker %d times", q, n)
 				}
 			}
 		})
@@ -447,6 +460,7 @@ func catalogEngineScript(t *testing.T, c *tclient, w *liveWatch) {
 		}})
 	}
 	flow("par-ok", "kid-ok", nil)
+	w.expect("flow:pushed", M{"jobs": 2, "queues": 2})
 	c.ok(M{"cmd": "PULL", "queue": "e-kids"})
 	c.ok(M{"cmd": "ACK", "id": "kid-ok", "result": "done"})
 	w.expect("flow:completed", M{"parentJobId": "par-ok", "queue": "e-flow", "childrenCount": 1})
@@ -597,4 +611,38 @@ func TestLiveCatalogStall(t *testing.T) {
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "st", "data": M{}, "stallTimeout": 200}), "id")
 	c.ok(M{"cmd": "PULL", "queue": "st"})
 	w.expect("job:stalled", M{"jobId": id, "queue": "st", "stallCount": 1, "action": "retry"})
+}
+
+// TestLiveCatalogCronMissed: a run whose push is refused is announced as
+// missed, with the refusal.
+func TestLiveCatalogCronMissed(t *testing.T) {
+	ts := startServerHTTP(t, &config{maxQueues: 1})
+	w := watchLive(t, ts.http, "/ws", "cron:*")
+	c := dial(t, ts.addr)
+	c.ok(M{"cmd": "PUSH", "queue": "only", "data": M{}})
+	c.ok(M{"cmd": "Cron", "name": "over", "queue": "one-too-many", "repeatEvery": 200})
+	d := w.expect("cron:missed", M{"name": "over", "queue": "one-too-many"})
+	if !strings.Contains(fmt.Sprint(d["error"]), "--max-queues") {
+		t.Errorf("cron:missed error %v", d["error"])
+	}
+}
+
+// TestWorkersRemovedStale: a worker registered without a connection and
+// unheard for workerExpireMs is removed and announced.
+func TestWorkersRemovedStale(t *testing.T) {
+	now := int64(1_000_000)
+	ws := newWorkers(func() int64 { return now })
+	var got []string
+	ws.announce = func(n *note) { got = append(got, n.name+" "+string(n.o.close())) }
+	if _, err := ws.register(&worker{ID: "w1", Name: "http-worker", LastSeen: now}); err != nil {
+		t.Fatal(err)
+	}
+	now += workerExpireMs
+	if ws.count() != 1 || len(got) != 0 {
+		t.Fatalf("removed at its expiry, not after: %d workers, %v", ws.count(), got)
+	}
+	now += 1001
+	if ws.count() != 0 || len(got) != 1 || got[0] != `worker:removed-stale {"workerId":"w1","name":"http-worker"}` {
+		t.Fatalf("after its expiry: %d workers, notices %v", ws.count(), got)
+	}
 }
