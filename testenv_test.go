@@ -22,12 +22,29 @@ import (
 // (queuedBinary): TestMain sets it for the processes the tests start.
 const serverEnv = "QUEUED_TEST_RUN_SERVER"
 
+// fuzzing reports whether the test binary's arguments make it a fuzzing
+// coordinator (go test -fuzz) or one of its workers.
+func fuzzing(args []string) bool {
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "test.fuzz" || name == "test.fuzzworker" {
+			return true
+		}
+	}
+	return false
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(serverEnv) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// Inherited by every process a test starts; only this binary reads it.
-	os.Setenv(serverEnv, "1")
+	// Not when fuzzing: the fuzzing workers are this binary too, started
+	// by the coordinator with its environment, and would run the server
+	// instead of fuzzing (every fuzz target "terminated without fuzzing").
+	if !fuzzing(os.Args[1:]) {
+		os.Setenv(serverEnv, "1")
+	}
 	// A race-enabled process sleeps a second before it exits, for races
 	// in goroutines still running then; a server the tests stop has ended
 	// its goroutines by then (every loop stops on shutdown), and the
@@ -80,4 +97,23 @@ func needPG(t testing.TB) string {
 		needService(t, redactIn("PostgreSQL at "+u+" is not reachable ("+pgReachErr.Error()+")", u), pgProvide)
 	}
 	return testPGURL()
+}
+
+// TestFuzzingLeavesServersOut: a fuzzing run is told apart from an
+// ordinary one, so that its workers fuzz rather than serve.
+func TestFuzzingLeavesServersOut(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-test.fuzz=^FuzzParseMap$", "-test.fuzztime=10m", "-test.run=^$"}, true},
+		{[]string{"-test.fuzzworker", "-test.fuzzcachedir=/tmp/x"}, true},
+		{[]string{"--test.fuzz", "FuzzReadFrame"}, true},
+		{[]string{"-test.run=TestX", "-test.fuzzcachedir=/tmp/x", "-test.fuzztime=10s"}, false},
+		{nil, false},
+	} {
+		if got := fuzzing(c.args); got != c.want {
+			t.Errorf("fuzzing(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
 }
