@@ -246,7 +246,7 @@ func backoffDelay(j *Job) int64 {
 	maxDelay := int64(maxBackoffDelay)
 	base := j.Backoff
 	fixed := false
-	if c := j.BackoffC; c != nil {
+	if c := j.cold().BackoffC; c != nil {
 		base = c.Delay
 		fixed = !c.Exponential
 		if c.MaxDelay != none && c.MaxDelay > 0 {
@@ -278,10 +278,10 @@ type waitOutcome struct {
 
 // notifyDone wakes WaitJob callers; runs under the shard lock.
 func (j *Job) notifyDone(o waitOutcome) {
-	for _, ch := range j.waiters {
+	for _, ch := range j.cold().waiters {
 		ch <- o
 	}
-	j.waiters = nil
+	j.warm().waiters = nil
 }
 
 // ---------------------------------------------------------------------------

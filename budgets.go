@@ -83,17 +83,17 @@ func strsBytes(a []string) int64 {
 // size is what a job weighs against maxJobBytes: its data and every
 // string it carries.
 func (j *Job) size() int64 {
-	n := int64(len(j.Data) + len(j.Name) + len(j.ID) + len(j.UniqueKey) + len(j.ParentID) +
-		len(j.GroupID) + len(j.DebounceID) + len(j.Progress) + len(j.ProgMsg) + len(j.Repeat) + len(j.failErr))
-	if j.CustomID != j.ID {
-		n += int64(len(j.CustomID))
+	n := int64(len(j.Data) + len(j.Name) + len(j.ID) + len(j.cold().UniqueKey) + len(j.cold().ParentID) +
+		len(j.cold().GroupID) + len(j.cold().DebounceID) + len(j.cold().Progress) + len(j.cold().ProgMsg) + len(j.cold().Repeat) + len(j.cold().failErr))
+	if j.cold().CustomID != j.ID {
+		n += int64(len(j.cold().CustomID))
 	}
-	n += strsBytes(j.Tags) + strsBytes(j.DependsOn) + strsBytes(j.Children) + strsBytes(j.Stack)
+	n += strsBytes(j.cold().Tags) + strsBytes(j.cold().DependsOn) + strsBytes(j.cold().Children) + strsBytes(j.cold().Stack)
 	for i := range j.Timeline {
 		n += int64(len(j.Timeline[i].Error))
 	}
-	for i := range j.history {
-		n += int64(len(j.history[i].Error))
+	for i := range j.cold().history {
+		n += int64(len(j.cold().history[i].Error))
 	}
 	return n
 }
@@ -105,7 +105,7 @@ var errJobTooBig = tooBig("a job (its data and other fields together) is", maxJo
 func checkJobFields(j *Job, key string) error {
 	for _, f := range []struct {
 		name, val string
-	}{{"uniqueKey", j.UniqueKey}, {key, j.CustomID}, {"parentId", j.ParentID}, {"debounceId", j.DebounceID}} {
+	}{{"uniqueKey", j.cold().UniqueKey}, {key, j.cold().CustomID}, {"parentId", j.cold().ParentID}, {"debounceId", j.cold().DebounceID}} {
 		if len(f.val) > maxKeyBytes {
 			return tooBig(f.name+" is", maxKeyBytes)
 		}
@@ -114,7 +114,7 @@ func checkJobFields(j *Job, key string) error {
 		name string
 		list []string
 		max  int
-	}{{"tags", j.Tags, maxTags}, {"dependsOn", j.DependsOn, maxDeps}, {"childrenIds", j.Children, maxDeps}} {
+	}{{"tags", j.cold().Tags, maxTags}, {"dependsOn", j.cold().DependsOn, maxDeps}, {"childrenIds", j.cold().Children, maxDeps}} {
 		if len(f.list) > f.max {
 			return tooMany(f.name+" of a job are", f.max)
 		}
@@ -124,7 +124,7 @@ func checkJobFields(j *Job, key string) error {
 			}
 		}
 	}
-	if len(j.Repeat) > maxRepeatBytes {
+	if len(j.cold().Repeat) > maxRepeatBytes {
 		return tooBig("repeat is", maxRepeatBytes)
 	}
 	if j.size() > maxJobBytes {
@@ -136,9 +136,9 @@ func checkJobFields(j *Job, key string) error {
 // checkProgress applies the progress limits, and the job's total with the
 // new progress in place of the old.
 func (u progressSet) check(j *Job) error {
-	n := j.size() - int64(len(j.Progress)) + int64(len(u.prog))
+	n := j.size() - int64(len(j.cold().Progress)) + int64(len(u.prog))
 	if u.msgKey {
-		n += int64(len(u.msg) - len(j.ProgMsg))
+		n += int64(len(u.msg) - len(j.cold().ProgMsg))
 	}
 	if n > maxJobBytes {
 		return errJobTooBig
@@ -150,11 +150,11 @@ func (u progressSet) check(j *Job) error {
 // the timeline, the attempt history and (at the end) the DLQ entry, and
 // its stack replaces the job's.
 func (f failure) check(j *Job) error {
-	stack := j.Stack
+	stack := j.cold().Stack
 	if len(f.stack) > 0 {
-		stack = normalizeStack(f.stack, int(j.StackLim))
+		stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
-	n := j.size() - strsBytes(j.Stack) + strsBytes(stack) + 3*int64(len(f.err))
+	n := j.size() - strsBytes(j.cold().Stack) + strsBytes(stack) + 3*int64(len(f.err))
 	if n > maxJobBytes {
 		return errJobTooBig
 	}

@@ -77,7 +77,7 @@ type priorityArgs struct {
 func (a priorityArgs) apply(j *Job) {
 	j.Priority = a.prio
 	if a.hasLifo {
-		j.Lifo = a.lifo
+		j.warm().Lifo = a.lifo
 	}
 }
 

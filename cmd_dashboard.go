@@ -377,10 +377,10 @@ func dashJobLists(e *Enc, d dashQueue) {
 			e.Str("attempts")
 			e.Int(int64(j.Attempts))
 			e.Str("progress")
-			if j.Progress == nil {
+			if j.cold().Progress == nil {
 				e.Int(0)
 			} else {
-				e.Raw(j.Progress)
+				e.Raw(j.cold().Progress)
 			}
 		}
 	}

@@ -93,8 +93,8 @@ func encodeDLQEntry(e *Enc, j *Job) {
 	e.Str("error")
 	optStr(e, d.Error, d.HasErr)
 	e.Str("attempts")
-	e.ArrayHead(len(j.history))
-	for _, a := range j.history {
+	e.ArrayHead(len(j.cold().history))
+	for _, a := range j.cold().history {
 		e.MapHead(6)
 		e.Str("attempt")
 		e.Int(int64(a.Attempt))

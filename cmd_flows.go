@@ -209,7 +209,7 @@ func flowJobAt(i int, it Raw, seen map[string]bool, now int64) (flowJob, error) 
 	}
 	j.ID = id
 	if cid, ok, _ := in.Str("customId"); ok {
-		j.CustomID = cid
+		j.warm().CustomID = cid
 	}
 	return flowJob{job: j, queue: queue}, flowPolicyAllowed(j)
 }
@@ -238,7 +238,7 @@ func flowInputAllowed(in Map, id string) error {
 // only for a child.
 func flowPolicyAllowed(j *Job) error {
 	policies := 0
-	for _, on := range []bool{j.FailParent, j.ContinueParent, j.IgnoreDepOnFail, j.RemoveDepOnFail} {
+	for _, on := range []bool{j.cold().FailParent, j.cold().ContinueParent, j.cold().IgnoreDepOnFail, j.cold().RemoveDepOnFail} {
 		if on {
 			policies++
 		}
@@ -246,7 +246,7 @@ func flowPolicyAllowed(j *Job) error {
 	if policies > 1 {
 		return errors.New("flow failure policies are mutually exclusive")
 	}
-	if policies == 1 && j.ParentID == "" {
+	if policies == 1 && j.cold().ParentID == "" {
 		return errors.New("a flow failure policy requires a parent")
 	}
 	return nil
@@ -261,13 +261,13 @@ func flowTopology(jobs []flowJob) error {
 	}
 	for _, f := range jobs {
 		j := f.job
-		if hasDup(j.DependsOn) {
+		if hasDup(j.cold().DependsOn) {
 			return errors.New("duplicate dependency in flow job: " + j.ID)
 		}
-		if hasDup(j.Children) {
+		if hasDup(j.cold().Children) {
 			return errors.New("duplicate child in flow job: " + j.ID)
 		}
-		for _, d := range j.DependsOn {
+		for _, d := range j.cold().DependsOn {
 			if byID[d] == nil {
 				return errors.New("flow dependency not found: " + d)
 			}
@@ -275,25 +275,25 @@ func flowTopology(jobs []flowJob) error {
 				return errors.New("flow job cannot depend on itself: " + j.ID)
 			}
 		}
-		for _, c := range j.Children {
-			if !slices.Contains(j.DependsOn, c) {
+		for _, c := range j.cold().Children {
+			if !slices.Contains(j.cold().DependsOn, c) {
 				return errors.New("flow child is missing from dependencies: " + c)
 			}
 			cj := byID[c]
 			if cj == nil {
 				return errors.New("flow child not found: " + c)
 			}
-			if cj.ParentID != j.ID {
+			if cj.cold().ParentID != j.ID {
 				return errors.New("flow child " + c + " does not point back to parent " + j.ID)
 			}
 		}
-		if j.ParentID != "" {
-			p := byID[j.ParentID]
+		if j.cold().ParentID != "" {
+			p := byID[j.cold().ParentID]
 			if p == nil {
-				return errors.New("flow parent not found: " + j.ParentID)
+				return errors.New("flow parent not found: " + j.cold().ParentID)
 			}
-			if !slices.Contains(p.Children, j.ID) {
-				return errors.New("flow parent " + j.ParentID + " does not own child " + j.ID)
+			if !slices.Contains(p.cold().Children, j.ID) {
+				return errors.New("flow parent " + j.cold().ParentID + " does not own child " + j.ID)
 			}
 		}
 	}
@@ -307,7 +307,7 @@ func flowAcyclic(jobs []flowJob) error {
 	next := map[string][]string{}
 	for _, f := range jobs {
 		indeg[f.job.ID] += 0
-		for _, d := range f.job.DependsOn {
+		for _, d := range f.job.cold().DependsOn {
 			indeg[f.job.ID]++
 			next[d] = append(next[d], f.job.ID)
 		}

@@ -56,7 +56,7 @@ func cmdGetJobByCustomID(r *Req) error {
 
 // liveByCustomID says whether GetJobByCustomId finds j.
 func liveByCustomID(j *Job) bool {
-	return j.CustomID != "" && j.state != StateCompleted && j.state != StateFailed
+	return j.cold().CustomID != "" && j.state != StateCompleted && j.state != StateFailed
 }
 
 func cmdGetState(r *Req) error {
@@ -270,12 +270,12 @@ func writeProgress(r *Req, v JobView) error {
 	if j.state != StateActive {
 		return notActiveIn(v.State)
 	}
-	if j.Progress == nil {
+	if j.cold().Progress == nil {
 		r.field("progress").Int(0)
 	} else {
-		r.field("progress").Raw(j.Progress)
+		r.field("progress").Raw(j.cold().Progress)
 	}
-	optStr(r.field("message"), j.ProgMsg, j.HasProgM)
+	optStr(r.field("message"), j.cold().ProgMsg, j.cold().HasProgM)
 	return nil
 }
 

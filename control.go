@@ -447,8 +447,8 @@ func (b *Broker) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64,
 
 // requeueCompleted puts a completed job back to waiting; s.mu is held.
 func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
-	if j.UniqueKey != "" {
-		if e := q.holder(j.UniqueKey, now); e != nil && e.job != j {
+	if j.cold().UniqueKey != "" {
+		if e := q.holder(j.cold().UniqueKey, now); e != nil && e.job != j {
 			return false
 		}
 	}
@@ -465,6 +465,6 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 func resetCompleted(j *Job, now int64) {
 	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
 	j.RunAt, j.Heartbeat = now, now
-	j.Progress, j.ProgMsg, j.HasProgM = nil, "", false
+	j.warm().Progress, j.warm().ProgMsg, j.warm().HasProgM = nil, "", false
 	j.addTimeline(TimelineEntry{State: "waiting", At: now})
 }

@@ -674,7 +674,7 @@ func (ws *Workers) serves(queue string) bool {
 // isCronJob: jobs of a schedule with preventOverlap are dropped rather than
 // retried when their worker is lost, as in the reference; the next run
 // comes anyway.
-func isCronJob(j *Job) bool { return strings.HasPrefix(j.UniqueKey, "cron:") }
+func isCronJob(j *Job) bool { return strings.HasPrefix(j.cold().UniqueKey, "cron:") }
 
 var errCronNotFound = errors.New("Cron job not found")
 
@@ -840,16 +840,16 @@ func readRepeat(raw Raw) (*repeatSpec, error) {
 
 // validateRepeat checks a pushed job's repeat option.
 func validateRepeat(j *Job) error {
-	if j.Repeat == nil {
+	if j.cold().Repeat == nil {
 		return nil
 	}
-	if _, err := readRepeat(j.Repeat); err != nil {
+	if _, err := readRepeat(j.cold().Repeat); err != nil {
 		return err
 	}
-	if j.CustomID != "" {
+	if j.cold().CustomID != "" {
 		return errors.New("repeat jobs cannot use JobOptions.jobId; use repeat.jobId instead")
 	}
-	if len(j.DependsOn) > 0 || j.ParentID != "" {
+	if len(j.cold().DependsOn) > 0 || j.cold().ParentID != "" {
 		return errors.New("repeat jobs cannot participate in parent or dependency relationships")
 	}
 	return nil
@@ -898,7 +898,7 @@ func (rs *repeatSpec) next(now int64) (int64, bool) {
 
 // repeatSuccessor is the next job of a repeatable job that just completed.
 func repeatSuccessor(j *Job, now int64) *Job {
-	rs, err := readRepeat(j.Repeat)
+	rs, err := readRepeat(j.cold().Repeat)
 	if err != nil {
 		return nil
 	}
@@ -915,14 +915,14 @@ func repeatSuccessor(j *Job, now int64) *Job {
 		return nil
 	}
 	n.ID = newID()
-	n.CustomID = ""
+	n.warm().CustomID = ""
 	n.CreatedAt, n.RunAt, n.Heartbeat = now, next, now
-	n.StartedAt, n.DoneAt, n.Attempts, n.Stalls = 0, 0, 0, 0
-	n.Progress, n.ProgMsg, n.HasProgM, n.Stack = nil, "", false, nil
-	n.Timeline, n.history, n.dlq = nil, nil, nil
-	n.state, n.failErr, n.hasFail = StateNone, "", false
-	n.childValues, n.failedKids, n.ignoredKids = nil, nil, nil
-	n.Repeat = setDataKey(setDataKey(j.Repeat, "count", intRaw(rs.count+1)), "prevMillis", intRaw(next))
+	n.StartedAt, n.DoneAt, n.Attempts, n.warm().Stalls = 0, 0, 0, 0
+	n.warm().Progress, n.warm().ProgMsg, n.warm().HasProgM, n.warm().Stack = nil, "", false, nil
+	n.Timeline, n.warm().history, n.dlq = nil, nil, nil
+	n.state, n.warm().failErr, n.warm().hasFail = StateNone, "", false
+	n.warm().childValues, n.warm().failedKids, n.warm().ignoredKids = nil, nil, nil
+	n.warm().Repeat = setDataKey(setDataKey(j.cold().Repeat, "count", intRaw(rs.count+1)), "prevMillis", intRaw(next))
 	return n
 }
 

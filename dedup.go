@@ -30,26 +30,26 @@ func (q *Queue) holder(key string, now int64) *uniqueEnt {
 
 // holdUnique registers j as the holder of its key; s.mu is held.
 func (s *Shard) holdUnique(q *Queue, j *Job) {
-	if j.UniqueKey == "" {
+	if j.cold().UniqueKey == "" {
 		return
 	}
 	if q.unique == nil {
 		q.unique = make(map[string]*uniqueEnt)
 	}
 	e := &uniqueEnt{job: j}
-	if j.DedupTTL != none && j.DedupTTL > 0 {
-		e.expires = s.b.now() + j.DedupTTL
+	if j.cold().DedupTTL != none && j.cold().DedupTTL > 0 {
+		e.expires = s.b.now() + j.cold().DedupTTL
 	}
-	q.unique[j.UniqueKey] = e
+	q.unique[j.cold().UniqueKey] = e
 }
 
 // releaseUnique frees the job's unique key when it holds it.
 func (s *Shard) releaseUnique(q *Queue, j *Job) {
-	if j.UniqueKey == "" {
+	if j.cold().UniqueKey == "" {
 		return
 	}
-	if e := q.unique[j.UniqueKey]; e != nil && e.job == j {
-		delete(q.unique, j.UniqueKey)
+	if e := q.unique[j.cold().UniqueKey]; e != nil && e.job == j {
+		delete(q.unique, j.cold().UniqueKey)
 	}
 }
 
@@ -70,9 +70,9 @@ const (
 // refused.
 func dedupPolicy(j *Job, holder State) (act dedupAct, removeHolder bool, err error) {
 	switch {
-	case j.DedupReplace:
+	case j.cold().DedupReplace:
 		return dedupReplace, isQueued(holder) && holder != StateWaitingChildren, nil
-	case j.DedupExtend && j.DedupTTL != none && j.DedupTTL > 0:
+	case j.cold().DedupExtend && j.cold().DedupTTL != none && j.cold().DedupTTL > 0:
 		if isQueued(holder) {
 			return dedupExtend, false, nil
 		}
@@ -85,10 +85,10 @@ func dedupPolicy(j *Job, holder State) (act dedupAct, removeHolder bool, err err
 // returns the holder's id when the push is a duplicate, and whether the new
 // job should be admitted.
 func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit bool, err error) {
-	if j.UniqueKey == "" {
+	if j.cold().UniqueKey == "" {
 		return "", true, nil
 	}
-	e := q.holder(j.UniqueKey, now)
+	e := q.holder(j.cold().UniqueKey, now)
 	if e == nil {
 		return "", true, nil
 	}
@@ -101,12 +101,12 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID + " because live jobs depend on it")
 			}
 			s.unqueue(q, owner)
-			delete(q.unique, j.UniqueKey)
+			delete(q.unique, j.cold().UniqueKey)
 			s.forget(owner)
 		}
 		return "", true, nil
 	case dedupExtend:
-		e.expires = now + j.DedupTTL
+		e.expires = now + j.cold().DedupTTL
 		if err != nil {
 			return "", false, err
 		}
@@ -157,9 +157,9 @@ func (b *Broker) RemoveDedupKey(_ context.Context, queue, key string) (bool, err
 func (b *Broker) RemoveJobDedupKey(_ context.Context, id string) (bool, error) {
 	removed := false
 	b.withJob(id, func(j *Job, s *Shard) {
-		if q := s.queues[j.Queue]; q != nil && j.UniqueKey != "" {
-			if e := q.holder(j.UniqueKey, b.now()); e != nil && e.job == j {
-				delete(q.unique, j.UniqueKey)
+		if q := s.queues[j.Queue]; q != nil && j.cold().UniqueKey != "" {
+			if e := q.holder(j.cold().UniqueKey, b.now()); e != nil && e.job == j {
+				delete(q.unique, j.cold().UniqueKey)
 				removed = true
 			}
 		}

@@ -38,21 +38,21 @@ type AttemptRec struct {
 }
 
 func (j *Job) recordAttempt(startedAt, now int64, reason, err string, hasErr bool) {
-	if len(j.history) >= maxTimelineEntries {
+	if len(j.cold().history) >= maxTimelineEntries {
 		return
 	}
-	j.history = append(j.history, AttemptRec{Attempt: j.Attempts, StartedAt: startedAt, FailedAt: now,
+	j.warm().history = append(j.cold().history, AttemptRec{Attempt: j.Attempts, StartedAt: startedAt, FailedAt: now,
 		Reason: reason, Error: err, HasErr: hasErr})
 }
 
 func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int64) {
 	j.state = StateFailed
-	j.failErr, j.hasFail = err, hasErr
+	j.warm().failErr, j.warm().hasFail = err, hasErr
 	j.notifyDone(waitOutcome{err: err})
 	j.dlq = dlqEntry(j.dlq, j.dlq != nil && j.dlq.kept, q.dlqCfg, reason, err, hasErr, now)
 	s.b.announce(noticeDLQAdded(q.name, j.ID, reason))
-	if j.ParentID != "" {
-		s.b.announce(noticeFlowFailed(j.ParentID, j.ID, q.name, err, "Max attempts exceeded"))
+	if j.cold().ParentID != "" {
+		s.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID, q.name, err, "Max attempts exceeded"))
 	}
 	s.childFailed(j, err)
 	q.dlq = append(q.dlq, j)
@@ -263,7 +263,7 @@ func (j *Job) dlqCopy() *Job {
 		d := *j.dlq
 		c.dlq = &d
 	}
-	c.history = slices.Clone(j.history)
+	c.warm().history = slices.Clone(j.cold().history)
 	return c
 }
 
@@ -284,8 +284,8 @@ func (b *Broker) DLQ(_ context.Context, queue string, sel dlqSelect) ([]*Job, er
 // s.mu is held. An auto-retry keeps the DLQ entry's history for when the
 // job comes back; a retry by hand starts over.
 func (s *Shard) retryDLQ(q *Queue, j *Job, now int64, auto bool) bool {
-	if j.UniqueKey != "" {
-		if e := q.holder(j.UniqueKey, now); e != nil && e.job != j {
+	if j.cold().UniqueKey != "" {
+		if e := q.holder(j.cold().UniqueKey, now); e != nil && e.job != j {
 			return false
 		}
 	}
@@ -307,7 +307,7 @@ func resetDLQ(j *Job, auto bool, now int64) {
 	} else {
 		j.dlq = nil
 	}
-	j.Attempts, j.Stalls, j.StartedAt = 0, 0, 0
+	j.Attempts, j.warm().Stalls, j.StartedAt = 0, 0, 0
 	j.Heartbeat, j.RunAt = now, now
 	j.addTimeline(TimelineEntry{State: "waiting", At: now})
 }

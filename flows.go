@@ -155,8 +155,8 @@ func (b *Broker) flowApply(it *flowItem) {
 		}
 	case flowChildValue:
 		b.withJob(it.parentID, func(p *Job, _ *Shard) {
-			if slices.Contains(p.Children, it.childID) {
-				p.childValues = setKV(p.childValues, it.key, it.val)
+			if slices.Contains(p.cold().Children, it.childID) {
+				p.warm().childValues = setKV(p.cold().childValues, it.key, it.val)
 				b.persist(p)
 			}
 		})
@@ -195,7 +195,7 @@ func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
 // depsExist checks that every dependency is a job we know (or knew to have
 // completed). batch holds jobs being admitted together.
 func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
-	for _, d := range j.DependsOn {
+	for _, d := range j.cold().DependsOn {
 		if d == j.ID {
 			return errors.New("Job cannot depend on itself: " + d)
 		}
@@ -217,7 +217,7 @@ func (b *Broker) registerDeps(j *Job, batch map[string]*Job) int32 {
 	var n int32
 	b.depMu.Lock()
 	defer b.depMu.Unlock()
-	for _, d := range j.DependsOn {
+	for _, d := range j.cold().DependsOn {
 		n += b.registerOneLocked(j, d, batch)
 	}
 	return n
@@ -257,8 +257,8 @@ func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int3
 func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 	b := s.b
 	j.doneFlag.Store(true)
-	if j.ParentID != "" && result != nil {
-		b.flowPost(flowItem{kind: flowChildValue, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, val: result})
+	if j.cold().ParentID != "" && result != nil {
+		b.flowPost(flowItem{kind: flowChildValue, parentID: j.cold().ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, val: result})
 	}
 	if !j.depFlag.Load() && !removed {
 		return
@@ -305,18 +305,18 @@ func (s *Shard) childFailed(j *Job, err string) {
 // childPolicy is what a child that failed for good asks of its parent;
 // false when it has no parent or no policy.
 func childPolicy(j *Job, err string) (flowItem, bool) {
-	if j.ParentID == "" {
+	if j.cold().ParentID == "" {
 		return flowItem{}, false
 	}
 	mode := uint8(0)
 	switch {
-	case j.FailParent:
+	case j.cold().FailParent:
 		mode = policyFail
-	case j.ContinueParent:
+	case j.cold().ContinueParent:
 		mode = policyContinue
-	case j.IgnoreDepOnFail:
+	case j.cold().IgnoreDepOnFail:
 		mode = policyIgnore
-	case j.RemoveDepOnFail:
+	case j.cold().RemoveDepOnFail:
 		mode = policyRemove
 	default:
 		return flowItem{}, false
@@ -324,7 +324,7 @@ func childPolicy(j *Job, err string) (flowItem, bool) {
 	if err == "" {
 		err = "unknown error"
 	}
-	return flowItem{kind: flowPolicy, parentID: j.ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err}, true
+	return flowItem{kind: flowPolicy, parentID: j.cold().ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err}, true
 }
 
 // policyRecord applies a child's policy to its parent's record (what both
@@ -334,16 +334,16 @@ func policyRecord(p *Job, it *flowItem, now int64) string {
 	switch it.mode {
 	case policyFail:
 		msg := "Child job " + it.childID + " failed: " + it.err
-		p.history = append(p.history, AttemptRec{Attempt: p.Attempts, StartedAt: p.StartedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
+		p.warm().history = append(p.cold().history, AttemptRec{Attempt: p.Attempts, StartedAt: p.StartedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
 		return msg
 	case policyContinue:
-		p.failedKids = setKV(p.failedKids, it.key, strRaw(it.err))
-		p.DependsOn = []string{}
+		p.warm().failedKids = setKV(p.cold().failedKids, it.key, strRaw(it.err))
+		p.warm().DependsOn = []string{}
 	case policyIgnore, policyRemove:
 		if it.mode == policyIgnore {
-			p.ignoredKids = setKV(p.ignoredKids, it.key, strRaw(it.err))
+			p.warm().ignoredKids = setKV(p.cold().ignoredKids, it.key, strRaw(it.err))
 		}
-		p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(d string) bool { return d == it.childID })
+		p.warm().DependsOn = slices.DeleteFunc(slices.Clone(p.cold().DependsOn), func(d string) bool { return d == it.childID })
 	}
 	return ""
 }
@@ -371,7 +371,7 @@ func (b *Broker) applyPolicy(it *flowItem) {
 		msg := policyRecord(p, it, now)
 		b.announce(noticeFlowFailed(p.ID, it.childID, p.Queue, it.err, "Child job failed"))
 		s.toDLQ(q, p, "unknown", msg, true, now)
-		p.failErr, p.hasFail = "", false // GetJob's failedReason comes from the timeline
+		p.warm().failErr, p.warm().hasFail = "", false // GetJob's failedReason comes from the timeline
 		s.emit(q, evFailed, p, now, evArgs{err: msg, hasErr: true})
 		s.b.stats.failed.Add(1)
 	case policyContinue:
@@ -400,7 +400,7 @@ func (b *Broker) applyPolicy(it *flowItem) {
 
 // unwaitAll forgets every dependency registration of w.
 func (b *Broker) unwaitAll(w *Job) {
-	for _, d := range w.DependsOn {
+	for _, d := range w.cold().DependsOn {
 		b.unregisterDep(d, w)
 	}
 	w.pending = 0
@@ -486,7 +486,7 @@ func (b *Broker) admitFlow(jobs []flowJob) error {
 		q.listed = true
 		j.seq = b.seq.Add(1)
 		b.idxPut(j)
-		j.Durable = true
+		j.warm().Durable = true
 		j.pending = b.registerDeps(j, batch)
 		s.placeNew(q, j, now)
 		b.stats.pushed.Add(1)
@@ -510,15 +510,15 @@ func (b *Broker) flowRoom(jobs []flowJob) error {
 		if proven {
 			return errors.New("Flow job " + j.ID + " already exists")
 		}
-		if j.GroupID != "" && j.groupMax > 0 && len(j.DependsOn) == 0 {
+		if j.cold().GroupID != "" && j.cold().groupMax > 0 && len(j.cold().DependsOn) == 0 {
 			s := b.shardOf(j.Queue)
-			key := [2]string{j.Queue, j.GroupID}
+			key := [2]string{j.Queue, j.cold().GroupID}
 			have := groupCount[key]
-			if q := s.queues[j.Queue]; q != nil && q.groups[j.GroupID] != nil {
-				have += q.groups[j.GroupID].queued
+			if q := s.queues[j.Queue]; q != nil && q.groups[j.cold().GroupID] != nil {
+				have += q.groups[j.cold().GroupID].queued
 			}
-			if int64(have) >= j.groupMax {
-				return errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))
+			if int64(have) >= j.cold().groupMax {
+				return errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))
 			}
 			groupCount[key]++
 		}
@@ -551,7 +551,7 @@ func (s *Shard) placeNew(q *Queue, j *Job, now int64) {
 // parentLink reads the parent a pushed job declares in its data, as the
 // official client writes it: {__parentId, __parentQueue} matching parentId.
 func parentLink(j *Job) (pid, pqueue string, ok bool) {
-	if j.ParentID == "" {
+	if j.cold().ParentID == "" {
 		return "", "", false
 	}
 	m, err := ParseMap(j.Data, nil)
@@ -560,7 +560,7 @@ func parentLink(j *Job) (pid, pqueue string, ok bool) {
 	}
 	id, _, _ := m.Str("__parentId")
 	q, _, _ := m.Str("__parentQueue")
-	if id != j.ParentID || q == "" {
+	if id != j.cold().ParentID || q == "" {
 		return "", "", false
 	}
 	return id, q, true
@@ -593,7 +593,7 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 	if pqueue != "" && p.Queue != pqueue {
 		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
 	}
-	if len(p.Children) >= maxDeps {
+	if len(p.cold().Children) >= maxDeps {
 		return tooMany("children of a job are", maxDeps)
 	}
 	// The child's id lands in the parent's children, dependencies and data.
@@ -610,7 +610,7 @@ func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
 		return
 	}
 	defer s.mu.Unlock()
-	if !isQueued(p.state) || slices.Contains(p.Children, child.ID) {
+	if !isQueued(p.state) || slices.Contains(p.cold().Children, child.ID) {
 		return
 	}
 	q := s.queues[p.Queue]
@@ -631,26 +631,26 @@ func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
 
 // addChild records a new child of p (and its dependency on it).
 func addChild(p *Job, cid string) {
-	p.Children = append(slices.Clone(p.Children), cid)
-	p.DependsOn = append(slices.Clone(p.DependsOn), cid)
-	p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+	p.warm().Children = append(slices.Clone(p.cold().Children), cid)
+	p.warm().DependsOn = append(slices.Clone(p.cold().DependsOn), cid)
+	p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.cold().Children))
 }
 
 // dropChild forgets a child of p (and its dependency on it).
 func dropChild(p *Job, cid string) {
-	p.Children = slices.DeleteFunc(slices.Clone(p.Children), func(x string) bool { return x == cid })
-	p.DependsOn = slices.DeleteFunc(slices.Clone(p.DependsOn), func(x string) bool { return x == cid })
-	if len(p.Children) == 0 {
+	p.warm().Children = slices.DeleteFunc(slices.Clone(p.cold().Children), func(x string) bool { return x == cid })
+	p.warm().DependsOn = slices.DeleteFunc(slices.Clone(p.cold().DependsOn), func(x string) bool { return x == cid })
+	if len(p.cold().Children) == 0 {
 		p.Data = setDataKey(p.Data, "__childrenIds", nil)
 	} else {
-		p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.Children))
+		p.Data = setDataKey(p.Data, "__childrenIds", stringsRaw(p.cold().Children))
 	}
 }
 
 // setParent tells a child its parent, in its record and its data, as the
 // official client reads it.
 func setParent(c *Job, pid, pqueue string) {
-	c.ParentID = pid
+	c.warm().ParentID = pid
 	if pid == "" {
 		c.Data = setDataKey(setDataKey(c.Data, "__parentId", nil), "__parentQueue", nil)
 		return
@@ -734,9 +734,9 @@ func (b *Broker) childRecords(id string, pick func(j *Job) []childKV) []childKV 
 // childValuesOf, failedKidsOf and ignoredKidsOf copy a parent's records of
 // its children, both engines' way. The failed and ignored ones only a
 // parent yet to finish (still to run, or running) answers.
-func childValuesOf(j *Job) []childKV { return slices.Clone(j.childValues) }
-func failedKidsOf(j *Job) []childKV  { return unfinishedRecords(j, j.failedKids) }
-func ignoredKidsOf(j *Job) []childKV { return unfinishedRecords(j, j.ignoredKids) }
+func childValuesOf(j *Job) []childKV { return slices.Clone(j.cold().childValues) }
+func failedKidsOf(j *Job) []childKV  { return unfinishedRecords(j, j.cold().failedKids) }
+func ignoredKidsOf(j *Job) []childKV { return unfinishedRecords(j, j.cold().ignoredKids) }
 
 func unfinishedRecords(j *Job, kvs []childKV) []childKV {
 	if isQueued(j.state) || j.state == StateActive {
@@ -748,7 +748,7 @@ func unfinishedRecords(j *Job, kvs []childKV) []childKV {
 func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, error) {
 	var pid string
 	var live bool
-	if !b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.ParentID, isQueued(c.state) || c.state == StateActive }) {
+	if !b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.cold().ParentID, isQueued(c.state) || c.state == StateActive }) {
 		return false, errors.New("Job not found: " + cid)
 	}
 	if pid == "" {
@@ -759,7 +759,7 @@ func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, err
 	}
 	removed := false
 	b.withJob(pid, func(p *Job, ps *Shard) {
-		if p.state != StateWaitingChildren || !slices.Contains(p.DependsOn, cid) {
+		if p.state != StateWaitingChildren || !slices.Contains(p.cold().DependsOn, cid) {
 			return
 		}
 		q := ps.queues[p.Queue]
@@ -787,7 +787,7 @@ func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, err
 
 func (b *Broker) RemoveUnprocessedChildren(_ context.Context, id string) error {
 	var kids []string
-	b.withJob(id, func(p *Job, _ *Shard) { kids = slices.Clone(p.Children) })
+	b.withJob(id, func(p *Job, _ *Shard) { kids = slices.Clone(p.cold().Children) })
 	for _, c := range kids {
 		b.withJob(c, func(j *Job, s *Shard) {
 			if !isQueued(j.state) {
@@ -834,7 +834,7 @@ func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) erro
 func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 	var childQueue, owner string
 	var childState State
-	if !b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.ParentID }) {
+	if !b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.cold().ParentID }) {
 		return errors.New("Child job not found: " + cid)
 	}
 	if owner != "" && owner != pid && owner != "pending" {
@@ -843,7 +843,7 @@ func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 	var declared, linkable bool
 	var pqueue string
 	if !b.withJob(pid, func(p *Job, _ *Shard) {
-		declared, linkable, pqueue = slices.Contains(p.Children, cid), isQueued(p.state), p.Queue
+		declared, linkable, pqueue = slices.Contains(p.cold().Children, cid), isQueued(p.state), p.Queue
 	}) {
 		return errors.New("Parent job not found: " + pid)
 	}
@@ -859,8 +859,8 @@ func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 		if childState == StateCompleted {
 			// Recorded, but the parent does not wait for a done child.
 			b.withJob(pid, func(p *Job, _ *Shard) {
-				p.Children = append(slices.Clone(p.Children), cid)
-				p.DependsOn = append(slices.Clone(p.DependsOn), cid)
+				p.warm().Children = append(slices.Clone(p.cold().Children), cid)
+				p.warm().DependsOn = append(slices.Clone(p.cold().DependsOn), cid)
 				b.persist(p)
 			})
 		} else {
@@ -868,7 +868,7 @@ func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 		}
 	}
 	if childState == StateFailed {
-		b.withJob(cid, func(c *Job, cs *Shard) { cs.childFailed(c, c.failErr) })
+		b.withJob(cid, func(c *Job, cs *Shard) { cs.childFailed(c, c.cold().failErr) })
 	}
 	return nil
 }

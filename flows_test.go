@@ -203,7 +203,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 	defer b.Close()
 	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
 	b.pushJobs("pq", []*Job{p}, nil)
-	b.withJob(p.ID, func(j *Job, _ *Shard) { j.Children = []string{"c"} })
+	b.withJob(p.ID, func(j *Job, _ *Shard) { j.warm().Children = []string{"c"} })
 	// The parent's shard held: the flow goroutine takes the child's value
 	// and waits for the lock, mid-apply.
 	s := b.shardOf("pq")
@@ -235,7 +235,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 		t.Fatal("flowSettle did not return within 10 s of the apply going on")
 	}
 	var vals []childKV
-	b.withJob(p.ID, func(j *Job, _ *Shard) { vals = j.childValues })
+	b.withJob(p.ID, func(j *Job, _ *Shard) { vals = j.cold().childValues })
 	if len(vals) != 1 || vals[0].key != "cq:c" {
 		t.Fatalf("the parent's children values after flowSettle: %v", vals)
 	}

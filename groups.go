@@ -250,17 +250,17 @@ func (q *Queue) groupRoom(jobs []*Job) error {
 func groupRoom(jobs []*Job, queued func(group string) int) error {
 	var added map[string]int
 	for _, j := range jobs {
-		if j.GroupID == "" || len(j.DependsOn) > 0 {
+		if j.cold().GroupID == "" || len(j.cold().DependsOn) > 0 {
 			continue
 		}
-		have := added[j.GroupID] + queued(j.GroupID)
-		if j.groupMax > 0 && int64(have) >= j.groupMax {
-			return errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))
+		have := added[j.cold().GroupID] + queued(j.cold().GroupID)
+		if j.cold().groupMax > 0 && int64(have) >= j.cold().groupMax {
+			return errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))
 		}
 		if added == nil {
 			added = map[string]int{}
 		}
-		added[j.GroupID]++
+		added[j.cold().GroupID]++
 	}
 	return nil
 }
@@ -390,7 +390,7 @@ func (s *Shard) groupReleased(q *Queue, j *Job) {
 		return
 	}
 	j.groupActive = false
-	if g := q.groups[j.GroupID]; g != nil && g.active > 0 {
+	if g := q.groups[j.cold().GroupID]; g != nil && g.active > 0 {
 		g.active--
 		s.tidyGroup(q, g, s.b.now())
 	}

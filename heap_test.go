@@ -147,7 +147,10 @@ func TestHeapRepushAndRebuild(t *testing.T) {
 func TestReadyOrder(t *testing.T) {
 	h := newHeap(heapPlace)
 	mk := func(id string, pri, runAt, seq int64, lifo bool) *Job {
-		j := &Job{ID: id, Priority: pri, RunAt: runAt, seq: seq, Lifo: lifo}
+		j := &Job{ID: id, Priority: pri, RunAt: runAt, seq: seq}
+		if lifo {
+			j.warm().Lifo = true
+		}
 		p, tt, s := readyKeys(j)
 		h.Push(j, p, tt, s)
 		return j

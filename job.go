@@ -95,21 +95,54 @@ type Lease struct {
 // Job is the broker's record of one job. All fields are guarded by the lock
 // of the shard that owns the job's queue.
 type Job struct {
-	ID                                                           string
-	Queue                                                        string
-	Name                                                         string
-	Data                                                         Raw
-	Priority                                                     int64
-	CreatedAt                                                    int64
-	RunAt                                                        int64
-	StartedAt                                                    int64 // 0 = null
-	DoneAt                                                       int64 // completedAt; 0 = null
-	Attempts                                                     int32
-	MaxAtt                                                       int32
-	Backoff                                                      int64
+	ID        string
+	Queue     string
+	Name      string
+	Data      Raw
+	Priority  int64
+	CreatedAt int64
+	RunAt     int64
+	StartedAt int64 // 0 = null
+	DoneAt    int64 // completedAt; 0 = null
+	Attempts  int32
+	MaxAtt    int32
+	Backoff   int64
+	TTL       int64 // none = null
+	Timeout   int64
+	Heartbeat int64
+	Timeline  []TimelineEntry
+	// c holds what most jobs leave unset (jobCold): read through
+	// cold(), written through warm().
+	c *jobCold
+
+	// Broker bookkeeping, never on the wire.
+	state       State
+	seq         int64
+	hgen        [heapKinds]uint32
+	inHeap      [heapKinds]bool
+	dgen        uint32 // generation of the job's entry in the completed list
+	concSlot    bool   // holds one of its queue's concurrency slots
+	groupActive bool   // counted in its group's active jobs
+	dlqNew      bool   // PostgreSQL mode: dead-lettered, dlq:added not yet announced
+	lease       *Lease
+	deadline    int64 // when the active job must be looked at again
+	owner       *conn // connection that pulled it, for release on disconnect
+	dlq         *DLQEntry
+
+	// Flows (flows.go). pending counts dependencies not yet completed;
+	// the two flags pair a completion with late dependency registrations
+	// across shards without a shared lock on the completion path.
+	pending  int32
+	depFlag  atomic.Bool // someone registered as waiting for this job
+	doneFlag atomic.Bool // this job completed
+}
+
+// jobCold is the part of a job most jobs never set: flows, dedup,
+// groups, progress, failures, the options' rarer settings. A job without
+// any of it carries a nil pointer, not some 400 bytes of zeros: a
+// million waiting jobs are a few hundred megabytes the smaller.
+type jobCold struct {
 	BackoffC                                                     *Backoff
-	TTL                                                          int64 // none = null
-	Timeout                                                      int64
 	UniqueKey                                                    string
 	CustomID                                                     string
 	DependsOn                                                    []string
@@ -124,7 +157,6 @@ type Job struct {
 	Stack                                                        []string
 	Repeat                                                       Raw
 	Durable                                                      bool
-	Heartbeat                                                    int64
 	StallTO                                                      int64
 	Stalls                                                       int32
 	StackLim                                                     int32
@@ -138,36 +170,68 @@ type Job struct {
 	DedupExtend, DedupReplace                                    bool
 	DebounceID                                                   string
 	DebounceTTL                                                  int64
-	Timeline                                                     []TimelineEntry
+	groupMax                                                     int64 // groupMaxSize asked at push (admission only)
+	failErr                                                      string
+	hasFail                                                      bool
+	history                                                      []AttemptRec
+	waiters                                                      []chan waitOutcome // WaitJob callers
+	childValues                                                  []childKV          // results of children, by "queue:id"
+	failedKids                                                   []childKV          // continueParentOnFailure records (string values)
+	ignoredKids                                                  []childKV          // ignoreDependencyOnFailure records
+}
 
-	// Broker bookkeeping, never on the wire.
-	state       State
-	seq         int64
-	hgen        [heapKinds]uint32
-	inHeap      [heapKinds]bool
-	dgen        uint32 // generation of the job's entry in the completed list
-	concSlot    bool   // holds one of its queue's concurrency slots
-	groupActive bool   // counted in its group's active jobs
-	dlqNew      bool   // PostgreSQL mode: dead-lettered, dlq:added not yet announced
-	groupMax    int64  // groupMaxSize asked at push (admission only)
-	lease       *Lease
-	deadline    int64 // when the active job must be looked at again
-	owner       *conn // connection that pulled it, for release on disconnect
-	failErr     string
-	hasFail     bool
-	dlq         *DLQEntry
-	history     []AttemptRec
-	waiters     []chan waitOutcome // WaitJob callers
+// noCold is what a job without cold fields reads: the defaults. It is
+// never written: writes go through warm, which gives the job its own.
+var noCold = jobCold{StallTO: none, StackLim: defaultStackTraceLimit, KeepLogs: none, SizeLimit: none,
+	DedupTTL: none, DebounceTTL: none}
 
-	// Flows (flows.go). pending counts dependencies not yet completed;
-	// the two flags pair a completion with late dependency registrations
-	// across shards without a shared lock on the completion path.
-	pending     int32
-	depFlag     atomic.Bool // someone registered as waiting for this job
-	doneFlag    atomic.Bool // this job completed
-	childValues []childKV   // results of children, by "queue:id"
-	failedKids  []childKV   // continueParentOnFailure records (string values)
-	ignoredKids []childKV   // ignoreDependencyOnFailure records
+// cold is the job's cold part for reading (the defaults when it has none).
+func (j *Job) cold() *jobCold {
+	if j.c == nil {
+		return &noCold
+	}
+	return j.c
+}
+
+// warm is the job's cold part for writing, made from the defaults the
+// first time.
+func (j *Job) warm() *jobCold {
+	if j.c == nil {
+		c := coldPool.Get().(*jobCold)
+		*c = noCold
+		j.c = c
+	}
+	return j.c
+}
+
+// coldPool recycles the cold parts that parsing and decoding filled with
+// nothing but defaults (settle): a plain job costs no garbage for them.
+var coldPool = sync.Pool{New: func() any { return new(jobCold) }}
+
+// settle gives back a cold part that holds only defaults, after a parse
+// or a decode that wrote every field. Nothing may point into it: the
+// callers took no pointers they keep.
+func (j *Job) settle() {
+	if j.c != nil && j.c.isDefault() {
+		*j.c = jobCold{}
+		coldPool.Put(j.c)
+		j.c = nil
+	}
+}
+
+// isDefault reports whether c holds only noCold's values (every slice,
+// pointer and Raw nil). TestColdIsDefaultCoversEveryField keeps it whole.
+func (c *jobCold) isDefault() bool {
+	d := &noCold
+	return c.BackoffC == nil && c.UniqueKey == "" && c.CustomID == "" && c.DependsOn == nil &&
+		c.ParentID == "" && c.Children == nil && c.ChildDone == 0 && c.Tags == nil && c.GroupID == "" &&
+		c.Progress == nil && c.ProgMsg == "" && !c.HasProgM && c.Stack == nil && c.Repeat == nil &&
+		!c.Durable && c.StallTO == d.StallTO && c.Stalls == 0 && c.StackLim == d.StackLim &&
+		c.KeepLogs == d.KeepLogs && c.SizeLimit == d.SizeLimit && !c.Lifo && !c.RemoveOnC && !c.RemoveOnF &&
+		!c.FailParent && !c.RemoveDepOnFail && !c.ContinueParent && !c.IgnoreDepOnFail &&
+		c.DedupTTL == d.DedupTTL && !c.DedupExtend && !c.DedupReplace && c.DebounceID == "" &&
+		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.failErr == "" && !c.hasFail &&
+		c.history == nil && c.waiters == nil && c.childValues == nil && c.failedKids == nil && c.ignoredKids == nil
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {
@@ -248,25 +312,25 @@ func encodeJobCore(e *Enc, j *Job) {
 	// The object form of the backoff option; nil when the job was given a
 	// plain number.
 	e.Str("backoffConfig")
-	if j.BackoffC == nil {
+	if j.cold().BackoffC == nil {
 		e.Nil()
 	} else {
 		k := 2
-		if j.BackoffC.MaxDelay != none {
+		if j.cold().BackoffC.MaxDelay != none {
 			k = 3
 		}
 		e.MapHead(k)
 		e.Str("type")
-		if j.BackoffC.Exponential {
+		if j.cold().BackoffC.Exponential {
 			e.Str("exponential")
 		} else {
 			e.Str("fixed")
 		}
 		e.Str("delay")
-		e.Int(j.BackoffC.Delay)
+		e.Int(j.cold().BackoffC.Delay)
 		if k == 3 {
 			e.Str("maxDelay")
-			e.Int(j.BackoffC.MaxDelay)
+			e.Int(j.cold().BackoffC.MaxDelay)
 		}
 	}
 }
@@ -277,35 +341,35 @@ func encodeJobCore(e *Enc, j *Job) {
 // them).
 func encodeJobState(e *Enc, j *Job) {
 	e.Str("dependsOn")
-	strArray(e, j.DependsOn)
+	strArray(e, j.cold().DependsOn)
 	e.Str("childrenIds")
-	strArray(e, j.Children)
+	strArray(e, j.cold().Children)
 	e.Str("childrenCompleted")
-	e.Int(int64(j.ChildDone))
+	e.Int(int64(j.cold().ChildDone))
 	e.Str("tags")
-	strArray(e, j.Tags)
+	strArray(e, j.cold().Tags)
 	e.Str("progress")
-	if j.Progress == nil {
+	if j.cold().Progress == nil {
 		e.Int(0)
 	} else {
-		e.Raw(j.Progress)
+		e.Raw(j.cold().Progress)
 	}
 	e.Str("progressMessage")
-	optStr(e, j.ProgMsg, j.HasProgM)
+	optStr(e, j.cold().ProgMsg, j.cold().HasProgM)
 	e.Str("stacktrace")
-	if j.Stack == nil {
+	if j.cold().Stack == nil {
 		e.Nil()
 	} else {
-		strArray(e, j.Stack)
+		strArray(e, j.cold().Stack)
 	}
 	e.Str("repeat")
-	e.Raw(j.Repeat)
+	e.Raw(j.cold().Repeat)
 	e.Str("durable")
-	e.Bool(j.Durable)
+	e.Bool(j.cold().Durable)
 	e.Str("lastHeartbeat")
 	e.Int(j.Heartbeat)
 	e.Str("stallCount")
-	e.Int(int64(j.Stalls))
+	e.Int(int64(j.cold().Stalls))
 }
 
 // encodeJobOptions writes the push options: ordering, retries, limits, the
@@ -315,51 +379,51 @@ func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("priority")
 	e.Int(j.Priority)
 	e.Str("lifo")
-	e.Bool(j.Lifo)
+	e.Bool(j.cold().Lifo)
 	e.Str("maxAttempts")
 	e.Int(int64(j.MaxAtt))
 	e.Str("removeOnComplete")
-	e.Bool(j.RemoveOnC)
+	e.Bool(j.cold().RemoveOnC)
 	e.Str("removeOnFail")
-	e.Bool(j.RemoveOnF)
+	e.Bool(j.cold().RemoveOnF)
 	e.Str("ttl")
 	optInt(e, j.TTL)
 	e.Str("timeout")
 	optInt(e, j.Timeout)
 	e.Str("uniqueKey")
-	optStr(e, j.UniqueKey, j.UniqueKey != "")
+	optStr(e, j.cold().UniqueKey, j.cold().UniqueKey != "")
 	e.Str("customId")
-	optStr(e, j.CustomID, j.CustomID != "")
+	optStr(e, j.cold().CustomID, j.cold().CustomID != "")
 	e.Str("parentId")
-	optStr(e, j.ParentID, j.ParentID != "")
+	optStr(e, j.cold().ParentID, j.cold().ParentID != "")
 	e.Str("groupId")
-	optStr(e, j.GroupID, j.GroupID != "")
+	optStr(e, j.cold().GroupID, j.cold().GroupID != "")
 	e.Str("stallTimeout")
-	optInt(e, j.StallTO)
+	optInt(e, j.cold().StallTO)
 	e.Str("stackTraceLimit")
-	e.Int(int64(j.StackLim))
+	e.Int(int64(j.cold().StackLim))
 	e.Str("keepLogs")
-	optInt(e, j.KeepLogs)
+	optInt(e, j.cold().KeepLogs)
 	e.Str("sizeLimit")
-	optInt(e, j.SizeLimit)
+	optInt(e, j.cold().SizeLimit)
 	e.Str("failParentOnFailure")
-	e.Bool(j.FailParent)
+	e.Bool(j.cold().FailParent)
 	e.Str("removeDependencyOnFailure")
-	e.Bool(j.RemoveDepOnFail)
+	e.Bool(j.cold().RemoveDepOnFail)
 	e.Str("continueParentOnFailure")
-	e.Bool(j.ContinueParent)
+	e.Bool(j.cold().ContinueParent)
 	e.Str("ignoreDependencyOnFailure")
-	e.Bool(j.IgnoreDepOnFail)
+	e.Bool(j.cold().IgnoreDepOnFail)
 	e.Str("deduplicationTtl")
-	optInt(e, j.DedupTTL)
+	optInt(e, j.cold().DedupTTL)
 	e.Str("deduplicationExtend")
-	e.Bool(j.DedupExtend)
+	e.Bool(j.cold().DedupExtend)
 	e.Str("deduplicationReplace")
-	e.Bool(j.DedupReplace)
+	e.Bool(j.cold().DedupReplace)
 	e.Str("debounceId")
-	optStr(e, j.DebounceID, j.DebounceID != "")
+	optStr(e, j.cold().DebounceID, j.cold().DebounceID != "")
 	e.Str("debounceTtl")
-	optInt(e, j.DebounceTTL)
+	optInt(e, j.cold().DebounceTTL)
 }
 
 // encodeTimeline writes the job's history as an array of maps, with error
@@ -419,8 +483,8 @@ func (j *Job) stateAt(now int64) State {
 
 // failedReason is the error of the last failure on the timeline.
 func (j *Job) failedReason() (string, bool) {
-	if j.hasFail {
-		return j.failErr, true
+	if j.cold().hasFail {
+		return j.cold().failErr, true
 	}
 	for i := len(j.Timeline) - 1; i >= 0; i-- {
 		if j.Timeline[i].State == "failed" && j.Timeline[i].HasErr {
@@ -529,22 +593,21 @@ func newID() string {
 // copied too.
 // TestReadCopyHasEveryField keeps the list whole.
 func (j *Job) readCopy() *Job {
-	return &Job{
+	cp := &Job{
 		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
 		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
-		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff, BackoffC: j.BackoffC,
-		TTL: j.TTL, Timeout: j.Timeout, UniqueKey: j.UniqueKey, CustomID: j.CustomID,
-		DependsOn: slices.Clone(j.DependsOn), ParentID: j.ParentID, Children: slices.Clone(j.Children),
-		ChildDone: j.ChildDone, Tags: slices.Clone(j.Tags), GroupID: j.GroupID,
-		Progress: j.Progress, ProgMsg: j.ProgMsg, HasProgM: j.HasProgM, Stack: slices.Clone(j.Stack),
-		Repeat: j.Repeat, Durable: j.Durable, Heartbeat: j.Heartbeat, StallTO: j.StallTO,
-		Stalls: j.Stalls, StackLim: j.StackLim, KeepLogs: j.KeepLogs, SizeLimit: j.SizeLimit,
-		Lifo: j.Lifo, RemoveOnC: j.RemoveOnC, RemoveOnF: j.RemoveOnF,
-		FailParent: j.FailParent, RemoveDepOnFail: j.RemoveDepOnFail,
-		ContinueParent: j.ContinueParent, IgnoreDepOnFail: j.IgnoreDepOnFail,
-		DedupTTL: j.DedupTTL, DedupExtend: j.DedupExtend, DedupReplace: j.DedupReplace,
-		DebounceID: j.DebounceID, DebounceTTL: j.DebounceTTL, Timeline: slices.Clone(j.Timeline),
-
-		state: j.state, failErr: j.failErr, hasFail: j.hasFail,
+		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff,
+		TTL: j.TTL, Timeout: j.Timeout, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
+		state: j.state,
 	}
+	if j.c != nil {
+		c := *j.c
+		c.DependsOn, c.Children = slices.Clone(c.DependsOn), slices.Clone(c.Children)
+		c.Tags, c.Stack = slices.Clone(c.Tags), slices.Clone(c.Stack)
+		// What readers do not see stays with the job.
+		c.groupMax, c.history, c.waiters = 0, nil, nil
+		c.childValues, c.failedKids, c.ignoredKids = nil, nil, nil
+		cp.c = &c
+	}
+	return cp
 }

@@ -10,49 +10,113 @@ import (
 // slices that may change in place is shared. A field added to Job and not
 // to readCopy fails here.
 func TestReadCopyHasEveryField(t *testing.T) {
-	j := &Job{state: StateFailed, failErr: "boom", hasFail: true}
-	v := reflect.ValueOf(j).Elem()
-	for i := 0; i < v.NumField(); i++ {
-		f, sf := v.Field(i), v.Type().Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString("s" + sf.Name)
-		case reflect.Int64, reflect.Int32:
-			f.SetInt(int64(i + 1))
-		case reflect.Bool:
-			f.SetBool(true)
-		case reflect.Pointer:
-			f.Set(reflect.New(sf.Type.Elem()))
-		case reflect.Slice:
-			f.Set(reflect.MakeSlice(sf.Type, 2, 2))
-		default:
-			t.Fatalf("field %s: kind %s not filled by this test", sf.Name, f.Kind())
+	j := &Job{state: StateFailed}
+	j.warm().failErr, j.warm().hasFail = "boom", true
+	fill := func(v reflect.Value) {
+		for i := 0; i < v.NumField(); i++ {
+			f, sf := v.Field(i), v.Type().Field(i)
+			if !sf.IsExported() {
+				continue
+			}
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString("s" + sf.Name)
+			case reflect.Int64, reflect.Int32:
+				f.SetInt(int64(i + 1))
+			case reflect.Bool:
+				f.SetBool(true)
+			case reflect.Pointer:
+				f.Set(reflect.New(sf.Type.Elem()))
+			case reflect.Slice:
+				f.Set(reflect.MakeSlice(sf.Type, 2, 2))
+			default:
+				t.Fatalf("field %s: kind %s not filled by this test", sf.Name, f.Kind())
+			}
 		}
 	}
+	fill(reflect.ValueOf(j).Elem())
+	fill(reflect.ValueOf(j.c).Elem())
 	c := j.readCopy()
-	cv := reflect.ValueOf(c).Elem()
-	for i := 0; i < v.NumField(); i++ {
-		sf := v.Type().Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		if !reflect.DeepEqual(v.Field(i).Interface(), cv.Field(i).Interface()) {
-			t.Errorf("field %s not copied", sf.Name)
+	same := func(v, cv reflect.Value) {
+		for i := 0; i < v.NumField(); i++ {
+			sf := v.Type().Field(i)
+			if !sf.IsExported() {
+				continue
+			}
+			if !reflect.DeepEqual(v.Field(i).Interface(), cv.Field(i).Interface()) {
+				t.Errorf("field %s not copied", sf.Name)
+			}
 		}
 	}
-	if c.state != j.state || c.failErr != j.failErr || c.hasFail != j.hasFail {
+	same(reflect.ValueOf(j).Elem(), reflect.ValueOf(c).Elem())
+	if c.c == j.c {
+		t.Fatal("the cold fields are shared with the job")
+	}
+	same(reflect.ValueOf(j.c).Elem(), reflect.ValueOf(c.c).Elem())
+	if c.state != j.state || c.cold().failErr != j.cold().failErr || c.cold().hasFail != j.cold().hasFail {
 		t.Error("state or failure not copied")
 	}
 	for name, pair := range map[string][2]any{
-		"DependsOn": {&j.DependsOn[0], &c.DependsOn[0]}, "Children": {&j.Children[0], &c.Children[0]},
-		"Tags": {&j.Tags[0], &c.Tags[0]}, "Stack": {&j.Stack[0], &c.Stack[0]},
+		"DependsOn": {&j.cold().DependsOn[0], &c.cold().DependsOn[0]}, "Children": {&j.cold().Children[0], &c.cold().Children[0]},
+		"Tags": {&j.cold().Tags[0], &c.cold().Tags[0]}, "Stack": {&j.cold().Stack[0], &c.cold().Stack[0]},
 		"Timeline": {&j.Timeline[0], &c.Timeline[0]},
 	} {
 		if pair[0] == pair[1] {
 			t.Errorf("%s shared with the job", name)
 		}
+	}
+}
+
+// TestColdIsDefaultCoversEveryField: isDefault looks at every field of
+// jobCold, so that a job whose only unusual setting is in a field added
+// later keeps it (settle would drop it otherwise).
+func TestColdIsDefaultCoversEveryField(t *testing.T) {
+	if !noCold.isDefault() {
+		t.Fatal("noCold is not the default")
+	}
+	typ := reflect.TypeOf(jobCold{})
+	for i := 0; i < typ.NumField(); i++ {
+		c := noCold
+		f := reflect.ValueOf(&c).Elem().Field(i)
+		f = reflect.NewAt(f.Type(), f.Addr().UnsafePointer()).Elem() // unexported fields too
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int64, reflect.Int32:
+			f.SetInt(f.Int() + 1)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		if c.isDefault() {
+			t.Errorf("isDefault ignores %s", typ.Field(i).Name)
+		}
+	}
+}
+
+// TestPlainJobHasNoColdPart: a job pushed with no rare option carries no
+// cold part, after a push and after a round trip through its record.
+func TestPlainJobHasNoColdPart(t *testing.T) {
+	j := mustJob(t, "q", map[string]any{"name": "n", "data": map[string]any{"a": 1}})
+	if j.c != nil {
+		t.Fatalf("a plain job has a cold part: %+v", *j.c)
+	}
+	var e Enc
+	encodeRecord(&e, j)
+	d, err := decodeRecord(e.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.c != nil {
+		t.Fatalf("a plain job read from its record has a cold part: %+v", *d.c)
+	}
+	withTags := mustJob(t, "q", map[string]any{"name": "n", "data": 1, "tags": []any{"t"}})
+	if withTags.c == nil || len(withTags.cold().Tags) != 1 {
+		t.Fatal("a job with tags lost them")
 	}
 }

@@ -127,8 +127,8 @@ func (b *Broker) pushJobs(queue string, jobs []*Job, batch map[string]*Job) []Pu
 	// A custom id held by a completed or dead-lettered job is freed before
 	// the queue's shard is locked: that job may live in another shard.
 	for _, j := range jobs {
-		if j.CustomID != "" {
-			b.freeCustomID(j.CustomID)
+		if j.cold().CustomID != "" {
+			b.freeCustomID(j.cold().CustomID)
 		}
 	}
 	s := b.shardOf(queue)
@@ -160,7 +160,7 @@ func (b *Broker) pushJobs(queue string, jobs []*Job, batch map[string]*Job) []Pu
 }
 
 func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushResult {
-	if j.CustomID != "" {
+	if j.cold().CustomID != "" {
 		if h := s.b.idxGet(j.ID); h != nil {
 			if s.b.shardOf(h.Queue) != s {
 				// Held in another shard; it was live a moment ago.
@@ -178,9 +178,9 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 	if err != nil {
 		return PushResult{Err: err}
 	}
-	if ok && j.GroupID != "" && j.groupMax > 0 {
-		if g := q.groups[j.GroupID]; g != nil && int64(g.queued) >= j.groupMax {
-			return PushResult{Err: errors.New("Group " + j.GroupID + " has reached its maximum size of " + itoa(j.groupMax))}
+	if ok && j.cold().GroupID != "" && j.cold().groupMax > 0 {
+		if g := q.groups[j.cold().GroupID]; g != nil && int64(g.queued) >= j.cold().groupMax {
+			return PushResult{Err: errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))}
 		}
 	}
 	if !ok {
@@ -191,7 +191,7 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 		return PushResult{ID: prev.ID, Dup: true}
 	}
 	s.holdUnique(q, j)
-	if len(j.DependsOn) > 0 {
+	if len(j.cold().DependsOn) > 0 {
 		j.pending = s.b.registerDeps(j, batch)
 	}
 	s.placeNew(q, j, now)
@@ -230,11 +230,11 @@ func (s *Shard) dropRecord(q *Queue, j *Job) {
 func customIDBatch(jobs []*Job) map[string]*Job {
 	var batch map[string]*Job
 	for _, j := range jobs {
-		if j.CustomID != "" {
+		if j.cold().CustomID != "" {
 			if batch == nil {
 				batch = map[string]*Job{}
 			}
-			batch[j.CustomID] = j
+			batch[j.cold().CustomID] = j
 		}
 	}
 	return batch
@@ -529,14 +529,14 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		s.b.lat.proc.ObserveMs(now - j.StartedAt)
 	}
 	j.DoneAt = now
-	j.hasFail = false
+	j.warm().hasFail = false
 	res := it.Result
 	if !it.HasResult {
 		res = nil
 	}
 	j.notifyDone(waitOutcome{completed: true, result: res, hasResult: it.HasResult})
-	s.completedDeps(j, res, j.RemoveOnC || it.Remove)
-	if j.RemoveOnC || it.Remove {
+	s.completedDeps(j, res, j.cold().RemoveOnC || it.Remove)
+	if j.cold().RemoveOnC || it.Remove {
 		s.forget(j)
 	} else {
 		j.addTimeline(TimelineEntry{State: "completed", At: now})
@@ -549,7 +549,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		}
 	}
 	s.emit(q, evCompleted, j, now, evArgs{data: res, undefData: !it.HasResult})
-	if j.Repeat != nil {
+	if j.cold().Repeat != nil {
 		if n := repeatSuccessor(j, now); n != nil {
 			s.admit(q, n, now, nil)
 		}
@@ -668,7 +668,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 	s.deactivate(q, j)
 	j.Attempts++
 	if len(f.stack) > 0 {
-		j.Stack = normalizeStack(f.stack, int(j.StackLim))
+		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
 	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
 	s.releaseUnique(q, j)
@@ -691,7 +691,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 		return
 	}
 	s.b.stats.failed.Add(1)
-	if j.RemoveOnF || f.removeOnFail {
+	if j.cold().RemoveOnF || f.removeOnFail {
 		j.notifyDone(waitOutcome{err: f.err})
 		s.childFailed(j, f.err)
 		s.forget(j)

@@ -335,15 +335,15 @@ func noticeDeduplicated(queue, id, strategy string) *note {
 // noticeWaitingChildren is job:waiting-children as the reference
 // announces a job admitted to wait for its dependencies.
 func noticeWaitingChildren(queue string, j *Job) *note {
-	return newNote("job:waiting-children").str("jobId", j.ID).str("queue", queue).strs("dependsOn", j.DependsOn)
+	return newNote("job:waiting-children").str("jobId", j.ID).str("queue", queue).strs("dependsOn", j.cold().DependsOn)
 }
 
 // noticeResolved is what a job released by its last dependency announces:
 // flow:completed for a flow's parent, job:dependencies-resolved for a job
 // that named others in dependsOn.
 func noticeResolved(j *Job) *note {
-	if len(j.Children) > 0 {
-		return noticeFlowCompleted(j.ID, j.Queue, len(j.Children))
+	if len(j.cold().Children) > 0 {
+		return noticeFlowCompleted(j.ID, j.Queue, len(j.cold().Children))
 	}
 	return newNote("job:dependencies-resolved").str("jobId", j.ID).str("queue", j.Queue)
 }

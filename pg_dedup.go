@@ -19,8 +19,8 @@ import (
 // dedupExpiry is when a job's hold on its key lapses (nil: when it
 // finishes).
 func dedupExpiry(j *Job, now int64) *int64 {
-	if j.DedupTTL != none && j.DedupTTL > 0 {
-		return ptr(now + j.DedupTTL)
+	if j.cold().DedupTTL != none && j.cold().DedupTTL > 0 {
+		return ptr(now + j.cold().DedupTTL)
 	}
 	return nil
 }
@@ -65,11 +65,11 @@ func (p *PG) dedupTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, 
 // with one, and sets each such job's key expiry.
 func (plan *dedupPlan) keysOf(jobs []*Job, now int64) (keys, custom []string) {
 	for i, j := range jobs {
-		if j.UniqueKey != "" {
-			keys = append(keys, j.UniqueKey)
+		if j.cold().UniqueKey != "" {
+			keys = append(keys, j.cold().UniqueKey)
 			plan.expires[i] = dedupExpiry(j, now)
-			if j.CustomID != "" {
-				custom = append(custom, j.CustomID)
+			if j.cold().CustomID != "" {
+				custom = append(custom, j.cold().CustomID)
 			}
 		}
 	}
@@ -159,12 +159,12 @@ type dedupWrites struct {
 func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]*keyHolder, now int64) dedupWrites {
 	w := dedupWrites{extend: map[string]int64{}}
 	for i, j := range jobs {
-		if j.UniqueKey == "" || live[j.CustomID] {
+		if j.cold().UniqueKey == "" || live[j.cold().CustomID] {
 			continue
 		}
-		h := held[j.UniqueKey]
+		h := held[j.cold().UniqueKey]
 		if h == nil {
-			held[j.UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.cold().UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
 			continue
 		}
 		act, removeHolder, refused := dedupPolicy(j, h.state)
@@ -184,10 +184,10 @@ func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]
 			default:
 				w.release = append(w.release, h.id)
 			}
-			held[j.UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.cold().UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
 			continue
 		case dedupExtend:
-			exp := now + j.DedupTTL
+			exp := now + j.cold().DedupTTL
 			if h.idx >= 0 {
 				plan.expires[h.idx] = &exp
 			} else {

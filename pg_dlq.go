@@ -313,14 +313,14 @@ func encodeRec(j *Job) []byte {
 // uniqueHeld says whether another live job holds j's unique key, so that
 // j cannot come back to life now.
 func (p *PG) uniqueHeld(ctx context.Context, tx pgx.Tx, j *Job) (bool, error) {
-	if j.UniqueKey == "" {
+	if j.cold().UniqueKey == "" {
 		return false, nil
 	}
 	var held bool
 	err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND unique_key = $2
-		AND state IN (1, 4, 7) AND id <> $3)`), j.Queue, j.UniqueKey, j.ID).Scan(&held)
+		AND state IN (1, 4, 7) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID).Scan(&held)
 	if err != nil {
-		return false, fmt.Errorf("unique key %q: %w", j.UniqueKey, err)
+		return false, fmt.Errorf("unique key %q: %w", j.cold().UniqueKey, err)
 	}
 	return held, nil
 }

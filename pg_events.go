@@ -419,8 +419,8 @@ func (p *PG) deadLettered(j *Job) {
 	}
 	j.dlqNew = false
 	p.b.announce(noticeDLQAdded(j.Queue, j.ID, j.dlq.Reason))
-	if j.ParentID != "" {
-		p.b.announce(noticeFlowFailed(j.ParentID, j.ID, j.Queue, j.failErr, "Max attempts exceeded"))
+	if j.cold().ParentID != "" {
+		p.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID, j.Queue, j.cold().failErr, "Max attempts exceeded"))
 	}
 }
 

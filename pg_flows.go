@@ -88,7 +88,7 @@ type pgPushPlan struct {
 func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[string]*Job) (*pgPushPlan, error) {
 	var lock []string
 	for _, j := range jobs {
-		for _, d := range j.DependsOn {
+		for _, d := range j.cold().DependsOn {
 			if batch[d] == nil && d != j.ID {
 				lock = append(lock, d)
 			}
@@ -107,7 +107,7 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 	var plan *pgPushPlan
 	for i, j := range jobs {
 		var waits []string
-		for _, d := range j.DependsOn {
+		for _, d := range j.cold().DependsOn {
 			if d == j.ID {
 				return nil, &jobErr{i, errors.New("Job cannot depend on itself: " + d)}
 			}
@@ -176,7 +176,7 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 	var parents []*Job
 	for _, c := range linked {
 		par := plan.parents[plan.links[c]].j
-		if !isQueued(par.state) || slices.Contains(par.Children, c.ID) {
+		if !isQueued(par.state) || slices.Contains(par.cold().Children, c.ID) {
 			continue
 		}
 		if err := p.linkChild(ctx, tx, par, c, now); err != nil {
@@ -301,8 +301,8 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 		if d.waited {
 			waitedOn = append(waitedOn, d.j.ID)
 		}
-		if d.j.ParentID != "" && d.result != nil {
-			want = append(want, d.j.ParentID)
+		if d.j.cold().ParentID != "" && d.result != nil {
+			want = append(want, d.j.cold().ParentID)
 		}
 	}
 	var waiting []string
@@ -337,11 +337,11 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 	}
 	changed := map[*Job]bool{}
 	for _, d := range done {
-		par := jobs[d.j.ParentID]
-		if d.j.ParentID == "" || d.result == nil || par == nil || !slices.Contains(par.Children, d.j.ID) {
+		par := jobs[d.j.cold().ParentID]
+		if d.j.cold().ParentID == "" || d.result == nil || par == nil || !slices.Contains(par.cold().Children, d.j.ID) {
 			continue
 		}
-		par.childValues = setKV(par.childValues, d.j.Queue+":"+d.j.ID, d.result)
+		par.warm().childValues = setKV(par.cold().childValues, d.j.Queue+":"+d.j.ID, d.result)
 		changed[par] = true
 	}
 	if len(waiting) > 0 {
@@ -375,7 +375,7 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 // their rows are saved (a successor may take over their unique key).
 func (p *PG) repeated(ctx context.Context, tx pgx.Tx, f *pgFlowTx, done []pgDoneJob, now int64) error {
 	for _, d := range done {
-		if d.j.Repeat == nil {
+		if d.j.cold().Repeat == nil {
 			continue
 		}
 		n := repeatSuccessor(d.j, now)
@@ -510,7 +510,7 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 			}
 			dlq := set[par.Queue].dlqConfig()
 			pgDeadLetter(par, "unknown", msg, true, dlq, now)
-			par.failErr, par.hasFail = "", false // GetJob's failedReason comes from the timeline
+			par.warm().failErr, par.warm().hasFail = "", false // GetJob's failedReason comes from the timeline
 			f.events = append(f.events, pgFlowEvent{par, evFailed, evArgs{err: msg, hasErr: true}})
 			f.failed++
 			if err := p.saveJobs(ctx, tx, []*Job{par}, nil); err != nil {
@@ -596,8 +596,8 @@ func (p *PG) PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error) {
 		}
 		byQueue[f.queue] = append(byQueue[f.queue], f.job)
 		// Every dependency is in the flow, admitted with it.
-		f.job.pending = int32(len(f.job.DependsOn))
-		for _, d := range f.job.DependsOn {
+		f.job.pending = int32(len(f.job.cold().DependsOn))
+		for _, d := range f.job.cold().DependsOn {
 			waiters, deps = append(waiters, f.job.ID), append(deps, d)
 		}
 	}
@@ -746,14 +746,14 @@ func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
 		if err != nil {
 			return err
 		}
-		if c.ParentID != "" && c.ParentID != pid && c.ParentID != "pending" {
-			return errors.New("Child job " + cid + " already belongs to parent " + c.ParentID)
+		if c.cold().ParentID != "" && c.cold().ParentID != pid && c.cold().ParentID != "pending" {
+			return errors.New("Child job " + cid + " already belongs to parent " + c.cold().ParentID)
 		}
 		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
 		if err != nil {
 			return err
 		}
-		declared := slices.Contains(par.Children, cid)
+		declared := slices.Contains(par.cold().Children, cid)
 		if !declared && !isQueued(par.state) {
 			return errors.New("Parent job " + pid + " is not linkable")
 		}
@@ -762,8 +762,8 @@ func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
 		if !declared {
 			if c.state == StateCompleted {
 				// Recorded, but the parent does not wait for a done child.
-				par.Children = append(slices.Clone(par.Children), cid)
-				par.DependsOn = append(slices.Clone(par.DependsOn), cid)
+				par.warm().Children = append(slices.Clone(par.cold().Children), cid)
+				par.warm().DependsOn = append(slices.Clone(par.cold().DependsOn), cid)
 			} else if err := p.linkChild(ctx, tx, par, c, now); err != nil {
 				return err // already a storage error
 			}
@@ -773,7 +773,7 @@ func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
 			return pgErr(err)
 		}
 		if c.state == StateFailed {
-			return pgErr(p.childFailed(ctx, tx, f, c, c.failErr, now))
+			return pgErr(p.childFailed(ctx, tx, f, c, c.cold().failErr, now))
 		}
 		return nil
 	})
@@ -787,7 +787,7 @@ func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error
 		if err != nil {
 			return err
 		}
-		pid := c.ParentID
+		pid := c.cold().ParentID
 		if pid == "" {
 			return errors.New("Job " + cid + " has no parent")
 		}
@@ -795,7 +795,7 @@ func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error
 			return nil
 		}
 		par, err := p.lockOne(ctx, tx, pid, nil)
-		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.DependsOn, cid) {
+		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.cold().DependsOn, cid) {
 			return err
 		}
 		var left bool
@@ -821,15 +821,15 @@ func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error
 func (p *PG) RemoveUnprocessedChildren(ctx context.Context, id string) error {
 	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		par, _, err := p.getJob(ctx, id)
-		if err != nil || par == nil || len(par.Children) == 0 {
+		if err != nil || par == nil || len(par.cold().Children) == 0 {
 			return err
 		}
-		locked, err := p.lockRows(ctx, tx, par.Children)
+		locked, err := p.lockRows(ctx, tx, par.cold().Children)
 		if err != nil {
 			return pgErr(fmt.Errorf("lock the children of %s: %w", id, err))
 		}
 		var gone []string
-		for _, c := range par.Children {
+		for _, c := range par.cold().Children {
 			if l := locked[c]; l != nil && isQueued(l.j.state) {
 				gone = append(gone, c)
 				f.events = append(f.events, pgFlowEvent{l.j, evRemoved, evArgs{prev: "waiting"}})

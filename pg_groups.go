@@ -47,12 +47,12 @@ func scanGroup(row pgx.Row) (*Group, error) {
 func (p *PG) groupsTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job) error {
 	var groups, capped []string
 	for _, j := range jobs {
-		if j.GroupID == "" {
+		if j.cold().GroupID == "" {
 			continue
 		}
-		groups = append(groups, j.GroupID)
-		if j.groupMax > 0 {
-			capped = append(capped, j.GroupID)
+		groups = append(groups, j.cold().GroupID)
+		if j.cold().groupMax > 0 {
+			capped = append(capped, j.cold().GroupID)
 		}
 	}
 	if len(groups) == 0 {

@@ -92,10 +92,10 @@ func (r *pgRows) add(j *Job, uexp *int64) {
 	r.ids, r.prios, r.keys = append(r.ids, j.ID), append(r.prios, j.Priority), append(r.keys, sortKey(j))
 	r.runAts, r.created, r.states = append(r.runAts, j.RunAt), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
 	var uk *string
-	if j.UniqueKey != "" {
-		uk = ptr(j.UniqueKey)
+	if j.cold().UniqueKey != "" {
+		uk = ptr(j.cold().UniqueKey)
 	}
-	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.GroupID)
+	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.cold().GroupID)
 	var e Enc
 	encodeRecord(&e, j)
 	r.recs = append(r.recs, e.B)
@@ -165,7 +165,7 @@ func (p *PG) admitJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job
 	grouped := false
 	for _, j := range jobs {
 		pgAdmit(j, now)
-		grouped = grouped || j.GroupID != ""
+		grouped = grouped || j.cold().GroupID != ""
 	}
 	if err := p.registerQueue(ctx, tx, queue, grouped); err != nil {
 		return nil, err
@@ -185,8 +185,8 @@ func (p *PG) admitJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job
 func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 	var custom []string
 	for _, j := range jobs {
-		if j.CustomID != "" {
-			custom = append(custom, j.CustomID)
+		if j.cold().CustomID != "" {
+			custom = append(custom, j.cold().CustomID)
 		}
 	}
 	if len(custom) > 0 {
@@ -235,12 +235,12 @@ func (p *PG) answerInserted(ctx context.Context, tx pgx.Tx, queue string, jobs [
 			made[j.ID] = false // a second job of the batch with this id is a duplicate
 			continue
 		}
-		if j.UniqueKey != "" && j.CustomID == "" && !plan.dropped[i] {
+		if j.cold().UniqueKey != "" && j.cold().CustomID == "" && !plan.dropped[i] {
 			// Held by a live job with the key: answer its id.
 			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
-				queue, j.UniqueKey).Scan(&res.ids[i])
+				queue, j.cold().UniqueKey).Scan(&res.ids[i])
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("find the holder of unique key %q: %w", j.UniqueKey, err)
+				return fmt.Errorf("find the holder of unique key %q: %w", j.cold().UniqueKey, err)
 			}
 		}
 	}

@@ -477,16 +477,16 @@ func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
 		j.state = StateCompleted
 		j.lease = nil
 		j.DoneAt = a.now
-		j.hasFail = false
+		j.warm().hasFail = false
 		a.done = append(a.done, pgDoneEv{j, it.Result, !it.HasResult})
-		if l.waited || j.ParentID != "" || j.Repeat != nil {
+		if l.waited || j.cold().ParentID != "" || j.cold().Repeat != nil {
 			d := pgDoneJob{j: j, waited: l.waited}
 			if it.HasResult {
 				d.result = it.Result
 			}
 			a.flows = append(a.flows, d)
 		}
-		if j.RemoveOnC || it.Remove {
+		if j.cold().RemoveOnC || it.Remove {
 			a.remove = append(a.remove, j.ID)
 			continue
 		}
@@ -612,7 +612,7 @@ func (p *PG) failTx(ctx context.Context, tx pgx.Tx, id, token string, f failure)
 		err = p.notify(ctx, tx, j.Queue)
 	}
 	fl := &pgFlowTx{}
-	if err == nil && j.state != StateDelayed && j.ParentID != "" {
+	if err == nil && j.state != StateDelayed && j.cold().ParentID != "" {
 		err = p.childFailed(ctx, tx, fl, j, f.err, now)
 	}
 	if err != nil {

@@ -100,12 +100,12 @@ func migrateJob(j *Job, now int64, done map[string]bool) []string {
 		j.ensureDLQEntry()
 	case StateWaitingChildren:
 		var waits []string
-		for _, d := range j.DependsOn {
+		for _, d := range j.cold().DependsOn {
 			if completed, ok := done[d]; ok && !completed && !slices.Contains(waits, d) {
 				waits = append(waits, d)
 			}
 		}
-		if len(waits) == 0 && len(j.DependsOn) > 0 {
+		if len(waits) == 0 && len(j.cold().DependsOn) > 0 {
 			pgRelease(j, now)
 		}
 		return waits
@@ -129,12 +129,12 @@ func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	}
 	var uk *string
 	var uexp *int64
-	if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
-		uk, uexp = ptr(j.UniqueKey), dedupExpiry(j, now)
+	if j.cold().UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
+		uk, uexp = ptr(j.cold().UniqueKey), dedupExpiry(j, now)
 	}
 	var group *string
-	if j.GroupID != "" {
-		group = ptr(j.GroupID)
+	if j.cold().GroupID != "" {
+		group = ptr(j.cold().GroupID)
 	}
 	var dlqAt, dlqDue *int64
 	if j.state == StateFailed && j.dlq != nil {
@@ -215,7 +215,7 @@ func (src *sqliteSource) readJobs(ctx context.Context, sq *SQLiteStore, now int6
 		if _, ok := src.firstSeq[j.Queue]; !ok {
 			src.firstSeq[j.Queue] = seq
 		}
-		if g := j.GroupID; g != "" && !seenGroup[[2]string{j.Queue, g}] {
+		if g := j.cold().GroupID; g != "" && !seenGroup[[2]string{j.Queue, g}] {
 			seenGroup[[2]string{j.Queue, g}] = true
 			src.groups[j.Queue] = append(src.groups[j.Queue], g)
 		}

@@ -48,8 +48,8 @@ type pgPushLane struct {
 // pgPlain reports a job that can share a transaction with other requests:
 // nothing about it can fail one request without the others.
 func pgPlain(j *Job) bool {
-	return len(j.DependsOn) == 0 && j.ParentID == "" && j.Repeat == nil && j.GroupID == "" &&
-		j.DedupTTL == none && !j.DedupExtend && !j.DedupReplace && j.DebounceID == ""
+	return len(j.cold().DependsOn) == 0 && j.cold().ParentID == "" && j.cold().Repeat == nil && j.cold().GroupID == "" &&
+		j.cold().DedupTTL == none && !j.cold().DedupExtend && !j.cold().DedupReplace && j.cold().DebounceID == ""
 }
 
 // pushAsync queues plain jobs to be written, and answers a Pushed whose
@@ -163,7 +163,7 @@ func countMade(reqs []*pgPushReq, made []*Job) {
 func pgBare(batch []*pgPushReq) bool {
 	for _, r := range batch {
 		for _, j := range r.jobs {
-			if j.CustomID != "" || j.UniqueKey != "" {
+			if j.cold().CustomID != "" || j.cold().UniqueKey != "" {
 				return false
 			}
 		}

@@ -299,7 +299,7 @@ func (p *PG) outcome(ctx context.Context, id string) (*waitOutcome, error) {
 	case StateCompleted:
 		return &waitOutcome{completed: true, result: res, hasResult: res != nil}, nil
 	case StateFailed:
-		return &waitOutcome{err: j.failErr}, nil
+		return &waitOutcome{err: j.cold().failErr}, nil
 	}
 	return nil, nil
 }

@@ -178,7 +178,7 @@ func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
 func (r *leaseReap) lockLapsed(j *Job, stall StallConfig, dlq DLQConfig, renewals int32) {
 	if reason, msg, evMsg := lockLapsed(j, stall, renewals, r.now); reason != "" {
 		pgDeadLetter(j, reason, msg, true, dlq, r.now)
-		r.event(j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"})
+		r.event(j, evStalled, evArgs{stallCount: j.cold().Stalls, action: "move_to_dlq"})
 		r.event(j, evFailed, evArgs{err: evMsg, hasErr: true, noData: true})
 		r.gaveUp = append(r.gaveUp, reapedJob{j, evMsg})
 	} else {
@@ -194,11 +194,11 @@ func (r *leaseReap) lockLapsed(j *Job, stall StallConfig, dlq DLQConfig, renewal
 func (r *leaseReap) stalled(j *Job, stall StallConfig, dlq DLQConfig) {
 	if reason, msg := stallLapsed(j, stall, r.now); reason != "" {
 		pgDeadLetter(j, reason, msg, true, dlq, r.now)
-		r.event(j, evStalled, evArgs{stallCount: j.Stalls, action: "move_to_dlq"})
+		r.event(j, evStalled, evArgs{stallCount: j.cold().Stalls, action: "move_to_dlq"})
 		r.gaveUp = append(r.gaveUp, reapedJob{j, msg})
 	} else {
 		pgEnqueue(j, r.now)
-		r.event(j, evStalled, evArgs{stallCount: j.Stalls, action: "retry"})
+		r.event(j, evStalled, evArgs{stallCount: j.cold().Stalls, action: "retry"})
 	}
 	r.keep = append(r.keep, j)
 }
@@ -226,7 +226,7 @@ func (p *PG) saveReaped(ctx context.Context, tx pgx.Tx, r *leaseReap) error {
 		}
 	}
 	for _, g := range r.gaveUp {
-		if g.j.ParentID != "" {
+		if g.j.cold().ParentID != "" {
 			if err := p.childFailed(ctx, tx, r.fl, g.j, g.err, r.now); err != nil {
 				return err
 			}

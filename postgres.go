@@ -644,7 +644,7 @@ func pgState(s State) int16 {
 // sortKey orders claims within a priority: LIFO jobs first, newest first,
 // then FIFO by run time (ties go by the row's sequence number).
 func sortKey(j *Job) int64 {
-	if j.Lifo {
+	if j.cold().Lifo {
 		return -(j.RunAt<<10 | lifoSeq.Add(1)&1023)
 	}
 	return j.RunAt
@@ -739,8 +739,8 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 	if j.DoneAt != 0 {
 		r.doneAts[i] = ptr(j.DoneAt)
 	}
-	if j.UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
-		r.uks[i] = ptr(j.UniqueKey)
+	if j.cold().UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
+		r.uks[i] = ptr(j.cold().UniqueKey)
 		r.uexps[i] = dedupExpiry(j, now)
 	}
 	if j.state == StateActive {
@@ -788,7 +788,7 @@ func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 	j.lease = nil
 	j.Attempts++
 	if len(f.stack) > 0 {
-		j.Stack = normalizeStack(f.stack, int(j.StackLim))
+		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
 	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
 	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
@@ -807,7 +807,7 @@ func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 		j.state = StateDelayed
 		return true
 	}
-	if j.RemoveOnF || f.removeOnFail {
+	if j.cold().RemoveOnF || f.removeOnFail {
 		return false
 	}
 	pgDeadLetter(j, reason, f.err, f.hasErr, dlq, now)
@@ -821,7 +821,7 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	// (a retry by hand drops it): it carries on.
 	kept := j.dlq != nil && j.state != StateFailed
 	j.state = StateFailed
-	j.failErr, j.hasFail = err, hasErr
+	j.warm().failErr, j.warm().hasFail = err, hasErr
 	j.lease = nil
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 	// Announced by the first event told of it once committed (PG.emit).

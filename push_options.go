@@ -153,9 +153,8 @@ func clone(r Raw) Raw {
 // The steps run in the reference's order, so that a request with several
 // faults gets the same (first) error; each stops at its first fault.
 func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
-	j := &Job{Queue: queue, TTL: none, Timeout: none, StallTO: none, KeepLogs: none, SizeLimit: none,
-		DedupTTL: none, DebounceTTL: none, MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff,
-		StackLim: defaultStackTraceLimit}
+	// The cold options' defaults are noCold's (job.go).
+	j := &Job{Queue: queue, TTL: none, Timeout: none, MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff}
 	if err := parseJobPayload(m, j); err != nil {
 		return nil, err
 	}
@@ -179,14 +178,15 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 	if err := parseJobTimes(m, j, now, delay); err != nil {
 		return nil, err
 	}
-	if j.CustomID != "" {
-		j.ID = j.CustomID
+	if j.cold().CustomID != "" {
+		j.ID = j.cold().CustomID
 	} else {
 		j.ID = newID()
 	}
 	if err := checkJobFields(j, customKey); err != nil {
 		return nil, err
 	}
+	j.settle()
 	return j, nil
 }
 
@@ -229,14 +229,14 @@ func parseJobGroup(m Map, j *Job) error {
 		case containsNUL(gs):
 			return errors.New("groupId must not contain NUL characters")
 		}
-		j.GroupID = gs
+		j.warm().GroupID = gs
 	}
 	if m.Has("groupMaxSize") {
 		v, err := positiveSafeInt(m, "groupMaxSize")
 		if err != nil {
 			return errors.New("group.maxSize must be a positive safe integer")
 		}
-		j.groupMax = v
+		j.warm().groupMax = v
 	}
 	return nil
 }
@@ -248,7 +248,7 @@ func parseJobGroup(m Map, j *Job) error {
 func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	var f float64
 	var ok bool
-	if j.GroupID == "" {
+	if j.cold().GroupID == "" {
 		f, ok, err = numField(m, "priority", "priority", numRule{min: -maxPriority, max: maxPriority, integer: true})
 	} else {
 		f, ok, err = groupPriority(m)
@@ -288,24 +288,24 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 // checked for their type only.
 func parseJobLinks(m Map, j *Job, customKey string) error {
 	var err error
-	if j.UniqueKey, err = optStrField(m, "uniqueKey"); err != nil {
+	if j.warm().UniqueKey, err = optStrField(m, "uniqueKey"); err != nil {
 		return err
 	}
 	if customKey != "" {
-		if j.CustomID, err = optStrField(m, customKey); err != nil {
+		if j.warm().CustomID, err = optStrField(m, customKey); err != nil {
 			return err
 		}
-		if j.CustomID != "" && !utf8.ValidString(j.CustomID) {
+		if j.cold().CustomID != "" && !utf8.ValidString(j.cold().CustomID) {
 			return errors.New("custom ID must be well-formed Unicode")
 		}
 	}
-	if j.ParentID, err = optStrField(m, "parentId"); err != nil {
+	if j.warm().ParentID, err = optStrField(m, "parentId"); err != nil {
 		return err
 	}
 	for _, k := range []struct {
 		key string
 		dst *[]string
-	}{{"tags", &j.Tags}, {"dependsOn", &j.DependsOn}, {"childrenIds", &j.Children}} {
+	}{{"tags", &j.warm().Tags}, {"dependsOn", &j.warm().DependsOn}, {"childrenIds", &j.warm().Children}} {
 		v, _, err := m.Strs(k.key)
 		if err != nil {
 			return err
@@ -323,7 +323,7 @@ func parseJobLimits(m Map, j *Job) error {
 	for _, k := range []struct {
 		key string
 		dst *int64
-	}{{"stallTimeout", &j.StallTO}, {"keepLogs", &j.KeepLogs}, {"sizeLimit", &j.SizeLimit}, {"debounceTtl", &j.DebounceTTL}} {
+	}{{"stallTimeout", &j.warm().StallTO}, {"keepLogs", &j.warm().KeepLogs}, {"sizeLimit", &j.warm().SizeLimit}, {"debounceTtl", &j.warm().DebounceTTL}} {
 		if *k.dst, err = optNum(m, k.key); err != nil {
 			return err
 		}
@@ -331,9 +331,9 @@ func parseJobLimits(m Map, j *Job) error {
 	if f, ok, err := m.Num("stackTraceLimit"); err != nil {
 		return err
 	} else if ok && !math.IsNaN(f) {
-		j.StackLim = int32(max(0, min(f, 1000)))
+		j.warm().StackLim = int32(max(0, min(f, 1000)))
 	}
-	if j.DebounceID, err = optStrField(m, "debounceId"); err != nil {
+	if j.warm().DebounceID, err = optStrField(m, "debounceId"); err != nil {
 		return err
 	}
 	return nil
@@ -342,14 +342,14 @@ func parseJobLimits(m Map, j *Job) error {
 // parseJobFlags reads the boolean options, which never fail: any value
 // reads as JavaScript's Boolean() would.
 func parseJobFlags(m Map, j *Job) {
-	j.Lifo = truthy(m, "lifo")
-	j.RemoveOnC = truthy(m, "removeOnComplete")
-	j.RemoveOnF = truthy(m, "removeOnFail")
-	j.Durable = truthy(m, "durable")
-	j.FailParent = truthy(m, "failParentOnFailure")
-	j.RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
-	j.ContinueParent = truthy(m, "continueParentOnFailure")
-	j.IgnoreDepOnFail = truthy(m, "ignoreDependencyOnFailure")
+	j.warm().Lifo = truthy(m, "lifo")
+	j.warm().RemoveOnC = truthy(m, "removeOnComplete")
+	j.warm().RemoveOnF = truthy(m, "removeOnFail")
+	j.warm().Durable = truthy(m, "durable")
+	j.warm().FailParent = truthy(m, "failParentOnFailure")
+	j.warm().RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
+	j.warm().ContinueParent = truthy(m, "continueParentOnFailure")
+	j.warm().IgnoreDepOnFail = truthy(m, "ignoreDependencyOnFailure")
 }
 
 // parseJobDedupRepeat reads the dedup object and the repeat object, which
@@ -358,17 +358,17 @@ func parseJobDedupRepeat(m Map, j *Job) error {
 	if d, ok, err := m.Map("dedup"); err != nil {
 		return err
 	} else if ok {
-		if j.DedupTTL, err = optNum(d, "ttl"); err != nil {
+		if j.warm().DedupTTL, err = optNum(d, "ttl"); err != nil {
 			return &FieldError{Field: "dedup." + err.Error()}
 		}
-		j.DedupExtend = truthy(d, "extend")
-		j.DedupReplace = truthy(d, "replace")
+		j.warm().DedupExtend = truthy(d, "extend")
+		j.warm().DedupReplace = truthy(d, "replace")
 	}
 	if r := m.Get("repeat"); r != nil {
 		if r[0] < 0x80 || (r[0] > 0x8f && r[0] != 0xde && r[0] != 0xdf) {
 			return errors.New("repeat must be an object")
 		}
-		j.Repeat = clone(r)
+		j.warm().Repeat = clone(r)
 	}
 	return nil
 }
@@ -427,7 +427,7 @@ func parseBackoff(m Map, j *Job) error {
 		} else if ok && md > 0 {
 			c.MaxDelay = int64(md)
 		}
-		j.BackoffC = c
+		j.warm().BackoffC = c
 		j.Backoff = c.Delay
 		return nil
 	}

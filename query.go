@@ -373,12 +373,12 @@ func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 	if err := u.check(j); err != nil {
 		return evArgs{}, err
 	}
-	j.Progress = u.prog
+	j.warm().Progress = u.prog
 	if u.msgKey {
-		j.ProgMsg, j.HasProgM = u.msg, u.msgSet
+		j.warm().ProgMsg, j.warm().HasProgM = u.msg, u.msgSet
 	}
 	j.Heartbeat = now
-	return evArgs{progress: u.prog, progMsg: j.ProgMsg, hasProgMsg: j.HasProgM}, nil
+	return evArgs{progress: u.prog, progMsg: j.cold().ProgMsg, hasProgMsg: j.cold().HasProgM}, nil
 }
 
 // SetProgress sets an active job's progress and tells its subscribers.
@@ -465,9 +465,9 @@ func (b *Broker) WaitJob(_ context.Context, id string, timeout time.Duration) (*
 			res := b.resultOf(j)
 			done = &waitOutcome{completed: true, result: res, hasResult: res != nil}
 		case StateFailed:
-			done = &waitOutcome{err: j.failErr}
+			done = &waitOutcome{err: j.cold().failErr}
 		default:
-			j.waiters = append(j.waiters, ch)
+			j.warm().waiters = append(j.cold().waiters, ch)
 		}
 	}) {
 		return nil, nil, errJobNotFound
@@ -485,8 +485,8 @@ func (b *Broker) WaitJob(_ context.Context, id string, timeout time.Duration) (*
 		case <-ctx.Done():
 		}
 		s.with(func() {
-			if i := slices.Index(j.waiters, ch); i >= 0 {
-				j.waiters = slices.Delete(j.waiters, i, i+1)
+			if i := slices.Index(j.cold().waiters, ch); i >= 0 {
+				j.warm().waiters = slices.Delete(j.cold().waiters, i, i+1)
 			}
 		})
 		select {

@@ -77,7 +77,7 @@ func encRecordCore(e *Enc, j *Job) {
 	recInt(e, int64(j.Attempts))
 	recInt(e, int64(j.MaxAtt))
 	recInt(e, j.Backoff)
-	if c := j.BackoffC; c != nil {
+	if c := j.cold().BackoffC; c != nil {
 		e.ArrayHead(3)
 		e.Bool(c.Exponential)
 		recInt(e, c.Delay)
@@ -92,29 +92,29 @@ func encRecordCore(e *Enc, j *Job) {
 // encRecordLinks writes what ties the job to others: its ids,
 // dependencies, parent, children, tags and group.
 func encRecordLinks(e *Enc, j *Job) {
-	e.Str(j.UniqueKey)
-	e.Str(j.CustomID)
-	recStrs(e, j.DependsOn)
-	e.Str(j.ParentID)
-	recStrs(e, j.Children)
-	recInt(e, int64(j.ChildDone))
-	recStrs(e, j.Tags)
-	e.Str(j.GroupID)
+	e.Str(j.cold().UniqueKey)
+	e.Str(j.cold().CustomID)
+	recStrs(e, j.cold().DependsOn)
+	e.Str(j.cold().ParentID)
+	recStrs(e, j.cold().Children)
+	recInt(e, int64(j.cold().ChildDone))
+	recStrs(e, j.cold().Tags)
+	e.Str(j.cold().GroupID)
 }
 
 // encRecordProgress writes what a running job reports and the limits it
 // runs under.
 func encRecordProgress(e *Enc, j *Job) {
-	e.Raw(j.Progress)
-	e.Str(j.ProgMsg)
-	recStrs(e, j.Stack)
-	e.Raw(j.Repeat)
+	e.Raw(j.cold().Progress)
+	e.Str(j.cold().ProgMsg)
+	recStrs(e, j.cold().Stack)
+	e.Raw(j.cold().Repeat)
 	recInt(e, j.Heartbeat)
-	recInt(e, j.StallTO)
-	recInt(e, int64(j.Stalls))
-	recInt(e, int64(j.StackLim))
-	recInt(e, j.KeepLogs)
-	recInt(e, j.SizeLimit)
+	recInt(e, j.cold().StallTO)
+	recInt(e, int64(j.cold().Stalls))
+	recInt(e, int64(j.cold().StackLim))
+	recInt(e, j.cold().KeepLogs)
+	recInt(e, j.cold().SizeLimit)
 }
 
 // recordFlags packs the job's booleans into one integer.
@@ -123,10 +123,10 @@ func recordFlags(j *Job) int64 {
 	for _, b := range []struct {
 		on  bool
 		bit int64
-	}{{j.Lifo, rfLifo}, {j.RemoveOnC, rfRemoveOnC}, {j.RemoveOnF, rfRemoveOnF}, {j.FailParent, rfFailParent},
-		{j.RemoveDepOnFail, rfRemoveDep}, {j.ContinueParent, rfContinueParent}, {j.IgnoreDepOnFail, rfIgnoreDep},
-		{j.DedupExtend, rfDedupExtend}, {j.DedupReplace, rfDedupReplace}, {j.Durable, rfDurable},
-		{j.HasProgM, rfHasProgMsg}, {j.hasFail, rfHasFail}} {
+	}{{j.cold().Lifo, rfLifo}, {j.cold().RemoveOnC, rfRemoveOnC}, {j.cold().RemoveOnF, rfRemoveOnF}, {j.cold().FailParent, rfFailParent},
+		{j.cold().RemoveDepOnFail, rfRemoveDep}, {j.cold().ContinueParent, rfContinueParent}, {j.cold().IgnoreDepOnFail, rfIgnoreDep},
+		{j.cold().DedupExtend, rfDedupExtend}, {j.cold().DedupReplace, rfDedupReplace}, {j.cold().Durable, rfDurable},
+		{j.cold().HasProgM, rfHasProgMsg}, {j.cold().hasFail, rfHasFail}} {
 		if b.on {
 			f |= b.bit
 		}
@@ -138,9 +138,9 @@ func recordFlags(j *Job) int64 {
 // one array.
 func encRecordDedup(e *Enc, j *Job) {
 	e.ArrayHead(3)
-	recInt(e, j.DedupTTL)
-	e.Str(j.DebounceID)
-	recInt(e, j.DebounceTTL)
+	recInt(e, j.cold().DedupTTL)
+	e.Str(j.cold().DebounceID)
+	recInt(e, j.cold().DebounceTTL)
 }
 
 func encRecordTimeline(e *Enc, j *Job) {
@@ -159,7 +159,7 @@ func encRecordTimeline(e *Enc, j *Job) {
 func encRecordBroker(e *Enc, j *Job) {
 	recInt(e, int64(j.state))
 	recInt(e, j.seq)
-	e.Str(j.failErr)
+	e.Str(j.cold().failErr)
 	if d := j.dlq; d != nil {
 		e.ArrayHead(7)
 		recInt(e, d.EnteredAt)
@@ -176,8 +176,8 @@ func encRecordBroker(e *Enc, j *Job) {
 
 // encRecordHistory writes the job's failed attempts.
 func encRecordHistory(e *Enc, j *Job) {
-	e.ArrayHead(len(j.history))
-	for _, a := range j.history {
+	e.ArrayHead(len(j.cold().history))
+	for _, a := range j.cold().history {
 		e.ArrayHead(5)
 		recInt(e, int64(a.Attempt))
 		recInt(e, a.StartedAt)
@@ -190,12 +190,12 @@ func encRecordHistory(e *Enc, j *Job) {
 // encRecordFlows writes the flow records: children's results, failed and
 // ignored children; nil when there are none, as for most jobs.
 func encRecordFlows(e *Enc, j *Job) {
-	if len(j.childValues)+len(j.failedKids)+len(j.ignoredKids) == 0 {
+	if len(j.cold().childValues)+len(j.cold().failedKids)+len(j.cold().ignoredKids) == 0 {
 		e.Nil()
 		return
 	}
 	e.ArrayHead(3)
-	for _, kvs := range [][]childKV{j.childValues, j.failedKids, j.ignoredKids} {
+	for _, kvs := range [][]childKV{j.cold().childValues, j.cold().failedKids, j.cold().ignoredKids} {
 		e.ArrayHead(len(kvs))
 		for _, kv := range kvs {
 			e.ArrayHead(2)
@@ -348,6 +348,7 @@ func decodeRecord(b []byte) (*Job, error) {
 	if j.ID == "" || j.Queue == "" {
 		return nil, errors.New("job record without id or queue")
 	}
+	j.settle()
 	return j, nil
 }
 
@@ -369,7 +370,7 @@ func decRecordCore(r *recReader, j *Job) {
 	j.Backoff = r.i64()
 	if c := r.sub(); c != nil {
 		exp := c.next()
-		j.BackoffC = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
+		j.warm().BackoffC = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
 		if c.err != nil {
 			r.fail("backoff", c.err)
 		}
@@ -379,43 +380,43 @@ func decRecordCore(r *recReader, j *Job) {
 }
 
 func decRecordLinks(r *recReader, j *Job) {
-	j.UniqueKey = r.str()
-	j.CustomID = r.str()
-	j.DependsOn = r.strs()
-	j.ParentID = r.str()
-	j.Children = r.strs()
-	j.ChildDone = int32(r.i64())
-	j.Tags = r.strs()
-	j.GroupID = r.str()
+	j.warm().UniqueKey = r.str()
+	j.warm().CustomID = r.str()
+	j.warm().DependsOn = r.strs()
+	j.warm().ParentID = r.str()
+	j.warm().Children = r.strs()
+	j.warm().ChildDone = int32(r.i64())
+	j.warm().Tags = r.strs()
+	j.warm().GroupID = r.str()
 }
 
 func decRecordProgress(r *recReader, j *Job) {
-	j.Progress = r.raw()
-	j.ProgMsg = r.str()
-	j.Stack = r.strs()
-	j.Repeat = r.raw()
+	j.warm().Progress = r.raw()
+	j.warm().ProgMsg = r.str()
+	j.warm().Stack = r.strs()
+	j.warm().Repeat = r.raw()
 	j.Heartbeat = r.i64()
-	j.StallTO = r.i64()
-	j.Stalls = int32(r.i64())
-	j.StackLim = int32(r.i64())
-	j.KeepLogs = r.i64()
-	j.SizeLimit = r.i64()
+	j.warm().StallTO = r.i64()
+	j.warm().Stalls = int32(r.i64())
+	j.warm().StackLim = int32(r.i64())
+	j.warm().KeepLogs = r.i64()
+	j.warm().SizeLimit = r.i64()
 }
 
 // setRecordFlags unpacks what recordFlags packed.
 func setRecordFlags(j *Job, f int64) {
-	j.Lifo, j.RemoveOnC, j.RemoveOnF = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
-	j.FailParent, j.RemoveDepOnFail = f&rfFailParent != 0, f&rfRemoveDep != 0
-	j.ContinueParent, j.IgnoreDepOnFail = f&rfContinueParent != 0, f&rfIgnoreDep != 0
-	j.DedupExtend, j.DedupReplace, j.Durable = f&rfDedupExtend != 0, f&rfDedupReplace != 0, f&rfDurable != 0
-	j.HasProgM, j.hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
+	j.warm().Lifo, j.warm().RemoveOnC, j.warm().RemoveOnF = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
+	j.warm().FailParent, j.warm().RemoveDepOnFail = f&rfFailParent != 0, f&rfRemoveDep != 0
+	j.warm().ContinueParent, j.warm().IgnoreDepOnFail = f&rfContinueParent != 0, f&rfIgnoreDep != 0
+	j.warm().DedupExtend, j.warm().DedupReplace, j.warm().Durable = f&rfDedupExtend != 0, f&rfDedupReplace != 0, f&rfDurable != 0
+	j.warm().HasProgM, j.warm().hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
 }
 
 func decRecordDedup(r *recReader, j *Job) {
 	if d := r.sub(); d != nil {
-		j.DedupTTL = d.i64()
-		j.DebounceID = d.str()
-		j.DebounceTTL = d.i64()
+		j.warm().DedupTTL = d.i64()
+		j.warm().DebounceID = d.str()
+		j.warm().DebounceTTL = d.i64()
 		if d.err != nil {
 			r.fail("dedup", d.err)
 		}
@@ -453,7 +454,7 @@ func decRecordTimeline(r *recReader, j *Job) {
 func decRecordBroker(r *recReader, j *Job) {
 	j.state = State(r.i64())
 	j.seq = r.i64()
-	j.failErr = r.str()
+	j.warm().failErr = r.str()
 	if d := r.sub(); d != nil {
 		e := &DLQEntry{}
 		e.EnteredAt = d.i64()
@@ -489,7 +490,7 @@ func decRecordHistory(r *recReader, j *Job) {
 		if a.err != nil {
 			r.fail("history", a.err)
 		}
-		j.history = append(j.history, rec)
+		j.warm().history = append(j.cold().history, rec)
 	}
 }
 
@@ -500,7 +501,7 @@ func decRecordFlows(r *recReader, j *Job) {
 	if f == nil || len(f.items) != 3 {
 		return
 	}
-	for _, dst := range []*[]childKV{&j.childValues, &j.failedKids, &j.ignoredKids} {
+	for _, dst := range []*[]childKV{&j.warm().childValues, &j.warm().failedKids, &j.warm().ignoredKids} {
 		list := f.sub()
 		if list == nil {
 			continue

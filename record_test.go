@@ -8,27 +8,31 @@ import (
 // fullJob sets every field a record carries to something other than its
 // zero value.
 func fullJob() *Job {
-	return &Job{
+	j := &Job{
 		ID: "j-1", Queue: "q", Name: "n", Data: Raw{0x81, 0xa1, 0x61, 0x01}, Priority: -3,
 		CreatedAt: 1796007115626, RunAt: 1796007116626, StartedAt: 1796007117000, DoneAt: 1796007118000,
-		Attempts: 2, MaxAtt: 5, Backoff: 250, BackoffC: &Backoff{Exponential: true, Delay: 250, MaxDelay: 9000},
-		TTL: 60000, Timeout: 3000, UniqueKey: "u", CustomID: "j-1", DependsOn: []string{"a", "b"}, ParentID: "p",
+		Attempts: 2, MaxAtt: 5, Backoff: 250, TTL: 60000, Timeout: 3000, Heartbeat: 1796007117500,
+		Timeline: []TimelineEntry{{State: "waiting", At: 1}, {State: "failed", At: 2, Error: "boom", HasErr: true, Attempt: 1}},
+		state:    StateFailed, seq: 1 << 40,
+		dlq: &DLQEntry{EnteredAt: 3, Reason: "max_attempts_exceeded", Error: "boom", HasErr: true, RetryCount: 2, LastRetryAt: 4, NextRetryAt: 5, ExpiresAt: 6},
+	}
+	j.c = &jobCold{
+		BackoffC:  &Backoff{Exponential: true, Delay: 250, MaxDelay: 9000},
+		UniqueKey: "u", CustomID: "j-1", DependsOn: []string{"a", "b"}, ParentID: "p",
 		Children: []string{"c1"}, ChildDone: 1, Tags: []string{"t"}, GroupID: "g", Progress: Raw{0x32},
 		ProgMsg: "half", HasProgM: true, Stack: []string{"Error: x", "at y"}, Repeat: Raw{0x80}, Durable: true,
-		Heartbeat: 1796007117500, StallTO: 7000, Stalls: 1, StackLim: 4, KeepLogs: 10, SizeLimit: 1024,
+		StallTO: 7000, Stalls: 1, StackLim: 4, KeepLogs: 10, SizeLimit: 1024,
 		Lifo: true, RemoveOnC: true, RemoveOnF: true, FailParent: true, RemoveDepOnFail: true,
 		ContinueParent: true, IgnoreDepOnFail: true, DedupTTL: 5000, DedupExtend: true, DedupReplace: true,
-		DebounceID: "d", DebounceTTL: 300,
-		Timeline: []TimelineEntry{{State: "waiting", At: 1}, {State: "failed", At: 2, Error: "boom", HasErr: true, Attempt: 1}},
-		state:    StateFailed, seq: 1 << 40, failErr: "boom", hasFail: true,
-		dlq:     &DLQEntry{EnteredAt: 3, Reason: "max_attempts_exceeded", Error: "boom", HasErr: true, RetryCount: 2, LastRetryAt: 4, NextRetryAt: 5, ExpiresAt: 6},
+		DebounceID: "d", DebounceTTL: 300, failErr: "boom", hasFail: true,
 		history: []AttemptRec{{Attempt: 1, StartedAt: 7, FailedAt: 8, Reason: "explicit_fail", Error: "e", HasErr: true}},
 	}
+	return j
 }
 
 func TestRecordRoundTrip(t *testing.T) {
 	for _, j := range []*Job{fullJob(), {ID: "minimal", Queue: "q", Data: rawUndefined, TTL: none, Timeout: none,
-		StallTO: none, KeepLogs: none, SizeLimit: none, DedupTTL: none, DebounceTTL: none, state: StateWaiting}} {
+		state: StateWaiting}} {
 		var e Enc
 		encodeRecord(&e, j)
 		if err := Validate(e.B, true); err != nil {

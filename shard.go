@@ -256,7 +256,7 @@ func (b *Broker) lockJob(id string) (*Job, *Shard) {
 // these run with s.mu held.
 
 func readyKeys(j *Job) (pri, t, seq int64) {
-	if j.Lifo {
+	if j.cold().Lifo {
 		// Among equal priorities LIFO jobs go first, newest first.
 		return j.Priority, math.MinInt64, -j.seq
 	}
@@ -266,8 +266,8 @@ func readyKeys(j *Job) (pri, t, seq int64) {
 // enqueue places a job that is not waiting on anything: delayed when its
 // run time is ahead, else ready. It wakes one long-poll waiter.
 func (s *Shard) enqueue(q *Queue, j *Job, now int64) {
-	if j.GroupID != "" {
-		q.group(j.GroupID).queued++
+	if j.cold().GroupID != "" {
+		q.group(j.cold().GroupID).queued++
 	}
 	if j.RunAt > now {
 		j.state = StateDelayed
@@ -286,8 +286,8 @@ func (s *Shard) makeReady(q *Queue, j *Job) {
 	if j.Priority > 0 {
 		q.nPrio++
 	}
-	if j.GroupID != "" {
-		g := q.group(j.GroupID)
+	if j.cold().GroupID != "" {
+		g := q.group(j.cold().GroupID)
 		p, t, sq := groupKeys(j)
 		g.ready.Push(j, p, t, sq)
 		q.ringAdd(g)
@@ -300,8 +300,8 @@ func (s *Shard) makeReady(q *Queue, j *Job) {
 // unqueue takes a waiting or delayed job out of its heap.
 func (s *Shard) unqueue(q *Queue, j *Job) {
 	var g *Group
-	if j.GroupID != "" {
-		g = q.groups[j.GroupID]
+	if j.cold().GroupID != "" {
+		g = q.groups[j.cold().GroupID]
 	}
 	switch j.state {
 	case StateWaiting, StatePrioritized:
@@ -426,8 +426,8 @@ func stallDeadline(j *Job, c StallConfig) int64 {
 // stallLimit is how long an active job without a lock may go without a
 // heartbeat: its own stall timeout, or its queue's interval.
 func stallLimit(j *Job, c StallConfig) int64 {
-	if j.StallTO != none && j.StallTO > 0 {
-		return j.StallTO
+	if j.cold().StallTO != none && j.cold().StallTO > 0 {
+		return j.cold().StallTO
 	}
 	return c.StallInterval
 }
@@ -571,14 +571,14 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 // as it was.
 func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, ev string) {
 	j.Attempts++
-	j.Stalls++
+	j.warm().Stalls++
 	j.Heartbeat = now
 	j.StartedAt = 0
 	j.lease = nil
 	if j.Attempts >= j.MaxAtt {
 		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.MaxAtt)) + ")", "Lock expired (max attempts reached)"
 	}
-	if c.MaxStalls > 0 && j.Stalls >= c.MaxStalls {
+	if c.MaxStalls > 0 && j.cold().Stalls >= c.MaxStalls {
 		return "stalled", "Lock expired after " + itoa(int64(renewals)) + " renewals", "Lock expired (max stalls reached)"
 	}
 	return "", "", ""
@@ -608,8 +608,8 @@ func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 // has used its attempts or stalled too often it answers the DLQ reason
 // and error; else the job is set to run again after its backoff.
 func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
-	toDLQ := (c.MaxStalls > 0 && j.Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.MaxAtt
-	j.Stalls++
+	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.MaxAtt
+	j.warm().Stalls++
 	j.Attempts++
 	j.StartedAt = 0
 	j.Heartbeat = now
@@ -617,7 +617,7 @@ func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
 		if j.Attempts >= j.MaxAtt {
 			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.MaxAtt)) + ")"
 		}
-		return "stalled", "Job stalled " + itoa(int64(j.Stalls)) + " times"
+		return "stalled", "Job stalled " + itoa(int64(j.cold().Stalls)) + " times"
 	}
 	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
 	j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
@@ -626,7 +626,7 @@ func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
 }
 
 func (s *Shard) emitStalled(q *Queue, j *Job, now int64, action string) {
-	s.emit(q, evStalled, j, now, evArgs{stallCount: j.Stalls, action: action})
+	s.emit(q, evStalled, j, now, evArgs{stallCount: j.cold().Stalls, action: action})
 }
 
 // deactivate takes an active job off its lease and frees its slot.

@@ -135,11 +135,11 @@ func TestSQLiteRestart(t *testing.T) {
 	}
 	s.mu.Unlock()
 	j, s = b2.lockJob(claimed[220].ID)
-	if j.state != StateFailed || j.dlq == nil || j.dlq.Reason != "max_attempts_exceeded" || j.failErr != "bad" {
+	if j.state != StateFailed || j.dlq == nil || j.dlq.Reason != "max_attempts_exceeded" || j.cold().failErr != "bad" {
 		t.Fatalf("dead-lettered job recovered as %v %+v", j.state, j.dlq)
 	}
 	s.mu.Unlock()
-	if j := b2.idxGet("delayed-1"); j == nil || j.CustomID != "delayed-1" {
+	if j := b2.idxGet("delayed-1"); j == nil || j.cold().CustomID != "delayed-1" {
 		t.Fatal("custom id not recovered")
 	}
 	// The unique key is held again: a duplicate returns the holder.

@@ -97,7 +97,7 @@ func (b *Broker) syncDurable(jobs []*Job) error {
 		return nil
 	}
 	for _, j := range jobs {
-		if j.Durable {
+		if j.cold().Durable {
 			if err := b.store.Sync(); err != nil {
 				return errors.New("durable write failed: " + err.Error())
 			}
@@ -421,7 +421,7 @@ func (b *Broker) finishRestore() {
 			n := b.registerDeps(j, nil)
 			s.with(func() {
 				j.pending = n
-				if n == 0 && len(j.DependsOn) > 0 {
+				if n == 0 && len(j.cold().DependsOn) > 0 {
 					s.releaseWaiting(s.queues[j.Queue], j, now, false)
 				}
 			})
