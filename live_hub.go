@@ -336,14 +336,21 @@ func (h *hub) ServeWSSelect(w http.ResponseWriter, r *http.Request, queue string
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 		return errHubClosed
 	}
-	c, err := upgradeWS(w, r, h.opts.WS)
+	// Registered before the client hears it is connected: an event that
+	// happens once it knows reaches it.
+	var s *hubSub
+	added := false
+	c, err := upgradeWSThen(w, r, h.opts.WS, func(c *wsConn) {
+		s = &hubSub{queue: queue, ws: c, sel: sel}
+		added = h.add(s)
+	})
+	if added {
+		defer h.remove(s)
+	}
 	if err != nil {
 		return err
 	}
-	s := &hubSub{queue: queue, ws: c, sel: sel}
-	if h.add(s) {
-		defer h.remove(s)
-	} else {
+	if !added {
 		c.Close(wsCloseGoingAway, "server shutting down")
 	}
 	var end error

@@ -201,6 +201,15 @@ func checkWSHandshake(r *http.Request) (string, *wsHandshakeError) {
 // from net/http. When it returns an error, the HTTP answer (400, 403, 405,
 // 426 or 500 with the reason) has been written and w must not be used.
 func upgradeWS(w http.ResponseWriter, r *http.Request, opts wsOptions) (*wsConn, error) {
+	return upgradeWSThen(w, r, opts, nil)
+}
+
+// upgradeWSThen is upgradeWS calling ready with the connection before its
+// handshake reply is written: what ready registers the connection for
+// (the hub's events) it gets from the moment the client knows it is
+// connected. Messages sent meanwhile wait for the writer, which starts
+// after the reply.
+func upgradeWSThen(w http.ResponseWriter, r *http.Request, opts wsOptions, ready func(c *wsConn)) (*wsConn, error) {
 	opts = opts.withDefaults()
 	key, herr := checkWSHandshake(r)
 	if herr == nil && opts.CheckOrigin != nil && !opts.CheckOrigin(r) {
@@ -231,13 +240,6 @@ func upgradeWS(w http.ResponseWriter, r *http.Request, opts wsOptions) (*wsConn,
 		nc.Close()
 		return nil, fmt.Errorf("websocket: clear deadlines: %w", err)
 	}
-	reply := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Accept: " + wsAcceptKey(key) + "\r\n\r\n"
-	nc.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
-	if _, err := io.WriteString(nc, reply); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("websocket handshake reply: %w", err)
-	}
 	// Read the socket directly rather than through net/http's reader, but
 	// keep whatever the client sent right behind its request.
 	var src io.Reader = nc
@@ -246,6 +248,16 @@ func upgradeWS(w http.ResponseWriter, r *http.Request, opts wsOptions) (*wsConn,
 		src = io.MultiReader(bytes.NewReader(bytes.Clone(early)), nc)
 	}
 	c := newWSConn(nc, bufio.NewReaderSize(src, 8<<10), opts)
+	if ready != nil {
+		ready(c)
+	}
+	reply := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Accept: " + wsAcceptKey(key) + "\r\n\r\n"
+	nc.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
+	if _, err := io.WriteString(nc, reply); err != nil {
+		nc.Close()
+		return c, fmt.Errorf("websocket handshake reply: %w", err)
+	}
 	go c.writeLoop()
 	return c, nil
 }

@@ -881,3 +881,46 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// TestWSReadyBeforeReply: what upgradeWSThen's ready registers is in place
+// before the client reads the handshake reply, and a message sent from
+// ready arrives first. (The hub registered a subscriber after the reply:
+// a job pushed the moment a client connected could miss it.)
+func TestWSReadyBeforeReply(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgradeWSThen(w, r, wsOptions{}, func(c *wsConn) {
+			c.Send([]byte("registered"))
+			<-release
+		})
+		if err != nil {
+			return
+		}
+		c.ReadMessage()
+		<-c.Done()
+	}))
+	defer ts.Close()
+	nc, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := io.WriteString(nc, wsRequest("/ws")); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var b [1]byte
+	if n, err := nc.Read(b[:]); n > 0 || err == nil {
+		t.Fatal("the handshake reply came before ready returned")
+	}
+	close(release)
+	nc.SetReadDeadline(time.Now().Add(wsTestTimeout))
+	c := &wsClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	if _, msg := c.readData(); msg != "registered" {
+		t.Fatalf("first message %q", msg)
+	}
+}
