@@ -115,19 +115,15 @@ type Job struct {
 	// cold(), written through warm().
 	c *jobCold
 
-	// Broker bookkeeping, never on the wire.
-	state       State
-	seq         int64
-	hgen        [heapKinds]uint32
-	inHeap      [heapKinds]bool
-	dgen        uint32 // generation of the job's entry in the completed list
-	concSlot    bool   // holds one of its queue's concurrency slots
-	groupActive bool   // counted in its group's active jobs
-	dlqNew      bool   // PostgreSQL mode: dead-lettered, dlq:added not yet announced
-	lease       *Lease
-	deadline    int64 // when the active job must be looked at again
-	owner       *conn // connection that pulled it, for release on disconnect
-	dlq         *DLQEntry
+	// Broker bookkeeping, never on the wire. The fields are ordered by
+	// size, so that a Job is 256 bytes and fits that size class.
+	seq      int64
+	lease    *Lease
+	deadline int64 // when the active job must be looked at again
+	owner    *conn // connection that pulled it, for release on disconnect
+	dlq      *DLQEntry
+	hgen     [heapKinds]uint32
+	dgen     uint32 // generation of the job's entry in the completed list
 
 	// Flows (flows.go). pending counts dependencies not yet completed;
 	// the two flags pair a completion with late dependency registrations
@@ -135,6 +131,12 @@ type Job struct {
 	pending  int32
 	depFlag  atomic.Bool // someone registered as waiting for this job
 	doneFlag atomic.Bool // this job completed
+
+	state       State
+	inHeap      [heapKinds]bool
+	concSlot    bool // holds one of its queue's concurrency slots
+	groupActive bool // counted in its group's active jobs
+	dlqNew      bool // PostgreSQL mode: dead-lettered, dlq:added not yet announced
 }
 
 // jobCold is the part of a job most jobs never set: flows, dedup,

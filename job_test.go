@@ -3,6 +3,7 @@ package main
 import (
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // TestReadCopyHasEveryField: the copy a reader gets (Job.readCopy) has
@@ -118,5 +119,14 @@ func TestPlainJobHasNoColdPart(t *testing.T) {
 	withTags := mustJob(t, "q", map[string]any{"name": "n", "data": 1, "tags": []any{"t"}})
 	if withTags.c == nil || len(withTags.cold().Tags) != 1 {
 		t.Fatal("a job with tags lost them")
+	}
+}
+
+// TestJobSize: a Job fits the 256-byte size class; a field added to it
+// costs every job 32 bytes more (the next class is 288), so it belongs
+// in jobCold unless most jobs set it.
+func TestJobSize(t *testing.T) {
+	if n := unsafe.Sizeof(Job{}); n > 256 {
+		t.Errorf("a Job is %d bytes, over its 256-byte size class", n)
 	}
 }
