@@ -52,7 +52,14 @@ func TestMain(m *testing.M) {
 	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
 		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=50"))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The defaults every job without a cold part reads are shared: a write
+	// through cold() instead of warm() would change every such job.
+	if !noCold.isDefault() {
+		os.Stderr.WriteString("noCold, the shared defaults of the jobs' cold fields, was written to\n")
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // needService skips the test (fails it under CI=true) because what is
