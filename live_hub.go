@@ -382,18 +382,26 @@ func (h *hub) ServeSSE(w http.ResponseWriter, r *http.Request, queue string, onO
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 		return errHubClosed
 	}
-	st, err := startSSE(w, r, h.opts.SSE)
+	// Registered before the client sees the stream open, its first
+	// messages (onOpen's) queued ahead of any event: an event that happens
+	// once the client knows it is connected reaches it.
+	var s *hubSub
+	added := false
+	st, err := startSSEThen(w, r, h.opts.SSE, func(st *sseStream) {
+		if onOpen != nil {
+			onOpen(st)
+		}
+		s = &hubSub{queue: queue, sse: st}
+		added = h.add(s)
+	})
+	if added {
+		defer h.remove(s)
+	}
 	if err != nil {
 		return err
 	}
-	if onOpen != nil {
-		onOpen(st)
-	}
-	s := &hubSub{queue: queue, sse: st}
-	if !h.add(s) {
+	if !added {
 		st.Close()
-	} else {
-		defer h.remove(s)
 	}
 	return st.Run()
 }

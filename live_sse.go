@@ -152,6 +152,14 @@ type sseStream struct {
 // the stream, for Run to carry. When it fails, an error status has been
 // answered, or the client is gone.
 func startSSE(w http.ResponseWriter, r *http.Request, opts sseOptions) (*sseStream, error) {
+	return startSSEThen(w, r, opts, nil)
+}
+
+// startSSEThen is startSSE calling ready with the stream before its
+// headers go out: what ready registers the stream for (the hub's events)
+// it gets from the moment the client knows the stream is open. What is
+// sent meanwhile waits for Run.
+func startSSEThen(w http.ResponseWriter, r *http.Request, opts sseOptions, ready func(s *sseStream)) (*sseStream, error) {
 	opts = opts.withDefaults()
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -163,6 +171,15 @@ func startSSE(w http.ResponseWriter, r *http.Request, opts sseOptions) (*sseStre
 	}
 	// nginx buffers proxied responses unless told not to.
 	h.Set("X-Accel-Buffering", "no")
+	s := &sseStream{w: w, rc: rc, ctx: r.Context(), opts: opts, remote: r.RemoteAddr,
+		lastID: r.Header.Get("Last-Event-ID"), out: outQueue{maxN: opts.SendQueue, maxB: opts.SendQueueBytes},
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	if opts.Retry > 0 {
+		s.sendRaw(fmt.Appendf(nil, "retry: %d\n\n", opts.Retry.Milliseconds()))
+	}
+	if ready != nil {
+		ready(s)
+	}
 	// Flushing first sends the headers now, so the client knows the stream
 	// is open, and finds out whether this writer can stream at all while
 	// an error status can still be answered.
@@ -173,13 +190,7 @@ func startSSE(w http.ResponseWriter, r *http.Request, opts sseOptions) (*sseStre
 			}
 			http.Error(w, "event streams are not supported here", http.StatusInternalServerError)
 		}
-		return nil, fmt.Errorf("sse: start: %w", err)
-	}
-	s := &sseStream{w: w, rc: rc, ctx: r.Context(), opts: opts, remote: r.RemoteAddr,
-		lastID: r.Header.Get("Last-Event-ID"), out: outQueue{maxN: opts.SendQueue, maxB: opts.SendQueueBytes},
-		kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	if opts.Retry > 0 {
-		s.sendRaw(fmt.Appendf(nil, "retry: %d\n\n", opts.Retry.Milliseconds()))
+		return s, fmt.Errorf("sse: start: %w", err)
 	}
 	return s, nil
 }

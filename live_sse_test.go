@@ -352,3 +352,46 @@ func TestSSESlowConsumer(t *testing.T) {
 	nc.(*net.TCPConn).SetReadBuffer(4 << 20)
 	c.expectEnd()
 }
+
+// TestSSEReadyBeforeHeaders: what startSSEThen's ready registers is in
+// place before the client sees the stream open. (The hub registered a
+// stream after its headers: an event right after a client connected could
+// miss it, and TestLiveCatalogCommands waited for it forever.)
+func TestSSEReadyBeforeHeaders(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := startSSEThen(w, r, sseOptions{}, func(s *sseStream) {
+			s.Send(sseEvent{Event: "registered", Data: []byte("{}")})
+			<-release
+		})
+		if err != nil {
+			return
+		}
+		st.Run()
+	}))
+	defer ts.Close()
+	nc, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := io.WriteString(nc, "GET /events HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var b [1]byte
+	if n, err := nc.Read(b[:]); n > 0 || err == nil {
+		t.Fatal("the stream's headers came before ready returned")
+	}
+	close(release)
+	hr, _ := http.NewRequest("GET", "/events", nil)
+	nc.SetReadDeadline(time.Now().Add(wsTestTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(nc), hr)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer: %v %v", resp, err)
+	}
+	c := &sseClient{t: t, nc: nc, resp: resp, br: bufio.NewReader(resp.Body)}
+	if ev := c.nextData(); ev.event != "registered" {
+		t.Fatalf("first event %+v", ev)
+	}
+}

@@ -23,14 +23,23 @@ func decodeJSON(t testing.TB, s string) map[string]any {
 	return m
 }
 
-// nextNamed reads SSE events until one named name, skipping the others.
+// nextNamed reads SSE events until one named name, skipping the others,
+// for wsTestTimeout at most: the periodic figures keep a stream busy, so
+// a read deadline alone would never end the wait for an event that is
+// not coming.
 func (c *sseClient) nextNamed(name string) sseTestEvent {
 	c.t.Helper()
-	for {
-		if ev := c.nextData(); ev.event == name {
+	deadline := time.Now().Add(wsTestTimeout)
+	var skipped []string
+	for time.Now().Before(deadline) {
+		ev := c.nextData()
+		if ev.event == name {
 			return ev
 		}
+		skipped = append(skipped, ev.event)
 	}
+	c.t.Fatalf("no %s within %v; skipped %v", name, wsTestTimeout, skipped)
+	return sseTestEvent{}
 }
 
 // wsJSON reads the next text message as JSON.
