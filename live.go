@@ -114,8 +114,7 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 // straight to the hub: the renderer may stop before it would take it.
 // Close, which follows, sends what is queued before closing.
 func (l *live) Shutdown(signal string) {
-	n := newNote("server:shutdown").str("signal", signal)
-	l.systemAt(n.name, l.b.now(), n.o.close())
+	l.local(newNote("server:shutdown").str("signal", signal))
 }
 
 // Close ends every live subscriber and the renderer, and waits for them.

@@ -58,11 +58,9 @@ type Notice struct {
 	Name string
 	At   int64
 	Data []byte // a JSON object
-	// local: a figure each broker works out for itself from storage
-	// (queue:idle, say); every broker announces its own, so none is
-	// forwarded.
-	local bool
-	// remote: announced on another broker and forwarded here.
+	// remote: announced on another broker and forwarded here. (What each
+	// broker works out for itself, the monitor's notices, goes straight to
+	// its own subscribers: live.local.)
 	remote bool
 }
 
@@ -110,7 +108,7 @@ func (b *Broker) announce(n *note) {
 	if n == nil {
 		return
 	}
-	b.deliverNotice(&Notice{Name: n.name, At: b.now(), Data: n.o.close(), local: n.local})
+	b.deliverNotice(&Notice{Name: n.name, At: b.now(), Data: n.o.close()})
 }
 
 func (b *Broker) deliverNotice(n *Notice) {
@@ -127,9 +125,8 @@ func (b *Broker) deliverNotice(n *Notice) {
 
 // note is a notice being built.
 type note struct {
-	name  string
-	o     jsonObj
-	local bool
+	name string
+	o    jsonObj
 }
 
 func newNote(name string) *note {
@@ -158,13 +155,6 @@ func (n *note) int(k string, v int64) *note {
 func (n *note) num(k string, v float64) *note {
 	if n != nil {
 		n.o.num(k, v)
-	}
-	return n
-}
-
-func (n *note) boolean(k string, v bool) *note {
-	if n != nil {
-		n.o.boolean(k, v)
 	}
 	return n
 }

@@ -58,10 +58,9 @@ func (p *PG) forward(queue string, t evType, j *Job, now int64, a evArgs) {
 }
 
 // forwardNotice queues a catalogue notice for the other brokers; one
-// from another broker, or a figure each broker announces for itself, is
-// not sent on.
+// from another broker is not sent on.
 func (p *PG) forwardNotice(n *Notice) {
-	if n.remote || n.local {
+	if n.remote {
 		return
 	}
 	var e Enc
