@@ -212,11 +212,16 @@ type remoteEvent struct {
 }
 
 func decodeRemoteEvent(b Raw) (remoteEvent, error) {
-	var ev remoteEvent
 	m, err := ParseMap(b, nil)
 	if err != nil {
-		return ev, err
+		return remoteEvent{}, err
 	}
+	return remoteEventOf(m)
+}
+
+// remoteEventOf reads a job event from its parsed map.
+func remoteEventOf(m Map) (remoteEvent, error) {
+	var ev remoteEvent
 	t, _, err := m.Int("t")
 	if err != nil || t < 0 || int(t) >= len(evNames) {
 		return ev, fmt.Errorf("event type %d: %v", t, err)
@@ -263,20 +268,19 @@ func decodeRemoteEvent(b Raw) (remoteEvent, error) {
 	return ev, nil
 }
 
-// decodeRemoteNotice reads an item that is a notice (ok false for a job
-// event or an unreadable item, which decodeRemoteEvent then reports).
-func decodeRemoteNotice(b Raw) (*Notice, bool) {
-	m, err := ParseMap(b, nil)
-	if err != nil || !m.Has("n") {
-		return nil, false
-	}
+// remoteNoticeOf reads a notice from its parsed map (its "n" key tells
+// it from a job event).
+func remoteNoticeOf(m Map) (*Notice, error) {
 	name, _, err1 := m.Str("n")
 	at, _, err2 := m.Int("at")
 	data, _, err3 := m.Str("x")
-	if errors.Join(err1, err2, err3) != nil || !wsValidPatterns[name] && !offCatalogue[name] {
-		return nil, false
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
 	}
-	return &Notice{Name: name, At: at, Data: []byte(data), remote: true}, true
+	if !wsValidPatterns[name] && !offCatalogue[name] {
+		return nil, fmt.Errorf("notice %q is not in the catalogue", name)
+	}
+	return &Notice{Name: name, At: at, Data: []byte(data), remote: true}, nil
 }
 
 // forwarder sends the pending events until the broker stops.
@@ -385,11 +389,21 @@ func (p *PG) received(payload string) {
 		return
 	}
 	for _, it := range items {
-		if n, ok := decodeRemoteNotice(it); ok {
+		// Each item is parsed once: a notice or a job event.
+		m, err := ParseMap(it, nil)
+		if err == nil && m.Has("n") {
+			n, err := remoteNoticeOf(m)
+			if err != nil {
+				p.log.Warn("notice notification unreadable", "err", err)
+				continue
+			}
 			p.b.deliverNotice(n)
 			continue
 		}
-		ev, err := decodeRemoteEvent(it)
+		var ev remoteEvent
+		if err == nil {
+			ev, err = remoteEventOf(m)
+		}
 		if err != nil {
 			p.log.Warn("event notification unreadable", "err", err)
 			continue
