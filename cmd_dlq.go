@@ -169,7 +169,7 @@ func cmdSetDlqConfig(r *Req) error {
 			return err
 		}
 	}
-	r.b.announce(noticeConfig("config:dlq-changed", name, r.m.Get("config")))
+	r.b.announce(noticeDLQConfig(name, patch, ok))
 	return r.okID()
 }
 

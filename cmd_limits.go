@@ -149,7 +149,7 @@ func cmdSetStallConfig(r *Req) error {
 			return err
 		}
 	}
-	r.b.announce(noticeConfig("config:stall-changed", name, r.m.Get("config")))
+	r.b.announce(noticeStallConfig(name, patch, ok))
 	return r.okID()
 }
 

@@ -248,14 +248,54 @@ func noticeClient(name, clientID string) *note {
 	return newNote(name).str("clientId", clientID).str("transport", "tcp")
 }
 
-// noticeConfig is config:stall-changed and config:dlq-changed: the queue
-// and the configuration the command set, its numbers as numbers.
-func noticeConfig(name, queue string, config Raw) *note {
-	n := noticeQueue(name, queue)
-	if config == nil || isUndefined(config) {
+// noticeStallConfig is config:stall-changed: the queue and the settings
+// the command made (as read, numbers as numbers; none without a config).
+// It is written from what was read, not from the client's bytes, which
+// may carry anything else besides.
+func noticeStallConfig(queue string, p stallPatch, ok bool) *note {
+	n := noticeQueue("config:stall-changed", queue)
+	if !ok {
 		return n
 	}
-	return n.raw("config", config)
+	o := jsonObj{}
+	o.open()
+	if p.hasEnabled {
+		o.boolean("enabled", p.enabled)
+	}
+	for _, f := range []struct {
+		k string
+		v *float64
+	}{{"stallInterval", p.interval}, {"gracePeriod", p.grace}, {"maxStalls", p.maxStall}} {
+		if f.v != nil {
+			o.num(f.k, *f.v)
+		}
+	}
+	return n.json("config", o.close())
+}
+
+// noticeDLQConfig is config:dlq-changed, as noticeStallConfig.
+func noticeDLQConfig(queue string, p dlqPatch, ok bool) *note {
+	n := noticeQueue("config:dlq-changed", queue)
+	if !ok {
+		return n
+	}
+	o := jsonObj{}
+	o.open()
+	if p.autoRetry != nil {
+		o.boolean("autoRetry", *p.autoRetry)
+	}
+	for _, f := range []struct {
+		k string
+		v *int64
+	}{{"autoRetryInterval", p.interval}, {"maxAutoRetries", p.maxRetries}, {"maxAge", p.maxAge}, {"maxEntries", p.maxEntries}} {
+		if f.v != nil {
+			o.int(f.k, *f.v)
+		}
+	}
+	if p.noMaxAge {
+		o.json("maxAge", []byte("null"))
+	}
+	return n.json("config", o.close())
 }
 
 // noticeCron is cron:created or cron:updated: the schedule as it now is.
