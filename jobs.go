@@ -261,7 +261,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 	}
 	for len(jobs) < n && q.nReady > 0 {
 		if !q.admitOne(now) {
-			if s.b.hearing() {
+			if s.b.refusalDue(q.name, now) {
 				s.b.announce(noticeQueue(q.refusal(now), q.name))
 			}
 			break

@@ -16,7 +16,10 @@ package main
 // every event, what fires it, and the few the reference has that queued
 // never fires.
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // wsValidPatterns are the event names and patterns Subscribe accepts, the
 // reference's list.
@@ -74,7 +77,38 @@ type NoticeTap struct {
 
 type noticeTaps struct {
 	list atomic.Pointer[[]NoticeTap]
+
+	// refused is when each queue last announced a pull its limit held
+	// back (refusalDue).
+	rmu     sync.Mutex
+	refused map[string]int64
 }
+
+// refusalDue says whether a pull held back by queue's rate or
+// concurrency limit is to be announced now: once a second per queue at
+// most. A waiting pull looks again every few milliseconds (in PostgreSQL
+// mode every 50 ms, each look a query); the reference announces every
+// look. Asked before the announcement is built (and, in PostgreSQL mode,
+// before the query that says whether a job was held back).
+func (b *Broker) refusalDue(queue string, now int64) bool {
+	if !b.hearing() {
+		return false
+	}
+	t := &b.notices
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if now-t.refused[queue] < 1000 {
+		return false
+	}
+	if t.refused == nil || len(t.refused) >= maxRefusalQueues {
+		t.refused = map[string]int64{} // forgetting only lets one more through
+	}
+	t.refused[queue] = now
+	return true
+}
+
+// maxRefusalQueues bounds refusalDue's memory: --max-queues' default.
+const maxRefusalQueues = defaultMaxQueues
 
 // addNoticeTap registers a tap; taps are few and registered at start.
 func (b *Broker) addNoticeTap(t NoticeTap) {

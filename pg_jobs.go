@@ -215,6 +215,9 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 			return pgClaimed{}, err
 		}
 		if n == 0 {
+			if !p.b.refusalDue(queue, now) {
+				return pgClaimed{next: wait}, nil
+			}
 			refused, err := p.refusal(ctx, tx, queue, rate, now)
 			return pgClaimed{next: wait, refused: refused}, err
 		}
