@@ -143,9 +143,7 @@ func checkFlagEnv(fs *flag.FlagSet) error {
 					errs = append(errs, fmt.Errorf("%s=%q is not a whole number (it sets --%s)", key, v, f.Name))
 				}
 			case bool:
-				switch strings.ToLower(v) {
-				case "1", "true", "yes", "on", "0", "false", "no", "off":
-				default:
+				if _, ok := yesNo(v); !ok {
 					errs = append(errs, fmt.Errorf("%s=%q is neither yes nor no (1, true, yes, on; 0, false, no, off; it sets --%s)", key, v, f.Name))
 				}
 			}
@@ -155,23 +153,28 @@ func checkFlagEnv(fs *flag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
-// envBool reads a yes/no variable: 1, true, yes and on are yes.
-func envBool(key string) bool {
-	switch strings.ToLower(envOr([]string{key}, "")) {
+// yesNo reads a yes/no value: 1, true, yes and on are yes; 0, false, no
+// and off are no; ok is false for anything else.
+func yesNo(v string) (yes, ok bool) {
+	switch strings.ToLower(v) {
 	case "1", "true", "yes", "on":
-		return true
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
 	}
-	return false
+	return false, false
 }
 
-// envIsNo reads a yes/no variable whose default is yes: 0, false, no and
-// off are no.
+// envBool reads a yes/no variable whose default is no.
+func envBool(key string) bool {
+	yes, _ := yesNo(envOr([]string{key}, ""))
+	return yes
+}
+
+// envIsNo reads a yes/no variable whose default is yes: it says no.
 func envIsNo(key string) bool {
-	switch strings.ToLower(envOr([]string{key}, "")) {
-	case "0", "false", "no", "off":
-		return true
-	}
-	return false
+	yes, ok := yesNo(envOr([]string{key}, ""))
+	return ok && !yes
 }
 
 // The environment variables naming the storage, read by the server and by
@@ -688,16 +691,15 @@ func (s *serverRun) wait(ctx context.Context, errc <-chan error, hup <-chan os.S
 // shutdownSignal names the signal that ended ctx (server:shutdown's
 // field), or says the server was stopped otherwise.
 func shutdownSignal(ctx context.Context) string {
-	cause := fmt.Sprint(context.Cause(ctx))
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		if strings.HasPrefix(cause, sig.String()) {
-			return unix2name[sig]
-		}
+	// signal.NotifyContext's cause is "<the signal's name> signal received".
+	switch cause := fmt.Sprint(context.Cause(ctx)); {
+	case strings.HasPrefix(cause, syscall.SIGTERM.String()):
+		return "SIGTERM"
+	case strings.HasPrefix(cause, syscall.SIGINT.String()):
+		return "SIGINT"
 	}
 	return "shutdown"
 }
-
-var unix2name = map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}
 
 // shutdown stops everything, in the reverse order of the start.
 func (s *serverRun) shutdown(signal string) {
