@@ -747,11 +747,11 @@ func encodeCronRecord(s *CronSchedule) []byte {
 }
 
 func decodeCronRecord(b []byte) (CronSchedule, error) {
-	items, err := Raw(b).Array()
+	rr, err := newRecReader(b)
 	if err != nil {
 		return CronSchedule{}, err
 	}
-	r := &recReader{items: items}
+	r := &rr
 	if v := r.i64(); v != 1 {
 		return CronSchedule{}, errors.New("cron record version " + itoa(v))
 	}
@@ -766,7 +766,7 @@ func decodeCronRecord(b []byte) (CronSchedule, error) {
 	s.Priority = r.i64()
 	s.MaxLimit = r.i64()
 	s.UniqueKey = r.str()
-	if d := r.sub(); d != nil {
+	if d, ok := r.sub(); ok {
 		s.Dedup = &CronDedup{TTL: d.i64()}
 		ext, rep := d.next(), d.next()
 		s.Dedup.Extend = len(ext) > 0 && ext[0] == 0xc3

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"testing"
@@ -52,5 +53,85 @@ func BenchmarkWaitingJobBytes(b *testing.B) {
 		}
 		runtime.KeepAlive(br)
 		br.Close()
+	}
+}
+
+// BenchmarkRecovery measures a start on a SQLite file holding n waiting
+// jobs (as BenchmarkWaitingJobBytes pushes them): the time Load takes
+// to rebuild the broker, and the heap it leaves in use, per job.
+//
+//	go test -run '^$' -bench Recovery -benchtime 3x
+//
+// QUEUED_FOOTPRINT_JOBS sets n (1,000,000 by default). The file is built
+// once per run, through the store's own writer; QUEUED_RECOVERY_DB=PATH
+// keeps it at PATH between runs (built there when missing).
+func BenchmarkRecovery(b *testing.B) {
+	n := 1000000
+	if v := os.Getenv("QUEUED_FOOTPRINT_JOBS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	path := os.Getenv("QUEUED_RECOVERY_DB")
+	if path == "" {
+		path = filepath.Join(b.TempDir(), "q.db")
+	}
+	if _, err := os.Stat(path); err != nil {
+		buildRecoveryFile(b, path, n)
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		runtime.GC()
+		before := heapInUse()
+		st, err := OpenSQLite(path, "normal", quietLog())
+		if err != nil {
+			b.Fatal(err)
+		}
+		br := NewBroker(0, st)
+		b.StartTimer()
+		rs, err := st.Load(br)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rs.Waiting != n {
+			b.Fatalf("%d waiting recovered, want %d", rs.Waiting, n)
+		}
+		b.ReportMetric(float64(heapInUse()-before)/float64(n), "B/job")
+		b.ReportMetric(float64(rs.Took.Milliseconds()), "ms/load")
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapSys)/(1<<20), "MiB-heap-sys")
+		br.Close()
+		st.Close()
+		b.StartTimer()
+	}
+}
+
+// buildRecoveryFile writes n waiting jobs to a new SQLite file at path.
+func buildRecoveryFile(b *testing.B, path string, n int) {
+	b.Helper()
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := NewBroker(0, st)
+	if _, err := st.Load(br); err != nil {
+		b.Fatal(err)
+	}
+	st.Start()
+	for i := 0; i < n; i += 1000 {
+		jobs := make([]*Job, min(1000, n-i))
+		for k := range jobs {
+			jobs[k] = mustJob(b, "footprint", map[string]any{"name": "job",
+				"data": map[string]any{"i": int64(i + k), "s": "some payload text"}})
+		}
+		br.pushJobs("footprint", jobs, nil)
+	}
+	if err := st.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	br.Close()
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
 	}
 }

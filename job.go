@@ -44,14 +44,17 @@ func (s State) String() string {
 	return "unknown"
 }
 
-func parseState(s string) (State, bool) {
+// stateNamed is parseState for bytes, without making a string of them.
+func stateNamed(b []byte) (State, bool) {
 	for st := StateWaiting; st <= StateWaitingChildren; st++ {
-		if st.String() == s {
+		if st.String() == string(b) {
 			return st, true
 		}
 	}
 	return StateNone, false
 }
+
+func parseState(s string) (State, bool) { return stateNamed([]byte(s)) }
 
 // Defaults the reference applies to every job.
 const (

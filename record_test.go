@@ -3,6 +3,7 @@ package main
 import (
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // fullJob sets every field a record carries to something other than its
@@ -75,4 +76,37 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoded record differs: %v", err)
 		}
 	})
+}
+
+// TestRecordRunSharesStrings decodes a run of records the way a recovery
+// does: each job comes back as it was, whatever its neighbours held, and
+// neighbours with the same queue and name share one string of each.
+func TestRecordRunSharesStrings(t *testing.T) {
+	mk := func(id, queue, name, state string) *Job {
+		return &Job{ID: id, Queue: queue, Name: name, Data: rawUndefined, TTL: none, Timeout: none,
+			state: StateWaiting, Timeline: []TimelineEntry{{State: state, At: 5}}}
+	}
+	want := []*Job{mk("1", "mail", "send", "waiting"), mk("2", "mail", "send", "delayed"),
+		mk("3", "mail", "other", "made-up"), mk("4", "sms", "other", "waiting"), mk("5", "mail", "", "active")}
+	var last recLast
+	var got []*Job
+	for _, j := range want {
+		var e Enc
+		encodeRecord(&e, j)
+		d, err := last.decode(e.B)
+		if err != nil {
+			t.Fatalf("%s: %v", j.ID, err)
+		}
+		if !reflect.DeepEqual(d, j) {
+			t.Fatalf("%s: got %+v\nwant %+v", j.ID, d, j)
+		}
+		got = append(got, d)
+	}
+	if unsafe.StringData(got[0].Queue) != unsafe.StringData(got[1].Queue) ||
+		unsafe.StringData(got[0].Name) != unsafe.StringData(got[1].Name) {
+		t.Fatal("two records of one queue and name hold two copies of them")
+	}
+	if unsafe.StringData(got[0].Timeline[0].State) != unsafe.StringData(StateWaiting.String()) {
+		t.Fatal("a known timeline state was allocated rather than shared")
+	}
 }

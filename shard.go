@@ -74,6 +74,21 @@ func (b *Broker) idxPut(j *Job) *Job {
 	return nil
 }
 
+// idxReserve makes room in the index for n more jobs spread over its
+// parts, before a recovery puts them back: a map that grows as it fills
+// rehashes every entry at each doubling, and is left up to half empty.
+func (b *Broker) idxReserve(n int) {
+	per := n/idxParts + n/idxParts/16 + 8
+	for i := range b.idx {
+		p := &b.idx[i]
+		p.mu.Lock()
+		if len(p.m) == 0 {
+			p.m = make(map[string]*Job, per)
+		}
+		p.mu.Unlock()
+	}
+}
+
 func (b *Broker) idxDel(j *Job) {
 	p := b.idxPart(j.ID)
 	p.mu.Lock()

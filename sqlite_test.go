@@ -373,50 +373,6 @@ func TestBackupNeedsSQLite(t *testing.T) {
 	}
 }
 
-// BenchmarkSQLiteRecovery measures a start on a database of waiting jobs:
-// go test -run '^$' -bench SQLiteRecovery -benchtime 1x (QUEUED_RECOVERY_JOBS
-// sets the count, 1,000,000 by default).
-func BenchmarkSQLiteRecovery(b *testing.B) {
-	n := 1000000
-	if v := os.Getenv("QUEUED_RECOVERY_JOBS"); v != "" {
-		fmt.Sscan(v, &n)
-	}
-	path := filepath.Join(b.TempDir(), "recover.db")
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		b.Fatal(err)
-	}
-	br := NewBroker(0, st)
-	st.Start()
-	data := map[string]any{"to": "someone@example.com", "n": int64(1)}
-	for i := 0; i < n; i += 1000 {
-		jobs := make([]*Job, 1000)
-		for k := range jobs {
-			jobs[k] = mustJob(b, "recover", map[string]any{"name": "j", "data": data})
-		}
-		br.pushJobs("recover", jobs, nil)
-	}
-	br.Close()
-	if err := st.Close(); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		st, err := OpenSQLite(path, "normal", quietLog())
-		if err != nil {
-			b.Fatal(err)
-		}
-		br := NewBroker(0, st)
-		rs, err := st.Load(br)
-		if err != nil || rs.Waiting != n {
-			b.Fatalf("recovered %d of %d: %v", rs.Waiting, n, err)
-		}
-		b.ReportMetric(rs.Took.Seconds(), "s/recovery")
-		br.Close()
-		st.Close()
-	}
-}
-
 // BenchmarkStoreWrite: pushes through the SQLite store, until committed.
 func BenchmarkStoreWrite(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "w.db")
