@@ -130,3 +130,22 @@ func TestJobSize(t *testing.T) {
 		t.Errorf("a Job is %d bytes, over its 256-byte size class", n)
 	}
 }
+
+// TestCompletedPlainJobHasNoColdPart: a plain job pulled and completed
+// still has no cold part. Completing one used to clear a failure flag
+// through warm(), which gave every completed job some 400 bytes of
+// defaults for as long as it was kept.
+func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	ids := completeAll(t, b, "q", 10)
+	for _, id := range ids {
+		j := b.idxGet(id)
+		if j == nil || j.state != StateCompleted {
+			t.Fatalf("job %s is not kept as completed: %+v", id, j)
+		}
+		if j.c != nil {
+			t.Fatalf("a completed plain job has a cold part: %+v", *j.c)
+		}
+	}
+}

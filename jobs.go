@@ -529,7 +529,9 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		s.b.lat.proc.ObserveMs(now - j.StartedAt)
 	}
 	j.DoneAt = now
-	j.warm().hasFail = false
+	if j.c != nil {
+		j.c.hasFail = false // through warm(), every completed job would carry a cold part
+	}
 	res := it.Result
 	if !it.HasResult {
 		res = nil

@@ -480,7 +480,9 @@ func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
 		j.state = StateCompleted
 		j.lease = nil
 		j.DoneAt = a.now
-		j.warm().hasFail = false
+		if j.c != nil {
+			j.c.hasFail = false // not through warm(): see Shard.complete
+		}
 		a.done = append(a.done, pgDoneEv{j, it.Result, !it.HasResult})
 		if l.waited || j.cold().ParentID != "" || j.cold().Repeat != nil {
 			d := pgDoneJob{j: j, waited: l.waited}
