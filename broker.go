@@ -108,9 +108,6 @@ func NewBroker(shards int, store Store) *Broker {
 	b.workers.announce = b.announce
 	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	for i := range b.idx {
-		b.idx[i].m = make(map[string]*Job)
-	}
 	for i := range b.shards {
 		s := &Shard{b: b, id: i, queues: make(map[string]*Queue), delayed: newHeap(heapPlace),
 			leases: newHeap(heapLease), subs: make(map[string][]*conn)}
@@ -278,10 +275,13 @@ type waitOutcome struct {
 
 // notifyDone wakes WaitJob callers; runs under the shard lock.
 func (j *Job) notifyDone(o waitOutcome) {
-	for _, ch := range j.cold().waiters {
+	if j.c == nil {
+		return // nobody waits; warm() here gave every finished job a cold part
+	}
+	for _, ch := range j.c.waiters {
 		ch <- o
 	}
-	j.warm().waiters = nil
+	j.c.waiters = nil
 }
 
 // ---------------------------------------------------------------------------

@@ -41,74 +41,6 @@ func shardCount(cpus int) int {
 func defaultShards() int { return shardCount(runtime.NumCPU()) }
 
 // ---------------------------------------------------------------------------
-// The job index, partitioned by id.
-
-const idxParts = 64
-
-type idxPart struct {
-	mu sync.Mutex
-	m  map[string]*Job
-	_  [40]byte // keep partitions on separate cache lines
-}
-
-func (b *Broker) idxPart(id string) *idxPart { return &b.idx[fnv1a(id)&(idxParts-1)] }
-
-func (b *Broker) idxGet(id string) *Job {
-	p := b.idxPart(id)
-	p.mu.Lock()
-	j := p.m[id]
-	p.mu.Unlock()
-	return j
-}
-
-// idxPut stores j unless another job holds the id; it returns the holder.
-func (b *Broker) idxPut(j *Job) *Job {
-	p := b.idxPart(j.ID)
-	p.mu.Lock()
-	if old := p.m[j.ID]; old != nil {
-		p.mu.Unlock()
-		return old
-	}
-	p.m[j.ID] = j
-	p.mu.Unlock()
-	return nil
-}
-
-// idxReserve makes room in the index for n more jobs spread over its
-// parts, before a recovery puts them back: a map that grows as it fills
-// rehashes every entry at each doubling, and is left up to half empty.
-func (b *Broker) idxReserve(n int) {
-	per := n/idxParts + n/idxParts/16 + 8
-	for i := range b.idx {
-		p := &b.idx[i]
-		p.mu.Lock()
-		if len(p.m) == 0 {
-			p.m = make(map[string]*Job, per)
-		}
-		p.mu.Unlock()
-	}
-}
-
-func (b *Broker) idxDel(j *Job) {
-	p := b.idxPart(j.ID)
-	p.mu.Lock()
-	if p.m[j.ID] == j {
-		delete(p.m, j.ID)
-	}
-	p.mu.Unlock()
-}
-
-func (b *Broker) idxLen() int {
-	n := 0
-	for i := range b.idx {
-		p := &b.idx[i]
-		p.mu.Lock()
-		n += len(p.m)
-		p.mu.Unlock()
-	}
-	return n
-}
-
 // ---------------------------------------------------------------------------
 // Shards and queues
 
@@ -129,6 +61,12 @@ type Shard struct {
 	doneLive int
 
 	subs map[string][]*conn // event subscribers by queue name
+
+	// emit's scratch, reused under mu: every job event built an Event
+	// for the taps and a frame for the subscribers, a third of what the
+	// server allocated per job; taps and pushEvent copy what they keep.
+	ev    Event
+	frame []byte
 
 	lingering lingerHeap // groups kept only by a window or hold (groups.go)
 
