@@ -146,7 +146,8 @@ func (ev *Event) AppendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-// Tap receives every event of every queue.
+// Tap receives every event of every queue. ev is only lent: the emitter
+// reuses it, so a tap copies what it keeps.
 type Tap func(ev *Event)
 
 // addTap registers a tap; taps are few and registered at start.
@@ -174,29 +175,32 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 		jobID = j.ID
 	}
 	if taps != nil {
-		ev := Event{Type: t, Queue: q.name, JobID: jobID, At: now, Args: a}
+		s.ev = Event{Type: t, Queue: q.name, JobID: jobID, At: now, Args: a}
 		if j != nil && t == evFailed {
-			ev.Data = j.Data
+			s.ev.Data = j.Data
 		}
 		for _, tap := range *taps {
-			tap(&ev)
+			tap(&s.ev)
 		}
+		s.ev = Event{} // holds no job's data past the call
 	}
 	if len(subs) == 0 {
 		return
 	}
-	frame := encodeEventFrame(q.name, t, jobID, j, now, a)
+	s.frame = encodeEventFrame(s.frame[:0], q.name, t, jobID, j, now, a)
 	for _, c := range subs {
-		c.pushEvent(frame)
+		c.pushEvent(s.frame)
+	}
+	if cap(s.frame) > 64<<10 {
+		s.frame = nil // a large completed result is not kept for good
 	}
 }
 
-// encodeEventFrame encodes the frame subscribers receive: {type: "event",
-// event: {eventType, queue, jobId, timestamp, ...}}, encoded once for all
-// of them.
-func encodeEventFrame(queue string, t evType, jobID string, j *Job, now int64, a evArgs) []byte {
-	var e Enc
-	e.B = make([]byte, 0, 128)
+// encodeEventFrame appends to dst the frame subscribers receive: {type:
+// "event", event: {eventType, queue, jobId, timestamp, ...}}, encoded
+// once for all of them.
+func encodeEventFrame(dst []byte, queue string, t evType, jobID string, j *Job, now int64, a evArgs) []byte {
+	e := Enc{B: dst}
 	at := e.BeginFrame()
 	e.MapHead(2)
 	e.Str("type")
