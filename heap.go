@@ -59,6 +59,14 @@ func (h *Heap4) Push(job *Job, pri, t, seq int64) {
 	}
 	job.hgen[h.kind]++
 	job.inHeap[h.kind] = true
+	if len(h.a) == cap(h.a) {
+		// Doubled, not the quarter append adds to a large slice: filling
+		// a heap of a million that way copied it some twenty times,
+		// five times its size in garbage.
+		a := make([]hent, len(h.a), max(2*len(h.a), 16))
+		copy(a, h.a)
+		h.a = a
+	}
 	h.a = append(h.a, hent{pri: pri, t: t, seq: seq, gen: job.hgen[h.kind], job: job})
 	h.up(len(h.a) - 1)
 }
