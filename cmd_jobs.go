@@ -30,16 +30,9 @@ func cmdPushBatch(r *Req) error {
 	if err != nil || !ok {
 		return errors.New("jobs must be an array")
 	}
-	now := r.eng.Now()
-	jobs := make([]*Job, len(items))
-	for i, it := range items {
-		m, err := ParseMap(it, nil)
-		if err != nil {
-			return errors.New("jobs[" + strconv.Itoa(i) + "]: job must be an object")
-		}
-		if jobs[i], err = parseJob(m, queue, "customId", now); err != nil {
-			return errors.New("jobs[" + strconv.Itoa(i) + "]: " + err.Error())
-		}
+	jobs, err := parseJobBatch(items, queue, r.eng.Now())
+	if err != nil {
+		return err
 	}
 	return r.pushed(queue, r.eng.Push(r.ctx(), queue, jobs, true), true)
 }

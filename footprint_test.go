@@ -28,12 +28,7 @@ func BenchmarkWaitingJobBytes(b *testing.B) {
 		before := heapInUse()
 		br := NewBroker(0, nil)
 		for i := 0; i < n; i += 1000 {
-			jobs := make([]*Job, min(1000, n-i))
-			for k := range jobs {
-				jobs[k] = mustJob(b, "footprint", map[string]any{"name": "job",
-					"data": map[string]any{"i": int64(i + k), "s": "some payload text"}})
-			}
-			br.pushJobs("footprint", jobs, nil)
+			br.pushJobs("footprint", footprintBatch(b, i, min(1000, n-i)), nil)
 		}
 		after := heapInUse()
 		if c := br.counts("footprint"); c.Waiting != n {
@@ -120,12 +115,7 @@ func buildRecoveryFile(b *testing.B, path string, n int) {
 	}
 	st.Start()
 	for i := 0; i < n; i += 1000 {
-		jobs := make([]*Job, min(1000, n-i))
-		for k := range jobs {
-			jobs[k] = mustJob(b, "footprint", map[string]any{"name": "job",
-				"data": map[string]any{"i": int64(i + k), "s": "some payload text"}})
-		}
-		br.pushJobs("footprint", jobs, nil)
+		br.pushJobs("footprint", footprintBatch(b, i, min(1000, n-i)), nil)
 	}
 	if err := st.Sync(); err != nil {
 		b.Fatal(err)
@@ -134,4 +124,26 @@ func buildRecoveryFile(b *testing.B, path string, n int) {
 	if err := st.Close(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// footprintBatch parses n jobs from i on as a PUSHB carries them.
+func footprintBatch(b *testing.B, i, n int) []*Job {
+	b.Helper()
+	list := make([]any, n)
+	for k := range list {
+		list[k] = map[string]any{"name": "job", "data": map[string]any{"i": int64(i + k), "s": "some payload text"}}
+	}
+	var e Enc
+	if err := e.Any(list); err != nil {
+		b.Fatal(err)
+	}
+	items, err := Raw(e.B).Array()
+	if err != nil {
+		b.Fatal(err)
+	}
+	jobs, err := parseJobBatch(items, "footprint", nowMs())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return jobs
 }

@@ -241,6 +241,11 @@ func (c *jobCold) isDefault() bool {
 
 func (j *Job) addTimeline(e TimelineEntry) {
 	if len(j.Timeline) < maxTimelineEntries {
+		if len(j.Timeline) == 1 && cap(j.Timeline) == 1 {
+			// Most jobs go waiting, active, completed: room for the
+			// three at once, rather than a copy at each step.
+			j.Timeline = append(make([]TimelineEntry, 0, 3), j.Timeline[0])
+		}
 		j.Timeline = append(j.Timeline, e)
 	}
 }
