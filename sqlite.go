@@ -125,6 +125,36 @@ type SQLiteStore struct {
 
 	stmts map[string]*sql.Stmt // on the writer connection
 	wconn *sql.Conn
+
+	// arena is the chunk pending job records are copied into, under mu
+	// (see keepRecord).
+	arena []byte
+}
+
+// Records are encoded into a scratch buffer from recPool and copied into
+// a shared chunk of arenaChunk bytes: a record a job change, each in an
+// allocation of its own sized for the worst case, was a third of what
+// the server allocated in SQLite mode. A chunk is not reused; it is
+// freed once the records in it are written and dropped.
+const (
+	arenaChunk  = 64 << 10
+	arenaRecMax = 4 << 10 // larger records get an allocation of their own
+)
+
+var recPool = sync.Pool{New: func() any { return &Enc{B: make([]byte, 0, 512)} }}
+
+// keepRecord copies rec into the arena and returns the copy; s.mu is held.
+func (s *SQLiteStore) keepRecord(rec []byte) []byte {
+	n := len(rec)
+	if n > arenaRecMax {
+		return clone(Raw(rec))
+	}
+	if cap(s.arena)-len(s.arena) < n {
+		s.arena = make([]byte, 0, arenaChunk)
+	}
+	at := len(s.arena)
+	s.arena = append(s.arena, rec...)
+	return s.arena[at : at+n : at+n]
 }
 
 // OpenSQLite opens (creating if needed) the database at path and migrates
@@ -230,9 +260,9 @@ func (s *SQLiteStore) note() {
 }
 
 func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
-	var e Enc
-	e.B = make([]byte, 0, 256+len(j.Data))
-	encodeRecord(&e, j)
+	e := recPool.Get().(*Enc)
+	e.B = e.B[:0]
+	encodeRecord(e, j)
 	var res []byte
 	if result != nil {
 		res = clone(result)
@@ -244,11 +274,14 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 		s.jobs[j.seq] = p
 		s.note()
 	}
-	p.del, p.record = false, e.B
+	p.del, p.record = false, s.keepRecord(e.B)
 	if res != nil || j.state != StateCompleted {
 		p.result = res
 	}
 	s.mu.Unlock()
+	if cap(e.B) <= arenaRecMax {
+		recPool.Put(e) // a big job's buffer is not kept
+	}
 }
 
 func (s *SQLiteStore) JobRemoved(j *Job) {
