@@ -333,6 +333,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	if path := os.Getenv("QUEUED_MEMPROFILE"); path != "" {
+		// The same for allocations (go tool pprof -sample_index=alloc_space).
+		defer func() {
+			if f, err := os.Create(path); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runServer(ctx, c, log, nil); err != nil {
@@ -374,6 +383,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		return err
 	}
 	errc := s.serve()
+	s.mem = startMemReturn(s.b)
 	// SIGHUP rereads the certificate; without TLS it is logged and
 	// ignored rather than ending the server, as it would by default.
 	hup := make(chan os.Signal, 1)
@@ -406,6 +416,7 @@ type serverRun struct {
 	hln     net.Listener // HTTP, when on
 	hs      *http.Server
 	lv      *live
+	mem     *memReturn // gives memory back when idle (memory.go)
 	api     *httpAPI
 	// recovered is what the SQLite file held at the start.
 	recovered *RecoveryStats
@@ -726,6 +737,9 @@ func (s *serverRun) shutdown(signal string) {
 	}
 	s.srv.Close()
 	s.hooks.Close()
+	if s.mem != nil {
+		s.mem.Stop()
+	}
 	s.b.Close()
 	s.closeStore()
 	log.Info("stopped")

@@ -1,0 +1,99 @@
+package main
+
+// Giving memory back when the broker goes quiet.
+//
+// The Go collector lets the heap grow to twice what is live before it
+// collects, and returns freed memory to the system only down to that
+// goal. A server that took a million jobs in a burst and now holds them
+// waiting keeps the burst's garbage room, some hundreds of megabytes it
+// no longer needs, for as long as it is idle. So once nothing has
+// happened for a while and the heap holds enough free memory to be worth
+// a collection, the free memory is returned. Under load this never runs
+// (there is activity), and after it has run there is nothing free left
+// to return until the broker is busy again.
+
+import (
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+const (
+	memReturnEvery   = 5 * time.Second
+	memReturnMinFree = 64 << 20
+)
+
+type memReturn struct {
+	every    time.Duration
+	minFree  uint64
+	activity func() int64  // grows while the broker works
+	free     func() uint64 // heap memory free and not yet returned
+	release  func()
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// startMemReturn starts the loop for b; Stop ends it.
+func startMemReturn(b *Broker) *memReturn {
+	m := &memReturn{
+		every:   memReturnEvery,
+		minFree: memReturnMinFree,
+		activity: func() int64 {
+			return b.stats.pushed.Load() + b.stats.pulled.Load() + b.stats.completed.Load() + b.stats.failed.Load()
+		},
+		free:    heapFreeBytes,
+		release: debug.FreeOSMemory,
+	}
+	m.start()
+	return m
+}
+
+func (m *memReturn) start() {
+	m.stop, m.done = make(chan struct{}), make(chan struct{})
+	go m.run()
+}
+
+func (m *memReturn) run() {
+	defer close(m.done)
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	last := m.activity()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		last = m.check(last)
+	}
+}
+
+// check runs at each interval: it gives memory back when the activity
+// count is still last and enough is free, and returns the count now.
+func (m *memReturn) check(last int64) int64 {
+	now := m.activity()
+	if now == last && m.free() >= m.minFree {
+		m.release()
+	}
+	return now
+}
+
+// Stop ends the loop and waits for it.
+func (m *memReturn) Stop() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+// heapFreeBytes reads how much of the heap is free but still held.
+func heapFreeBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}

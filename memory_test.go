@@ -1,0 +1,77 @@
+package main
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestMemReturnOnlyWhenIdle: free memory is given back after a quiet
+// interval with enough of it free, never after a busy one or when there
+// is little to give.
+func TestMemReturnOnlyWhenIdle(t *testing.T) {
+	var work int64
+	var free uint64
+	released := 0
+	m := &memReturn{minFree: 100, activity: func() int64 { return work },
+		free: func() uint64 { return free }, release: func() { released++ }}
+	last := m.check(0)
+	for _, step := range []struct {
+		busy bool
+		free uint64
+		want int
+	}{
+		{true, 1000, 0},  // busy, plenty free
+		{false, 10, 0},   // idle, too little free
+		{false, 1000, 1}, // idle, plenty free
+		{false, 1000, 1}, // still idle: the runtime says what is free
+		{true, 1000, 0},  // busy again
+	} {
+		if step.busy {
+			work++
+		}
+		free, released = step.free, 0
+		last = m.check(last)
+		if released != step.want {
+			t.Fatalf("%+v: released %d times, want %d", step, released, step.want)
+		}
+	}
+}
+
+// TestMemReturnStops: the loop runs its checks and ends on Stop.
+func TestMemReturnStops(t *testing.T) {
+	var released atomic.Int64
+	m := &memReturn{every: time.Millisecond, minFree: 1, activity: func() int64 { return 0 },
+		free: func() uint64 { return 1 }, release: func() { released.Add(1) }}
+	m.start()
+	deadline := time.Now().Add(10 * time.Second)
+	for released.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	m.Stop()
+	m.Stop() // twice is harmless
+	after := released.Load()
+	if after == 0 {
+		t.Fatal("the loop never checked")
+	}
+	time.Sleep(10 * time.Millisecond)
+	if released.Load() != after {
+		t.Fatal("the loop went on after Stop")
+	}
+}
+
+// TestHeapFreeBytesReads: the runtime metric it reads is there and
+// moves: 64 MiB freed show as free heap memory.
+func TestHeapFreeBytesReads(t *testing.T) {
+	keep := make([][]byte, 64)
+	for i := range keep {
+		keep[i] = make([]byte, 1<<20)
+	}
+	keep = nil
+	runtime.GC()
+	if n := heapFreeBytes(); n < 1<<20 {
+		t.Fatalf("%d bytes of free heap read after freeing 64 MiB", n)
+	}
+	runtime.KeepAlive(keep)
+}
