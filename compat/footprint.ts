@@ -8,7 +8,8 @@
 //
 // It starts the server on a new SQLite file, pushes JOBS (1,000,000)
 // jobs with addBulk in batches of 1,000 (data {i, s}, about 40 bytes),
-// reads the server's RSS and CPU time, kills it with SIGKILL, starts it
+// reads the server's RSS and CPU time (and the RSS again after 10 s
+// idle), kills it with SIGKILL, starts it
 // again on the same file and times until GET /health answers, then reads
 // the RSS once it has settled. One JSON line on stdout.
 import { Queue } from 'bunqueue/client';
@@ -100,6 +101,8 @@ const pushSec = (performance.now() - t0) / 1000;
 const pushCpuMs = cpuMs(srv.pid) - cpu0;
 const counts = await q.getJobCountsAsync?.().catch(() => undefined);
 const rss = rssMB(srv.pid);
+await Bun.sleep(10_000); // idle: the server gives back what the burst left free
+const rssIdle = rssMB(srv.pid);
 q.close?.();
 srv.kill('SIGKILL');
 await srv.exited;
@@ -114,7 +117,7 @@ rmSync(dir, { recursive: true, force: true });
 console.log(JSON.stringify({
   server: kind, jobs: N, waiting: counts?.waiting,
   addbulk_jobs_per_s: Math.round(N / pushSec), addbulk_cpu_ms_per_1000: +(pushCpuMs / (N / 1000)).toFixed(2),
-  rss_mb_waiting: rss, restart_to_health_ms: Math.round(restartMs),
+  rss_mb_waiting: rss, rss_mb_waiting_10s_idle: rssIdle, restart_to_health_ms: Math.round(restartMs),
   rss_mb_at_health: rssAtHealth, rss_mb_10s_later: rssSettled,
 }));
 process.exit(0);
