@@ -7,8 +7,8 @@ package main
 // goal. A server that took a million jobs in a burst and now holds them
 // waiting keeps the burst's garbage room, some hundreds of megabytes it
 // no longer needs, for as long as it is idle. So once nothing has
-// happened for a while and the heap holds enough free memory to be worth
-// a collection, the free memory is returned. Under load this never runs
+// happened for a while and the heap holds enough that a collection would
+// free, it is collected and the free memory returned. Under load this never runs
 // (there is activity), and after it has run there is nothing free left
 // to return until the broker is busy again.
 
@@ -27,7 +27,7 @@ type memReturn struct {
 	every    time.Duration
 	minFree  uint64
 	activity func() int64  // grows while the broker works
-	free     func() uint64 // heap memory free and not yet returned
+	free     func() uint64 // heap memory a collection would give back
 	release  func()
 	stop     chan struct{}
 	done     chan struct{}
@@ -41,7 +41,7 @@ func startMemReturn(b *Broker) *memReturn {
 		activity: func() int64 {
 			return b.stats.pushed.Load() + b.stats.pulled.Load() + b.stats.completed.Load() + b.stats.failed.Load()
 		},
-		free:    heapFreeBytes,
+		free:    heapReclaimable,
 		release: debug.FreeOSMemory,
 	}
 	m.start()
@@ -88,12 +88,29 @@ func (m *memReturn) Stop() {
 	<-m.done
 }
 
-// heapFreeBytes reads how much of the heap is free but still held.
-func heapFreeBytes() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+// heapReclaimable estimates what a collection and a release would give
+// back: the heap memory held (objects, garbage among them, and free
+// spans not yet returned) less what the last collection found live.
+// Garbage left by a burst counts: nothing collects it while the server
+// is idle, since nothing allocates.
+func heapReclaimable() uint64 {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+	}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	var v [4]uint64
+	for i := range s {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		v[i] = s[i].Value.Uint64()
+	}
+	held, live := v[0]+v[1]+v[2], v[3]
+	if held < live {
 		return 0
 	}
-	return s[0].Value.Uint64()
+	return held - live
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,17 +62,23 @@ func TestMemReturnStops(t *testing.T) {
 	}
 }
 
-// TestHeapFreeBytesReads: the runtime metric it reads is there and
-// moves: 64 MiB freed show as free heap memory.
-func TestHeapFreeBytesReads(t *testing.T) {
+// TestHeapReclaimableReads: the runtime metrics it reads are there and
+// move: 64 MiB made garbage count as reclaimable, and after a collection
+// and a release they no longer do.
+func TestHeapReclaimableReads(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no collection midway
+	runtime.GC()
 	keep := make([][]byte, 64)
 	for i := range keep {
 		keep[i] = make([]byte, 1<<20)
 	}
-	keep = nil
-	runtime.GC()
-	if n := heapFreeBytes(); n < 1<<20 {
-		t.Fatalf("%d bytes of free heap read after freeing 64 MiB", n)
-	}
 	runtime.KeepAlive(keep)
+	keep = nil
+	if n := heapReclaimable(); n < 32<<20 {
+		t.Fatalf("%d bytes reclaimable with 64 MiB of garbage", n)
+	}
+	debug.FreeOSMemory()
+	if n := heapReclaimable(); n >= 32<<20 {
+		t.Fatalf("%d bytes reclaimable after a release", n)
+	}
 }

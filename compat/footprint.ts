@@ -8,7 +8,7 @@
 //
 // It starts the server on a new SQLite file, pushes JOBS (1,000,000)
 // jobs with addBulk in batches of 1,000 (data {i, s}, about 40 bytes),
-// reads the server's RSS and CPU time (and the RSS again after 10 s
+// reads the server's RSS and CPU time (and the RSS again after 15 s
 // idle), kills it with SIGKILL, starts it
 // again on the same file and times until GET /health answers, then reads
 // the RSS once it has settled. One JSON line on stdout.
@@ -101,7 +101,7 @@ const pushSec = (performance.now() - t0) / 1000;
 const pushCpuMs = cpuMs(srv.pid) - cpu0;
 const counts = await q.getJobCountsAsync?.().catch(() => undefined);
 const rss = rssMB(srv.pid);
-await Bun.sleep(10_000); // idle: the server gives back what the burst left free
+await Bun.sleep(15_000); // idle: the server gives back what the burst left free
 const rssIdle = rssMB(srv.pid);
 q.close?.();
 srv.kill('SIGKILL');
@@ -117,7 +117,7 @@ rmSync(dir, { recursive: true, force: true });
 console.log(JSON.stringify({
   server: kind, jobs: N, waiting: counts?.waiting,
   addbulk_jobs_per_s: Math.round(N / pushSec), addbulk_cpu_ms_per_1000: +(pushCpuMs / (N / 1000)).toFixed(2),
-  rss_mb_waiting: rss, rss_mb_waiting_10s_idle: rssIdle, restart_to_health_ms: Math.round(restartMs),
+  rss_mb_waiting: rss, rss_mb_waiting_15s_idle: rssIdle, restart_to_health_ms: Math.round(restartMs),
   rss_mb_at_health: rssAtHealth, rss_mb_10s_later: rssSettled,
 }));
 process.exit(0);
