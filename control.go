@@ -466,5 +466,5 @@ func resetCompleted(j *Job, now int64) {
 	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
 	j.RunAt, j.Heartbeat = now, now
 	j.warm().Progress, j.warm().ProgMsg, j.warm().HasProgM = nil, "", false
-	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }

@@ -309,7 +309,7 @@ func resetDLQ(j *Job, auto bool, now int64) {
 	}
 	j.Attempts, j.warm().Stalls, j.StartedAt = 0, 0, 0
 	j.Heartbeat, j.RunAt = now, now
-	j.addTimeline(TimelineEntry{State: "waiting", At: now})
+	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }
 
 func (b *Broker) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64, error) {

@@ -182,7 +182,7 @@ func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
 	q.delWC(j)
 	j.pending = 0
 	s.enqueue(q, j, now)
-	j.addTimeline(TimelineEntry{State: j.state.String(), At: now})
+	j.addTimeline(TimelineEntry{State: j.state, At: now})
 	if event {
 		s.emit(q, evWaiting, j, now, evArgs{prev: "waiting-children"})
 	}
@@ -541,7 +541,7 @@ func (s *Shard) placeNew(q *Queue, j *Job, now int64) {
 	} else {
 		s.enqueue(q, j, now)
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state, At: now})
 }
 
 // ---------------------------------------------------------------------------
@@ -661,8 +661,8 @@ func setParent(c *Job, pid, pqueue string) {
 // markWaitingChildren notes on the timeline that p waits for children,
 // once.
 func markWaitingChildren(p *Job, now int64) {
-	if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != "waiting-children" {
-		p.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+	if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != StateWaitingChildren {
+		p.addTimeline(TimelineEntry{State: StateWaitingChildren, At: now})
 	}
 }
 
@@ -825,7 +825,7 @@ func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) erro
 	j.state = StateWaitingChildren
 	q.addWC(j)
 	j.pending = 0
-	j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+	j.addTimeline(TimelineEntry{State: StateWaitingChildren, At: now})
 	s.emit(q, evWaitingChildren, j, now, evArgs{prev: "active"})
 	b.persist(j)
 	return nil

@@ -78,11 +78,11 @@ type Backoff struct {
 
 // TimelineEntry is one step of a job's history.
 type TimelineEntry struct {
-	State   string
 	At      int64
 	Error   string
-	HasErr  bool
 	Attempt int32 // 0 = absent
+	State   State // a byte, not its name: an entry is 32 bytes, not 48
+	HasErr  bool
 }
 
 // Lease is the lock a worker holds on an active job.
@@ -451,7 +451,7 @@ func encodeTimeline(e *Enc, tl []TimelineEntry) {
 		}
 		e.MapHead(k)
 		e.Str("state")
-		e.Str(t.State)
+		e.Str(t.State.String())
 		e.Str("timestamp")
 		e.Int(t.At)
 		if t.HasErr {
@@ -497,7 +497,7 @@ func (j *Job) failedReason() (string, bool) {
 		return j.cold().failErr, true
 	}
 	for i := len(j.Timeline) - 1; i >= 0; i-- {
-		if j.Timeline[i].State == "failed" && j.Timeline[i].HasErr {
+		if j.Timeline[i].State == StateFailed && j.Timeline[i].HasErr {
 			return j.Timeline[i].Error, true
 		}
 	}

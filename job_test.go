@@ -149,3 +149,11 @@ func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineEntrySize: every job has at least one entry, so its size
+// is a waiting job's.
+func TestTimelineEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(TimelineEntry{}); n != 32 {
+		t.Errorf("a timeline entry is %d bytes, want 32", n)
+	}
+}

@@ -303,7 +303,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 		j.state = StateActive
 		j.StartedAt = now
 		j.Heartbeat = now
-		j.addTimeline(TimelineEntry{State: "active", At: now})
+		j.addTimeline(TimelineEntry{State: StateActive, At: now})
 		q.nActive++
 		if o.Owner != "" {
 			ttl := o.TTL
@@ -541,7 +541,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	if j.cold().RemoveOnC || it.Remove {
 		s.forget(j)
 	} else {
-		j.addTimeline(TimelineEntry{State: "completed", At: now})
+		j.addTimeline(TimelineEntry{State: StateCompleted, At: now})
 		if it.HasResult {
 			s.b.setResult(j.ID, it.Result)
 		}
@@ -672,7 +672,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 	if len(f.stack) > 0 {
 		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
-	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
 	s.releaseUnique(q, j)
 	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
 	// The attempt record says why this attempt ended; the last one of a
@@ -685,7 +685,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 	if retry {
 		j.RunAt = now + backoffDelay(j)
 		j.StartedAt = 0
-		j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 		s.enqueue(q, j, now)
 		s.emit(q, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: false, hasTerminal: true})
 		s.emit(q, evRetried, j, now, evArgs{prev: "failed"})

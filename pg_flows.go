@@ -407,7 +407,7 @@ func pgRelease(j *Job, now int64) {
 	} else {
 		j.state = j.readyState()
 	}
-	j.addTimeline(TimelineEntry{State: j.state.String(), At: now})
+	j.addTimeline(TimelineEntry{State: j.state, At: now})
 }
 
 // lockMore locks the rows of ids not already in hand and answers every
@@ -733,7 +733,7 @@ func (p *PG) MoveToWaitingChildren(ctx context.Context, id, token string) error 
 		j.lease = nil
 		j.StartedAt = 0
 		j.state = StateWaitingChildren
-		j.addTimeline(TimelineEntry{State: "waiting-children", At: now})
+		j.addTimeline(TimelineEntry{State: StateWaitingChildren, At: now})
 		f.events = append(f.events, pgFlowEvent{j, evWaitingChildren, evArgs{prev: "active"}})
 		return pgErr(p.saveJobs(ctx, tx, []*Job{j}, nil))
 	})

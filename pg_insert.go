@@ -61,7 +61,7 @@ func pgAdmit(j *Job, now int64) {
 	default:
 		j.state = j.readyState()
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state.String(), At: now})
+	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state, At: now})
 }
 
 const (

@@ -284,7 +284,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 		j.state = StateActive
 		j.StartedAt, j.Heartbeat = now, now
-		j.addTimeline(TimelineEntry{State: "active", At: now})
+		j.addTimeline(TimelineEntry{State: StateActive, At: now})
 		if o.Owner != "" {
 			ttl := o.TTL
 			if ttl <= 0 {
@@ -495,7 +495,7 @@ func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
 			a.remove = append(a.remove, j.ID)
 			continue
 		}
-		j.addTimeline(TimelineEntry{State: "completed", At: a.now})
+		j.addTimeline(TimelineEntry{State: StateCompleted, At: a.now})
 		if it.HasResult {
 			a.results[len(a.save)] = it.Result
 		}

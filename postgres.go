@@ -790,7 +790,7 @@ func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 	if len(f.stack) > 0 {
 		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
-	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
 	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
 	reason := "explicit_fail"
 	if f.reason == "timeout" || !retry {
@@ -803,7 +803,7 @@ func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 	if retry {
 		j.RunAt = now + backoffDelay(j)
 		j.StartedAt = 0
-		j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 		j.state = StateDelayed
 		return true
 	}

@@ -147,7 +147,7 @@ func encRecordTimeline(e *Enc, j *Job) {
 	e.ArrayHead(len(j.Timeline))
 	for _, t := range j.Timeline {
 		e.ArrayHead(4)
-		e.Str(t.State)
+		e.Str(t.State.String())
 		recInt(e, t.At)
 		recOptStr(e, t.Error, t.HasErr)
 		recInt(e, int64(t.Attempt))
@@ -295,12 +295,12 @@ func (r *recReader) strLike(last *string) string {
 	return *last
 }
 
-// stateName reads a timeline state, one of the fixed names without an
-// allocation.
-func (r *recReader) stateName() string {
+// stateName reads a timeline state by its name; one this build does not
+// know reads as StateNone.
+func (r *recReader) stateName() State {
 	v := r.next()
 	if v.IsNil() {
-		return ""
+		return StateNone
 	}
 	a, e, err := strRange(v, 0)
 	if err != nil || e != len(v) {
@@ -308,12 +308,10 @@ func (r *recReader) stateName() string {
 			err = errNotStr
 		}
 		r.fail("string", err)
-		return ""
+		return StateNone
 	}
-	if st, ok := stateNamed(v[a:e]); ok {
-		return st.String()
-	}
-	return string(v[a:e])
+	st, _ := stateNamed(v[a:e])
+	return st
 }
 
 func (r *recReader) optStr() (string, bool) {

@@ -572,8 +572,8 @@ func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
 		}
 		return "stalled", "Job stalled " + itoa(int64(j.cold().Stalls)) + " times"
 	}
-	j.addTimeline(TimelineEntry{State: "failed", At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
-	j.addTimeline(TimelineEntry{State: "waiting", At: now, Attempt: j.Attempts + 1})
+	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: "stalled", HasErr: true, Attempt: j.Attempts})
+	j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 	j.RunAt = now + backoffDelay(j)
 	return "", ""
 }

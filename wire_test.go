@@ -634,7 +634,7 @@ func BenchmarkEncodeJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: "waiting", At: 1796007115626}, TimelineEntry{State: "active", At: 1796007115700})
+	j.Timeline = append(j.Timeline, TimelineEntry{State: StateWaiting, At: 1796007115626}, TimelineEntry{State: StateActive, At: 1796007115700})
 	j.StartedAt = 1796007115700
 	e := Enc{B: make([]byte, 0, 4096)}
 	b.ReportAllocs()
