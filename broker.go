@@ -241,7 +241,7 @@ func trimSpace(s string) string {
 // plain number) doubles per attempt, times 0.5 to 1.5.
 func backoffDelay(j *Job) int64 {
 	maxDelay := int64(maxBackoffDelay)
-	base := j.Backoff
+	base := j.cold().Backoff
 	fixed := false
 	if c := j.cold().BackoffC; c != nil {
 		base = c.Delay

@@ -121,7 +121,7 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 // hasLiveDependents: whether a job still waiting on this one would be left
 // without it.
 func (s *Shard) hasLiveDependents(j *Job) bool {
-	if !j.depFlag.Load() {
+	if !j.depWaited() {
 		return false
 	}
 	s.b.depMu.Lock()

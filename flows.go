@@ -244,8 +244,8 @@ func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int3
 	if dj == nil {
 		return 0 // completed and gone
 	}
-	dj.depFlag.Store(true)
-	if dj.doneFlag.Load() {
+	dj.markDepWaited()
+	if dj.isDone() {
 		return 0
 	}
 	b.deps[d] = append(b.deps[d], w)
@@ -256,18 +256,18 @@ func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int3
 // are handed to the flow goroutine, and its result to its parent.
 func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 	b := s.b
-	j.doneFlag.Store(true)
+	j.markDone()
 	if j.cold().ParentID != "" && result != nil {
 		b.flowPost(flowItem{kind: flowChildValue, parentID: j.cold().ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, val: result})
 	}
-	if !j.depFlag.Load() && !removed {
+	if !j.depWaited() && !removed {
 		return
 	}
 	var waiters []*Job
 	locked(&b.depMu, func() {
 		waiters = b.deps[j.ID]
 		delete(b.deps, j.ID)
-		if removed || j.depFlag.Load() {
+		if removed || j.depWaited() {
 			b.proofs.Put(j.ID, struct{}{})
 		}
 	})

@@ -107,11 +107,6 @@ type Job struct {
 	RunAt     int64
 	StartedAt int64 // 0 = null
 	DoneAt    int64 // completedAt; 0 = null
-	Attempts  int32
-	MaxAtt    int32
-	Backoff   int64
-	TTL       int64 // none = null
-	Timeout   int64
 	Heartbeat int64
 	Timeline  []TimelineEntry
 	// c holds what most jobs leave unset (jobCold): read through
@@ -119,7 +114,7 @@ type Job struct {
 	c *jobCold
 
 	// Broker bookkeeping, never on the wire. The fields are ordered by
-	// size, so that a Job is 256 bytes and fits that size class.
+	// size, so that a Job is 224 bytes and fits that size class.
 	seq      int64
 	lease    *Lease
 	deadline int64 // when the active job must be looked at again
@@ -127,13 +122,13 @@ type Job struct {
 	dlq      *DLQEntry
 	hgen     [heapKinds]uint32
 	dgen     uint32 // generation of the job's entry in the completed list
+	Attempts int32  // a wire field, here beside dgen to fill its word
 
 	// Flows (flows.go). pending counts dependencies not yet completed;
 	// the two flags pair a completion with late dependency registrations
 	// across shards without a shared lock on the completion path.
-	pending  int32
-	depFlag  atomic.Bool // someone registered as waiting for this job
-	doneFlag atomic.Bool // this job completed
+	pending int32
+	flow    atomic.Uint32 // flowDep | flowDone
 
 	state       State
 	inHeap      [heapKinds]bool
@@ -142,11 +137,30 @@ type Job struct {
 	dlqNew      bool // PostgreSQL mode: dead-lettered, dlq:added not yet announced
 }
 
+// The flow flags (Job.flow): someone registered as waiting for the job,
+// and the job completed. One word, so that the handshake in flows.go is
+// one atomic operation per side.
+const (
+	flowDep  = 1
+	flowDone = 2
+)
+
+func (j *Job) markDepWaited()  { j.flow.Or(flowDep) }
+func (j *Job) depWaited() bool { return j.flow.Load()&flowDep != 0 }
+func (j *Job) markDone()       { j.flow.Or(flowDone) }
+func (j *Job) isDone() bool    { return j.flow.Load()&flowDone != 0 }
+
 // jobCold is the part of a job most jobs never set: flows, dedup,
 // groups, progress, failures, the options' rarer settings. A job without
 // any of it carries a nil pointer, not some 400 bytes of zeros: a
 // million waiting jobs are a few hundred megabytes the smaller.
 type jobCold struct {
+	// The options every job has and few set, at their defaults in noCold.
+	MaxAtt  int32
+	Backoff int64
+	TTL     int64 // none = null
+	Timeout int64
+
 	BackoffC                                                     *Backoff
 	UniqueKey                                                    string
 	CustomID                                                     string
@@ -187,7 +201,7 @@ type jobCold struct {
 
 // noCold is what a job without cold fields reads: the defaults. It is
 // never written: writes go through warm, which gives the job its own.
-var noCold = jobCold{StallTO: none, StackLim: defaultStackTraceLimit, KeepLogs: none, SizeLimit: none,
+var noCold = jobCold{MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff, TTL: none, Timeout: none, StallTO: none, StackLim: defaultStackTraceLimit, KeepLogs: none, SizeLimit: none,
 	DedupTTL: none, DebounceTTL: none}
 
 // cold is the job's cold part for reading (the defaults when it has none).
@@ -228,7 +242,7 @@ func (j *Job) settle() {
 // pointer and Raw nil). TestColdIsDefaultCoversEveryField keeps it whole.
 func (c *jobCold) isDefault() bool {
 	d := &noCold
-	return c.BackoffC == nil && c.UniqueKey == "" && c.CustomID == "" && c.DependsOn == nil &&
+	return c.MaxAtt == d.MaxAtt && c.Backoff == d.Backoff && c.TTL == d.TTL && c.Timeout == d.Timeout && c.BackoffC == nil && c.UniqueKey == "" && c.CustomID == "" && c.DependsOn == nil &&
 		c.ParentID == "" && c.Children == nil && c.ChildDone == 0 && c.Tags == nil && c.GroupID == "" &&
 		c.Progress == nil && c.ProgMsg == "" && !c.HasProgM && c.Stack == nil && c.Repeat == nil &&
 		!c.Durable && c.StallTO == d.StallTO && c.Stalls == 0 && c.StackLim == d.StackLim &&
@@ -318,7 +332,7 @@ func encodeJobCore(e *Enc, j *Job) {
 	e.Str("attempts")
 	e.Int(int64(j.Attempts))
 	e.Str("backoff")
-	e.Int(j.Backoff)
+	e.Int(j.cold().Backoff)
 	// The object form of the backoff option; nil when the job was given a
 	// plain number.
 	e.Str("backoffConfig")
@@ -391,15 +405,15 @@ func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("lifo")
 	e.Bool(j.cold().Lifo)
 	e.Str("maxAttempts")
-	e.Int(int64(j.MaxAtt))
+	e.Int(int64(j.cold().MaxAtt))
 	e.Str("removeOnComplete")
 	e.Bool(j.cold().RemoveOnC)
 	e.Str("removeOnFail")
 	e.Bool(j.cold().RemoveOnF)
 	e.Str("ttl")
-	optInt(e, j.TTL)
+	optInt(e, j.cold().TTL)
 	e.Str("timeout")
-	optInt(e, j.Timeout)
+	optInt(e, j.cold().Timeout)
 	e.Str("uniqueKey")
 	optStr(e, j.cold().UniqueKey, j.cold().UniqueKey != "")
 	e.Str("customId")
@@ -606,8 +620,7 @@ func (j *Job) readCopy() *Job {
 	cp := &Job{
 		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
 		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
-		Attempts: j.Attempts, MaxAtt: j.MaxAtt, Backoff: j.Backoff,
-		TTL: j.TTL, Timeout: j.Timeout, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
+		Attempts: j.Attempts, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
 		state: j.state,
 	}
 	if j.c != nil {

@@ -278,7 +278,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 		if j.Priority > 0 {
 			q.nPrio--
 		}
-		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
+		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
 			// Expired while waiting: dropped with no job event, as the
 			// reference does (job:expired tells the live streams); the
 			// token it took goes back.
@@ -674,7 +674,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 	}
 	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
 	s.releaseUnique(q, j)
-	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
+	retry := !f.unrecoverable && j.Attempts < j.cold().MaxAtt
 	// The attempt record says why this attempt ended; the last one of a
 	// job that is given up carries the DLQ reason.
 	reason := "explicit_fail"

@@ -387,7 +387,7 @@ func noticeLockExpired(queue, id string, renewals int32) *note {
 // noticeExpired is job:expired: a job whose ttl ran out while it waited,
 // dropped when a pull came to it.
 func noticeExpired(queue string, j *Job, now int64) *note {
-	return noticeQueueJob("job:expired", queue, j.ID).int("ttl", j.TTL).int("age", now-j.CreatedAt)
+	return noticeQueueJob("job:expired", queue, j.ID).int("ttl", j.cold().TTL).int("age", now-j.CreatedAt)
 }
 
 // noticeDeduplicated is job:deduplicated: a push whose unique key a live

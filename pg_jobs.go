@@ -277,7 +277,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 	var c pgClaimed
 	var expired []string
 	for _, j := range jobs {
-		if j.TTL != none && j.TTL > 0 && now > j.CreatedAt+j.TTL {
+		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
 			expired = append(expired, j.ID)
 			c.expired = append(c.expired, j)
 			continue

@@ -130,7 +130,7 @@ func (r *leaseReap) event(j *Job, t evType, a evArgs) {
 // lock's, when it holds one.
 func (r *leaseReap) decide(j *Job, renewals int32, owned bool) {
 	stall, dlq := r.set[j.Queue].stallConfig(), r.set[j.Queue].dlqConfig()
-	timedOut := j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= r.now
+	timedOut := j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt+j.cold().Timeout <= r.now
 	if !owned && !stall.Enabled && !timedOut {
 		// Stall detection was turned off since the claim.
 		r.unwatched = append(r.unwatched, j)
@@ -170,7 +170,7 @@ func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
 	} else {
 		r.gaveUp = append(r.gaveUp, reapedJob{j, f.err})
 	}
-	r.notes = append(r.notes, noticeQueueJob("job:timeout", j.Queue, j.ID).int("timeout", j.Timeout))
+	r.notes = append(r.notes, noticeQueueJob("job:timeout", j.Queue, j.ID).int("timeout", j.cold().Timeout))
 }
 
 // lockLapsed puts back a job whose lock ran out, or dead-letters it past

@@ -764,8 +764,8 @@ func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
 	} else if stall.Enabled {
 		r.ttls[i] = ptr(stallLimit(j, stall))
 	}
-	if j.Timeout != none && j.Timeout > 0 {
-		r.touts[i] = ptr(j.StartedAt + j.Timeout)
+	if j.cold().Timeout != none && j.cold().Timeout > 0 {
+		r.touts[i] = ptr(j.StartedAt + j.cold().Timeout)
 	}
 	if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
 		r.exps[i] = ptr(exp)
@@ -791,7 +791,7 @@ func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
 		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
 	}
 	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
-	retry := !f.unrecoverable && j.Attempts < j.MaxAtt
+	retry := !f.unrecoverable && j.Attempts < j.cold().MaxAtt
 	reason := "explicit_fail"
 	if f.reason == "timeout" || !retry {
 		reason = f.reason

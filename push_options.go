@@ -154,7 +154,7 @@ func clone(r Raw) Raw {
 // faults gets the same (first) error; each stops at its first fault.
 func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 	// The cold options' defaults are noCold's (job.go).
-	j := &Job{Queue: queue, TTL: none, Timeout: none, MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff}
+	j := &Job{Queue: queue}
 	if err := parseJobPayload(m, j); err != nil {
 		return nil, err
 	}
@@ -287,12 +287,12 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	if f, ok, err = numField(m, "timeout", "timeout", numRule{min: 0, max: maxTimeoutMs}); err != nil {
 		return 0, err
 	} else if ok && f > 0 {
-		j.Timeout = int64(math.Ceil(f))
+		j.warm().Timeout = int64(math.Ceil(f))
 	}
 	if f, ok, err = numField(m, "maxAttempts", "maxAttempts", numRule{min: 1, max: maxAttemptCap, integer: true}); err != nil {
 		return 0, err
 	} else if ok {
-		j.MaxAtt = int32(f)
+		j.warm().MaxAtt = int32(f)
 	}
 	if err := parseBackoff(m, j); err != nil {
 		return 0, err
@@ -300,7 +300,7 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	if f, ok, err = numField(m, "ttl", "ttl", numRule{min: 0, max: maxDelayMs}); err != nil {
 		return 0, err
 	} else if ok && f > 0 {
-		j.TTL = int64(f)
+		j.warm().TTL = int64(f)
 	}
 	return delay, nil
 }
@@ -450,14 +450,14 @@ func parseBackoff(m Map, j *Job) error {
 			c.MaxDelay = int64(md)
 		}
 		j.warm().BackoffC = c
-		j.Backoff = c.Delay
+		j.warm().Backoff = c.Delay
 		return nil
 	}
 	d, _, err := numField(m, "backoff", "backoff", numRule{min: 0, max: maxTimeoutMs})
 	if err != nil {
 		return err
 	}
-	j.Backoff = int64(d)
+	j.warm().Backoff = int64(d)
 	return nil
 }
 

@@ -75,8 +75,8 @@ func encRecordCore(e *Enc, j *Job) {
 	recInt(e, j.StartedAt)
 	recInt(e, j.DoneAt)
 	recInt(e, int64(j.Attempts))
-	recInt(e, int64(j.MaxAtt))
-	recInt(e, j.Backoff)
+	recInt(e, int64(j.cold().MaxAtt))
+	recInt(e, j.cold().Backoff)
 	if c := j.cold().BackoffC; c != nil {
 		e.ArrayHead(3)
 		e.Bool(c.Exponential)
@@ -85,8 +85,8 @@ func encRecordCore(e *Enc, j *Job) {
 	} else {
 		e.Nil()
 	}
-	recInt(e, j.TTL)
-	recInt(e, j.Timeout)
+	recInt(e, j.cold().TTL)
+	recInt(e, j.cold().Timeout)
 }
 
 // encRecordLinks writes what ties the job to others: its ids,
@@ -436,8 +436,8 @@ func decRecordCore(r *recReader, j *Job, l *recLast) {
 	j.StartedAt = r.i64()
 	j.DoneAt = r.i64()
 	j.Attempts = int32(r.i64())
-	j.MaxAtt = int32(r.i64())
-	j.Backoff = r.i64()
+	j.warm().MaxAtt = int32(r.i64())
+	j.warm().Backoff = r.i64()
 	if c, ok := r.sub(); ok {
 		exp := c.next()
 		j.warm().BackoffC = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
@@ -445,8 +445,8 @@ func decRecordCore(r *recReader, j *Job, l *recLast) {
 			r.fail("backoff", c.err)
 		}
 	}
-	j.TTL = r.i64()
-	j.Timeout = r.i64()
+	j.warm().TTL = r.i64()
+	j.warm().Timeout = r.i64()
 }
 
 func decRecordLinks(r *recReader, j *Job) {

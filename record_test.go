@@ -13,12 +13,13 @@ func fullJob() *Job {
 	j := &Job{
 		ID: "j-1", Queue: "q", Name: "n", Data: Raw{0x81, 0xa1, 0x61, 0x01}, Priority: -3,
 		CreatedAt: 1796007115626, RunAt: 1796007116626, StartedAt: 1796007117000, DoneAt: 1796007118000,
-		Attempts: 2, MaxAtt: 5, Backoff: 250, TTL: 60000, Timeout: 3000, Heartbeat: 1796007117500,
+		Attempts: 2, Heartbeat: 1796007117500,
 		Timeline: []TimelineEntry{{State: StateWaiting, At: 1}, {State: StateFailed, At: 2, Error: "boom", HasErr: true, Attempt: 1}},
 		state:    StateFailed, seq: 1 << 40,
 		dlq: &DLQEntry{EnteredAt: 3, Reason: "max_attempts_exceeded", Error: "boom", HasErr: true, RetryCount: 2, LastRetryAt: 4, NextRetryAt: 5, ExpiresAt: 6},
 	}
 	j.c = &jobCold{
+		MaxAtt: 5, Backoff: 250, TTL: 60000, Timeout: 3000,
 		BackoffC:  &Backoff{Exponential: true, Delay: 250, MaxDelay: 9000},
 		UniqueKey: "u", CustomID: "j-1", DependsOn: []string{"a", "b"}, ParentID: "p",
 		Children: []string{"c1"}, ChildDone: 1, Tags: []string{"t"}, GroupID: "g", Progress: Raw{0x32},
@@ -33,7 +34,7 @@ func fullJob() *Job {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
-	for _, j := range []*Job{fullJob(), {ID: "minimal", Queue: "q", Data: rawUndefined, TTL: none, Timeout: none,
+	for _, j := range []*Job{fullJob(), {ID: "minimal", Queue: "q", Data: rawUndefined,
 		state: StateWaiting}} {
 		var e Enc
 		encodeRecord(&e, j)
@@ -83,7 +84,7 @@ func FuzzDecodeRecord(f *testing.F) {
 // know reads as StateNone rather than failing the record.
 func TestRecordUnknownTimelineState(t *testing.T) {
 	var e Enc
-	encodeRecord(&e, &Job{ID: "1", Queue: "q", Data: rawUndefined, TTL: none, Timeout: none,
+	encodeRecord(&e, &Job{ID: "1", Queue: "q", Data: rawUndefined,
 		state: StateWaiting, Timeline: []TimelineEntry{{State: StateWaiting, At: 5}}})
 	at := bytes.Index(e.B, []byte("\xa7waiting"))
 	if at < 0 {
@@ -104,7 +105,7 @@ func TestRecordUnknownTimelineState(t *testing.T) {
 // neighbours with the same queue and name share one string of each.
 func TestRecordRunSharesStrings(t *testing.T) {
 	mk := func(id, queue, name string, state State) *Job {
-		return &Job{ID: id, Queue: queue, Name: name, Data: rawUndefined, TTL: none, Timeout: none,
+		return &Job{ID: id, Queue: queue, Name: name, Data: rawUndefined,
 			state: StateWaiting, Timeline: []TimelineEntry{{State: state, At: 5}}}
 	}
 	want := []*Job{mk("1", "mail", "send", StateWaiting), mk("2", "mail", "send", StateDelayed),

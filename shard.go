@@ -368,8 +368,8 @@ func stallDeadline(j *Job, c StallConfig) int64 {
 			d = g
 		}
 	}
-	if j.Timeout != none && j.Timeout > 0 {
-		if t := j.StartedAt + j.Timeout; t < d {
+	if j.cold().Timeout != none && j.cold().Timeout > 0 {
+		if t := j.StartedAt + j.cold().Timeout; t < d {
 			d = t
 		}
 	}
@@ -478,10 +478,10 @@ func (s *Shard) expire(now int64) {
 			continue
 		}
 		switch {
-		case j.Timeout != none && j.Timeout > 0 && j.StartedAt+j.Timeout <= now:
+		case j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt+j.cold().Timeout <= now:
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
-			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.Timeout))
+			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.cold().Timeout))
 		case j.lease != nil:
 			s.lockExpired(q, j, now)
 		default:
@@ -528,8 +528,8 @@ func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, 
 	j.Heartbeat = now
 	j.StartedAt = 0
 	j.lease = nil
-	if j.Attempts >= j.MaxAtt {
-		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.MaxAtt)) + ")", "Lock expired (max attempts reached)"
+	if j.Attempts >= j.cold().MaxAtt {
+		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.cold().MaxAtt)) + ")", "Lock expired (max attempts reached)"
 	}
 	if c.MaxStalls > 0 && j.cold().Stalls >= c.MaxStalls {
 		return "stalled", "Lock expired after " + itoa(int64(renewals)) + " renewals", "Lock expired (max stalls reached)"
@@ -561,14 +561,14 @@ func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 // has used its attempts or stalled too often it answers the DLQ reason
 // and error; else the job is set to run again after its backoff.
 func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
-	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.MaxAtt
+	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.cold().MaxAtt
 	j.warm().Stalls++
 	j.Attempts++
 	j.StartedAt = 0
 	j.Heartbeat = now
 	if toDLQ {
-		if j.Attempts >= j.MaxAtt {
-			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.MaxAtt)) + ")"
+		if j.Attempts >= j.cold().MaxAtt {
+			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.cold().MaxAtt)) + ")"
 		}
 		return "stalled", "Job stalled " + itoa(int64(j.cold().Stalls)) + " times"
 	}

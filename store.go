@@ -367,7 +367,7 @@ func (b *Broker) restoreDone(j *Job, result Raw) {
 		return
 	}
 	b.noteSeq(j)
-	j.doneFlag.Store(true)
+	j.markDone()
 	s.addDone(q, j)
 	if result != nil {
 		b.setResult(j.ID, result)
