@@ -15,8 +15,38 @@ package main
 import (
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
+
+// holdGC and releaseGC bracket a recovery: the collector is held off
+// between them, and the memory the recovery threw away is given back in
+// the background after. Holds nest (tests recover several stores at
+// once); the setting in force before the first is restored after the
+// last.
+var gcHolds struct {
+	sync.Mutex
+	n       int
+	percent int
+}
+
+func holdGC() {
+	gcHolds.Lock()
+	defer gcHolds.Unlock()
+	if gcHolds.n == 0 {
+		gcHolds.percent = debug.SetGCPercent(-1)
+	}
+	gcHolds.n++
+}
+
+func releaseGC() {
+	gcHolds.Lock()
+	defer gcHolds.Unlock()
+	if gcHolds.n--; gcHolds.n == 0 {
+		debug.SetGCPercent(gcHolds.percent)
+		go debug.FreeOSMemory()
+	}
+}
 
 const (
 	memReturnEvery   = 5 * time.Second

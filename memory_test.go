@@ -82,3 +82,23 @@ func TestHeapReclaimableReads(t *testing.T) {
 		t.Fatalf("%d bytes reclaimable after a release", n)
 	}
 }
+
+// TestGCHoldsNest: overlapping holds restore the setting in force before
+// the first one, whatever order they end in.
+func TestGCHoldsNest(t *testing.T) {
+	before := debug.SetGCPercent(77)
+	defer debug.SetGCPercent(before)
+	holdGC()
+	holdGC()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Fatalf("GC percent %d while held, want -1 (off)", p)
+	}
+	releaseGC()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Fatalf("GC percent %d with one hold left, want -1 (off)", p)
+	}
+	releaseGC()
+	if p := debug.SetGCPercent(77); p != 77 {
+		t.Fatalf("GC percent %d after the last release, want 77", p)
+	}
+}

@@ -24,7 +24,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -489,11 +488,9 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	// million jobs). So it is held off until the end (GOMEMLIMIT, when
 	// set, still holds), and what the recovery threw away is then given
 	// back to the system in the background, while the server starts.
-	gcPercent := debug.SetGCPercent(-1)
-	defer func() {
-		debug.SetGCPercent(gcPercent)
-		go debug.FreeOSMemory()
-	}()
+	holdGC()
+	defer releaseGC()
+
 	var st RecoveryStats
 	ctx := context.Background()
 	if err := s.loadQueues(ctx, b, &st); err != nil {
