@@ -465,6 +465,8 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 func resetCompleted(j *Job, now int64) {
 	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
 	j.RunAt, j.Heartbeat = now, now
-	j.warm().Progress, j.warm().ProgMsg, j.warm().HasProgM = nil, "", false
+	if j.c != nil { // through warm(), a plain job would get a cold part of defaults
+		j.c.Progress, j.c.ProgMsg, j.c.HasProgM = nil, "", false
+	}
 	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }

@@ -231,8 +231,8 @@ func (b *Broker) registerOne(w *Job, dep string) int32 {
 
 // registerOneLocked: w waits for dep unless dep already completed. The
 // two flags make a completion racing with the registration land on exactly
-// one side (see completedDeps): the completion stores doneFlag then reads
-// depFlag; the registration stores depFlag then reads doneFlag.
+// one side (see completedDeps): the completion sets its flowDone bit then
+// reads flowDep; the registration sets flowDep then reads flowDone.
 func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int32 {
 	if _, ok := b.proofs.Peek(d); ok {
 		return 0

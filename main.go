@@ -383,7 +383,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		return err
 	}
 	errc := s.serve()
-	s.mem = startMemReturn(s.b)
+	s.mem = startMemReturn(s.srv)
 	// SIGHUP rereads the certificate; without TLS it is logged and
 	// ignored rather than ending the server, as it would by default.
 	hup := make(chan os.Signal, 1)

@@ -13,8 +13,12 @@ package main
 // to return until the broker is busy again.
 
 import (
+	"math"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,21 +26,39 @@ import (
 // holdGC and releaseGC bracket a recovery: the collector is held off
 // between them, and the memory the recovery threw away is given back in
 // the background after. Holds nest (tests recover several stores at
-// once); the setting in force before the first is restored after the
+// once); the settings in force before the first are restored after the
 // last.
+//
+// Held off is not unbounded: the driver copies every row it reads, so a
+// recovery's garbage is about the size of the tables. Unless GOMEMLIMIT
+// already bounds the process, a soft limit of three quarters of the
+// memory available stands for the hold, and the collector runs if the
+// heap reaches it; where that cannot be read, the collector is only
+// slowed (GOGC 400), not stopped.
 var gcHolds struct {
 	sync.Mutex
 	n       int
 	percent int
+	limit   int64
 }
 
 func holdGC() {
 	gcHolds.Lock()
 	defer gcHolds.Unlock()
-	if gcHolds.n == 0 {
-		gcHolds.percent = debug.SetGCPercent(-1)
+	if gcHolds.n++; gcHolds.n > 1 {
+		return
 	}
-	gcHolds.n++
+	gcHolds.limit = debug.SetMemoryLimit(-1)
+	if gcHolds.limit != math.MaxInt64 {
+		gcHolds.percent = debug.SetGCPercent(-1)
+		return
+	}
+	if avail := availableMemory(); avail > 0 {
+		debug.SetMemoryLimit(int64(runtimeTotalBytes()) + avail/4*3)
+		gcHolds.percent = debug.SetGCPercent(-1)
+		return
+	}
+	gcHolds.percent = debug.SetGCPercent(400)
 }
 
 func releaseGC() {
@@ -44,8 +66,44 @@ func releaseGC() {
 	defer gcHolds.Unlock()
 	if gcHolds.n--; gcHolds.n == 0 {
 		debug.SetGCPercent(gcHolds.percent)
+		debug.SetMemoryLimit(gcHolds.limit)
 		go debug.FreeOSMemory()
 	}
+}
+
+// availableMemory is what the system (or the cgroup the process runs
+// in, when it is smaller) can still give, in bytes; 0 when unknown.
+func availableMemory() int64 {
+	var avail int64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				avail = kb << 10
+			}
+		}
+	}
+	max, err1 := os.ReadFile("/sys/fs/cgroup/memory.max")
+	cur, err2 := os.ReadFile("/sys/fs/cgroup/memory.current")
+	if err1 == nil && err2 == nil {
+		m, errm := strconv.ParseInt(strings.TrimSpace(string(max)), 10, 64) // "max" when unlimited
+		c, errc := strconv.ParseInt(strings.TrimSpace(string(cur)), 10, 64)
+		if errm == nil && errc == nil && m > c && (avail == 0 || m-c < avail) {
+			avail = m - c
+		}
+	}
+	return avail
+}
+
+// runtimeTotalBytes is the memory the Go runtime has mapped, what a
+// memory limit is measured against.
+func runtimeTotalBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 const (
@@ -56,20 +114,26 @@ const (
 type memReturn struct {
 	every    time.Duration
 	minFree  uint64
-	activity func() int64  // grows while the broker works
+	activity func() int64  // grows while the server works
 	free     func() uint64 // heap memory a collection would give back
 	release  func()
 	stop     chan struct{}
 	done     chan struct{}
+	released bool // in this quiet spell: once is enough
 }
 
-// startMemReturn starts the loop for b; Stop ends it.
-func startMemReturn(b *Broker) *memReturn {
+// startMemReturn starts the loop for the server; Stop ends it. Activity
+// is any request (TCP or HTTP) and any job changing hands, so that a
+// server busy with reads or the dashboard is not collected every few
+// seconds as if idle.
+func startMemReturn(srv *Server) *memReturn {
+	b := srv.b
 	m := &memReturn{
 		every:   memReturnEvery,
 		minFree: memReturnMinFree,
 		activity: func() int64 {
-			return b.stats.pushed.Load() + b.stats.pulled.Load() + b.stats.completed.Load() + b.stats.failed.Load()
+			return srv.frames.Load() + b.stats.pushed.Load() + b.stats.pulled.Load() +
+				b.stats.completed.Load() + b.stats.failed.Load()
 		},
 		free:    heapReclaimable,
 		release: debug.FreeOSMemory,
@@ -99,11 +163,19 @@ func (m *memReturn) run() {
 }
 
 // check runs at each interval: it gives memory back when the activity
-// count is still last and enough is free, and returns the count now.
+// count is still last and enough is free, once per quiet spell (what a
+// collection cannot give back, fragmentation in spans still in use,
+// would otherwise bring a collection every interval), and returns the
+// count now.
 func (m *memReturn) check(last int64) int64 {
 	now := m.activity()
-	if now == last && m.free() >= m.minFree {
+	if now != last {
+		m.released = false
+		return now
+	}
+	if !m.released && m.free() >= m.minFree {
 		m.release()
+		m.released = true
 	}
 	return now
 }
@@ -119,28 +191,27 @@ func (m *memReturn) Stop() {
 }
 
 // heapReclaimable estimates what a collection and a release would give
-// back: the heap memory held (objects, garbage among them, and free
-// spans not yet returned) less what the last collection found live.
-// Garbage left by a burst counts: nothing collects it while the server
-// is idle, since nothing allocates.
+// back: free spans not yet returned, and the objects the last collection
+// did not find live (garbage left by a burst counts: nothing collects it
+// while the server is idle, since nothing allocates). Free room inside
+// spans still in use does not count: no collection gives it back.
 func heapReclaimable() uint64 {
 	s := []metrics.Sample{
 		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 		{Name: "/gc/heap/live:bytes"},
 	}
 	metrics.Read(s)
-	var v [4]uint64
+	var v [3]uint64
 	for i := range s {
 		if s[i].Value.Kind() != metrics.KindUint64 {
 			return 0
 		}
 		v[i] = s[i].Value.Uint64()
 	}
-	held, live := v[0]+v[1]+v[2], v[3]
-	if held < live {
-		return 0
+	objects, free, live := v[0], v[1], v[2]
+	if objects > live {
+		free += objects - live
 	}
-	return held - live
+	return free
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // TestMemReturnOnlyWhenIdle: free memory is given back after a quiet
-// interval with enough of it free, never after a busy one or when there
-// is little to give.
+// interval with enough of it free, once per quiet spell, never after a
+// busy interval or when there is little to give.
 func TestMemReturnOnlyWhenIdle(t *testing.T) {
 	var work int64
 	var free uint64
@@ -26,8 +26,9 @@ func TestMemReturnOnlyWhenIdle(t *testing.T) {
 		{true, 1000, 0},  // busy, plenty free
 		{false, 10, 0},   // idle, too little free
 		{false, 1000, 1}, // idle, plenty free
-		{false, 1000, 1}, // still idle: the runtime says what is free
+		{false, 1000, 0}, // still idle: once per quiet spell, whatever the figure says
 		{true, 1000, 0},  // busy again
+		{false, 1000, 1}, // quiet again
 	} {
 		if step.busy {
 			work++
@@ -88,7 +89,11 @@ func TestHeapReclaimableReads(t *testing.T) {
 func TestGCHoldsNest(t *testing.T) {
 	before := debug.SetGCPercent(77)
 	defer debug.SetGCPercent(before)
+	limit := debug.SetMemoryLimit(-1)
 	holdGC()
+	if l := debug.SetMemoryLimit(-1); availableMemory() > 0 && l == limit {
+		t.Errorf("no memory limit stands for the hold (limit %d)", l)
+	}
 	holdGC()
 	if p := debug.SetGCPercent(-1); p != -1 {
 		t.Fatalf("GC percent %d while held, want -1 (off)", p)
@@ -100,5 +105,18 @@ func TestGCHoldsNest(t *testing.T) {
 	releaseGC()
 	if p := debug.SetGCPercent(77); p != 77 {
 		t.Fatalf("GC percent %d after the last release, want 77", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != limit {
+		t.Fatalf("memory limit %d after the last release, want %d as before", l, limit)
+	}
+}
+
+// TestAvailableMemory: on Linux the figure is there and plausible.
+func TestAvailableMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/meminfo")
+	}
+	if a := availableMemory(); a < 16<<20 || a > 1<<50 {
+		t.Fatalf("available memory %d bytes", a)
 	}
 }

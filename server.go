@@ -29,6 +29,9 @@ type Server struct {
 	tokens []string
 	log    *slog.Logger
 
+	// frames counts the requests read, for memReturn's idea of idle.
+	frames atomic.Int64
+
 	// tokenSums are the tokens' SHA-256 digests: an Auth is compared
 	// digest to digest, so that the time taken says nothing of a token's
 	// length (a comparison of unequal lengths returns at once).
@@ -318,6 +321,7 @@ var errAsync = errors.New("answered asynchronously")
 type Handler func(r *Req) error
 
 func (c *conn) handleFrame(body []byte) {
+	c.srv.frames.Add(1)
 	preAuth := c.preAuth()
 	maxFields := maxRequestFields
 	if preAuth {

@@ -602,6 +602,7 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 				done = append(done, lj)
 				st.Completed++
 			case StateFailed:
+				j.ensureDLQEntry() // before the sort below reads it
 				dead = append(dead, lj)
 				st.Failed++
 			default:

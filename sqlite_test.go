@@ -543,3 +543,42 @@ func mustEnc(t *testing.T, v any) []byte {
 	}
 	return e.B
 }
+
+// TestSQLiteRestartFailedWithoutDLQEntry: a dead-lettered job whose
+// record has no dead-letter entry (as records written before entries
+// were kept) is recovered into the DLQ; sorting the dead-lettered jobs
+// read its missing entry and panicked.
+func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openTestStore(t, path)
+	var ids []string
+	for i := range 3 {
+		j := mustJob(t, "q", map[string]any{"name": "n", "data": int64(i)})
+		b.pushJobs("q", []*Job{j}, nil)
+		ids = append(ids, j.ID)
+	}
+	for i, id := range ids {
+		j := b.idxGet(id)
+		s := b.shardOf("q")
+		s.mu.Lock()
+		j.state, j.DoneAt, j.dlq = StateFailed, int64(1000+i), nil
+		s.mu.Unlock()
+		st.JobChanged(j, nil)
+	}
+	if err := st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	st.Close()
+	b2, st2, rs := openTestStore(t, path)
+	defer st2.Close()
+	defer b2.Close()
+	if rs.Failed != 3 {
+		t.Fatalf("recovered %+v, want 3 dead-lettered", rs)
+	}
+	for _, id := range ids {
+		if j := b2.idxGet(id); j == nil || j.dlq == nil || j.dlq.Reason != "unknown" {
+			t.Fatalf("job %s not back in the DLQ with an entry: %+v", id, j)
+		}
+	}
+}
