@@ -27,7 +27,7 @@ const (
 // (A queue that has just had its first grouped job pushed may still be
 // claimed this way: its grouped jobs wait for the next claim.)
 func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int, now int64) ([]*Job, error) {
-	if _, err := tx.Exec(ctx, pgClaimPlan); err != nil {
+	if err := pgLater(ctx, tx, "claim plan", pgClaimPlan); err != nil {
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, p.sql(pgClaimSQL), queue, now, n)

@@ -520,7 +520,7 @@ type pgTx struct {
 
 // begin starts a transaction whose notify calls wait for its commit.
 func (p *PG) begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.beginLazy(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -670,10 +670,7 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 			rows.res[i] = r
 		}
 	}
-	if _, err := tx.Exec(ctx, p.sql(pgSaveSQL), rows.args(p.broker)...); err != nil {
-		return fmt.Errorf("postgres: save jobs: %w", err)
-	}
-	return nil
+	return pgLater(ctx, tx, "postgres: save jobs", p.sql(pgSaveSQL), rows.args(p.broker)...)
 }
 
 // unlockedSettings reads the settings of the queues of the active jobs
