@@ -50,6 +50,8 @@ type pgPushLane struct {
 	mu      sync.Mutex
 	pending []*pgPushReq
 	writing bool
+	// arrived is poked by each push while the writer gathers (gather).
+	arrived chan struct{}
 }
 
 // pgPlain reports a job that can share a transaction with other requests:
@@ -72,9 +74,18 @@ func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 	lane.pending = append(lane.pending, req)
 	start := !lane.writing
 	lane.writing = true
+	if lane.arrived == nil {
+		lane.arrived = make(chan struct{}, 1)
+	}
+	arrived := lane.arrived
 	lane.mu.Unlock()
 	if start {
 		go p.pushWriter(lane)
+	} else {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 	}
 	return Pushed{Wait: func() ([]string, int, error) {
 		<-req.done
@@ -88,7 +99,8 @@ func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 
 // pushWriter writes the lane's batches until none is pending.
 func (p *PG) pushWriter(lane *pgPushLane) {
-	for {
+	for answered := 0; ; {
+		lane.gather(answered)
 		lane.mu.Lock()
 		n, jobs := 0, 0
 		for n < len(lane.pending) && (n == 0 || jobs+len(lane.pending[n].jobs) <= pgPushMaxJobs) {
@@ -105,6 +117,47 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 		lane.pending = lane.pending[n:]
 		lane.mu.Unlock()
 		p.insertBatch(batch)
+		answered = n
+	}
+}
+
+// pgPushGather bounds how long a writer waits for the pushes of the
+// clients it has just answered before it writes the next batch.
+const pgPushGather = 500 * time.Microsecond
+
+// gather waits, at most pgPushGather, until the clients the last batch
+// answered have sent their next pushes, or a batch is full. Without it a
+// few clients pushing one job at a time fall into step with the writer:
+// while one half waits for its commit the other half queues, and each
+// commit (a WAL flush) carries half of them; with it, one commit carries
+// all of them. A client that does not come back costs the others at most
+// pgPushGather; a lone client costs nothing, as its push ends the wait.
+func (l *pgPushLane) gather(answered int) {
+	if answered == 0 {
+		return
+	}
+	l.mu.Lock()
+	target := len(l.pending) + answered
+	l.mu.Unlock()
+	t := time.NewTimer(pgPushGather)
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		n, jobs := len(l.pending), 0
+		for _, r := range l.pending {
+			if jobs += len(r.jobs); jobs >= pgPushMaxJobs {
+				break
+			}
+		}
+		l.mu.Unlock()
+		if n >= target || jobs >= pgPushMaxJobs {
+			return
+		}
+		select {
+		case <-l.arrived:
+		case <-t.C:
+			return
+		}
 	}
 }
 
