@@ -194,10 +194,18 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 // claimTx is a claim's transaction: the queue's limits, then its ready
 // jobs, grouped or not (pg_groups.go claimGrouped), made active.
 func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o PullOpts, now int64) (pgClaimed, error) {
-	lim, err := p.readLimits(ctx, tx, queue, false)
+	first, err := p.claimFirst(ctx, tx, queue, n, now)
 	if err != nil {
 		return pgClaimed{}, err
 	}
+	if first.claimed {
+		if len(first.jobs) == 0 {
+			next, err := p.nextDue(ctx, tx, queue, now, 0)
+			return pgClaimed{next: next}, err
+		}
+		return p.activate(ctx, tx, queue, first.jobs, o, nil, first.set, now)
+	}
+	lim := first.lim
 	if lim.limited() {
 		// Limited: take the queue row, so that the brokers' claims count
 		// against the limits one after another.
@@ -236,7 +244,7 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 		next, err := p.nextDue(ctx, tx, queue, now, wait)
 		return pgClaimed{next: next}, err
 	}
-	return p.activate(ctx, tx, queue, jobs, o, rate, now)
+	return p.activate(ctx, tx, queue, jobs, o, rate, nil, now)
 }
 
 // refusal names the limit that held a claim back (rate when its bucket
@@ -273,7 +281,9 @@ func (p *PG) nextDue(ctx context.Context, tx pgx.Tx, queue string, now, wait int
 // activate makes claimed jobs active, with a lease when the pull has an
 // owner, and spends the queue's rate tokens on them. A job whose TTL ran
 // out while it waited is dropped without an event, as in memory mode.
-func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, o PullOpts, rate *bucket, now int64) (pgClaimed, error) {
+// set is the queue's settings when the claim read them already (nil:
+// saveJobs reads them if it needs them).
+func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, o PullOpts, rate *bucket, set map[string]*pgSettings, now int64) (pgClaimed, error) {
 	var c pgClaimed
 	var expired []string
 	for _, j := range jobs {
@@ -301,7 +311,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 	}
 	if len(c.jobs) > 0 {
-		if err := p.saveJobs(ctx, tx, c.jobs, nil); err != nil {
+		if err := p.saveJobsWith(ctx, tx, c.jobs, nil, set); err != nil {
 			return pgClaimed{}, err
 		}
 		if err := p.spend(ctx, tx, queue, rate, len(c.jobs)); err != nil {

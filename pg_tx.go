@@ -147,11 +147,29 @@ func (t *pgLazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	return pgLazyRow{rows: rows, err: err}
 }
 
+// SendBatch sends BEGIN and the deferred writes first in the same
+// pipeline; the results are b's.
 func (t *pgLazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.flush(ctx); err != nil {
+	if t.closed {
+		return pgErrBatch{pgx.ErrTxClosed}
+	}
+	pb, n := t.pending()
+	pb.QueuedQueries = append(pb.QueuedQueries, b.QueuedQueries...)
+	br := t.c.SendBatch(ctx, pb)
+	if err := t.readPending(br, n); err != nil {
+		br.Close()
 		return pgErrBatch{err}
 	}
-	return t.c.SendBatch(ctx, b)
+	return br
+}
+
+// pgPipe sends b in one pipeline within tx (with what a pgLazyTx holds
+// back).
+func pgPipe(ctx context.Context, tx pgx.Tx, b *pgx.Batch) pgx.BatchResults {
+	if t, ok := tx.(*pgTx); ok {
+		return t.Tx.SendBatch(ctx, b)
+	}
+	return tx.SendBatch(ctx, b)
 }
 
 func (t *pgLazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
