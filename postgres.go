@@ -189,8 +189,11 @@ type PG struct {
 	b       *Broker // for what stays per broker: workers, subscribers, taps
 
 	jobWaits pgJobWaits // WaitJob callers (pg_query.go)
-	wmu      sync.Mutex
-	waiters  map[string][]*waiter
+
+	claimMu    sync.Mutex
+	claimLanes map[string]*pgClaimLane // claims waiting for their round, by queue (claim)
+	wmu        sync.Mutex
+	waiters    map[string][]*waiter
 
 	stop chan struct{}
 	wg   sync.WaitGroup
