@@ -93,3 +93,66 @@ func TestPGClaimRounds(t *testing.T) {
 		t.Fatalf("waiting pull after a push: %v", a)
 	}
 }
+
+// TestPGAckRounds: ACK batches sent together are written in shared
+// rounds (ack), with the outcome each would have had alone in arrival
+// order: of two batches naming the same job, exactly one completes it
+// and the other is told it was ignored; a wrong token is refused
+// without failing the batch it shares a round with.
+func TestPGAckRounds(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	b := startPGBroker(t, ns)
+	const n, reqs = 200, 20
+	c := dial(t, b.addr())
+	pushMany(t, []*tclient{c}, "acks", n, 100)
+	var ids []string
+	for len(ids) < n {
+		for _, j := range list(t, c.ok(M{"cmd": "PULLB", "queue": "acks", "count": 100}), "jobs") {
+			ids = append(ids, j.(map[string]any)["id"].(string))
+		}
+	}
+	// Request i acks ids [i*10, i*10+20): every job is in two requests.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ignored := 0
+	for i := range reqs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			w := dial(t, b.addr())
+			var part []any
+			for k := i * 10; k < i*10+20; k++ {
+				part = append(part, ids[k%n])
+			}
+			a := w.ok(M{"cmd": "ACKB", "ids": part})
+			d, _ := a["data"].(map[string]any)
+			ign, _ := d["ignoredIds"].([]any)
+			mu.Lock()
+			ignored += len(ign)
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if ignored != n {
+		t.Fatalf("%d ACKs ignored, want %d (each job acked twice)", ignored, n)
+	}
+	counts := sub(t, c.ok(M{"cmd": "GetJobCounts", "queue": "acks"}), "counts")
+	if got := num(t, counts["completed"]); got != n {
+		t.Fatalf("%v jobs completed, want %d: %v", got, n, counts)
+	}
+	// A wrong token in a round with good ACKs: refused alone.
+	pushMany(t, []*tclient{c}, "acks", 2, 2)
+	a := c.ok(M{"cmd": "PULLB", "queue": "acks", "count": 2, "owner": "w", "lockTtl": 30000})
+	js, toks := list(t, a, "jobs"), list(t, a, "tokens")
+	id0, id1 := js[0].(map[string]any)["id"], js[1].(map[string]any)["id"]
+	bad, badCh := c.send(M{"cmd": "ACK", "id": id0, "token": "wrong"})
+	good, goodCh := c.send(M{"cmd": "ACK", "id": id1, "token": toks[1]})
+	if r := c.await(bad, badCh, 10*time.Second); r["ok"] == true {
+		t.Fatalf("ACK with a wrong token: %v", r)
+	}
+	if r := c.await(good, goodCh, 10*time.Second); r["ok"] != true {
+		t.Fatalf("ACK beside a refused one: %v", r)
+	}
+	c.ok(M{"cmd": "ACK", "id": id0, "token": toks[0]})
+}

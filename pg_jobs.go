@@ -564,10 +564,90 @@ type pgDoneEv struct {
 	undef bool
 }
 
+// pgAckReq is one ACK or ACKB waiting for its round.
+type pgAckReq struct {
+	items []AckItem
+	outs  []Outcome
+	errs  []error
+	err   error
+	done  chan struct{}
+}
+
+const (
+	// pgAckLanes is how many ACK rounds may be in flight at once.
+	pgAckLanes = 2
+	// pgAckMax bounds the items of one round (a request's are never split).
+	pgAckMax = 1000
+)
+
 // ack completes jobs; it answers, by item, the outcome or the reason it
 // did not apply. Its errors are the database's, named so.
-func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+//
+// ACKs are written in rounds, as pushes and claims are: each round is one
+// transaction for the ACKs that came meanwhile, in the order they came, so
+// that sixteen ACK batches in flight cost a few transactions, not sixteen
+// (each with its statements and its commit). The outcome of every item is
+// the one it would have had in a transaction of its own run in that
+// order: the same job twice is finished by the first. The round runs on
+// a context of its own, so that a client gone away does not take the
+// others' ACKs with it.
+func (p *PG) ack(_ context.Context, items []AckItem) ([]Outcome, []error, error) {
 	defer p.b.lat.ack.since(time.Now())
+	req := &pgAckReq{items: items, done: make(chan struct{})}
+	p.ackMu.Lock()
+	p.ackPending = append(p.ackPending, req)
+	start := p.ackRunning < pgAckLanes
+	if start {
+		p.ackRunning++
+	}
+	p.ackMu.Unlock()
+	if start {
+		go p.ackRounds()
+	}
+	<-req.done
+	return req.outs, req.errs, req.err
+}
+
+// ackRounds writes ACK rounds until none is waiting.
+func (p *PG) ackRounds() {
+	for {
+		p.ackMu.Lock()
+		k, total := 0, 0
+		for k < len(p.ackPending) && (k == 0 || total+len(p.ackPending[k].items) <= pgAckMax) {
+			total += len(p.ackPending[k].items)
+			k++
+		}
+		if k == 0 {
+			p.ackRunning--
+			p.ackPending = nil
+			p.ackMu.Unlock()
+			return
+		}
+		round := p.ackPending[:k:k]
+		p.ackPending = p.ackPending[k:]
+		p.ackMu.Unlock()
+		items := make([]AckItem, 0, total)
+		for _, r := range round {
+			items = append(items, r.items...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+		outs, errs, err := p.ackRound(ctx, items)
+		cancel()
+		for _, r := range round {
+			n := len(r.items)
+			if err != nil {
+				r.err = err
+			} else {
+				r.outs, r.errs = outs[:n:n], errs[:n:n]
+				outs, errs = outs[n:], errs[n:]
+			}
+			close(r.done)
+		}
+	}
+}
+
+// ackRound completes the items of a round in one transaction.
+func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID

@@ -192,6 +192,9 @@ type PG struct {
 
 	claimMu    sync.Mutex
 	claimLanes map[string]*pgClaimLane // claims waiting for their round, by queue (claim)
+	ackMu      sync.Mutex
+	ackPending []*pgAckReq // ACKs waiting for their round (ack)
+	ackRunning int         // ACK rounds in flight
 	wmu        sync.Mutex
 	waiters    map[string][]*waiter
 
