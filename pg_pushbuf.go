@@ -99,8 +99,9 @@ func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 
 // pushWriter writes the lane's batches until none is pending.
 func (p *PG) pushWriter(lane *pgPushLane) {
+	var took time.Duration // the last batch's write
 	for answered := 0; ; {
-		lane.gather(answered)
+		lane.gather(answered, took)
 		lane.mu.Lock()
 		n, jobs := 0, 0
 		for n < len(lane.pending) && (n == 0 || jobs+len(lane.pending[n].jobs) <= pgPushMaxJobs) {
@@ -116,30 +117,33 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 		batch := lane.pending[:n:n]
 		lane.pending = lane.pending[n:]
 		lane.mu.Unlock()
+		began := time.Now()
 		p.insertBatch(batch)
-		answered = n
+		answered, took = n, time.Since(began)
 	}
 }
 
 // pgPushGather bounds how long a writer waits for the pushes of the
 // clients it has just answered before it writes the next batch.
-const pgPushGather = 500 * time.Microsecond
+const pgPushGather = 2 * time.Millisecond
 
-// gather waits, at most pgPushGather, until the clients the last batch
-// answered have sent their next pushes, or a batch is full. Without it a
-// few clients pushing one job at a time fall into step with the writer:
-// while one half waits for its commit the other half queues, and each
-// commit (a WAL flush) carries half of them; with it, one commit carries
-// all of them. A client that does not come back costs the others at most
-// pgPushGather; a lone client costs nothing, as its push ends the wait.
-func (l *pgPushLane) gather(answered int) {
+// gather waits until the clients the last batch answered have sent their
+// next pushes, or a batch is full: at most as long as that batch took to
+// write (its commit, a WAL flush, is what waiting saves), and never more
+// than pgPushGather. Without it a few clients pushing one job at a time
+// fall into step with the writer: while one half waits for its commit the
+// other half queues, and each commit carries half of them; with it, one
+// commit carries all of them. A client that does not come back costs the
+// others at most that wait; a lone client costs nothing, as its push ends
+// the wait.
+func (l *pgPushLane) gather(answered int, took time.Duration) {
 	if answered == 0 {
 		return
 	}
 	l.mu.Lock()
 	target := len(l.pending) + answered
 	l.mu.Unlock()
-	t := time.NewTimer(pgPushGather)
+	t := time.NewTimer(min(took, pgPushGather))
 	defer t.Stop()
 	for {
 		l.mu.Lock()
