@@ -172,11 +172,19 @@ type pgClaimReq struct {
 // pgClaimLane is a queue's claims waiting for their round.
 type pgClaimLane struct {
 	pending []*pgClaimReq
+	running int // rounds in flight
 }
 
-// pgClaimMax bounds the jobs one claim round asks for (a pull's count is
-// never split across rounds).
-const pgClaimMax = 1000
+const (
+	// pgClaimMax bounds the jobs one claim round asks for (a pull's count
+	// is never split across rounds).
+	pgClaimMax = 1000
+	// pgClaimRounds is how many rounds of a queue may be in flight at
+	// once. One at a time left the database idle while each round's
+	// results went back to the pulls and its commit was flushed; a second
+	// skips at most the first's rows.
+	pgClaimRounds = 2
+)
 
 // claim takes up to n ready jobs of a queue, skipping rows other brokers
 // are claiming. With nothing to claim it answers when the next delayed job
@@ -202,12 +210,15 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		p.claimLanes = map[string]*pgClaimLane{}
 	}
 	lane := p.claimLanes[queue]
-	start := lane == nil
-	if start {
+	if lane == nil {
 		lane = &pgClaimLane{}
 		p.claimLanes[queue] = lane
 	}
 	lane.pending = append(lane.pending, req)
+	start := lane.running < pgClaimRounds
+	if start {
+		lane.running++
+	}
 	p.claimMu.Unlock()
 	if start {
 		go p.claimRounds(queue, lane)
@@ -230,7 +241,10 @@ func (p *PG) claimRounds(queue string, lane *pgClaimLane) {
 			k++
 		}
 		if k == 0 {
-			delete(p.claimLanes, queue)
+			if lane.running--; lane.running == 0 {
+				delete(p.claimLanes, queue)
+			}
+			lane.pending = nil
 			p.claimMu.Unlock()
 			return
 		}
@@ -575,7 +589,7 @@ type pgAckReq struct {
 
 const (
 	// pgAckLanes is how many ACK rounds may be in flight at once.
-	pgAckLanes = 2
+	pgAckLanes = 4
 	// pgAckMax bounds the items of one round (a request's are never split).
 	pgAckMax = 1000
 )
