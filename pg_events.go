@@ -34,6 +34,8 @@ const (
 	// rather than by a broker's forwarder: every broker delivers it, the
 	// one whose transaction sent it too.
 	pgAnySender = "tx"
+	// pgEvPayloads bounds the NOTIFYs of one forwarding statement.
+	pgEvPayloads = 64
 )
 
 // pgEvents is one broker's outgoing event batch.
@@ -334,38 +336,50 @@ func (p *PG) flushEvents() error {
 			ev.dropped = 0
 			p.log.Warn("events not forwarded to other brokers: backlog full", "dropped", d)
 		}
-		var batch [][]byte
-		size := 0
-		for _, b := range ev.pending {
-			if len(batch) > 0 && size+len(b) > pgEvRaw {
-				break
+		// Up to pgEvPayloads payloads go in one statement: each NOTIFY
+		// sent on its own was a transaction of its own, and a commit that
+		// notifies takes a namespace-wide lock and signals every listening
+		// backend; under load that was thousands of commits a second
+		// beside the jobs' own. One transaction delivers its
+		// notifications in the order they were sent.
+		var payloads []string
+		taken, size := 0, 0
+		for len(payloads) < pgEvPayloads && taken < len(ev.pending) {
+			var batch [][]byte
+			bsize := 0
+			for _, b := range ev.pending[taken:] {
+				if len(batch) > 0 && bsize+len(b) > pgEvRaw {
+					break
+				}
+				batch = append(batch, b)
+				bsize += len(b)
 			}
-			batch = append(batch, b)
-			size += len(b)
+			var e Enc
+			e.B = make([]byte, 0, bsize+8)
+			e.ArrayHead(len(batch))
+			for _, b := range batch {
+				e.B = append(e.B, b...)
+			}
+			payloads = append(payloads, p.broker+" "+base64.StdEncoding.EncodeToString(e.B))
+			taken += len(batch)
+			size += bsize
 		}
 		ev.mu.Unlock()
-		if len(batch) == 0 {
+		if len(payloads) == 0 {
 			return nil
 		}
-		var e Enc
-		e.B = make([]byte, 0, size+8)
-		e.ArrayHead(len(batch))
-		for _, b := range batch {
-			e.B = append(e.B, b...)
-		}
-		payload := p.broker + " " + base64.StdEncoding.EncodeToString(e.B)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, payload)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n`, p.evName, payloads)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("forward events: %w", err)
 		}
 		ev.mu.Lock()
-		// Only this goroutine removes from the front, so the batch is still there.
-		for i := range batch {
+		// Only this goroutine removes from the front, so the items are still there.
+		for i := range taken {
 			ev.pending[i] = nil
 		}
-		ev.pending = ev.pending[len(batch):]
+		ev.pending = ev.pending[taken:]
 		ev.size -= size
 		ev.mu.Unlock()
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // inserted tells of what a committed insertJobs did.
@@ -101,8 +102,11 @@ func (r *pgRows) add(j *Job, uexp *int64) {
 	r.recs = append(r.recs, e.B)
 }
 
+// args are pgInsertSQL's parameters (pointers and byte slices as
+// pgtype.FlatArray, which pgx encodes without reflection).
 func (r *pgRows) args(queue string) []any {
-	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, r.uks, r.recs, r.uexps, r.groups, r.states}
+	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, pgtype.FlatArray[*string](r.uks),
+		pgtype.FlatArray[[]byte](r.recs), pgtype.FlatArray[*int64](r.uexps), r.groups, r.states}
 }
 
 // pgInserted is what insertJobs did.

@@ -148,7 +148,8 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 // pgClaimed is what a claim's transaction took.
 type pgClaimed struct {
 	jobs   []*Job
-	tokens []string // parallel to jobs when the pull had an owner
+	tokens []string // parallel to jobs: the lease's token, "" without an owner
+	of     []int    // parallel to jobs: the request (of the round's) that takes it
 	next   int64    // nothing claimed: when the next delayed job comes due (0: none)
 	// expired are jobs dropped because their ttl ran out (job:expired);
 	// refused names the limit that held back a ready job (its notice).
@@ -156,22 +157,133 @@ type pgClaimed struct {
 	refused string
 }
 
+// pgClaimReq is one pull's part of a claim round: it asks for up to n
+// jobs, leased as o says.
+type pgClaimReq struct {
+	n      int
+	o      PullOpts
+	jobs   []*Job
+	tokens []string
+	next   int64
+	err    error
+	done   chan struct{}
+}
+
+// pgClaimLane is a queue's claims waiting for their round.
+type pgClaimLane struct {
+	pending []*pgClaimReq
+	running int // rounds in flight
+}
+
+const (
+	// pgClaimMax bounds the jobs one claim round asks for (a pull's count
+	// is never split across rounds).
+	pgClaimMax = 1000
+	// pgClaimRounds is how many rounds of a queue may be in flight at
+	// once. One at a time left the database idle while each round's
+	// results went back to the pulls and its commit was flushed; a second
+	// skips at most the first's rows.
+	pgClaimRounds = 2
+)
+
 // claim takes up to n ready jobs of a queue, skipping rows other brokers
 // are claiming. With nothing to claim it answers when the next delayed job
 // comes due (0: none). Its errors are ready for the client.
+//
+// The pulls of a queue on this broker claim in rounds, one transaction at
+// a time, each round for every pull that came meanwhile (as pushes are
+// group-committed, pg_pushbuf.go). Pulls claiming side by side in
+// transactions of their own spent most of the database's time skipping
+// one another's rows: FOR UPDATE SKIP LOCKED walks the claim index past
+// every row another claim in flight has locked, so with 16 claims of 100
+// in flight a claim visited up to 1,500 rows to take 100, and each paid
+// for its own statements and commit. Across brokers SKIP LOCKED still
+// keeps claims apart. A pull naming a group claims on its own.
 func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job, []string, int64, error) {
+	req := &pgClaimReq{n: n, o: o, done: make(chan struct{})}
+	if o.Group != nil {
+		p.claimRound(ctx, queue, []*pgClaimReq{req})
+		return req.jobs, req.tokens, req.next, req.err
+	}
+	p.claimMu.Lock()
+	if p.claimLanes == nil {
+		p.claimLanes = map[string]*pgClaimLane{}
+	}
+	lane := p.claimLanes[queue]
+	if lane == nil {
+		lane = &pgClaimLane{}
+		p.claimLanes[queue] = lane
+	}
+	lane.pending = append(lane.pending, req)
+	start := lane.running < pgClaimRounds
+	if start {
+		lane.running++
+	}
+	p.claimMu.Unlock()
+	if start {
+		go p.claimRounds(queue, lane)
+	}
+	// The round runs on its own context: a pull whose connection went
+	// away waits for it all the same, and what it claimed is held for
+	// that connection and released with it (the connection waits for its
+	// commands before it releases).
+	<-req.done
+	return req.jobs, req.tokens, req.next, req.err
+}
+
+// claimRounds runs a queue's claim rounds until no pull is waiting.
+func (p *PG) claimRounds(queue string, lane *pgClaimLane) {
+	for {
+		p.claimMu.Lock()
+		k, total := 0, 0
+		for k < len(lane.pending) && (k == 0 || total+lane.pending[k].n <= pgClaimMax) {
+			total += lane.pending[k].n
+			k++
+		}
+		if k == 0 {
+			if lane.running--; lane.running == 0 {
+				delete(p.claimLanes, queue)
+			}
+			lane.pending = nil
+			p.claimMu.Unlock()
+			return
+		}
+		round := lane.pending[:k:k]
+		lane.pending = lane.pending[k:]
+		p.claimMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+		p.claimRound(ctx, queue, round)
+		cancel()
+	}
+}
+
+// claimRound claims for the pulls of a round in one transaction, hands
+// each its jobs in the order the pulls came, and tells of what was
+// claimed once committed.
+func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
+	defer func() {
+		for _, r := range reqs {
+			close(r.done)
+		}
+	}()
 	if err := p.clockReady(ctx); err != nil {
-		return nil, nil, 0, pgErr(err)
+		for _, r := range reqs {
+			r.err = pgErr(err)
+		}
+		return
 	}
 	now := p.now()
 	var c pgClaimed
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		c, err = p.claimTx(ctx, tx, queue, n, o, now)
+		c, err = p.claimTx(ctx, tx, queue, reqs, now)
 		return pgErr(err)
 	})
 	if err != nil {
-		return nil, nil, 0, err
+		for _, r := range reqs {
+			r.err = err
+		}
+		return
 	}
 	p.b.stats.pulled.Add(int64(len(c.jobs)))
 	for _, j := range c.expired {
@@ -180,24 +292,45 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 	if c.refused != "" {
 		p.b.announce(noticeQueue(c.refused, queue))
 	}
-	for _, j := range c.jobs {
+	for i, j := range c.jobs {
 		if j.Attempts == 0 {
 			// As in memory mode: retries wait for their backoff, not
 			// for the queue's backlog.
 			p.b.lat.wait.ObserveMs(now - j.CreatedAt)
 		}
 		p.emit(queue, evPulled, j, now, evArgs{})
+		r := reqs[c.of[i]]
+		r.jobs = append(r.jobs, j)
+		if r.o.Owner != "" {
+			r.tokens = append(r.tokens, c.tokens[i])
+		}
 	}
-	return c.jobs, c.tokens, c.next, nil
+	for _, r := range reqs {
+		r.next = c.next
+	}
 }
 
 // claimTx is a claim's transaction: the queue's limits, then its ready
 // jobs, grouped or not (pg_groups.go claimGrouped), made active.
-func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o PullOpts, now int64) (pgClaimed, error) {
-	lim, err := p.readLimits(ctx, tx, queue, false)
+func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgClaimReq, now int64) (pgClaimed, error) {
+	n := 0
+	for _, r := range reqs {
+		n += r.n
+	}
+	// Only a round of one pull names a group (claim).
+	group := reqs[0].o.Group
+	first, err := p.claimFirst(ctx, tx, queue, n, now)
 	if err != nil {
 		return pgClaimed{}, err
 	}
+	if first.claimed {
+		if len(first.jobs) == 0 {
+			next, err := p.nextDue(ctx, tx, queue, now, 0)
+			return pgClaimed{next: next}, err
+		}
+		return p.activate(ctx, tx, queue, first.jobs, reqs, n, nil, first.set, now)
+	}
+	lim := first.lim
 	if lim.limited() {
 		// Limited: take the queue row, so that the brokers' claims count
 		// against the limits one after another.
@@ -225,7 +358,7 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 	var jobs []*Job
 	var wait int64
 	if lim.grouped {
-		jobs, wait, err = p.claimGrouped(ctx, tx, queue, n, o.Group, now)
+		jobs, wait, err = p.claimGrouped(ctx, tx, queue, n, group, now)
 	} else {
 		jobs, err = p.claimUngrouped(ctx, tx, queue, n, now)
 	}
@@ -236,7 +369,7 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, n int, o Pull
 		next, err := p.nextDue(ctx, tx, queue, now, wait)
 		return pgClaimed{next: next}, err
 	}
-	return p.activate(ctx, tx, queue, jobs, o, rate, now)
+	return p.activate(ctx, tx, queue, jobs, reqs, n, rate, nil, now)
 }
 
 // refusal names the limit that held a claim back (rate when its bucket
@@ -273,27 +406,45 @@ func (p *PG) nextDue(ctx context.Context, tx pgx.Tx, queue string, now, wait int
 // activate makes claimed jobs active, with a lease when the pull has an
 // owner, and spends the queue's rate tokens on them. A job whose TTL ran
 // out while it waited is dropped without an event, as in memory mode.
-func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, o PullOpts, rate *bucket, now int64) (pgClaimed, error) {
+// set is the queue's settings when the claim read them already (nil:
+// saveJobs reads them if it needs them).
+func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, reqs []*pgClaimReq, n int, rate *bucket, set map[string]*pgSettings, now int64) (pgClaimed, error) {
 	var c pgClaimed
 	var expired []string
+	// The jobs go to the round's pulls in claim order, each taking up to
+	// its count (the limits may have allowed fewer than all asked: n).
+	r, taken := 0, 0
 	for _, j := range jobs {
 		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
 			expired = append(expired, j.ID)
 			c.expired = append(c.expired, j)
 			continue
 		}
+		if len(c.jobs) == n {
+			// More rows than the limits allow: left as they were (the
+			// claim asks for no more than n, so this does not happen).
+			break
+		}
+		for taken == reqs[r].n {
+			r, taken = r+1, 0
+		}
+		taken++
+		o := reqs[r].o
 		j.state = StateActive
 		j.StartedAt, j.Heartbeat = now, now
 		j.addTimeline(TimelineEntry{State: StateActive, At: now})
+		tok := ""
 		if o.Owner != "" {
 			ttl := o.TTL
 			if ttl <= 0 {
 				ttl = defaultLockTTL
 			}
 			j.lease = &Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl}
-			c.tokens = append(c.tokens, j.lease.Token)
+			tok = j.lease.Token
 		}
 		c.jobs = append(c.jobs, j)
+		c.tokens = append(c.tokens, tok)
+		c.of = append(c.of, r)
 	}
 	if len(expired) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), expired); err != nil {
@@ -301,7 +452,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 	}
 	if len(c.jobs) > 0 {
-		if err := p.saveJobs(ctx, tx, c.jobs, nil); err != nil {
+		if err := p.saveJobsWith(ctx, tx, c.jobs, nil, set); err != nil {
 			return pgClaimed{}, err
 		}
 		if err := p.spend(ctx, tx, queue, rate, len(c.jobs)); err != nil {
@@ -427,10 +578,90 @@ type pgDoneEv struct {
 	undef bool
 }
 
+// pgAckReq is one ACK or ACKB waiting for its round.
+type pgAckReq struct {
+	items []AckItem
+	outs  []Outcome
+	errs  []error
+	err   error
+	done  chan struct{}
+}
+
+const (
+	// pgAckLanes is how many ACK rounds may be in flight at once.
+	pgAckLanes = 4
+	// pgAckMax bounds the items of one round (a request's are never split).
+	pgAckMax = 1000
+)
+
 // ack completes jobs; it answers, by item, the outcome or the reason it
 // did not apply. Its errors are the database's, named so.
-func (p *PG) ack(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
+//
+// ACKs are written in rounds, as pushes and claims are: each round is one
+// transaction for the ACKs that came meanwhile, in the order they came, so
+// that sixteen ACK batches in flight cost a few transactions, not sixteen
+// (each with its statements and its commit). The outcome of every item is
+// the one it would have had in a transaction of its own run in that
+// order: the same job twice is finished by the first. The round runs on
+// a context of its own, so that a client gone away does not take the
+// others' ACKs with it.
+func (p *PG) ack(_ context.Context, items []AckItem) ([]Outcome, []error, error) {
 	defer p.b.lat.ack.since(time.Now())
+	req := &pgAckReq{items: items, done: make(chan struct{})}
+	p.ackMu.Lock()
+	p.ackPending = append(p.ackPending, req)
+	start := p.ackRunning < pgAckLanes
+	if start {
+		p.ackRunning++
+	}
+	p.ackMu.Unlock()
+	if start {
+		go p.ackRounds()
+	}
+	<-req.done
+	return req.outs, req.errs, req.err
+}
+
+// ackRounds writes ACK rounds until none is waiting.
+func (p *PG) ackRounds() {
+	for {
+		p.ackMu.Lock()
+		k, total := 0, 0
+		for k < len(p.ackPending) && (k == 0 || total+len(p.ackPending[k].items) <= pgAckMax) {
+			total += len(p.ackPending[k].items)
+			k++
+		}
+		if k == 0 {
+			p.ackRunning--
+			p.ackPending = nil
+			p.ackMu.Unlock()
+			return
+		}
+		round := p.ackPending[:k:k]
+		p.ackPending = p.ackPending[k:]
+		p.ackMu.Unlock()
+		items := make([]AckItem, 0, total)
+		for _, r := range round {
+			items = append(items, r.items...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+		outs, errs, err := p.ackRound(ctx, items)
+		cancel()
+		for _, r := range round {
+			n := len(r.items)
+			if err != nil {
+				r.err = err
+			} else {
+				r.outs, r.errs = outs[:n:n], errs[:n:n]
+				outs, errs = outs[n:], errs[n:]
+			}
+			close(r.done)
+		}
+	}
+}
+
+// ackRound completes the items of a round in one transaction.
+func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -96,5 +97,75 @@ func TestPGPushBurstBeyondAsyncLimit(t *testing.T) {
 	}
 	if got := num(t, c.ok(M{"cmd": "Count", "queue": "burst"})["count"]); got != float64(n) {
 		t.Fatalf("queue holds %v jobs, want %d", got, n)
+	}
+}
+
+// TestPGCopyPushes: a PUSHB large enough to be written with COPY keeps
+// what the INSERT path keeps: every job answered with its own id and
+// made, claims in priority then FIFO order, delayed jobs held back, a
+// new queue made (and announced by queue:created's row) or refused past
+// --max-queues with nothing of it left.
+func TestPGCopyPushes(t *testing.T) {
+	t.Parallel()
+	setup := func(b *Broker) { b.maxQueues = 2 }
+	br := startPGInProcessWith(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{}, setup)
+	c := dial(t, br.addr)
+	const n = pgCopyMin + 50
+	jobs := make([]any, n)
+	for i := range jobs {
+		j := M{"name": "c", "data": M{"i": i}}
+		switch {
+		case i == n-1:
+			j["priority"] = 10 // claimed first
+		case i == n-2:
+			j["delay"] = 60_000 // not claimed now
+		}
+		jobs[i] = j
+	}
+	a := c.ok(M{"cmd": "PUSHB", "queue": "copied", "jobs": jobs})
+	ids := list(t, a, "ids")
+	if len(ids) != n {
+		t.Fatalf("%d ids answered for %d jobs", len(ids), n)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id.(string)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct ids for %d jobs", len(seen), n)
+	}
+	want := append([]int{n - 1}, func() []int {
+		var w []int
+		for i := range n - 2 {
+			w = append(w, i)
+		}
+		return w
+	}()...)
+	for k, i := range want {
+		p := c.ok(M{"cmd": "PULL", "queue": "copied"})
+		j, ok := p["job"].(map[string]any)
+		if !ok {
+			t.Fatalf("pull %d: %v", k, p)
+		}
+		if got := toFloat(j["data"].(map[string]any)["i"]); got != float64(i) {
+			t.Fatalf("pull %d got job %v, want %d", k, got, i)
+		}
+		c.ok(M{"cmd": "ACK", "id": j["id"]})
+	}
+	if p := c.ok(M{"cmd": "PULL", "queue": "copied"}); p["job"] != nil {
+		t.Fatalf("the delayed job was claimed: %v", p)
+	}
+	// A second queue fits; a third is refused whole, leaving no row.
+	big := func(q string) M { return M{"cmd": "PUSHB", "queue": q, "jobs": jobs[:n-2]} }
+	c.ok(big("second"))
+	if msg := c.fail(big("third")); msg != "queues are limited to 2 (--max-queues)" {
+		t.Fatalf("a third queue: %q", msg)
+	}
+	qs := c.ok(M{"cmd": "ListQueues"})
+	if got := fmt.Sprint(qs["queues"]); got != "[copied second]" {
+		t.Fatalf("queues %s, want [copied second]", got)
+	}
+	if got := num(t, c.ok(M{"cmd": "Count", "queue": "third"})["count"]); got != 0 {
+		t.Fatalf("the refused queue holds %v jobs", got)
 	}
 }

@@ -45,6 +45,16 @@ const (
 			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
 		ON CONFLICT DO NOTHING RETURNING name)
 		SELECT pg_notify($3, $4) FROM made`
+	// pgRegisterCopySQL is pgRegisterBareSQL answering whether the queue
+	// has its row, made now or before, for a COPY (insertCopy), which
+	// cannot look for it itself. (The row made here is not yet visible
+	// to the statement's own look at the table, hence the two counts.)
+	pgRegisterCopySQL = `WITH made AS (INSERT INTO {s}.queues (name) SELECT $1
+		WHERE CASE WHEN EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) THEN false
+			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
+		ON CONFLICT DO NOTHING RETURNING name),
+		noted AS (SELECT pg_notify($3, $4) FROM made)
+		SELECT (SELECT count(*) FROM noted) + (SELECT count(*) FROM {s}.queues WHERE name = $1) > 0`
 )
 
 // queueCreated tells every broker, this one too, that tx made queue's row
