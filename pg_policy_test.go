@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // policyScript drives the policy and DLQ commands through two connections
@@ -65,6 +66,12 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 		{b, M{"cmd": "RemoveDlqJob", "queue": q, "jobId": "d3"}},
 		{a, M{"cmd": "PULL", "queue": q}},
 		{a, M{"cmd": "FAIL", "id": "d1", "error": "again"}},
+		// d2 went back to waiting a few steps ago; d1 goes back now. A
+		// pull takes the one that went back first, unless both did in
+		// the same millisecond (then push order decides, and d1 was
+		// pushed first): how fast the engine got here would decide, so
+		// the next pull is made to find them in different milliseconds.
+		{nil, M{"cmd": "pause"}},
 		{b, M{"cmd": "RetryDlq", "queue": q, "filter": M{"newerThan": 1}}},
 		{a, M{"cmd": "PULL", "queue": q}},
 		{a, M{"cmd": "FAIL", "id": "d2", "error": "again"}},
@@ -83,6 +90,10 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 	}
 	var out []string
 	for i, s := range steps {
+		if s.c == nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
 		ans := s.c.call(s.req)
 		delete(ans, "reqId")
 		js, err := json.Marshal(normAnswer("", ans))
