@@ -488,15 +488,28 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 	go func() {
 		defer c.async.Done()
 		defer c.nAsync.Add(-1)
-		e := &Enc{}
+		e := asyncEncs.Get().(*Enc)
 		c.run(func(ar *Req) error {
 			ar.reqID = reqID
 			return fn(ar)
 		}, Map{}, e)
 		c.writeFrame(e.B)
+		// A socket's write is done with the bytes when it returns; a
+		// virtual connection's out may keep them, so its buffer is not
+		// reused. Nor is a big one kept.
+		if c.out == nil && cap(e.B) <= keepBig {
+			e.B = e.B[:0]
+			asyncEncs.Put(e)
+		}
 	}()
 	return errAsync
 }
+
+// asyncEncs are the buffers asynchronous answers are encoded into. In
+// PostgreSQL mode every PULLB and ACKB is answered that way, and an
+// encoder grown from nothing for each answer of a hundred jobs was a
+// fifth of what the server allocated in a drain.
+var asyncEncs = sync.Pool{New: func() any { return &Enc{B: make([]byte, 0, 4096)} }}
 
 func splitTokens(s string) []string {
 	var out []string
