@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // pgClaimPlan and pgClaimSQL claim a queue's ready jobs of no group. A
@@ -116,15 +117,21 @@ func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int,
 }
 
 // scanJobs decodes rows of one column, the job record.
+//
+// A record is read where the driver holds it (DriverBytes, valid until the
+// next row) and decoded at once: decoding copies what it keeps, so a copy
+// of every record would be garbage. One recLast for the rows shares their
+// queue and name strings.
 func scanJobs(rows pgx.Rows) ([]*Job, error) {
 	defer rows.Close()
 	var jobs []*Job
+	var last recLast
+	var rec pgtype.DriverBytes
 	for rows.Next() {
-		var rec []byte
 		if err := rows.Scan(&rec); err != nil {
 			return nil, err
 		}
-		j, err := decodeRecord(rec)
+		j, err := last.decode(rec)
 		if err != nil {
 			return nil, fmt.Errorf("job record: %w", err)
 		}
@@ -154,15 +161,16 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	}
 	defer rows.Close()
 	out := make(map[string]*pgLocked, len(sorted))
+	var last recLast
+	var rec pgtype.DriverBytes // as in scanJobs
 	for rows.Next() {
-		var rec []byte
 		var tok, owner *string
 		var ttl, exp *int64
 		var waited bool
 		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp, &waited); err != nil {
 			return nil, err
 		}
-		j, err := decodeRecord(rec)
+		j, err := last.decode(rec)
 		if err != nil {
 			return nil, fmt.Errorf("job record: %w", err)
 		}
