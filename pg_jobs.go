@@ -171,8 +171,7 @@ type pgClaimReq struct {
 
 // pgClaimLane is a queue's claims waiting for their round.
 type pgClaimLane struct {
-	pending []*pgClaimReq
-	running int // rounds in flight
+	pgRounds[*pgClaimReq]
 }
 
 const (
@@ -214,11 +213,7 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		lane = &pgClaimLane{}
 		p.claimLanes[queue] = lane
 	}
-	lane.pending = append(lane.pending, req)
-	start := lane.running < pgClaimRounds
-	if start {
-		lane.running++
-	}
+	start := lane.add(req, pgClaimRounds)
 	p.claimMu.Unlock()
 	if start {
 		go p.claimRounds(queue, lane)
@@ -235,22 +230,14 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 func (p *PG) claimRounds(queue string, lane *pgClaimLane) {
 	for {
 		p.claimMu.Lock()
-		k, total := 0, 0
-		for k < len(lane.pending) && (k == 0 || total+lane.pending[k].n <= pgClaimMax) {
-			total += lane.pending[k].n
-			k++
+		round, _, ok := lane.next(pgClaimMax, func(r *pgClaimReq) int { return r.n })
+		if !ok && lane.running == 0 {
+			delete(p.claimLanes, queue)
 		}
-		if k == 0 {
-			if lane.running--; lane.running == 0 {
-				delete(p.claimLanes, queue)
-			}
-			lane.pending = nil
-			p.claimMu.Unlock()
+		p.claimMu.Unlock()
+		if !ok {
 			return
 		}
-		round := lane.pending[:k:k]
-		lane.pending = lane.pending[k:]
-		p.claimMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
 		p.claimRound(ctx, queue, round)
 		cancel()
@@ -609,11 +596,7 @@ func (p *PG) ack(_ context.Context, items []AckItem) ([]Outcome, []error, error)
 	defer p.b.lat.ack.since(time.Now())
 	req := &pgAckReq{items: items, done: make(chan struct{})}
 	p.ackMu.Lock()
-	p.ackPending = append(p.ackPending, req)
-	start := p.ackRunning < pgAckLanes
-	if start {
-		p.ackRunning++
-	}
+	start := p.acks.add(req, pgAckLanes)
 	p.ackMu.Unlock()
 	if start {
 		go p.ackRounds()
@@ -626,20 +609,11 @@ func (p *PG) ack(_ context.Context, items []AckItem) ([]Outcome, []error, error)
 func (p *PG) ackRounds() {
 	for {
 		p.ackMu.Lock()
-		k, total := 0, 0
-		for k < len(p.ackPending) && (k == 0 || total+len(p.ackPending[k].items) <= pgAckMax) {
-			total += len(p.ackPending[k].items)
-			k++
-		}
-		if k == 0 {
-			p.ackRunning--
-			p.ackPending = nil
-			p.ackMu.Unlock()
+		round, total, ok := p.acks.next(pgAckMax, func(r *pgAckReq) int { return len(r.items) })
+		p.ackMu.Unlock()
+		if !ok {
 			return
 		}
-		round := p.ackPending[:k:k]
-		p.ackPending = p.ackPending[k:]
-		p.ackMu.Unlock()
 		items := make([]AckItem, 0, total)
 		for _, r := range round {
 			items = append(items, r.items...)

@@ -47,9 +47,8 @@ type pgPushReq struct {
 }
 
 type pgPushLane struct {
-	mu      sync.Mutex
-	pending []*pgPushReq
-	writing bool
+	mu                   sync.Mutex
+	pgRounds[*pgPushReq] // one writer per lane
 	// arrived is poked by each push while the writer gathers (gather).
 	arrived chan struct{}
 }
@@ -71,9 +70,7 @@ func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 	req := &pgPushReq{queue: queue, jobs: jobs, done: make(chan struct{})}
 	lane := &p.push[fnv1a(queue)%pgPushLanes]
 	lane.mu.Lock()
-	lane.pending = append(lane.pending, req)
-	start := !lane.writing
-	lane.writing = true
+	start := lane.add(req, 1)
 	if lane.arrived == nil {
 		lane.arrived = make(chan struct{}, 1)
 	}
@@ -103,25 +100,18 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 	for answered := 0; ; {
 		lane.gather(answered, took)
 		lane.mu.Lock()
-		n, jobs := 0, 0
-		for n < len(lane.pending) && (n == 0 || jobs+len(lane.pending[n].jobs) <= pgPushMaxJobs) {
-			jobs += len(lane.pending[n].jobs)
-			n++
-		}
-		if n == 0 {
-			lane.writing = false
-			lane.pending = nil
-			lane.mu.Unlock()
+		batch, _, ok := lane.next(pgPushMaxJobs, pushJobCount)
+		lane.mu.Unlock()
+		if !ok {
 			return
 		}
-		batch := lane.pending[:n:n]
-		lane.pending = lane.pending[n:]
-		lane.mu.Unlock()
 		began := time.Now()
 		p.insertBatch(batch)
-		answered, took = n, time.Since(began)
+		answered, took = len(batch), time.Since(began)
 	}
 }
+
+func pushJobCount(r *pgPushReq) int { return len(r.jobs) }
 
 // pgPushGather bounds how long a writer waits for the pushes of the
 // clients it has just answered before it writes the next batch.

@@ -194,8 +194,7 @@ type PG struct {
 	claimMu    sync.Mutex
 	claimLanes map[string]*pgClaimLane // claims waiting for their round, by queue (claim)
 	ackMu      sync.Mutex
-	ackPending []*pgAckReq // ACKs waiting for their round (ack)
-	ackRunning int         // ACK rounds in flight
+	acks       pgRounds[*pgAckReq] // ACKs waiting for their round (ack)
 	wmu        sync.Mutex
 	waiters    map[string][]*waiter
 

@@ -1,0 +1,43 @@
+package main
+
+// Rounds: the way PostgreSQL mode batches pushes (pg_pushbuf.go), claims
+// and ACKs (pg_jobs.go). Requests queue up; a few goroutines (lanes) each
+// take the longest run of the oldest requests that fits a round, do it in
+// one transaction, and come back for more until none waits. The owner
+// keeps the lock: pgRounds is only the queue and its count of lanes.
+
+type pgRounds[R any] struct {
+	pending []R
+	running int // lanes at work
+}
+
+// add queues r and reports whether the caller must start a lane (fewer
+// than lanes are at work). The owner's lock is held.
+func (q *pgRounds[R]) add(r R, lanes int) bool {
+	q.pending = append(q.pending, r)
+	if q.running < lanes {
+		q.running++
+		return true
+	}
+	return false
+}
+
+// next takes the next round: the oldest requests whose sizes add up to at
+// most max (the first one whatever its size, as a request is never
+// split), and their total. When nothing waits, ok is false and the lane
+// asking has stopped. The owner's lock is held.
+func (q *pgRounds[R]) next(max int, size func(R) int) (round []R, total int, ok bool) {
+	k := 0
+	for k < len(q.pending) && (k == 0 || total+size(q.pending[k]) <= max) {
+		total += size(q.pending[k])
+		k++
+	}
+	if k == 0 {
+		q.running--
+		q.pending = nil
+		return nil, 0, false
+	}
+	round = q.pending[:k:k]
+	q.pending = q.pending[k:]
+	return round, total, true
+}
