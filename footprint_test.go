@@ -105,15 +105,7 @@ func BenchmarkRecovery(b *testing.B) {
 // buildRecoveryFile writes n waiting jobs to a new SQLite file at path.
 func buildRecoveryFile(b *testing.B, path string, n int) {
 	b.Helper()
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		b.Fatal(err)
-	}
-	br := NewBroker(0, st)
-	if _, err := st.Load(br); err != nil {
-		b.Fatal(err)
-	}
-	st.Start()
+	br, st, _ := openTestStore(b, path)
 	for i := 0; i < n; i += 1000 {
 		br.pushJobs("footprint", footprintBatch(b, i, min(1000, n-i)), nil)
 	}

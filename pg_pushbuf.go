@@ -113,6 +113,22 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 
 func pushJobCount(r *pgPushReq) int { return len(r.jobs) }
 
+// admitRound admits the jobs of one queue's requests in a round, hands
+// each to row (the insert's way of writing it), and gives each request its
+// ids and res the jobs made. It reports whether any job is ready to pull.
+func admitRound(reqs []*pgPushReq, now int64, res *pgInserted, row func(*Job)) (ready bool) {
+	for _, r := range reqs {
+		for _, j := range r.jobs {
+			pgAdmit(j, now)
+			ready = ready || j.state == StateWaiting || j.state == StatePrioritized
+			row(j)
+			r.ids = append(r.ids, j.ID)
+			res.made = append(res.made, j)
+		}
+	}
+	return ready
+}
+
 // pgPushGather bounds how long a writer waits for the pushes of the
 // clients it has just answered before it writes the next batch.
 const pgPushGather = 2 * time.Millisecond
@@ -240,16 +256,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
-		ready := false
-		for _, r := range byQueue[q] {
-			for _, j := range r.jobs {
-				pgAdmit(j, now)
-				ready = ready || j.state == StateWaiting || j.state == StatePrioritized
-				rows.add(j, nil)
-				r.ids = append(r.ids, j.ID)
-				res.made = append(res.made, j)
-			}
-		}
+		ready := admitRound(byQueue[q], now, &res, func(j *Job) { rows.add(j, nil) })
 		jobs[i] = int64(len(rows.ids))
 		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
@@ -322,18 +329,11 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		}
 		var rows [][]any
 		var res pgInserted
-		ready := false
-		for _, r := range byQueue[q] {
-			for _, j := range r.jobs {
-				pgAdmit(j, now)
-				ready = ready || j.state == StateWaiting || j.state == StatePrioritized
-				var e Enc
-				encodeRecord(&e, j)
-				rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, e.B})
-				r.ids = append(r.ids, j.ID)
-				res.made = append(res.made, j)
-			}
-		}
+		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
+			var e Enc
+			encodeRecord(&e, j)
+			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, e.B})
+		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)
 		}

@@ -21,7 +21,7 @@ import (
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func openTestStore(t *testing.T, path string) (*Broker, *SQLiteStore, RecoveryStats) {
+func openTestStore(t testing.TB, path string) (*Broker, *SQLiteStore, RecoveryStats) {
 	t.Helper()
 	st, err := OpenSQLite(path, "normal", quietLog())
 	if err != nil {
