@@ -277,20 +277,8 @@ func (r *recReader) str() string {
 // records read in a row mostly share their queue and job name, and one
 // string for a million jobs is a million allocations fewer.
 func (r *recReader) strLike(last *string) string {
-	v := r.next()
-	if v.IsNil() {
-		return ""
-	}
-	a, e, err := strRange(v, 0)
-	if err != nil || e != len(v) {
-		if err == nil {
-			err = errNotStr
-		}
-		r.fail("string", err)
-		return ""
-	}
-	if string(v[a:e]) != *last {
-		*last = string(v[a:e])
+	if b := r.strBytes(); string(b) != *last {
+		*last = string(b)
 	}
 	return *last
 }
@@ -298,9 +286,15 @@ func (r *recReader) strLike(last *string) string {
 // stateName reads a timeline state by its name; one this build does not
 // know reads as StateNone.
 func (r *recReader) stateName() State {
+	st, _ := stateNamed(r.strBytes())
+	return st
+}
+
+// strBytes reads a string field's bytes, in place (nil for nil).
+func (r *recReader) strBytes() []byte {
 	v := r.next()
 	if v.IsNil() {
-		return StateNone
+		return nil
 	}
 	a, e, err := strRange(v, 0)
 	if err != nil || e != len(v) {
@@ -308,10 +302,9 @@ func (r *recReader) stateName() State {
 			err = errNotStr
 		}
 		r.fail("string", err)
-		return StateNone
+		return nil
 	}
-	st, _ := stateNamed(v[a:e])
-	return st
+	return v[a:e]
 }
 
 func (r *recReader) optStr() (string, bool) {
