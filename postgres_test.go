@@ -605,3 +605,90 @@ func TestPGClaimReadsTheIndex(t *testing.T) {
 		t.Fatalf("claim plan on 20,000 fresh rows:\n%s", text)
 	}
 }
+
+// TestPGKeysCompareByBytes: the text columns of the indexes compare byte
+// by byte, and a namespace written before that (its columns under the
+// database's collation) keeps its jobs, claims them and answers them
+// once migrated.
+func TestPGKeysCompareByBytes(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	schema := "queued_" + ns
+	b := startPGBroker(t, ns)
+	c := dial(t, b.addr())
+	ids := []string{}
+	for _, q := range []string{"b", "a", "B"} {
+		a := c.ok(M{"cmd": "PUSH", "queue": q, "name": "k", "data": M{"q": q}})
+		ids = append(ids, a["id"].(string))
+	}
+	c.close()
+	b.stop(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	collations := func() map[string]string {
+		rows, err := conn.Query(ctx, `SELECT table_name || '.' || column_name, COALESCE(collation_name, '')
+			FROM information_schema.columns WHERE table_schema = $1 AND data_type = 'text'
+			AND column_name IN ('id', 'queue', 'group_id', 'unique_key', 'dep_id', 'job_id', 'name')`, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for rows.Next() {
+			var col, coll string
+			if err := rows.Scan(&col, &coll); err != nil {
+				t.Fatal(err)
+			}
+			out[col] = coll
+		}
+		return out
+	}
+	got := collations()
+	for _, col := range []string{"jobs.id", "jobs.queue", "jobs.group_id", "jobs.unique_key", "deps.dep_id", "deps.job_id",
+		"job_logs.job_id", "queues.name", "groups.queue", "groups.group_id", "crons.name"} {
+		if got[col] != "C" {
+			t.Errorf("%s: collation %q, want C", col, got[col])
+		}
+	}
+
+	// Back to the version before, as an older queued left it.
+	if _, err := conn.Exec(ctx, `ALTER TABLE `+schema+`.jobs ALTER COLUMN id TYPE text COLLATE "default",
+			ALTER COLUMN queue TYPE text COLLATE "default", ALTER COLUMN group_id TYPE text COLLATE "default",
+			ALTER COLUMN unique_key TYPE text COLLATE "default";
+		ALTER TABLE `+schema+`.deps ALTER COLUMN dep_id TYPE text COLLATE "default", ALTER COLUMN job_id TYPE text COLLATE "default";
+		ALTER TABLE `+schema+`.job_logs ALTER COLUMN job_id TYPE text COLLATE "default";
+		ALTER TABLE `+schema+`.queues ALTER COLUMN name TYPE text COLLATE "default";
+		ALTER TABLE `+schema+`.groups ALTER COLUMN queue TYPE text COLLATE "default", ALTER COLUMN group_id TYPE text COLLATE "default";
+		ALTER TABLE `+schema+`.crons ALTER COLUMN name TYPE text COLLATE "default";
+		UPDATE `+schema+`.schema_version SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	if got := collations()["jobs.id"]; got == "C" {
+		t.Fatal("the downgrade left jobs.id in C")
+	}
+	b = startPGBroker(t, ns)
+	c = dial(t, b.addr())
+	defer c.close()
+	if got := collations(); got["jobs.id"] != "C" || got["queues.name"] != "C" || got["deps.job_id"] != "C" {
+		t.Fatalf("after the migration: %v", got)
+	}
+	var v int
+	if err := conn.QueryRow(ctx, `SELECT version FROM `+schema+`.schema_version`).Scan(&v); err != nil || v != len(pgMigrations) {
+		t.Fatalf("schema version %d (%v), want %d", v, err, len(pgMigrations))
+	}
+	for i, q := range []string{"b", "a", "B"} {
+		j := c.ok(M{"cmd": "PULL", "queue": q})["job"].(map[string]any)
+		if j["id"] != ids[i] {
+			t.Fatalf("queue %s: pulled %v, want %s", q, j["id"], ids[i])
+		}
+		c.ok(M{"cmd": "ACK", "id": ids[i]})
+		if st := c.ok(M{"cmd": "GetState", "id": ids[i]}); st["state"] != "completed" {
+			t.Fatalf("job %s after ACK: %v", ids[i], st)
+		}
+	}
+}
