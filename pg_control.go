@@ -127,7 +127,7 @@ func (p *PG) setData(ctx context.Context, tx pgx.Tx, j *Job, data Raw) error {
 	if err := setJobData(j, nd); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), j.ID, encodeRec(j)); err != nil {
+	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2 WHERE id = $1`), j.ID, encodeRec(j)); err != nil {
 		return pgErr(fmt.Errorf("update job %s: %w", j.ID, err))
 	}
 	return nil
@@ -207,7 +207,7 @@ func (p *PG) PromoteJobs(ctx context.Context, queue string, limit int) (int64, e
 	var n int
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		now := p.now()
-		jobs, err := p.lockJobs(ctx, tx, `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2
+		jobs, err := p.lockJobs(ctx, tx, `SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2
 			ORDER BY created_at, id LIMIT $3 FOR UPDATE`, queue, now, limit)
 		if err != nil {
 			return pgErr(fmt.Errorf("promote jobs of %s: %w", queue, err))
@@ -267,10 +267,10 @@ func (p *PG) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 func (p *PG) RetryCompleted(ctx context.Context, a retryCompletedArgs) (int64, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	query := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 5 ORDER BY done_at, seq FOR UPDATE`
+	query := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 5 ORDER BY done_at, seq FOR UPDATE`
 	args := []any{a.queue}
 	if a.id != "" {
-		query = `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 5 AND id = $2 FOR UPDATE`
+		query = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 5 AND id = $2 FOR UPDATE`
 		args = append(args, a.id)
 	}
 	var n int

@@ -150,7 +150,7 @@ func (p *PG) dashJobs(ctx context.Context, tx pgx.Tx, a dashQueueArgs, d *dashQu
 // dashList reads a queue's jobs matching where ($1 is the queue, args
 // are $2 on).
 func (p *PG) dashList(ctx context.Context, tx pgx.Tx, queue, where string, args ...any) ([]*Job, error) {
-	rows, err := tx.Query(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE queue = $1 AND `+where), append([]any{queue}, args...)...)
+	rows, err := tx.Query(ctx, p.sql(`SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND `+where), append([]any{queue}, args...)...)
 	if err != nil {
 		return nil, pgErr(fmt.Errorf("dashboard jobs: %w", err))
 	}

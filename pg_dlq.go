@@ -226,7 +226,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 	// By queue, what the committed pass expired and retried (a pass run
 	// again after a conflict counts afresh).
 	var expiredIn, retriedIn map[string]int64
-	err := p.txJobs(ctx, p.sql(`SELECT record FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
+	err := p.txJobs(ctx, p.sql(`SELECT `+pgJobCols+` FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
 		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
 		expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
 		set, err := p.settingsOf(ctx, tx, jobs)
@@ -262,7 +262,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 			}
 			// Not due after all (the policy changed), or its unique key is
 			// held: look again when the policy says.
-			if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2, dlq_due = $3 WHERE id = $1`),
+			if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, dlq_due = $3 WHERE id = $1`),
 				j.ID, encodeRec(j), pgTime(dlqWatch(j.dlq, cfg))); err != nil {
 				return err
 			}
@@ -399,7 +399,7 @@ func (p *PG) GetDLQConfig(ctx context.Context, queue string) (DLQConfig, error) 
 // (with lock, their rows locked for an update), and the queue's DLQ
 // policy when the selection needs it (a filter asks about retries).
 func (p *PG) dlqJobs(ctx context.Context, tx pgx.Tx, queue string, sel dlqSelect, lock bool) ([]*Job, DLQConfig, error) {
-	sql := `SELECT record FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
+	sql := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
 	if lock {
 		sql += ` FOR UPDATE`
 	}

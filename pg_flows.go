@@ -465,7 +465,7 @@ func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 		ids, recs = append(ids, j.ID), append(recs, e.B)
 	}
 	if len(ids) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET record = u.rec
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET body = u.rec
 			FROM unnest($1::text[], $2::bytea[]) AS u(id, rec) WHERE j.id = u.id`), ids, recs); err != nil {
 			return fmt.Errorf("save active jobs' records: %w", err)
 		}

@@ -274,24 +274,24 @@ func groupRounds(groups []*Group, ready []int, left int, o *groupPull, now int64
 // lockGroupJobs locks the jobs the rounds dealt, take[i] of group ids[i],
 // first by priority then by age, and answers them by group.
 func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int64, ids []string, take []int) ([][]*Job, error) {
-	rows, err := tx.Query(ctx, p.sql(`SELECT x.record, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
-		CROSS JOIN LATERAL (SELECT record FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $4
+	rows, err := tx.Query(ctx, p.sql(`SELECT x.body, x.state, x.started_at, x.done_at, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
+		CROSS JOIN LATERAL (SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $4
 			ORDER BY priority, seq LIMIT u.k FOR UPDATE SKIP LOCKED) AS x`), queue, ids, take, now)
 	if err != nil {
 		return nil, fmt.Errorf("claim group jobs: %w", err)
 	}
 	byGroup := make([][]*Job, len(ids))
 	for rows.Next() {
-		var rec []byte
+		var r pgRow
 		var ord int
-		if err := rows.Scan(&rec, &ord); err != nil {
+		if err := rows.Scan(append(r.dest(), &ord)...); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		j, err := decodeRecord(rec)
+		j, err := r.job(&recLast{})
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("job record: %w", err)
+			return nil, err
 		}
 		byGroup[ord-1] = append(byGroup[ord-1], j)
 	}

@@ -66,10 +66,10 @@ func pgAdmit(j *Job, now int64) {
 }
 
 const (
-	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, record)
-		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, ord)
+	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, body, plain)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[], $12::boolean[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, ord)
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING RETURNING id`
 )
@@ -87,6 +87,7 @@ type pgRows struct {
 	uks                          []*string
 	uexps                        []*int64
 	recs                         [][]byte
+	plain                        []bool
 }
 
 func (r *pgRows) add(j *Job, uexp *int64) {
@@ -100,13 +101,14 @@ func (r *pgRows) add(j *Job, uexp *int64) {
 	var e Enc
 	encodeRecord(&e, j)
 	r.recs = append(r.recs, e.B)
+	r.plain = append(r.plain, pgPlainDone(j))
 }
 
 // args are pgInsertSQL's parameters (pointers and byte slices as
 // pgtype.FlatArray, which pgx encodes without reflection).
 func (r *pgRows) args(queue string) []any {
 	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, pgtype.FlatArray[*string](r.uks),
-		pgtype.FlatArray[[]byte](r.recs), pgtype.FlatArray[*int64](r.uexps), r.groups, r.states}
+		pgtype.FlatArray[[]byte](r.recs), pgtype.FlatArray[*int64](r.uexps), r.groups, r.states, r.plain}
 }
 
 // pgInserted is what insertJobs did.

@@ -9,9 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ---------------------------------------------------------------------------
@@ -439,7 +443,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 	}
 	if len(c.jobs) > 0 {
-		if err := p.saveJobsWith(ctx, tx, c.jobs, nil, set); err != nil {
+		if err := p.saveClaimed(ctx, tx, c.jobs, set, now); err != nil {
 			return pgClaimed{}, err
 		}
 		if err := p.spend(ctx, tx, queue, rate, len(c.jobs)); err != nil {
@@ -447,6 +451,41 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 	}
 	return c, nil
+}
+
+// pgClaimedSQL writes what a claim changed in job rows: their state,
+// when they started and their leases, not their records (pgOverlay reads
+// the claim back from started_at). As a full write would, it clears the
+// result of a job run again and starts the count of lease renewals over
+// for a new token.
+const pgClaimedSQL = `UPDATE {s}.jobs AS j SET state = 4, started_at = $2, result = NULL,
+		lease_token = COALESCE(u.tok, j.lease_token), lease_owner = u.owner, lease_broker = $3,
+		lease_expires = u.exp, lease_ttl = u.ttl, timeout_at = u.tout,
+		lease_renewals = CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
+		FROM unnest($1::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS u(id, tok, owner, exp, ttl, tout)
+		WHERE j.id = u.id`
+
+// saveClaimed writes the rows of jobs activate made active at now; set is
+// their queue's settings when the claim read them (nil: read here when a
+// job without a lock needs its queue's stall policy).
+func (p *PG) saveClaimed(ctx context.Context, tx pgx.Tx, jobs []*Job, set map[string]*pgSettings, now int64) error {
+	if set == nil {
+		var err error
+		if set, err = p.unlockedSettings(ctx, tx, jobs); err != nil {
+			return err
+		}
+	}
+	n := len(jobs)
+	ids := make([]string, n)
+	r := pgSavedRows{toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n),
+		ttls: make([]*int64, n), touts: make([]*int64, n)}
+	for i, j := range jobs {
+		ids[i] = j.ID
+		r.setLease(i, j, set[j.Queue].stallConfig())
+	}
+	return pgLater(ctx, tx, "postgres: save claimed jobs", p.sql(pgClaimedSQL), ids, now, p.broker,
+		pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners), pgtype.FlatArray[*int64](r.exps),
+		pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts))
 }
 
 // ---------------------------------------------------------------------------
@@ -558,9 +597,11 @@ type pgAcked struct {
 	fl      *pgFlowTx
 }
 
-// pgDoneEv is a completion to tell of.
+// pgDoneEv is a completion to tell of: item i's job, completed at at.
 type pgDoneEv struct {
+	i     int
 	j     *Job
+	at    int64
 	data  Raw
 	undef bool
 }
@@ -634,43 +675,130 @@ func (p *PG) ackRounds() {
 	}
 }
 
-// ackRound completes the items of a round in one transaction.
+// ackRound completes the items of a round: first those pgAckFastSQL can
+// complete in one statement, then the others in one transaction that
+// reads their rows and applies the finish rule to each, in order.
 func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
-	ids := make([]string, len(items))
-	for i, it := range items {
-		ids[i] = it.ID
-	}
-	var a *pgAcked
+	now := p.now()
+	var fast map[int]*Job
 	err := pgRetry(func() error {
-		return p.inTx(ctx, func(tx pgx.Tx) error {
-			locked, err := p.lockRows(ctx, tx, ids)
-			if err != nil {
-				return pgErr(fmt.Errorf("ack: %w", err))
-			}
-			a = &pgAcked{now: p.now(), outs: make([]Outcome, len(items)), errs: make([]error, len(items)), results: map[int]Raw{}}
-			a.settle(items, locked)
-			return pgErr(p.writeAcked(ctx, tx, a, locked))
-		})
+		var err error
+		fast, err = p.ackFast(ctx, items, now)
+		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, pgErr(fmt.Errorf("ack: %w", err))
 	}
-	p.b.stats.completed.Add(int64(len(a.done)))
-	for _, d := range a.done {
-		if d.j.StartedAt > 0 {
-			p.b.lat.proc.ObserveMs(a.now - d.j.StartedAt)
+	outs, errs := make([]Outcome, len(items)), make([]error, len(items))
+	finished := make(map[string]bool, len(fast))
+	var rest []int
+	var ids []string
+	for i, it := range items {
+		if fast[i] != nil {
+			finished[it.ID] = true
+		} else {
+			rest, ids = append(rest, i), append(ids, it.ID)
 		}
-		p.emit(d.j.Queue, evCompleted, d.j, a.now, evArgs{data: d.data, undefData: d.undef})
+	}
+	a := &pgAcked{now: now}
+	if len(rest) > 0 {
+		err = pgRetry(func() error {
+			return p.inTx(ctx, func(tx pgx.Tx) error {
+				locked, err := p.lockRows(ctx, tx, ids)
+				if err != nil {
+					return pgErr(fmt.Errorf("ack: %w", err))
+				}
+				a = &pgAcked{now: p.now(), outs: outs, errs: errs, results: map[int]Raw{}}
+				a.settle(items, rest, maps.Clone(finished), locked)
+				return pgErr(p.writeAcked(ctx, tx, a, locked))
+			})
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	done := a.done
+	for i, j := range fast {
+		done = append(done, pgDoneEv{i: i, j: j, at: now, data: items[i].Result, undef: !items[i].HasResult})
+	}
+	// Told of in the order the items came, as one transaction would.
+	slices.SortFunc(done, func(x, y pgDoneEv) int { return x.i - y.i })
+	p.b.stats.completed.Add(int64(len(done)))
+	for _, d := range done {
+		if d.j.StartedAt > 0 {
+			p.b.lat.proc.ObserveMs(d.at - d.j.StartedAt)
+		}
+		p.emit(d.j.Queue, evCompleted, d.j, d.at, evArgs{data: d.data, undefData: d.undef})
 	}
 	a.fl.after(p, a.now)
-	return a.outs, a.errs, nil
+	return outs, errs, nil
 }
 
-// settle applies the finish rule to each item and completes the jobs it
-// lets through, in hand: writeAcked writes them.
-func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
-	finished := map[string]bool{}
+// pgAckFastSQL completes jobs without reading their rows first: those
+// active, plain (pgPlainDone) and waited on by no other job, whose lock,
+// if they have one, is the item's. A completion writes the state columns,
+// not the record (pgOverlay); as a full write would, it keeps the lease
+// token, so that a late FAIL carrying it is known, and releases the
+// unique key. It answers the rows it completed.
+const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = 5, done_at = $2, result = u.res,
+		lease_owner = NULL, lease_broker = NULL, lease_expires = NULL, lease_ttl = NULL, timeout_at = NULL,
+		unique_key = NULL, unique_expires = NULL
+		FROM unnest($1::text[], $3::text[], $4::bytea[]) AS u(id, tok, res)
+		WHERE j.id = u.id AND j.state = 4 AND j.plain AND NOT j.waited
+			AND (j.lease_owner IS NULL OR j.lease_token = u.tok)
+		RETURNING ` + pgJobCols
+
+// ackFast completes what it can of a round's items with pgAckFastSQL, in
+// a statement of its own, and answers the jobs it completed by item. It
+// tries the first item of each job only, and none that asks for its job
+// to be removed: a second ACK of a job, or one after a removal, has the
+// outcome the finish rule gives it once the first has applied. The rows
+// are taken in id order, as lockRows takes them, so that two brokers'
+// rounds never wait on each other.
+func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*Job, error) {
+	seen := make(map[string]int, len(items))
+	var cand []int
 	for i, it := range items {
+		if _, dup := seen[it.ID]; dup {
+			continue
+		}
+		seen[it.ID] = i
+		if !it.Remove {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(cand, func(x, y int) int { return strings.Compare(items[x].ID, items[y].ID) })
+	ids, toks, res := make([]string, len(cand)), make([]string, len(cand)), make([][]byte, len(cand))
+	for k, i := range cand {
+		ids[k], toks[k] = items[i].ID, items[i].Token
+		if items[i].HasResult && items[i].Result != nil {
+			res[k] = items[i].Result
+		}
+	}
+	rows, err := p.pool.Query(ctx, p.sql(pgAckFastSQL), ids, now, toks, pgtype.FlatArray[[]byte](res))
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, err
+	}
+	fast := make(map[int]*Job, len(jobs))
+	for _, j := range jobs {
+		fast[seen[j.ID]] = j
+	}
+	return fast, nil
+}
+
+// settle applies the finish rule to the items at idx, in order, and
+// completes the jobs it lets through, in hand: writeAcked writes them.
+// finished holds the jobs this round completed already.
+func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, locked map[string]*pgLocked) {
+	for _, i := range idx {
+		it := items[i]
 		if finished[it.ID] {
 			// The same job twice in one batch: the first ACK finished it.
 			a.errs[i] = errors.New(errNotProcessing + it.ID)
@@ -688,7 +816,7 @@ func (a *pgAcked) settle(items []AckItem, locked map[string]*pgLocked) {
 		if j.c != nil {
 			j.c.hasFail = false // not through warm(): see Shard.complete
 		}
-		a.done = append(a.done, pgDoneEv{j, it.Result, !it.HasResult})
+		a.done = append(a.done, pgDoneEv{i: i, j: j, at: a.now, data: it.Result, undef: !it.HasResult})
 		if l.waited || j.cold().ParentID != "" || j.cold().Repeat != nil {
 			d := pgDoneJob{j: j, waited: l.waited}
 			if it.HasResult {

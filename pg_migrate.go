@@ -117,7 +117,7 @@ func migrateJob(j *Job, now int64, done map[string]bool) []string {
 // their values. The lease columns stay empty: no job is active after a
 // migration. waited is set with the deps rows (addDeps).
 var pgMigrateCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "done_at",
-	"unique_key", "unique_expires", "group_id", "dlq_at", "dlq_due", "record", "result"}
+	"unique_key", "unique_expires", "group_id", "dlq_at", "dlq_due", "body", "result", "plain"}
 
 // pgMigrateRow maps a job (already through migrateJob) to its row in the
 // jobs table, as saveJobs and insertJobs write one. A column added to the
@@ -146,7 +146,7 @@ func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	var e Enc
 	encodeRecord(&e, j)
 	return []any{j.ID, j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, uexp,
-		group, dlqAt, dlqDue, e.B, result}
+		group, dlqAt, dlqDue, e.B, result, pgPlainDone(j)}
 }
 
 // sqliteJobs walks the data file's jobs in admission order.

@@ -304,7 +304,7 @@ func pgJobsIn(batch []*pgPushReq) int {
 
 // pgCopyCols are the columns COPY fills for a bare job; the others keep
 // their defaults (no unique key, no group, no lease).
-var pgCopyCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "record"}
+var pgCopyCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "body", "plain"}
 
 // insertCopy writes bare jobs with COPY, in one transaction: each queue's
 // row is made (or refused for --max-queues) before its jobs are copied,
@@ -332,7 +332,7 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
 			var e Enc
 			encodeRecord(&e, j)
-			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, e.B})
+			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, e.B, pgPlainDone(j)})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)

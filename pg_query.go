@@ -116,7 +116,7 @@ func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where stri
 	if !a.asc {
 		order = "DESC"
 	}
-	q := `SELECT record FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	q := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
 	args := []any{queue, p.now()}
 	sliced := false
 	if a.offset >= 0 && a.limit >= 0 {
@@ -191,7 +191,7 @@ func (p *PG) SetProgress(ctx context.Context, u progressSet) error {
 		}
 		var e Enc
 		encodeRecord(&e, j)
-		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET record = $2 WHERE id = $1`), u.id, e.B)
+		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2 WHERE id = $1`), u.id, e.B)
 		return pgErr(err)
 	})
 	if err != nil {
@@ -455,15 +455,25 @@ func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (
 
 // getJob reads one job and its result; nil when there is none.
 func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
-	var rec, res []byte
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT record, result FROM {s}.jobs WHERE id = $1`), id).Scan(&rec, &res)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, nil
-	}
+	// Rows() rather than QueryRow: the record is decoded while the driver
+	// holds it (pgRow).
+	rows, err := p.pool.Query(ctx, p.sql(`SELECT `+pgJobCols+`, result FROM {s}.jobs WHERE id = $1`), id)
 	if err != nil {
 		return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
 	}
-	j, err := decodeRecord(rec)
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
+		}
+		return nil, nil, nil
+	}
+	var r pgRow
+	var res []byte
+	if err := rows.Scan(append(r.dest(), &res)...); err != nil {
+		return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
+	}
+	j, err := r.job(&recLast{})
 	if err != nil {
 		return nil, nil, pgErr(fmt.Errorf("job record %s: %w", id, err))
 	}

@@ -20,7 +20,7 @@ import (
 // reading the claim index in order; the claim's transaction forbids that.
 const (
 	pgClaimPlan = `SET LOCAL enable_sort = off`
-	pgClaimSQL  = `SELECT record FROM {s}.jobs
+	pgClaimSQL  = `SELECT ` + pgJobCols + ` FROM {s}.jobs
 		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
 		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
 )
@@ -35,7 +35,7 @@ const (
 		stall_enabled, stall_interval, stall_grace, stall_max, dlq_auto_retry, dlq_retry_interval,
 		dlq_max_age, dlq_max_retries, dlq_max_entries
 		FROM {s}.queues WHERE name = $1`
-	pgClaimFastSQL = `SELECT record FROM {s}.jobs
+	pgClaimFastSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs
 		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
 			AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1
 				AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
@@ -116,24 +116,82 @@ func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int,
 	return scanJobs(rows)
 }
 
-// scanJobs decodes rows of one column, the job record.
+// pgJobCols are the columns a job is read from: its record as last
+// written in full, and the state columns a claim or a plain completion
+// writes instead of it (pgRow.job).
+const pgJobCols = `body, state, started_at, done_at`
+
+// pgRow is a job row as read through pgJobCols.
 //
 // A record is read where the driver holds it (DriverBytes, valid until the
 // next row) and decoded at once: decoding copies what it keeps, so a copy
-// of every record would be garbage. One recLast for the rows shares their
-// queue and name strings.
+// of every record would be garbage.
+type pgRow struct {
+	rec     pgtype.DriverBytes
+	state   int16
+	started pgtype.Int8
+	done    pgtype.Int8
+}
+
+// dest is what rows.Scan fills, in pgJobCols order.
+func (r *pgRow) dest() []any { return []any{&r.rec, &r.state, &r.started, &r.done} }
+
+// job decodes the row's record and brings it up to the row's state. One
+// recLast for the rows of a result shares their queue and name strings.
+func (r *pgRow) job(last *recLast) (*Job, error) {
+	j, err := last.decode(r.rec)
+	if err != nil {
+		return nil, fmt.Errorf("job record: %w", err)
+	}
+	pgOverlay(j, r.state, r.started, r.done)
+	return j, nil
+}
+
+// pgOverlay applies to a job what its row's state columns say happened
+// since its record was written: a claim (state 4, started_at), then a
+// completion (state 5, done_at), as activate and settle did to the job
+// in hand. Any other change writes the record, so a record that agrees
+// with its row's state is taken as it is.
+func pgOverlay(j *Job, state int16, started, done pgtype.Int8) {
+	if state != pgActive && state != pgDone {
+		return
+	}
+	if pgState(j.state) == pgQueued && started.Valid {
+		j.state = StateActive
+		j.StartedAt, j.Heartbeat = started.Int64, started.Int64
+		j.addTimeline(TimelineEntry{State: StateActive, At: started.Int64})
+	}
+	if state == pgDone && j.state == StateActive && done.Valid {
+		j.state = StateCompleted
+		j.DoneAt = done.Int64
+		if j.c != nil {
+			j.c.hasFail = false // as settle does
+		}
+		j.addTimeline(TimelineEntry{State: StateCompleted, At: done.Int64})
+	}
+}
+
+// pgPlainDone reports whether a job's completion touches no row but its own
+// (the plain column): no parent to tell, no repeat to schedule, and its
+// row is kept. Jobs others wait for are marked apart (waited).
+func pgPlainDone(j *Job) bool {
+	return j.cold().ParentID == "" && j.cold().Repeat == nil && !j.cold().RemoveOnC
+}
+
+// scanJobs decodes rows of pgJobCols.
 func scanJobs(rows pgx.Rows) ([]*Job, error) {
 	defer rows.Close()
 	var jobs []*Job
 	var last recLast
-	var rec pgtype.DriverBytes
+	var r pgRow
+	dest := r.dest()
 	for rows.Next() {
-		if err := rows.Scan(&rec); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		j, err := last.decode(rec)
+		j, err := r.job(&last)
 		if err != nil {
-			return nil, fmt.Errorf("job record: %w", err)
+			return nil, err
 		}
 		jobs = append(jobs, j)
 	}
@@ -154,7 +212,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	rows, err := tx.Query(ctx, p.sql(`SELECT record, lease_token, lease_owner, lease_ttl, lease_expires, waited FROM {s}.jobs
+	rows, err := tx.Query(ctx, p.sql(`SELECT `+pgJobCols+`, lease_token, lease_owner, lease_ttl, lease_expires, waited FROM {s}.jobs
 		WHERE id = ANY($1) ORDER BY id FOR UPDATE`), sorted)
 	if err != nil {
 		return nil, err
@@ -162,17 +220,17 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	defer rows.Close()
 	out := make(map[string]*pgLocked, len(sorted))
 	var last recLast
-	var rec pgtype.DriverBytes // as in scanJobs
+	var r pgRow
 	for rows.Next() {
 		var tok, owner *string
 		var ttl, exp *int64
 		var waited bool
-		if err := rows.Scan(&rec, &tok, &owner, &ttl, &exp, &waited); err != nil {
+		if err := rows.Scan(append(r.dest(), &tok, &owner, &ttl, &exp, &waited)...); err != nil {
 			return nil, err
 		}
-		j, err := last.decode(rec)
+		j, err := r.job(&last)
 		if err != nil {
-			return nil, fmt.Errorf("job record: %w", err)
+			return nil, err
 		}
 		l := &pgLocked{j: j, waited: waited}
 		if tok != nil {

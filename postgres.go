@@ -189,6 +189,21 @@ var pgMigrations = []string{
 	ALTER TABLE {s}.queues ALTER COLUMN name TYPE text COLLATE "C";
 	ALTER TABLE {s}.groups ALTER COLUMN queue TYPE text COLLATE "C", ALTER COLUMN group_id TYPE text COLLATE "C";
 	ALTER TABLE {s}.crons ALTER COLUMN name TYPE text COLLATE "C";`,
+	`-- MIGRATION claims and completions in columns
+	-- A claim writes a row's state, started_at and lease columns, and the
+	-- completion of a plain job its state, done_at and result: not the
+	-- job's record, which is now the job as last written in full (body)
+	-- and which the state columns bring up to date when the row is read
+	-- (pgOverlay). Rewriting the record at both steps was most of what a
+	-- drain cost the database and the server. plain marks the jobs whose
+	-- completion touches no other row: no parent, no repeat, not removed
+	-- when completed, as the record last written says.
+	-- The record's column is renamed so that a broker of an older version
+	-- still running on the namespace, which would take a claimed row's
+	-- record for the whole job, fails (its statements name record) rather
+	-- than misreading it, until it is restarted with this version.
+	ALTER TABLE {s}.jobs RENAME COLUMN record TO body;
+	ALTER TABLE {s}.jobs ADD COLUMN started_at BIGINT, ADD COLUMN plain BOOLEAN NOT NULL DEFAULT false;`,
 }
 
 // PG is the PostgreSQL engine of one broker.
@@ -618,22 +633,8 @@ func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pg
 	if err != nil {
 		return err
 	}
-	var jobs []*Job
-	for rows.Next() {
-		var rec []byte
-		if err := rows.Scan(&rec); err != nil {
-			rows.Close()
-			return err
-		}
-		j, err := decodeRecord(rec)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("job record: %w", err)
-		}
-		jobs = append(jobs, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	jobs, err := scanJobs(rows)
+	if err != nil {
 		return err
 	}
 	if len(jobs) == 0 {
@@ -729,12 +730,12 @@ const pgSaveSQL = `UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort
 		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uexp ELSE j.unique_expires END,
 		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
 		lease_broker=CASE WHEN u.state = 4 THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
-		record=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due,
+		body=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due, plain=u.plain,
 		lease_renewals=CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
 		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
 			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[],
-			$16::bigint[], $17::bigint[], $18::bigint[])
-			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due)
+			$16::bigint[], $17::bigint[], $18::bigint[], $19::boolean[])
+			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due, plain)
 		WHERE j.id = u.id`
 
 // pgSavedRows are job rows to write, column by column, for pgSaveSQL.
@@ -747,6 +748,7 @@ type pgSavedRows struct {
 	exps, ttls, touts   []*int64
 	recs, res           [][]byte
 	dlqAts, dlqDues     []*int64
+	plain               []bool
 	arena               pgArena
 }
 
@@ -756,7 +758,7 @@ func newPGSavedRows(n int) *pgSavedRows {
 		runAts: make([]int64, n), doneAts: make([]*int64, n), uks: make([]*string, n), uexps: make([]*int64, n),
 		toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n), ttls: make([]*int64, n),
 		touts: make([]*int64, n), recs: make([][]byte, n), res: make([][]byte, n),
-		dlqAts: make([]*int64, n), dlqDues: make([]*int64, n),
+		dlqAts: make([]*int64, n), dlqDues: make([]*int64, n), plain: make([]bool, n),
 	}
 }
 
@@ -779,6 +781,7 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 		r.dlqDues[i] = pgDLQDue(j.dlq)
 	}
 	r.recs[i] = r.arena.record(j)
+	r.plain[i] = pgPlainDone(j)
 }
 
 // pgArena holds the records a batch of rows encodes, back to back in a
@@ -829,7 +832,7 @@ func (r *pgSavedRows) args(broker string) []any {
 		pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners), pgtype.FlatArray[*int64](r.exps),
 		pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts), pgtype.FlatArray[[]byte](r.recs),
 		pgtype.FlatArray[[]byte](r.res), broker, pgtype.FlatArray[*int64](r.uexps), pgtype.FlatArray[*int64](r.dlqAts),
-		pgtype.FlatArray[*int64](r.dlqDues)}
+		pgtype.FlatArray[*int64](r.dlqDues), r.plain}
 }
 
 func ptr[T any](v T) *T { return &v }
