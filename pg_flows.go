@@ -455,6 +455,7 @@ func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 	var rest []*Job
 	var ids []string
 	var recs [][]byte
+	var plain []bool
 	for _, j := range jobs {
 		if j.state != StateActive {
 			rest = append(rest, j)
@@ -462,11 +463,13 @@ func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 		}
 		var e Enc
 		encodeRecord(&e, j)
-		ids, recs = append(ids, j.ID), append(recs, e.B)
+		ids, recs, plain = append(ids, j.ID), append(recs, e.B), append(plain, pgPlainDone(j))
 	}
 	if len(ids) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET body = u.rec
-			FROM unnest($1::text[], $2::bytea[]) AS u(id, rec) WHERE j.id = u.id`), ids, recs); err != nil {
+		// plain with the record: a running job given a parent here is no
+		// longer completed by the ACK that touches its row only.
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET body = u.rec, plain = u.plain
+			FROM unnest($1::text[], $2::bytea[], $3::boolean[]) AS u(id, rec, plain) WHERE j.id = u.id`), ids, recs, plain); err != nil {
 			return fmt.Errorf("save active jobs' records: %w", err)
 		}
 	}

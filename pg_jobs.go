@@ -664,11 +664,19 @@ func (p *PG) ackRounds() {
 		cancel()
 		for _, r := range round {
 			n := len(r.items)
-			if err != nil {
+			if outs == nil {
+				r.err = err
+				close(r.done)
+				continue
+			}
+			ro, re := outs[:n:n], errs[:n:n]
+			outs, errs = outs[n:], errs[n:]
+			if err != nil && slices.Contains(re, err) {
+				// Some of its items were not written: the request fails
+				// (those of its items that were are told of all the same).
 				r.err = err
 			} else {
-				r.outs, r.errs = outs[:n:n], errs[:n:n]
-				outs, errs = outs[n:], errs[n:]
+				r.outs, r.errs = ro, re
 			}
 			close(r.done)
 		}
@@ -677,7 +685,9 @@ func (p *PG) ackRounds() {
 
 // ackRound completes the items of a round: first those pgAckFastSQL can
 // complete in one statement, then the others in one transaction that
-// reads their rows and applies the finish rule to each, in order.
+// reads their rows and applies the finish rule to each, in order. When
+// that transaction fails after the statement committed, the error is the
+// others' (errs) as well as the round's.
 func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	now := p.now()
 	var fast map[int]*Job
@@ -701,6 +711,7 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 		}
 	}
 	a := &pgAcked{now: now}
+	var failed error
 	if len(rest) > 0 {
 		err = pgRetry(func() error {
 			return p.inTx(ctx, func(tx pgx.Tx) error {
@@ -714,7 +725,21 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 			})
 		})
 		if err != nil {
-			return nil, nil, err
+			if len(fast) == 0 {
+				return nil, nil, err
+			}
+			// The fast statement committed on its own: its jobs are
+			// completed, and told of below; the others are not.
+			failed = err
+			a = &pgAcked{now: now}
+			fastIDs := make([]string, 0, len(fast))
+			for i := range fast {
+				fastIDs = append(fastIDs, items[i].ID)
+			}
+			for _, i := range rest {
+				outs[i], errs[i] = Applied, err
+			}
+			p.unhold(fastIDs...)
 		}
 	}
 	done := a.done
@@ -731,7 +756,7 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 		p.emit(d.j.Queue, evCompleted, d.j, d.at, evArgs{data: d.data, undefData: d.undef})
 	}
 	a.fl.after(p, a.now)
-	return outs, errs, nil
+	return outs, errs, failed
 }
 
 // pgAckFastSQL completes jobs without reading their rows first: those
@@ -753,8 +778,10 @@ const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = 5, done_at = $2, result =
 // tries the first item of each job only, and none that asks for its job
 // to be removed: a second ACK of a job, or one after a removal, has the
 // outcome the finish rule gives it once the first has applied. The rows
-// are taken in id order, as lockRows takes them, so that two brokers'
-// rounds never wait on each other.
+// are given in id order, as lockRows takes them, so that two brokers'
+// rounds do not wait on each other: the plan (a nested loop over the
+// array) takes them in that order; should another plan not, the deadlock
+// PostgreSQL breaks is retried (pgRetry).
 func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*Job, error) {
 	seen := make(map[string]int, len(items))
 	var cand []int

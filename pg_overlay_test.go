@@ -28,7 +28,7 @@ func lifecycleScript(t *testing.T, a, b *tclient) []string {
 		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 2}, "jobId": "p2"}},
 		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 3}, "jobId": "p3"}},
 		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 4}, "jobId": "p4", "removeOnComplete": true}},
-		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 5}, "jobId": "p5", "maxAttempts": 3, "backoff": 300}},
+		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 5}, "jobId": "p5", "maxAttempts": 3, "backoff": M{"type": "fixed", "delay": 300}}},
 		{a, M{"cmd": "PUSH", "queue": q, "data": M{"n": 6}, "jobId": "p6"}},
 		{b, M{"cmd": "PULL", "queue": q, "owner": "w1", "lockTtl": 30000}}, // p1
 		{b, M{"cmd": "GetJob", "id": "p1"}},
@@ -66,8 +66,9 @@ func lifecycleScript(t *testing.T, a, b *tclient) []string {
 			req[k] = v
 		}
 		if s.req["cmd"] == "PULL" && s.req["wait"] != nil {
-			// The failed job waits out its backoff (300 ms) before it is
-			// due again: wait until it is, so that both modes pull alike.
+			// The failed job waits out its backoff (300 ms, give or take
+			// a fifth) before it is due again: wait until it is, so that
+			// both modes pull alike.
 			delete(req, "wait")
 			time.Sleep(400 * time.Millisecond)
 		}

@@ -191,7 +191,7 @@ func (p *PG) SetProgress(ctx context.Context, u progressSet) error {
 		}
 		var e Enc
 		encodeRecord(&e, j)
-		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2 WHERE id = $1`), u.id, e.B)
+		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), u.id, e.B, pgPlainDone(j))
 		return pgErr(err)
 	})
 	if err != nil {
