@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -190,5 +192,70 @@ func TestPGClaimAndAckLeaveTheRecord(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queued_`+ns+`.jobs WHERE id = $1`, rm).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("removed on completion: %d rows (%v)", n, err)
+	}
+}
+
+// TestPGAckRoundHalfWritten: when an ACK round's transaction fails after
+// its fast statement committed, the jobs that statement completed are
+// answered as applied and counted, and only the other items carry the
+// error.
+func TestPGAckRoundHalfWritten(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	srv := startPGBroker(t, ns)
+	c := dial(t, srv.addr())
+	fast := str(t, c.ok(M{"cmd": "PUSH", "queue": "h", "data": 1}), "id")
+	slow := str(t, c.ok(M{"cmd": "PUSH", "queue": "h", "data": 2}), "id")
+	if got := list(t, c.ok(M{"cmd": "PULLB", "queue": "h", "count": 2}), "jobs"); len(got) != 2 {
+		t.Fatalf("pulled %d jobs", len(got))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := NewBroker(1, nil)
+	defer b.Close()
+	p, err := OpenPG(ctx, testPGURL(), ns, b, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Another transaction holds the slow item's row: the round's
+	// transaction waits for it until the round's deadline.
+	conn, err := pgx.Connect(ctx, testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queued_`+ns+`.jobs WHERE id = $1 FOR UPDATE`, slow); err != nil {
+		t.Fatal(err)
+	}
+
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	defer rcancel()
+	// The second item asks for its job to be removed: not a fast one.
+	outs, errs, err := p.ackRound(rctx, []AckItem{{ID: fast}, {ID: slow, Remove: true}})
+	if err == nil || outs == nil {
+		t.Fatalf("round: outs %v, err %v; want the items' outcomes and the error", outs, err)
+	}
+	if outs[0] != Applied || errs[0] != nil {
+		t.Fatalf("fast item: %v %v", outs[0], errs[0])
+	}
+	if errs[1] != err {
+		t.Fatalf("slow item: %v, want the round's error %v", errs[1], err)
+	}
+	if n := b.stats.completed.Load(); n != 1 {
+		t.Fatalf("completed counted: %d, want 1", n)
+	}
+	tx.Rollback(ctx)
+	if st := c.ok(M{"cmd": "GetState", "id": fast}); st["state"] != "completed" {
+		t.Fatalf("fast job: %v", st)
+	}
+	if st := c.ok(M{"cmd": "GetState", "id": slow}); st["state"] != "active" {
+		t.Fatalf("slow job: %v", st)
 	}
 }
