@@ -764,17 +764,20 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 // if they have one, is the item's. A completion writes the state columns,
 // not the record (pgOverlay); as a full write would, it keeps the lease
 // token, so that a late FAIL carrying it is known, and releases the
-// unique key. It answers the rows it completed.
+// unique key. It answers the rows it completed: what their completed
+// events and the processing time need, not their records (decoding them
+// was a fifth of the server's time in a drain).
 const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = 5, done_at = $2, result = u.res,
 		lease_owner = NULL, lease_broker = NULL, lease_expires = NULL, lease_ttl = NULL, timeout_at = NULL,
 		unique_key = NULL, unique_expires = NULL
 		FROM unnest($1::text[], $3::text[], $4::bytea[]) AS u(id, tok, res)
 		WHERE j.id = u.id AND j.state = 4 AND j.plain AND NOT j.waited
 			AND (j.lease_owner IS NULL OR j.lease_token = u.tok)
-		RETURNING ` + pgJobCols
+		RETURNING j.id, j.queue, j.started_at`
 
 // ackFast completes what it can of a round's items with pgAckFastSQL, in
-// a statement of its own, and answers the jobs it completed by item. It
+// a statement of its own, and answers the jobs it completed by item (each
+// with its id, queue and start only: all a completed event tells). It
 // tries the first item of each job only, and none that asks for its job
 // to be removed: a second ACK of a job, or one after a removal, has the
 // outcome the finish rule gives it once the first has applied. The rows
@@ -809,15 +812,23 @@ func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
-		return nil, err
+	defer rows.Close()
+	fast := make(map[int]*Job, len(cand))
+	var queue string // a round's jobs mostly share their queue: one string for them
+	for rows.Next() {
+		var id string
+		var q []byte
+		var started pgtype.Int8
+		if err := rows.Scan(&id, &q, &started); err != nil {
+			return nil, err
+		}
+		if queue != string(q) {
+			queue = string(q)
+		}
+		j := &Job{ID: id, Queue: queue, StartedAt: started.Int64, state: StateCompleted, DoneAt: now}
+		fast[seen[id]] = j
 	}
-	fast := make(map[int]*Job, len(jobs))
-	for _, j := range jobs {
-		fast[seen[j.ID]] = j
-	}
-	return fast, nil
+	return fast, rows.Err()
 }
 
 // settle applies the finish rule to the items at idx, in order, and
