@@ -235,7 +235,9 @@ func TestPGAckRoundHalfWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	// Long enough for the fast statement on a busy machine; the slow
+	// transaction waits for the held row until then.
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer rcancel()
 	// The second item asks for its job to be removed: not a fast one.
 	outs, errs, err := p.ackRound(rctx, []AckItem{{ID: fast}, {ID: slow, Remove: true}})
