@@ -126,12 +126,7 @@ func moveScript(t *testing.T, a, b *tclient) []string {
 		if tk, ok := ans["token"].(string); ok {
 			tok = tk
 		}
-		delete(ans, "reqId")
-		js, err := json.Marshal(normAnswer("", ans))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%d %v: %s", i, s.req["cmd"], js))
+		out = append(out, answerLine(t, i, s.req["cmd"], ans))
 	}
 	return out
 }
@@ -164,17 +159,32 @@ func normAnswer(key string, v any) any {
 	return v
 }
 
-// TestPGMovesAnswerAsMemory: the same moves through two brokers of one
-// namespace answer as through one memory-mode server, field for field.
-func TestPGMovesAnswerAsMemory(t *testing.T) {
-	t.Parallel()
+// answerLine is step i's answer as a script records it: the command and
+// the answer normalised (normAnswer), without its reqId.
+func answerLine(t *testing.T, i int, cmd any, ans map[string]any) string {
+	t.Helper()
+	delete(ans, "reqId")
+	js, err := json.Marshal(normAnswer("", ans))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d %v: %s", i, cmd, js)
+}
+
+// answersAsMemory runs script through two connections to one memory-mode
+// server, then through one connection to each of two brokers of a fresh
+// namespace, and reports every answer that differs.
+func answersAsMemory(t *testing.T, script func(t *testing.T, a, b *tclient) []string) {
+	t.Helper()
 	mem := startBinary(t, "--memory")
-	ma, mb := dial(t, mem.addr()), dial(t, mem.addr())
-	want := moveScript(t, ma, mb)
+	want := script(t, dial(t, mem.addr()), dial(t, mem.addr()))
 
 	ns := pgTestNamespace(t)
 	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
-	got := moveScript(t, dial(t, pa.addr()), dial(t, pb.addr()))
+	got := script(t, dial(t, pa.addr()), dial(t, pb.addr()))
+	if len(got) != len(want) {
+		t.Fatalf("%d answers, want %d", len(got), len(want))
+	}
 	diffs := 0
 	for i := range want {
 		if got[i] != want[i] {
@@ -183,6 +193,13 @@ func TestPGMovesAnswerAsMemory(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers compared, %d differ", len(want), diffs)
+}
+
+// TestPGMovesAnswerAsMemory: the same moves through two brokers of one
+// namespace answer as through one memory-mode server, field for field.
+func TestPGMovesAnswerAsMemory(t *testing.T) {
+	t.Parallel()
+	answersAsMemory(t, moveScript)
 }
 
 // listenWake listens on a namespace's wake-up channel and returns a

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -95,12 +94,7 @@ func lifecycleScript(t *testing.T, a, b *tclient) []string {
 				toks[fmt.Sprint(j["id"])] = tk
 			}
 		}
-		delete(ans, "reqId")
-		js, err := json.Marshal(normAnswer("", ans))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%d %v: %s", i, s.req["cmd"], js))
+		out = append(out, answerLine(t, i, s.req["cmd"], ans))
 	}
 	return out
 }
@@ -111,23 +105,7 @@ func lifecycleScript(t *testing.T, a, b *tclient) []string {
 // for field.
 func TestPGLifecycleAnswersAsMemory(t *testing.T) {
 	t.Parallel()
-	mem := startBinary(t, "--memory")
-	want := lifecycleScript(t, dial(t, mem.addr()), dial(t, mem.addr()))
-
-	ns := pgTestNamespace(t)
-	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
-	got := lifecycleScript(t, dial(t, pa.addr()), dial(t, pb.addr()))
-	if len(got) != len(want) {
-		t.Fatalf("%d answers, want %d", len(got), len(want))
-	}
-	diffs := 0
-	for i := range want {
-		if got[i] != want[i] {
-			diffs++
-			t.Errorf("answer differs:\n memory:   %s\n postgres: %s", want[i], got[i])
-		}
-	}
-	t.Logf("%d answers compared, %d differ", len(want), diffs)
+	answersAsMemory(t, lifecycleScript)
 }
 
 // TestPGClaimAndAckLeaveTheRecord: a plain job's claim and completion

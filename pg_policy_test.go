@@ -4,8 +4,6 @@ package main
 // answers as memory mode, step by step.
 
 import (
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -94,13 +92,7 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		ans := s.c.call(s.req)
-		delete(ans, "reqId")
-		js, err := json.Marshal(normAnswer("", ans))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%d %v: %s", i, s.req["cmd"], js))
+		out = append(out, answerLine(t, i, s.req["cmd"], s.c.call(s.req)))
 	}
 	return out
 }
@@ -110,20 +102,7 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 // field for field.
 func TestPGPolicyAnswersAsMemory(t *testing.T) {
 	t.Parallel()
-	mem := startBinary(t, "--memory")
-	want := policyScript(t, dial(t, mem.addr()), dial(t, mem.addr()))
-
-	ns := pgTestNamespace(t)
-	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
-	got := policyScript(t, dial(t, pa.addr()), dial(t, pb.addr()))
-	diffs := 0
-	for i := range want {
-		if got[i] != want[i] {
-			diffs++
-			t.Errorf("answer differs:\n memory:   %s\n postgres: %s", want[i], got[i])
-		}
-	}
-	t.Logf("%d answers compared, %d differ", len(want), diffs)
+	answersAsMemory(t, policyScript)
 }
 
 // TestStatsFailedCountsJobs: Stats' failed total counts jobs that failed
