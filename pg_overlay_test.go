@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // lifecycleScript claims and completes jobs every way an ACK can go (with
@@ -117,13 +115,7 @@ func TestPGClaimAndAckLeaveTheRecord(t *testing.T) {
 	ns := pgTestNamespace(t)
 	srv := startPGBroker(t, ns)
 	c := dial(t, srv.addr())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := pgTestConn(t)
 	row := func(id string) (body []byte, state int16, started, done *int64, plain bool) {
 		t.Helper()
 		if err := conn.QueryRow(ctx, `SELECT body, state, started_at, done_at, plain FROM queued_`+ns+`.jobs WHERE id = $1`, id).
@@ -188,8 +180,7 @@ func TestPGAckRoundHalfWritten(t *testing.T) {
 		t.Fatalf("pulled %d jobs", len(got))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, conn := pgTestConn(t)
 	b := NewBroker(1, nil)
 	defer b.Close()
 	p, err := OpenPG(ctx, testPGURL(), ns, b, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -199,11 +190,6 @@ func TestPGAckRoundHalfWritten(t *testing.T) {
 	defer p.Close()
 	// Another transaction holds the slow item's row: the round's
 	// transaction waits for it until the round's deadline.
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

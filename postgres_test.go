@@ -52,6 +52,20 @@ func pgTestNamespace(t *testing.T) string {
 	return ns
 }
 
+// pgTestConn connects to the test database for a test's own queries,
+// with a context that ends with the test (within 30 s).
+func pgTestConn(t *testing.T) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, conn
+}
+
 func startPGBroker(t *testing.T, ns string) *serverProc {
 	t.Helper()
 	return startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns)
@@ -567,13 +581,7 @@ func TestPGClaimReadsTheIndex(t *testing.T) {
 			c.ok(M{"cmd": "PUSHB", "queue": queue, "jobs": jobs})
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := pgTestConn(t)
 	push("before")
 	if _, err := conn.Exec(ctx, "ANALYZE queued_"+ns+".jobs"); err != nil {
 		t.Fatal(err)
@@ -629,13 +637,7 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 	c.close()
 	b.stop(t)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := pgTestConn(t)
 	collations := func() map[string]string {
 		rows, err := conn.Query(ctx, `SELECT table_name || '.' || column_name, COALESCE(collation_name, '')
 			FROM information_schema.columns WHERE table_schema = $1 AND data_type = 'text'
