@@ -127,7 +127,7 @@ func (p *PG) setData(ctx context.Context, tx pgx.Tx, j *Job, data Raw) error {
 	if err := setJobData(j, nd); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID, encodeRec(j), pgPlainDone(j)); err != nil {
+	if err := p.saveRecord(ctx, tx, j); err != nil {
 		return pgErr(fmt.Errorf("update job %s: %w", j.ID, err))
 	}
 	return nil

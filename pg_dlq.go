@@ -310,6 +310,14 @@ func encodeRec(j *Job) []byte {
 	return e.B
 }
 
+// saveRecord writes a locked job's record alone, and plain with it (a
+// record given a parent or a repeat is no longer completed by the ACK
+// that writes its columns only): its lease and deadline stay as they are.
+func (p *PG) saveRecord(ctx context.Context, tx pgx.Tx, j *Job) error {
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID, encodeRec(j), pgPlainDone(j))
+	return err
+}
+
 // uniqueHeld says whether another live job holds j's unique key, so that
 // j cannot come back to life now.
 func (p *PG) uniqueHeld(ctx context.Context, tx pgx.Tx, j *Job) (bool, error) {

@@ -281,6 +281,7 @@ func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int
 		return nil, fmt.Errorf("claim group jobs: %w", err)
 	}
 	byGroup := make([][]*Job, len(ids))
+	var last recLast
 	for rows.Next() {
 		var r pgRow
 		var ord int
@@ -288,7 +289,7 @@ func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int
 			rows.Close()
 			return nil, err
 		}
-		j, err := r.job(&recLast{})
+		j, err := r.job(&last)
 		if err != nil {
 			rows.Close()
 			return nil, err

@@ -88,6 +88,7 @@ type pgRows struct {
 	uexps                        []*int64
 	recs                         [][]byte
 	plain                        []bool
+	arena                        pgArena
 }
 
 func (r *pgRows) add(j *Job, uexp *int64) {
@@ -98,9 +99,7 @@ func (r *pgRows) add(j *Job, uexp *int64) {
 		uk = ptr(j.cold().UniqueKey)
 	}
 	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.cold().GroupID)
-	var e Enc
-	encodeRecord(&e, j)
-	r.recs = append(r.recs, e.B)
+	r.recs = append(r.recs, r.arena.record(j))
 	r.plain = append(r.plain, pgPlainDone(j))
 }
 

@@ -690,7 +690,7 @@ func (p *PG) ackRounds() {
 // others' (errs) as well as the round's.
 func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	now := p.now()
-	var fast map[int]*Job
+	var fast []*Job // by item: the job the fast statement completed
 	err := pgRetry(func() error {
 		var err error
 		fast, err = p.ackFast(ctx, items, now)
@@ -700,12 +700,14 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 		return nil, nil, pgErr(fmt.Errorf("ack: %w", err))
 	}
 	outs, errs := make([]Outcome, len(items)), make([]error, len(items))
-	finished := make(map[string]bool, len(fast))
+	finished := map[string]bool{}
 	var rest []int
 	var ids []string
+	var done []pgDoneEv
 	for i, it := range items {
-		if fast[i] != nil {
+		if j := fast[i]; j != nil {
 			finished[it.ID] = true
+			done = append(done, pgDoneEv{i: i, j: j, at: now, data: it.Result, undef: !it.HasResult})
 		} else {
 			rest, ids = append(rest, i), append(ids, it.ID)
 		}
@@ -725,16 +727,16 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 			})
 		})
 		if err != nil {
-			if len(fast) == 0 {
+			if len(done) == 0 {
 				return nil, nil, err
 			}
 			// The fast statement committed on its own: its jobs are
 			// completed, and told of below; the others are not.
 			failed = err
 			a = &pgAcked{now: now}
-			fastIDs := make([]string, 0, len(fast))
-			for i := range fast {
-				fastIDs = append(fastIDs, items[i].ID)
+			fastIDs := make([]string, 0, len(done))
+			for _, d := range done {
+				fastIDs = append(fastIDs, d.j.ID)
 			}
 			for _, i := range rest {
 				outs[i], errs[i] = Applied, err
@@ -742,12 +744,11 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 			p.unhold(fastIDs...)
 		}
 	}
-	done := a.done
-	for i, j := range fast {
-		done = append(done, pgDoneEv{i: i, j: j, at: now, data: items[i].Result, undef: !items[i].HasResult})
+	if len(a.done) > 0 {
+		// Told of in the order the items came, as one transaction would.
+		done = append(done, a.done...)
+		slices.SortFunc(done, func(x, y pgDoneEv) int { return x.i - y.i })
 	}
-	// Told of in the order the items came, as one transaction would.
-	slices.SortFunc(done, func(x, y pgDoneEv) int { return x.i - y.i })
 	p.b.stats.completed.Add(int64(len(done)))
 	for _, d := range done {
 		if d.j.StartedAt > 0 {
@@ -785,7 +786,7 @@ const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = 5, done_at = $2, result =
 // rounds do not wait on each other: the plan (a nested loop over the
 // array) takes them in that order; should another plan not, the deadlock
 // PostgreSQL breaks is retried (pgRetry).
-func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*Job, error) {
+func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) ([]*Job, error) {
 	seen := make(map[string]int, len(items))
 	var cand []int
 	for i, it := range items {
@@ -797,8 +798,9 @@ func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*
 			cand = append(cand, i)
 		}
 	}
+	fast := make([]*Job, len(items))
 	if len(cand) == 0 {
-		return nil, nil
+		return fast, nil
 	}
 	slices.SortFunc(cand, func(x, y int) int { return strings.Compare(items[x].ID, items[y].ID) })
 	ids, toks, res := make([]string, len(cand)), make([]string, len(cand)), make([][]byte, len(cand))
@@ -813,7 +815,6 @@ func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) (map[int]*
 		return nil, err
 	}
 	defer rows.Close()
-	fast := make(map[int]*Job, len(cand))
 	var queue string // a round's jobs mostly share their queue: one string for them
 	for rows.Next() {
 		var id string

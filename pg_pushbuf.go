@@ -329,10 +329,9 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		}
 		var rows [][]any
 		var res pgInserted
+		var arena pgArena
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
-			var e Enc
-			encodeRecord(&e, j)
-			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, e.B, pgPlainDone(j)})
+			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, arena.record(j), pgPlainDone(j)})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)

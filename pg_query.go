@@ -189,10 +189,7 @@ func (p *PG) SetProgress(ctx context.Context, u progressSet) error {
 		if ev, err = u.apply(j, now); err != nil {
 			return err
 		}
-		var e Enc
-		encodeRecord(&e, j)
-		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), u.id, e.B, pgPlainDone(j))
-		return pgErr(err)
+		return pgErr(p.saveRecord(ctx, tx, j))
 	})
 	if err != nil {
 		return err

@@ -40,21 +40,21 @@ const (
 	// counts the queues only when the queue has no row, and makes none
 	// past the limit ($2; 0: none). The jobs' insert then finds no queue
 	// and inserts nothing (pgInsertBareSQL).
-	pgRegisterBareSQL = `WITH made AS (INSERT INTO {s}.queues (name) SELECT $1
-		WHERE CASE WHEN EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) THEN false
-			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
-		ON CONFLICT DO NOTHING RETURNING name)
+	pgRegisterBareSQL = pgRegisterMadeCTE + `
 		SELECT pg_notify($3, $4) FROM made`
 	// pgRegisterCopySQL is pgRegisterBareSQL answering whether the queue
 	// has its row, made now or before, for a COPY (insertCopy), which
 	// cannot look for it itself. (The row made here is not yet visible
 	// to the statement's own look at the table, hence the two counts.)
-	pgRegisterCopySQL = `WITH made AS (INSERT INTO {s}.queues (name) SELECT $1
-		WHERE CASE WHEN EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) THEN false
-			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
-		ON CONFLICT DO NOTHING RETURNING name),
+	pgRegisterCopySQL = pgRegisterMadeCTE + `,
 		noted AS (SELECT pg_notify($3, $4) FROM made)
 		SELECT (SELECT count(*) FROM noted) + (SELECT count(*) FROM {s}.queues WHERE name = $1) > 0`
+	// pgRegisterMadeCTE makes queue $1's row unless it has one or the
+	// limit ($2) is reached: the made of the two registers above.
+	pgRegisterMadeCTE = `WITH made AS (INSERT INTO {s}.queues (name) SELECT $1
+		WHERE CASE WHEN EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1) THEN false
+			ELSE $2::bigint <= 0 OR (SELECT count(*) FROM {s}.queues) < $2::bigint END
+		ON CONFLICT DO NOTHING RETURNING name)`
 )
 
 // queueCreated tells every broker, this one too, that tx made queue's row

@@ -681,17 +681,9 @@ var lifoSeq atomic.Int64
 // stays on the row after the lease ends, so that a late ACK or FAIL that
 // carries it is known for what it is.
 func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
-	return p.saveJobsWith(ctx, tx, jobs, results, nil)
-}
-
-// saveJobsWith is saveJobs with the queues' settings already read (nil:
-// read here, if an active job without a lock needs them).
-func (p *PG) saveJobsWith(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw, set map[string]*pgSettings) error {
-	if set == nil {
-		var err error
-		if set, err = p.unlockedSettings(ctx, tx, jobs); err != nil {
-			return err
-		}
+	set, err := p.unlockedSettings(ctx, tx, jobs)
+	if err != nil {
+		return err
 	}
 	now := p.now()
 	rows := newPGSavedRows(len(jobs))

@@ -485,8 +485,8 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	// Nothing runs beside a recovery, and what it allocates is nearly all
 	// kept: a collector running meanwhile would mark the growing heap
 	// again and again, most of the time a restart took (5 of 10 s for a
-	// million jobs). So it is held off until the end (GOMEMLIMIT, when
-	// set, still holds), and what the recovery threw away is then given
+	// million jobs). So it is held off until the end, within a memory
+	// limit (holdGC), and what the recovery threw away is then given
 	// back to the system in the background, while the server starts.
 	holdGC()
 	defer releaseGC()
