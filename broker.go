@@ -35,6 +35,12 @@ type Broker struct {
 
 	workers *Workers
 	store   Store
+	// mem is the memory budget for jobs (--max-memory): pushes are
+	// refused past it. nil: none.
+	mem *memLimit
+	// pullsWaiting counts the long polls waiting for a job, in either
+	// engine: a push now would wake them (bunqueue_pulls_waiting).
+	pullsWaiting atomic.Int64
 
 	// nQueues counts the queues of every shard; maxQueues bounds them
 	// (--max-queues; 0: no limit).

@@ -10,7 +10,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -212,4 +215,65 @@ func setJobData(j *Job, data Raw) error {
 	}
 	j.Data = data
 	return nil
+}
+
+// byteSize is a flag of bytes, written as a number with an optional unit:
+// 512MiB, 1GiB, 64KiB, 100MB (powers of ten), or plain bytes.
+type byteSize int64
+
+// String writes the size as it could be given: 512MiB, 1GiB, or bytes.
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.m == 0 {
+			return strconv.FormatInt(n/u.m, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+func (b *byteSize) Get() any { return *b }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// parseByteSize reads a byteSize.
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if len(t) > len(u.suffix) && strings.EqualFold(t[len(t)-len(u.suffix):], u.suffix) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size: a whole number of bytes, or one with a unit (KiB, MiB, GiB, KB, MB, GB)", s)
+	}
+	return n * mult, nil
+}
+
+// envSize reads a size from the first of keys that is set; def when none
+// is or it is not a size (checkFlagEnv refuses the latter at start).
+func envSize(keys []string, def int64) byteSize {
+	if v := envOr(keys, ""); v != "" {
+		if n, err := parseByteSize(v); err == nil {
+			return byteSize(n)
+		}
+	}
+	return byteSize(def)
 }

@@ -220,3 +220,26 @@ func TestGetJobsSmallPageOfLargeQueue(t *testing.T) {
 		t.Logf("a page of 10 from 100,000 jobs allocated %d bytes", a)
 	}
 }
+
+// Sizes are read as people write them, and what is not a size is refused.
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "512": 512, "512MiB": 512 << 20, "512mib": 512 << 20, "1GiB": 1 << 30, "64KiB": 64 << 10,
+		"100MB": 100e6, "2GB": 2e9, "16M": 16 << 20, " 3 GiB ": 3 << 30, "7B": 7,
+	} {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5GiB", "12XB", "9999999999999GiB"} {
+		if _, err := parseByteSize(in); err == nil {
+			t.Errorf("parseByteSize(%q) took it", in)
+		}
+	}
+	for _, n := range []int64{0, 512, 64 << 10, 512 << 20, 3 << 30, 1234567} {
+		b := byteSize(n)
+		if got, err := parseByteSize(b.String()); err != nil || got != n {
+			t.Errorf("%d written %q reads back as %d, %v", n, b.String(), got, err)
+		}
+	}
+}

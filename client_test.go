@@ -59,6 +59,7 @@ func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
 	// A long poll does not hold up what is sent after it on the same
 	// connection: the server answers out of order, the client sorts it.
 	pulled := make(chan error, 1)
+	pulls := parkedIn(parkedPull)
 	go func() {
 		// Its timeout far above the Ping's bound: a Ping held behind it
 		// would take that long, whatever the machine is doing.
@@ -68,7 +69,8 @@ func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
 		}
 		pulled <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The poll is in and waiting before the Ping is sent behind it.
+	awaitParked(t, parkedPull, pulls+1)
 	start := time.Now()
 	if _, err := c.Call(ctx, map[string]any{"cmd": "Ping"}); err != nil {
 		t.Fatal(err)
@@ -111,14 +113,18 @@ func TestClientServerErrorsAndTimeouts(t *testing.T) {
 
 	// A call that gives up returns at its deadline; the late answer is
 	// dropped and the connection goes on.
+	pulls := parkedIn(parkedPull)
 	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
 	start := time.Now()
-	_, err = c.Call(short, map[string]any{"cmd": "PULL", "queue": "nothing", "timeout": 400})
+	_, err = c.Call(short, map[string]any{"cmd": "PULL", "queue": "nothing", "timeout": 2000})
 	cancelShort()
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
 		t.Fatalf("call past its deadline: %v after %v", err, time.Since(start))
 	}
-	time.Sleep(500 * time.Millisecond) // the PULL's answer arrives now, for nobody
+	// The server holds the poll past the call's deadline, then answers
+	// it, for nobody.
+	awaitParked(t, parkedPull, pulls+1)
+	awaitUnparked(t, parkedPull, pulls)
 	if _, err := c.Call(ctx, map[string]any{"cmd": "Ping"}); err != nil {
 		t.Fatalf("after a timed-out call: %v", err)
 	}
@@ -136,11 +142,14 @@ func TestClientConnectionLossEndsCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	waiting := make(chan error, 1)
+	pulls := parkedIn(parkedPull)
 	go func() {
 		_, err := c.Call(ctx, map[string]any{"cmd": "PULL", "queue": "q", "timeout": 30000})
 		waiting <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The call is waiting on the server, not still being sent, when it
+	// goes away.
+	awaitParked(t, parkedPull, pulls+1)
 	if !ts.stop(15 * time.Second) {
 		t.Fatal("server did not stop")
 	}

@@ -52,44 +52,48 @@ func tokenMoveCmd(r *Req, kind MoveKind) error {
 func cmdMoveToDelayed(r *Req) error { return delayCmd(r, MoveToDelayed) }
 func cmdChangeDelay(r *Req) error   { return delayCmd(r, MoveChangeDelay) }
 
+// delayCmd reads MoveToDelayed's and ChangeDelay's delay within PUSH's
+// range, so that the job's new run time is one PUSH could have given it
+// (and now plus the delay cannot wrap around to the past).
 func delayCmd(r *Req, kind MoveKind) error {
-	d, _, err := r.m.Num("delay")
+	d, _, err := numField(r.m, "delay", "delay", delayRule)
 	if err != nil {
 		return err
-	}
-	if math.IsNaN(d) || math.IsInf(d, 0) {
-		return errors.New("delay must be a finite number")
 	}
 	tok, err := tokenArg(r.m)
 	if err != nil {
 		return err
 	}
-	return moveCmd(r, JobMove{Kind: kind, Token: tok, Delay: int64(max(d, 0))})
+	return moveCmd(r, JobMove{Kind: kind, Token: tok, Delay: int64(d)})
 }
 
 // priorityArgs are ChangePriority's fields.
 type priorityArgs struct {
-	prio          int64
+	prio          float64 // a finite integer; its range is check's
 	lifo, hasLifo bool
 }
 
-// apply sets a queued job's priority (and LIFO flag when given).
+// check refuses a priority PUSH would refuse for this job. The range
+// depends on the job (a group's job takes the group's, 0..2097151), so it
+// is checked on the job the engine found, in JobMove.plan, which both
+// engines run: the handler can only see that it is a finite integer.
+func (a priorityArgs) check(j *Job) error { return checkPriority(a.prio, j.cold().GroupID != "") }
+
+// apply sets a queued job's priority (and LIFO flag when given), once
+// check has taken it.
 func (a priorityArgs) apply(j *Job) {
-	j.Priority = a.prio
+	j.Priority = int64(a.prio)
 	if a.hasLifo {
 		j.warm().Lifo = a.lifo
 	}
 }
 
 func cmdChangePriority(r *Req) error {
-	prio, hasPrio, err := r.m.Num("priority")
+	prio, _, err := numField(r.m, "priority", "priority", anyNumber(true))
 	if err != nil {
 		return err
 	}
-	if hasPrio && (math.IsNaN(prio) || math.IsInf(prio, 0)) {
-		return errors.New("priority must be a finite number")
-	}
-	a := priorityArgs{prio: int64(prio)}
+	a := priorityArgs{prio: prio}
 	if a.lifo, a.hasLifo, err = r.m.Bool("lifo"); err != nil {
 		return err
 	}
@@ -151,7 +155,9 @@ func readClean(r *Req) (cleanArgs, error) {
 	if a.queue, err = queueArg(r.m); err != nil {
 		return a, err
 	}
-	if a.grace, a.hasGrace, err = r.m.Num("grace"); err != nil {
+	// The grace is an age: a time as PUSH bounds one, so that now minus
+	// the grace cannot wrap around.
+	if a.grace, a.hasGrace, err = numField(r.m, "grace", "grace", delayRule); err != nil {
 		return a, err
 	}
 	if l, ok, err := r.m.Num("limit"); err != nil {
@@ -173,7 +179,7 @@ func readClean(r *Req) (cleanArgs, error) {
 }
 
 // none says Clean removes nothing whatever the queue holds.
-func (a cleanArgs) none() bool { return !a.hasGrace || math.IsNaN(a.grace) || a.limit == 0 }
+func (a cleanArgs) none() bool { return !a.hasGrace || a.limit == 0 }
 
 func (a cleanArgs) cutoff(now int64) int64 { return now - int64(a.grace) }
 

@@ -114,7 +114,16 @@ func readCron(m Map) (CronSchedule, error) {
 			return s, err
 		}
 	}
-	return s, checkCron(&s)
+	if err := checkCron(&s); err != nil {
+		return s, err
+	}
+	// A schedule whose job PUSH would refuse (a delay past a year in its
+	// jobOptions, say) would fail at every run: it is refused now, with
+	// PUSH's answer.
+	if _, err := cronJob(&s, 0); err != nil {
+		return s, errors.New("Cron job: " + err.Error())
+	}
+	return s, nil
 }
 
 // readCronJob reads the job's name and data.
@@ -152,6 +161,10 @@ func readCronTiming(m Map, s *CronSchedule) error {
 		if f != math.Trunc(f) || f < 1 || f > 9007199254740991 {
 			return errors.New("Cron repeatEvery must be a positive safe integer number of milliseconds")
 		}
+		// An interval is a time, within PUSH's range for one.
+		if err := delayRule.check("repeatEvery", f); err != nil {
+			return err
+		}
 		s.RepeatEvery = int64(f)
 	}
 	if s.Schedule == "" && s.RepeatEvery == 0 {
@@ -160,7 +173,8 @@ func readCronTiming(m Map, s *CronSchedule) error {
 	if s.Timezone, _, err = m.Str("timezone"); err != nil {
 		return err
 	}
-	if p, ok, err := finiteArg(m, "priority"); err != nil {
+	// The jobs' priority, in PUSH's range: they are pushed with it.
+	if p, ok, err := numField(m, "priority", "priority", priorityRule); err != nil {
 		return err
 	} else if ok {
 		s.Priority = int64(p)

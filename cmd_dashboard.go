@@ -7,6 +7,7 @@ package main
 // connections are this broker's, in both modes.
 
 import (
+	"context"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -62,7 +63,11 @@ func cmdDashboardQueue(r *Req) error {
 	if err != nil {
 		return err
 	}
-	d, err := r.eng.DashboardQueue(r.ctx(), a)
+	d, err := fetch(r, func(ctx context.Context) (dashQueue, error) {
+		d, err := r.eng.DashboardQueue(ctx, a)
+		d.dlq = fitPreview(d)
+		return d, err
+	}, dashQueueBytes)
 	if err != nil {
 		return err
 	}

@@ -4,14 +4,20 @@ package main
 // policy and figures. The work is the engine's (PolicyEngine: dlq.go,
 // pg_dlq.go).
 
-import "math"
+import (
+	"context"
+	"math"
+)
 
 func cmdDlq(r *Req) error {
 	name, sel, err := readDlqSelect(r.m, false)
 	if err != nil {
 		return err
 	}
-	jobs, err := r.eng.DLQ(r.ctx(), name, sel)
+	jobs, err := fetch(r, func(ctx context.Context) ([]*Job, error) {
+		jobs, err := r.eng.DLQ(ctx, name, sel)
+		return fitDLQ(jobs), err
+	}, dlqBytes)
 	if err != nil {
 		return err
 	}
@@ -181,10 +187,17 @@ func readDlqPatch(m Map) (p dlqPatch, ok bool, err error) {
 	if err != nil || !ok {
 		return p, false, err
 	}
-	floorArg := func(key string) *int64 {
+	// Unreadable values are left out, as the reference ignores them; the
+	// two times are bounded as PUSH bounds a delay (a huge maxAge turned
+	// into 0 and expired every entry at once).
+	var refusal error
+	floorArg := func(key string, times bool) *int64 {
 		f, ok, err := finiteArg(cfg, key)
 		if err != nil || !ok {
 			return nil
+		}
+		if times && refusal == nil {
+			refusal = delayRule.check("config."+key, f)
 		}
 		v := int64(math.Floor(f))
 		return &v
@@ -192,14 +205,17 @@ func readDlqPatch(m Map) (p dlqPatch, ok bool, err error) {
 	if v, ok, err := cfg.Bool("autoRetry"); err == nil && ok {
 		p.autoRetry = &v
 	}
-	p.interval = floorArg("autoRetryInterval")
-	p.maxRetries = floorArg("maxAutoRetries")
+	p.interval = floorArg("autoRetryInterval", true)
+	p.maxRetries = floorArg("maxAutoRetries", false)
 	if raw := cfg.Get("maxAge"); raw != nil && raw[0] == 0xc0 {
 		p.noMaxAge = true
 	} else {
-		p.maxAge = floorArg("maxAge")
+		p.maxAge = floorArg("maxAge", true)
 	}
-	p.maxEntries = floorArg("maxEntries")
+	p.maxEntries = floorArg("maxEntries", false)
+	if refusal != nil {
+		return p, false, refusal
+	}
 	return p, true, nil
 }
 

@@ -5,6 +5,7 @@ package main
 // engine's (FlowEngine: flows.go, pg_flows.go).
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -13,6 +14,9 @@ import (
 func cmdPushFlow(r *Req) error {
 	jobs, err := flowJobs(r.m, r.eng.Now())
 	if err != nil {
+		return err
+	}
+	if err := r.b.mem.admit(flowMemBytes(jobs)); err != nil {
 		return err
 	}
 	admitted, err := r.eng.PushFlow(r.ctx(), jobs)
@@ -35,7 +39,7 @@ func cmdGetChildrenValues(r *Req) error {
 	if err != nil {
 		return err
 	}
-	vals, err := r.eng.ChildrenValues(r.ctx(), id)
+	vals, err := fetch(r, func(ctx context.Context) ([]childKV, error) { return r.eng.ChildrenValues(ctx, id) }, kvsBytes)
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func cmdGetFailedChildrenValues(r *Req) error {
 	if err != nil {
 		return err
 	}
-	vals, err := r.eng.FailedChildren(r.ctx(), id)
+	vals, err := fetch(r, func(ctx context.Context) ([]childKV, error) { return r.eng.FailedChildren(ctx, id) }, kvsBytes)
 	if err != nil {
 		return err
 	}
@@ -64,7 +68,7 @@ func cmdGetIgnoredChildrenFailures(r *Req) error {
 	if err != nil {
 		return err
 	}
-	vals, err := r.eng.IgnoredChildren(r.ctx(), id)
+	vals, err := fetch(r, func(ctx context.Context) ([]childKV, error) { return r.eng.IgnoredChildren(ctx, id) }, kvsBytes)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func readGroupRateLimit(r *Req) (groupArgs, groupLimit, error) {
 	if err != nil {
 		return groupArgs{}, groupLimit{}, err
 	}
-	d, err := positiveSafeInt(r.m, "duration")
+	d, err := groupDuration(r.m)
 	if err != nil {
 		return groupArgs{}, groupLimit{}, err
 	}
@@ -58,10 +58,26 @@ func readGroupRateLimit(r *Req) (groupArgs, groupLimit, error) {
 	return a, groupLimit{max: mx, duration: d}, err
 }
 
+// groupDuration reads a group's duration: a positive safe integer, as the
+// reference checks it, and a time within PUSH's range for one (issue 25:
+// every time a command takes has PUSH's bounds).
+func groupDuration(m Map) (int64, error) {
+	d, err := positiveSafeInt(m, "duration")
+	if err != nil {
+		return 0, err
+	}
+	return d, delayRule.check("duration", float64(d))
+}
+
 // readGroupNumber reads a group command with one positive safe integer
-// (SetGroupConcurrency's concurrency, RateLimitGroup's duration).
+// (SetGroupConcurrency's concurrency, RateLimitGroup's duration, which is
+// a time as well).
 func readGroupNumber(r *Req, key string) (groupArgs, int64, error) {
-	v, err := positiveSafeInt(r.m, key)
+	read := func(m Map) (int64, error) { return positiveSafeInt(m, key) }
+	if key == "duration" {
+		read = groupDuration
+	}
+	v, err := read(r.m)
 	if err != nil {
 		return groupArgs{}, 0, err
 	}

@@ -18,6 +18,9 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if err := r.b.mem.admit(jobMemBytes([]*Job{j})); err != nil {
+		return err
+	}
 	return r.pushed(queue, r.eng.Push(r.ctx(), queue, []*Job{j}, false), false)
 }
 
@@ -32,6 +35,9 @@ func cmdPushBatch(r *Req) error {
 	}
 	jobs, err := parseJobBatch(items, queue, r.eng.Now())
 	if err != nil {
+		return err
+	}
+	if err := r.b.mem.admit(jobMemBytes(jobs)); err != nil {
 		return err
 	}
 	return r.pushed(queue, r.eng.Push(r.ctx(), queue, jobs, true), true)
@@ -104,7 +110,7 @@ func readPull(r *Req) (pullArgs, error) {
 	if a.opts.Owner, _, err = r.m.Str("owner"); err != nil {
 		return a, err
 	}
-	ttl, _, err := r.m.Num("lockTtl")
+	ttl, _, err := numField(r.m, "lockTtl", "lockTtl", leaseRule)
 	if err != nil {
 		return a, err
 	}
@@ -157,6 +163,11 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 			answered, delivered = true, len(jobs) > 0
 			rr.writeJobs(jobs, tokens, withToken, batch)
 		}
+	}
+	// Jobs are claimed where their answer is built: with the answer
+	// budget spent, the pull waits for room before it claims any.
+	if err := r.pullRoom(); err != nil {
+		return err
 	}
 	wait, err := r.eng.Pull(r.ctx(), a.queue, n, a.opts, a.timeout, answer(r))
 	if wait == nil {
@@ -423,7 +434,7 @@ func readRenewal(r *Req) (renewals, error) {
 	if err != nil {
 		return renewals{}, err
 	}
-	d, _, err := r.m.Num("duration")
+	d, _, err := numField(r.m, "duration", "duration", leaseRule)
 	if err != nil {
 		return renewals{}, err
 	}
@@ -455,7 +466,13 @@ func readRenewals(r *Req, withDurations bool) (renewals, error) {
 			return renewals{}, err
 		}
 		for i := range min(len(ids), len(durs)) {
-			d, _ := durs[i].Float()
+			d, err := durs[i].Float()
+			if err != nil {
+				continue // absent, as the reference reads it
+			}
+			if err := leaseRule.check("durations["+strconv.Itoa(i)+"]", d); err != nil {
+				return renewals{}, err
+			}
 			rn.durations[i] = int64(d)
 		}
 	}

@@ -23,17 +23,19 @@ func cmdRateLimit(r *Req) error {
 	return r.okID()
 }
 
-// readRateLimit reads RateLimit's limit, duration and ttl.
+// readRateLimit reads RateLimit's limit, duration and ttl. The duration
+// and ttl are times, in PUSH's range for one: the ttl is added to now,
+// and a sum past int64's end would wrap around to a limit already gone.
 func readRateLimit(m Map) (RateLimit, error) {
 	limit, ok, err := finiteArg(m, "limit")
 	if err != nil || !ok {
 		return RateLimit{}, errors.New("limit must be a finite number")
 	}
-	dur, _, err := finiteArg(m, "duration")
+	dur, _, err := numField(m, "duration", "duration", delayRule)
 	if err != nil {
 		return RateLimit{}, err
 	}
-	ttl, _, err := finiteArg(m, "ttl")
+	ttl, _, err := numField(m, "ttl", "ttl", delayRule)
 	if err != nil {
 		return RateLimit{}, err
 	}
@@ -155,7 +157,9 @@ func cmdSetStallConfig(r *Req) error {
 
 // readStallPatch reads SetStallConfig's config (ok: there is one).
 // Settings that are not finite numbers are ignored, as the reference
-// ignores them.
+// ignores them. The interval and grace period are times, added to a job's
+// last heartbeat or start: one out of PUSH's range for a time is refused,
+// naming it, rather than left to wrap around to a deadline in the past.
 func readStallPatch(m Map) (p stallPatch, ok bool, err error) {
 	cfg, ok, err := m.Map("config")
 	if err != nil || !ok {
@@ -165,10 +169,16 @@ func readStallPatch(m Map) (p stallPatch, ok bool, err error) {
 		return p, false, &FieldError{Field: "config.enabled", Msg: "must be a boolean"}
 	}
 	for _, f := range []struct {
-		key string
-		dst **float64
-	}{{"stallInterval", &p.interval}, {"gracePeriod", &p.grace}, {"maxStalls", &p.maxStall}} {
+		key    string
+		dst    **float64
+		isTime bool
+	}{{"stallInterval", &p.interval, true}, {"gracePeriod", &p.grace, true}, {"maxStalls", &p.maxStall, false}} {
 		if v, ok, err := finiteArg(cfg, f.key); err == nil && ok {
+			if f.isTime {
+				if err := delayRule.check("config."+f.key, v); err != nil {
+					return p, false, err
+				}
+			}
 			*f.dst = &v
 		}
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -20,16 +21,20 @@ func jobIDOf(r *Req, key string) (string, error) {
 
 // readJobAt reads the job named under key, as the engine has it (a view
 // without a job when there is none).
-func readJobAt(r *Req, key string) (JobView, error) {
+func readJobAt(r *Req, key string) (JobView, error) { return readJobIn(r.ctx(), r, key) }
+
+// readJobIn is readJobAt under ctx (fetch's, which lets the engine reserve
+// the answer's room before it brings a big job into memory).
+func readJobIn(ctx context.Context, r *Req, key string) (JobView, error) {
 	id, err := jobIDOf(r, key)
 	if err != nil {
 		return JobView{}, err
 	}
-	return r.eng.ReadJob(r.ctx(), id)
+	return r.eng.ReadJob(ctx, id)
 }
 
 func cmdGetJob(r *Req) error {
-	v, err := readJobAt(r, "id")
+	v, err := fetch(r, func(ctx context.Context) (JobView, error) { return readJobIn(ctx, r, "id") }, viewBytes)
 	if err != nil {
 		return err
 	}
@@ -43,7 +48,7 @@ func cmdGetJob(r *Req) error {
 // GetJobByCustomId finds live jobs only: the reference forgets the mapping
 // when a job completes or fails for good.
 func cmdGetJobByCustomID(r *Req) error {
-	v, err := readJobAt(r, "customId")
+	v, err := fetch(r, func(ctx context.Context) (JobView, error) { return readJobIn(ctx, r, "customId") }, viewBytes)
 	if err != nil {
 		return err
 	}
@@ -70,7 +75,7 @@ func cmdGetState(r *Req) error {
 }
 
 func cmdGetResult(r *Req) error {
-	v, err := readJobAt(r, "id")
+	v, err := fetch(r, func(ctx context.Context) (JobView, error) { return readJobIn(ctx, r, "id") }, func(v JobView) int64 { return int64(len(v.Result)) + 256 })
 	if err != nil {
 		return err
 	}
@@ -185,7 +190,14 @@ func cmdGetJobs(r *Req) error {
 	if err != nil {
 		return err
 	}
-	list, err := r.eng.Jobs(r.ctx(), queue, a)
+	// A page of big jobs is cut to what one answer carries: the client
+	// pages on with a larger offset.
+	a.maxBytes = answerCap
+	list, err := fetch(r, func(ctx context.Context) ([]JobView, error) {
+		list, err := r.eng.Jobs(ctx, queue, a)
+		list, _ = fitViews(list)
+		return list, err
+	}, viewsBytes)
 	if err != nil {
 		return err
 	}
@@ -353,7 +365,7 @@ func cmdGetLogs(r *Req) error {
 	if err != nil {
 		return err
 	}
-	logs, err := r.eng.Logs(r.ctx(), id)
+	logs, err := fetch(r, func(ctx context.Context) ([]LogEntry, error) { return r.eng.Logs(ctx, id) }, logAnswerBytes)
 	if err != nil {
 		return err
 	}
@@ -465,6 +477,9 @@ func cmdWaitJob(r *Req) error {
 // with completed:false and the failure, where the reference would wait out
 // the whole timeout: the official client reads only `completed`.
 func writeWait(r *Req, o waitOutcome) error {
+	if err := r.room(int64(len(o.result))); err != nil {
+		return err
+	}
 	r.field("completed").Bool(o.completed)
 	if o.completed {
 		if o.hasResult {

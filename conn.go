@@ -72,6 +72,18 @@ type conn struct {
 
 	fields []Field
 
+	// Answers held for this connection (answers.go): pending counts the
+	// bytes built or reserved and not yet written; rbReserved the
+	// reservations of the answers waiting in rb (the reader's own).
+	pending    atomic.Int64
+	rbReserved int64
+	dropped    atomic.Bool // closed for not reading its answers
+	// backlog and onSlow, when set, replace the TCP share check and the
+	// close for a transport that queues answers itself (a WebSocket):
+	// backlog says whether n more bytes pass the client's share.
+	backlog func(n int64) bool
+	onSlow  func()
+
 	// out, when set, replaces the socket: the connection is a WebSocket's
 	// or an HTTP request's, and asynchronous answers go to out as frames.
 	out func(frame []byte)
@@ -167,7 +179,10 @@ func (c *conn) serve() {
 		}
 		// Before Auth every answer goes at once: nothing piles up for a
 		// client that sends and does not read.
-		if !c.frameWaiting() || len(c.rb.B) >= flushAt || c.preAuth() {
+		// A big answer (one with a reservation) goes at once, and every
+		// answer does while the server's answer budget is spent: answers
+		// gathered for one write are memory held.
+		if !c.frameWaiting() || len(c.rb.B) >= flushAt || c.preAuth() || c.rbReserved > 0 || c.srv.answers.pressed() {
 			if !c.flush() {
 				return
 			}
@@ -368,6 +383,8 @@ func (c *conn) readFailed(err error) {
 // farewell writes the last answers with a short deadline: a client being
 // closed does not hold the connection's goroutine for writeTimeout.
 func (c *conn) farewell() {
+	c.unreserve(c.rbReserved)
+	c.rbReserved = 0
 	if len(c.rb.B) == 0 {
 		return
 	}
@@ -417,9 +434,16 @@ func (c *conn) writeWithin(b []byte, d time.Duration) error {
 // flush writes the reader's pending answers. It reports false when the
 // socket is gone.
 func (c *conn) flush() bool {
+	c.unreserve(c.rbReserved)
+	c.rbReserved = 0
 	if len(c.rb.B) == 0 {
 		return true
 	}
+	n := int64(len(c.rb.B))
+	if !c.sending(n) {
+		return false
+	}
+	defer c.freeOut(n)
 	within := writeTimeout
 	if c.preAuth() {
 		// A connection that has not authenticated gets no more time to
@@ -435,13 +459,32 @@ func (c *conn) flush() bool {
 	return err == nil
 }
 
-// writeFrame sends one complete frame from another goroutine.
+// writeFrame sends one complete frame from another goroutine. On a
+// socket, the frame counts among the connection's unread answers until it
+// is written.
 func (c *conn) writeFrame(b []byte) {
 	if c.out != nil {
 		c.out(b)
 		return
 	}
+	n := int64(len(b))
+	if !c.sending(n) {
+		return
+	}
 	c.write(b)
+	c.freeOut(n)
+}
+
+// sending counts n bytes about to be written to c's socket among its
+// unread answers, unless they pass its share: then the connection is
+// closed (the client does not read) and sending reports false.
+func (c *conn) sending(n int64) bool {
+	if c.overShare(n) {
+		c.notReading(c.pending.Load() + n)
+		return false
+	}
+	c.holdOut(n)
+	return true
 }
 
 // newVirtualConn is a connection without a socket of its own, for the
@@ -500,6 +543,8 @@ func (c *conn) finish() {
 		close(c.ekick)
 		c.ekick = nil
 	}
+	c.srv.answers.free(int64(len(c.ebuf)))
+	c.ebuf = nil
 	c.emu.Unlock()
 	c.wmu.Lock()
 	c.nc.Close()
@@ -508,6 +553,8 @@ func (c *conn) finish() {
 	delete(c.srv.conns, c)
 	c.srv.mu.Unlock()
 	c.srv.nconns.Add(-1)
+	c.unreserve(c.rbReserved)
+	c.rbReserved = 0
 	c.inPlace = 0
 	c.idle()
 	if c.greeted {
@@ -582,7 +629,10 @@ func (c *conn) pushEvent(frame []byte) {
 		c.emu.Unlock()
 		return
 	}
-	if len(c.ebuf)+len(frame) > maxEventBacklog {
+	// A subscriber with events still unsent loses this one when its
+	// backlog is full, or when the server's answer budget is spent (an
+	// empty backlog takes one, so one that reads misses nothing).
+	if len(c.ebuf)+len(frame) > maxEventBacklog || (len(c.ebuf) > 0 && c.srv.answers.pressed()) {
 		c.edrops++
 		if c.edrops == 1 {
 			c.srv.log.Warn("event subscriber is not reading; dropping its events",
@@ -592,6 +642,7 @@ func (c *conn) pushEvent(frame []byte) {
 		return
 	}
 	c.ebuf = append(c.ebuf, frame...)
+	c.srv.answers.hold(int64(len(frame)))
 	select {
 	case c.ekick <- struct{}{}:
 	default:
@@ -616,7 +667,9 @@ func (c *conn) eventWriter(kick chan struct{}) {
 		c.edrops = 0
 		c.emu.Unlock()
 		if len(out) > 0 {
-			if err := c.write(out); err != nil {
+			err := c.write(out)
+			c.srv.answers.free(int64(len(out)))
+			if err != nil {
 				return
 			}
 		}

@@ -110,6 +110,12 @@ func (m JobMove) plan(j *Job, now int64) (moveStep, error) {
 		}
 		return stepKeep, errors.New("Cannot move job from state '" + st.String() + "' to waiting")
 	case MoveChangePriority:
+		// The new priority is one PUSH would take for this job: the
+		// range depends on whether it has a group, which only the job
+		// tells.
+		if err := m.Prio.check(j); err != nil {
+			return stepKeep, err
+		}
 		if queued {
 			return stepQueue, nil
 		}

@@ -600,6 +600,11 @@ func (b *Broker) cronFire(s *CronSchedule, at time.Time) {
 		b.announce(noticeCronRun("cron:missed", s).str("error", err.Error()))
 		return
 	}
+	if err := b.mem.admit(jobMemBytes([]*Job{j})); err != nil {
+		b.log.Warn("cron run refused", "name", s.Name, "err", err)
+		b.announce(cronOutcome(s, err))
+		return
+	}
 	res := b.pushJobs(s.Queue, []*Job{j}, nil)
 	b.announce(cronOutcome(s, res[len(res)-1].Err))
 }
@@ -814,17 +819,30 @@ func readRepeat(raw Raw) (*repeatSpec, error) {
 		if !(every > 0) || math.IsInf(every, 0) {
 			return nil, errors.New("repeat.every must be a positive finite number")
 		}
+		// The interval is a time, in PUSH's range for one.
+		if err := delayRule.check("repeat.every", every); err != nil {
+			return nil, err
+		}
 		rs.every = int64(every)
 	} else if _, err := ParseCron(rs.pattern); err != nil {
 		return nil, errors.New("Invalid repeat pattern: " + err.Error())
 	}
+	// The dates are dates PUSH takes for a timestamp, the offset a time
+	// either way: the next run is a sum of them, which must not wrap
+	// around past int64's end.
+	dates := numRule{min: 0, max: maxTimestamp}
 	for _, f := range []struct {
-		key string
-		dst *int64
-	}{{"startDate", &rs.startDate}, {"endDate", &rs.endDate}, {"prevMillis", &rs.prevMillis}, {"offset", &rs.offset}} {
+		key  string
+		dst  *int64
+		rule numRule
+	}{{"startDate", &rs.startDate, dates}, {"endDate", &rs.endDate, dates}, {"prevMillis", &rs.prevMillis, dates},
+		{"offset", &rs.offset, numRule{min: -maxDelayMs, max: maxDelayMs}}} {
 		if v, ok, err := m.Num(f.key); err != nil || (ok && (math.IsNaN(v) || math.IsInf(v, 0))) {
 			return nil, errors.New("repeat." + f.key + " must be a finite timestamp")
 		} else if ok {
+			if err := f.rule.check("repeat."+f.key, v); err != nil {
+				return nil, err
+			}
 			*f.dst = int64(v)
 		}
 	}
@@ -871,8 +889,12 @@ func (rs *repeatSpec) next(now int64) (int64, bool) {
 		default:
 			next = now + rs.every + rs.offset
 		}
-		for next <= now || next < rs.startDate {
-			next += rs.every
+		// The first run after now, and not before startDate, in whole
+		// intervals: computed, not stepped to, since stepping took one
+		// step per interval to catch up (billions for an interval of 1 ms
+		// and an offset a year back, under the shard's lock).
+		if earliest := max(now+1, rs.startDate); next < earliest {
+			next += (earliest - next + rs.every - 1) / rs.every * rs.every
 		}
 	} else {
 		expr, err := ParseCron(rs.pattern)

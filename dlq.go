@@ -68,10 +68,10 @@ func dlqEntry(prev *DLQEntry, kept bool, cfg DLQConfig, reason, err string, hasE
 	if !kept {
 		e = &DLQEntry{EnteredAt: now}
 		if cfg.MaxAge != none {
-			e.ExpiresAt = now + cfg.MaxAge
+			e.ExpiresAt = later(now, cfg.MaxAge)
 		}
 		if cfg.AutoRetry {
-			e.NextRetryAt = now + cfg.AutoRetryInterval
+			e.NextRetryAt = later(now, cfg.AutoRetryInterval)
 		}
 	}
 	e.kept = false
@@ -156,7 +156,15 @@ func dlqStep(e *DLQEntry, c DLQConfig, now int64) dlqAction {
 		e.LastRetryAt = now
 		e.NextRetryAt = 0
 		if e.RetryCount < c.MaxAutoRetries {
-			e.NextRetryAt = now + c.AutoRetryInterval*(int64(1)<<min(e.RetryCount-1, 40))
+			// The interval doubles with each retry, up to 2^40 times: a
+			// product past int64's end (a day's interval doubled 37
+			// times) wrapped around to a retry due at once.
+			shift := min(e.RetryCount-1, 40)
+			wait := int64(maxTimestamp)
+			if c.AutoRetryInterval <= maxTimestamp>>shift {
+				wait = c.AutoRetryInterval << shift
+			}
+			e.NextRetryAt = later(now, wait)
 		}
 		return dlqRetry
 	}

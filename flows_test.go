@@ -103,9 +103,13 @@ func TestCrashFlowsAndGroups(t *testing.T) {
 	}
 	c.ok(map[string]any{"cmd": "PauseGroup", "queue": "gq", "groupId": "B"})
 	c.ok(map[string]any{"cmd": "SetGroupConcurrency", "queue": "gq", "groupId": "A", "concurrency": 1})
-	// Let the flow goroutine record c1's value and the writer commit.
+	// The flow goroutine has recorded the value (GetChildrenValues waits
+	// for it), and a durable push is answered once a write that takes
+	// every change recorded before it is committed.
+	if v := sub(t, sub(t, c.ok(map[string]any{"cmd": "GetChildrenValues", "id": "root"}), "data"), "values"); v["fb:"+first] != "r-"+first {
+		t.Fatalf("children values before the kill: %v", v)
+	}
 	c.ok(map[string]any{"cmd": "PUSH", "queue": "sync", "data": 1, "durable": true})
-	time.Sleep(killMargin)
 	srv.kill9(t)
 
 	srv2 := startBinary(t, "--data-path", path)

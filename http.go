@@ -83,6 +83,7 @@ type route struct {
 	method  string
 	pattern []string
 	open    bool // answered without a token: probes and the dashboard's files
+	stream  bool // routeStream
 	// effects: the route changes something (every method but GET, and the
 	// GETs marked routeEffects), so a page of another origin may not call
 	// it (originAllowed), whatever its method.
@@ -96,6 +97,10 @@ type routeFlags uint8
 const (
 	routeOpen    routeFlags = 1 << iota // no token needed
 	routeEffects                        // a GET that changes something
+	// routeStream: the route writes for as long as it lasts, with its
+	// own deadlines (event streams, WebSockets, the backup download);
+	// the others answer within httpWriteTimeout.
+	routeStream
 )
 
 // anyMethod is the method of a route that answers every method.
@@ -116,11 +121,11 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 		// The hub checks the handshake's origin too; the route table's
 		// check comes first and is the same one.
 		a.live.checkOrigin = a.originAllowed
-		a.handle("GET", "/events", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveSSE(w, r, "") })
-		a.handle("GET", "/events/queues/:queue", 0, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveSSE(w, r, p[0]) })
+		a.handle("GET", "/events", routeStream, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveSSE(w, r, "") })
+		a.handle("GET", "/events/queues/:queue", routeStream, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveSSE(w, r, p[0]) })
 		// A WebSocket carries commands: it has effects.
-		a.handle("GET", "/ws", routeEffects, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveWS(w, r, "") })
-		a.handle("GET", "/ws/queues/:queue", routeEffects, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveWS(w, r, p[0]) })
+		a.handle("GET", "/ws", routeEffects|routeStream, func(w http.ResponseWriter, r *http.Request, _ []string) { a.live.serveWS(w, r, "") })
+		a.handle("GET", "/ws/queues/:queue", routeEffects|routeStream, func(w http.ResponseWriter, r *http.Request, p []string) { a.live.serveWS(w, r, p[0]) })
 	}
 	return a
 }
@@ -133,7 +138,7 @@ func (a *httpAPI) handle(method, pattern string, f routeFlags, h func(w http.Res
 	// the method.
 	reads := method == http.MethodGet || method == anyMethod
 	a.routes = append(a.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"),
-		open: f&routeOpen != 0, effects: !reads || f&routeEffects != 0, h: h})
+		open: f&routeOpen != 0, effects: !reads || f&routeEffects != 0, stream: f&routeStream != 0, h: h})
 }
 
 // match finds the first route for the path and method, in the order they
@@ -230,6 +235,18 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// configured origins may change state.
 		writeJSON(w, http.StatusForbidden, map[string]any{"ok": false, "error": originRefusal(r)})
 		return
+	}
+	if !rt.stream {
+		// A client that does not read its answer lets go of it after
+		// httpWriteTimeout. The deadline stays on the connection, which
+		// may carry a stream next: it is cleared after.
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Now().Add(httpWriteTimeout))
+		defer rc.SetWriteDeadline(time.Time{})
+		ra := &restAnswer{ResponseWriter: w, budget: a.srv.answers}
+		defer ra.done()
+		w = ra
+		r = r.WithContext(context.WithValue(r.Context(), restAnswerKey{}, ra))
 	}
 	rt.h(w, r, params)
 }
@@ -460,7 +477,7 @@ func (a *httpAPI) addProbeRoutes() {
 
 	// A consistent copy of the live database, streamed to the caller
 	// (backup_download.go): a copy on disk, so a route with effects.
-	a.handle("GET", "/backup", routeEffects, a.serveBackupDownload)
+	a.handle("GET", "/backup", routeEffects|routeStream, a.serveBackupDownload)
 	// An S3 backup now (see backup.go).
 	backupNow := a.bk.serveBackupNow(srv)
 	a.handle("POST", "/backup/s3", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { backupNow(w, r) })
@@ -612,13 +629,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		code, b = http.StatusInternalServerError, []byte(`{"ok":false,"error":"Internal server error"}`)
 	}
 	writeJSONBytes(w, code, b)
-}
-
-func writeJSONBytes(w http.ResponseWriter, code int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(code)
-	w.Write(append(b, '\n'))
 }
 
 func newHTTPServer(addr string, h http.Handler) *http.Server {

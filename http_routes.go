@@ -140,10 +140,17 @@ func (a *httpAPI) exec(r *http.Request, m Map) Map {
 	async := make(chan []byte, 1)
 	c := newVirtualConn(a.srv, ctx, func(f []byte) { async <- f }, true)
 	var e Enc
-	c.dispatch(m, &e)
+	reserved := c.dispatch(m, &e)
 	f := e.B
 	if len(f) == 0 {
 		f = <-async
+	}
+	// The answer's room stays reserved until it has been rendered and
+	// written (writeJSONBytes), or the request is over.
+	if ra := restAnswerOf(r); ra != nil {
+		ra.reserved += reserved
+	} else {
+		a.srv.answers.free(reserved)
 	}
 	c.finishVirtual()
 	ans, _ := ParseMap(f[4:], nil)
@@ -162,8 +169,13 @@ func writeAnswer(w http.ResponseWriter, ans Map, errCode int) {
 	code := http.StatusOK
 	if !answerOK(ans) {
 		code = errCode
+		if msg, _, _ := ans.Str("error"); strings.HasPrefix(msg, busyPrefix) {
+			// The answer budget had no room: the request may be repeated.
+			code = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "1")
+		}
 	}
-	writeJSONBytes(w, code, appendMapJSON(nil, ans))
+	writeJSONBytes(w, code, appendMapJSON(make([]byte, 0, ans.size()+ans.size()/8+64), ans))
 }
 
 // appendMapJSON renders a parsed map as JSON, in its order.

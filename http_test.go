@@ -559,12 +559,13 @@ func TestHTTPWaits(t *testing.T) {
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	got := make(chan map[string]any, 1)
+	pulls := parkedIn(parkedPull)
 	go func() {
-		_, v, _ := c.do("GET", "/queues/lp/jobs?timeout=5000", nil)
+		_, v, _ := c.do("GET", "/queues/lp/jobs?timeout=25000", nil)
 		m, _ := v.(map[string]any)
 		got <- m
 	}()
-	time.Sleep(100 * time.Millisecond)
+	awaitParked(t, parkedPull, pulls+1)
 	id := c.ok("POST", "/queues/lp/jobs", map[string]any{"data": "x"})["id"]
 	select {
 	case m := <-got:
@@ -576,12 +577,13 @@ func TestHTTPWaits(t *testing.T) {
 	}
 
 	waited := make(chan map[string]any, 1)
+	waits := parkedIn(parkedWaitJob)
 	go func() {
-		_, v, _ := c.do("POST", fmt.Sprintf("/jobs/%s/wait", id), map[string]any{"timeout": 5000})
+		_, v, _ := c.do("POST", fmt.Sprintf("/jobs/%s/wait", id), map[string]any{"timeout": 25000})
 		m, _ := v.(map[string]any)
 		waited <- m
 	}()
-	time.Sleep(100 * time.Millisecond)
+	awaitParked(t, parkedWaitJob, waits+1)
 	c.ok("POST", fmt.Sprintf("/jobs/%s/ack", id), map[string]any{"result": 42})
 	select {
 	case m := <-waited:
@@ -594,12 +596,15 @@ func TestHTTPWaits(t *testing.T) {
 
 	// A shutdown answers a request still waiting.
 	pending := make(chan map[string]any, 1)
+	pulls = parkedIn(parkedPull)
 	go func() {
 		_, v, _ := c.do("GET", "/queues/empty/jobs?timeout=30000", nil)
 		m, _ := v.(map[string]any)
 		pending <- m
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Parked, not merely sent: a request the server has not read yet
+	// when it stops would be refused, not answered.
+	awaitParked(t, parkedPull, pulls+1)
 	start := time.Now()
 	if !ts.stop(10 * time.Second) {
 		t.Fatal("the server did not stop")

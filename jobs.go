@@ -259,7 +259,8 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 	if q.paused {
 		return jobs, tokens
 	}
-	for len(jobs) < n && q.nReady > 0 {
+	var bytes int64 // the answer's jobs so far (pullFits)
+	for len(jobs) < n && q.nReady > 0 && pullFits(bytes) {
 		if !q.admitOne(now) {
 			if s.b.refusalDue(q.name, now) {
 				s.b.announce(noticeQueue(q.refusal(now), q.name))
@@ -317,6 +318,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			o.Conn.track(j)
 		}
 		s.watch(q, j, now)
+		bytes += jobWireBound(j, nil)
 		jobs = append(jobs, j)
 		s.b.stats.pulled.Add(1)
 		s.emit(q, evPulled, j, now, evArgs{})
@@ -422,6 +424,7 @@ func (b *Broker) pullLook(s *Shard, queue string, n int, o PullOpts, wait bool, 
 	}
 	w = &waiter{ch: make(chan struct{}, 1)}
 	q.waiters = append(q.waiters, w)
+	b.pullsWaiting.Add(1)
 	return w, retryIn, false, false
 }
 
@@ -429,6 +432,7 @@ func (b *Broker) pullLook(s *Shard, queue string, n int, o PullOpts, wait bool, 
 // must not be lost: if this poll got one but is leaving without claiming
 // (its connection went), it passes it on.
 func (s *Shard) leaveWait(ctx context.Context, queue string, w *waiter, woken bool) {
+	s.b.pullsWaiting.Add(-1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queues[queue]

@@ -67,10 +67,15 @@ func (b *bucket) waitMs(now int64) int64 {
 	if b.tokens >= 1 {
 		return 0
 	}
-	if b.perMs <= 0 {
+	// A bucket that never gets a token back (no rate, or a limit below
+	// one per duration) waits MaxInt32 ms, then is looked at again; so
+	// does one whose wait is longer, which a limit of 1e-300 made
+	// overflow int64 (a wait in the past, then now plus the wait).
+	w := math.Ceil((1 - b.tokens) / b.perMs)
+	if b.perMs <= 0 || !(w < math.MaxInt32) {
 		return math.MaxInt32
 	}
-	return int64(math.Ceil((1 - b.tokens) / b.perMs))
+	return int64(w)
 }
 
 // rateLimit returns the queue's live bucket, dropping one whose ttl ran out.

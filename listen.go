@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -94,6 +95,28 @@ type retryListener struct {
 	bo    acceptBackoff
 	done  chan struct{}
 	close sync.Once
+
+	// max bounds the connections held at once (0: no bound); past it a
+	// connection is given refusal and closed, from a goroutine of its own
+	// (at most maxRefusing at once, the rest closed without a word).
+	max      int
+	open     atomic.Int64
+	refusing atomic.Int32
+	refuse   func(nc net.Conn)
+	refused  rateLog
+}
+
+// heldConn is a connection counted against its listener's bound until it
+// is closed (by the server, or by whoever hijacked it).
+type heldConn struct {
+	net.Conn
+	l    *retryListener
+	once sync.Once
+}
+
+func (c *heldConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
 }
 
 func newRetryListener(ln net.Listener, name string, log *slog.Logger) *retryListener {
@@ -107,7 +130,15 @@ func (l *retryListener) Accept() (net.Conn, error) {
 		nc, err := l.Listener.Accept()
 		if err == nil {
 			l.bo.ok()
-			return nc, nil
+			if l.max <= 0 {
+				return nc, nil
+			}
+			if l.open.Load() >= int64(l.max) {
+				l.turnAway(nc)
+				continue
+			}
+			l.open.Add(1)
+			return &heldConn{Conn: nc, l: l}, nil
 		}
 		select {
 		case <-l.done:
@@ -119,6 +150,27 @@ func (l *retryListener) Accept() (net.Conn, error) {
 		}
 		l.bo.failed(err)
 	}
+}
+
+// turnAway tells a connection past the bound why it is closed, within
+// refuseWithin, without holding up the accept loop.
+func (l *retryListener) turnAway(nc net.Conn) {
+	if n := l.refused.hit(); n > 0 {
+		l.bo.log.Warn("connection limit reached; refusing connections", "listener", l.bo.name, "max_connections", l.max, "refused", n)
+	}
+	if l.refuse == nil || l.refusing.Add(1) > maxRefusing {
+		if l.refuse != nil {
+			l.refusing.Add(-1)
+		}
+		nc.Close()
+		return
+	}
+	go func() {
+		defer l.refusing.Add(-1)
+		nc.SetDeadline(time.Now().Add(refuseWithin))
+		l.refuse(nc)
+		nc.Close()
+	}()
 }
 
 func (l *retryListener) Close() error {

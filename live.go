@@ -95,13 +95,20 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 		// As the reference: a client that does not keep up misses
 		// messages rather than its connection; binary messages are read
 		// as text.
-		WS: wsOptions{AllowBinary: true, Slow: slowSkip,
+		WS: wsOptions{AllowBinary: true, Slow: slowSkip, Answers: srv.answers,
 			CheckOrigin: func(r *http.Request) bool { return l.checkOrigin == nil || l.checkOrigin(r) }},
 		// The first chunk carries the retry delay with the connected
 		// message, as the reference sends it (see serveSSE).
 		SSE: sseOptions{Slow: slowSkip, Retry: -1},
 	})
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	if m := l.b.mem; m != nil {
+		// As the reference's warning, with the budget as the threshold.
+		m.warn = func(liveMB, limitMB int64) {
+			rss, _ := memoryMB(false)["rss"].(int64)
+			l.local(newNote("server:memory-warning").int("heapUsedMB", liveMB).int("thresholdMB", limitMB).int("rssMB", rss))
+		}
+	}
 	l.b.addTap(l.tap)
 	l.b.addNoticeTap(NoticeTap{wants: func() bool { return l.hub.Subscribers() > 0 }, take: l.takeNotice})
 	l.wg.Add(2)
@@ -295,6 +302,10 @@ func (l *live) serveWS(w http.ResponseWriter, r *http.Request, queue string) {
 		if vc == nil {
 			// Made at the first command: most clients only listen.
 			vc = newVirtualConn(l.srv, l.ctx, func(f []byte) { c.SendReply(frameToJSON(f)) }, false)
+			// A big answer is checked against the client's send queue
+			// before it is built: a client that does not read is closed.
+			vc.backlog = c.overShare
+			vc.onSlow = func() { c.startClose(wsClosePolicy, "slow consumer: answers not read", false, true) }
 		}
 		l.onMessage(c, vc, sel, msg)
 	})
@@ -308,7 +319,9 @@ func (l *live) serveWS(w http.ResponseWriter, r *http.Request, queue string) {
 
 // frameToJSON renders an answer frame as the JSON the reference sends.
 func frameToJSON(f []byte) []byte {
-	out, err := appendJSON(nil, f[4:])
+	// Sized for the usual case (JSON a little longer than MessagePack),
+	// so that a big answer is not copied again and again as it grows.
+	out, err := appendJSON(make([]byte, 0, len(f)+len(f)/8+64), f[4:])
 	if err != nil {
 		return []byte(`{"ok":false,"error":"Internal server error"}`)
 	}
@@ -354,10 +367,11 @@ func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
 		return
 	}
 	var e Enc
-	vc.dispatch(m, &e)
+	reserved := vc.dispatch(m, &e)
 	if len(e.B) > 0 {
 		c.SendReply(frameToJSON(e.B))
 	}
+	vc.unreserve(reserved)
 }
 
 // subscription answers Subscribe and Unsubscribe with the patterns now

@@ -105,6 +105,9 @@ type wsOptions struct {
 	// stands between a hostile page and an open server.
 	CheckOrigin func(*http.Request) bool
 	Log         *slog.Logger
+	// Answers, when set, counts the answers queued for the client
+	// (SendReply) in the server's answer budget until they are written.
+	Answers *answerBudget
 }
 
 func (o wsOptions) withDefaults() wsOptions {
@@ -421,6 +424,7 @@ type wsConn struct {
 
 	mu        sync.Mutex
 	out       outQueue
+	replies   int64 // bytes of answers in out, counted in opts.Answers
 	pong      []byte
 	pongDue   bool
 	pingDue   bool
@@ -454,13 +458,21 @@ func (c *wsConn) RemoteAddr() string { return c.remote }
 // (then, by the slow policy, the message is skipped or the connection is
 // closed with 1008). text must be valid UTF-8 and is not copied, so it
 // must not change afterwards; one payload can go to many connections.
-func (c *wsConn) Send(text []byte) bool {
+func (c *wsConn) Send(text []byte) bool { return c.send(text, false) }
+
+// send queues text; reply: it is an answer, counted in the answer budget
+// until written.
+func (c *wsConn) send(text []byte, reply bool) bool {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return false
 	}
 	ok, first, n, size := c.out.offer(text)
+	if ok && reply && c.opts.Answers != nil {
+		c.replies += int64(len(text))
+		c.opts.Answers.hold(int64(len(text)))
+	}
 	c.mu.Unlock()
 	if !ok {
 		if refused(c.opts.Log, c.opts.Slow, "websocket client", c.remote, first, n, size) {
@@ -477,7 +489,7 @@ func (c *wsConn) Send(text []byte) bool {
 // full is closed (1008) rather than left waiting for an answer that will
 // not come.
 func (c *wsConn) SendReply(text []byte) bool {
-	if c.Send(text) {
+	if c.send(text, true) {
 		return true
 	}
 	if !c.isClosing() {
@@ -513,9 +525,33 @@ func (c *wsConn) startClose(code int, reason string, wait, discard bool) {
 	}
 	if discard {
 		c.out.discard()
+		c.freeReplies()
 	}
 	c.mu.Unlock()
 	c.wake()
+}
+
+// freeReplies gives back the budget of the answers queued; c.mu is held.
+func (c *wsConn) freeReplies() {
+	if c.replies > 0 {
+		c.opts.Answers.free(c.replies)
+		c.replies = 0
+	}
+}
+
+// queuedBytes is what waits in the send queue.
+func (c *wsConn) queuedBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.out.bytes)
+}
+
+// overShare says whether an answer of n more bytes would pass the send
+// queue's bytes, for the commands of the connection (checked before the
+// answer is built). An empty queue takes any one.
+func (c *wsConn) overShare(n int64) bool {
+	q := c.queuedBytes()
+	return q > 0 && q+n > int64(c.opts.SendQueueBytes)
 }
 
 func (c *wsConn) wake() {
@@ -686,6 +722,13 @@ func (c *wsConn) writeDeadline() {
 func (c *wsConn) writeLoop() {
 	defer close(c.done)
 	defer c.nc.Close()
+	defer func() {
+		// After abort (below, run first): nothing is queued any more.
+		c.mu.Lock()
+		c.out.discard()
+		c.freeReplies()
+		c.mu.Unlock()
+	}()
 	defer c.abort()
 	w := &wsWriter{c: c, bw: bufio.NewWriterSize(c.nc, 8<<10)}
 	ticker := time.NewTicker(c.opts.PingInterval)
@@ -745,6 +788,8 @@ func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, do
 	pong, pongDue, pingDue := c.pong, c.pongDue, c.pingDue
 	c.pong, c.pongDue, c.pingDue = nil, false, false
 	batch = c.out.take(batch)
+	replies := c.replies
+	c.replies = 0
 	var closeBody []byte
 	closeNow := c.closing && len(batch) == 0
 	if closeNow {
@@ -770,6 +815,9 @@ func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, do
 	}
 	if err == nil {
 		err = w.bw.Flush()
+	}
+	if replies > 0 {
+		c.opts.Answers.free(replies)
 	}
 	if err != nil {
 		if !errors.Is(err, net.ErrClosed) {

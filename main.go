@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,6 +81,13 @@ type config struct {
 	// maxConns bounds the TCP connections held at once; 0 derives it from
 	// the open-file limit.
 	maxConns int
+	// maxHTTPConns bounds the HTTP port's connections; 0 derives it from
+	// maxConns.
+	maxHTTPConns int
+	// maxAnswerBytes is the server-wide budget of answers not yet written,
+	// maxWriteQueue one connection's share of it (0: no share), maxMemory
+	// the memory budget for jobs (0: none). See answers.go, memlimit.go.
+	maxAnswerBytes, maxWriteQueue, maxMemory byteSize
 	// liveEvery shortens the live events' periodic figures (tests).
 	liveEvery liveIntervals
 	// authTimeout, handshakeTimeout and stallTimeout replace the
@@ -141,6 +149,10 @@ func checkFlagEnv(fs *flag.FlagSet) error {
 			case int:
 				if _, err := strconv.Atoi(v); err != nil {
 					errs = append(errs, fmt.Errorf("%s=%q is not a whole number (it sets --%s)", key, v, f.Name))
+				}
+			case byteSize:
+				if _, err := parseByteSize(v); err != nil {
+					errs = append(errs, fmt.Errorf("%s=%q is not a size (it sets --%s): %w", key, v, f.Name, err))
 				}
 			case bool:
 				if _, ok := yesNo(v); !ok {
@@ -244,6 +256,17 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.StringVar(&c.tlsKey, "tls-key", envOr([]string{"TLS_KEY_FILE"}, ""), "PEM private key of --tls-cert [TLS_KEY_FILE]")
 	fs.IntVar(&c.maxConns, "max-connections", envInt([]string{"QUEUED_MAX_CONNECTIONS"}, defaultMaxConnections(fileLimit())),
 		"most TCP connections at once, more are told so and closed; the default follows the open-file limit [QUEUED_MAX_CONNECTIONS]")
+	fs.IntVar(&c.maxHTTPConns, "max-http-connections", envInt([]string{"QUEUED_MAX_HTTP_CONNECTIONS"}, 0),
+		"most HTTP connections at once (WebSockets and event streams count), more are answered 503 and closed; 0: a quarter of --max-connections, at least 64 and at most 4096 [QUEUED_MAX_HTTP_CONNECTIONS]")
+	c.maxAnswerBytes = envSize([]string{"QUEUED_MAX_ANSWER_BYTES"}, defaultAnswerBudget())
+	fs.Var(&c.maxAnswerBytes, "max-answer-bytes",
+		"answers built and not yet read by clients, all connections together; a big answer waits for room, then is refused; the default is a 64th of the memory, from 32MiB to 128MiB [QUEUED_MAX_ANSWER_BYTES]")
+	c.maxWriteQueue = envSize([]string{"TCP_MAX_WRITE_QUEUE_BYTES"}, defaultWriteQueueBytes)
+	fs.Var(&c.maxWriteQueue, "max-write-queue-bytes",
+		"answers one connection has not read; past it the connection is closed (0: no bound of its own) [TCP_MAX_WRITE_QUEUE_BYTES]")
+	c.maxMemory = envSize([]string{"QUEUED_MAX_MEMORY"}, defaultMaxMemory())
+	fs.Var(&c.maxMemory, "max-memory",
+		"memory budget for jobs: past 80% of it pushes are refused until workers make room, and a data file that needs more is refused at start; the default is three quarters of the memory (0: no budget) [QUEUED_MAX_MEMORY]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -333,6 +356,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	if path := os.Getenv("QUEUED_TRACE"); path != "" {
+		// The execution trace (go tool trace): scheduling, collections.
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(stderr, "queued: QUEUED_TRACE:", err)
+			return 2
+		}
+		trace.Start(f)
+		defer func() { trace.Stop(); f.Close() }()
+	}
 	if path := os.Getenv("QUEUED_MEMPROFILE"); path != "" {
 		// The same for allocations (go tool pprof -sample_index=alloc_space).
 		defer func() {
@@ -384,6 +417,7 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	errc := s.serve()
 	s.mem = startMemReturn(s.srv)
+	s.b.mem.start()
 	// SIGHUP rereads the certificate; without TLS it is logged and
 	// ignored rather than ending the server, as it would by default.
 	hup := make(chan os.Signal, 1)
@@ -479,6 +513,9 @@ func (s *serverRun) startBroker() error {
 	c, log := s.c, s.log
 	b := NewBroker(c.shards, s.store)
 	b.maxQueues = c.maxQueues
+	// Jobs live in this process but in PostgreSQL mode.
+	b.mem = newMemLimit(int64(c.maxMemory), c.pgURL == "", log)
+	b.mem.setRuntimeLimit()
 	if c.rateEvery > 0 {
 		now := c.rateNow
 		if now == nil {
@@ -531,6 +568,10 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	if srv.maxConns <= 0 {
 		srv.maxConns = defaultMaxConnections(fileLimit())
 	}
+	if c.maxAnswerBytes > 0 {
+		srv.answers.limit = int64(c.maxAnswerBytes)
+	}
+	srv.answers.share = int64(c.maxWriteQueue)
 	if c.authTimeout > 0 {
 		srv.authTimeout = c.authTimeout
 	}
@@ -600,7 +641,17 @@ func (s *serverRun) listen() error {
 		s.closeStore()
 		return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
 	}
-	s.hln = newRetryListener(hln, "http", log)
+	rl := newRetryListener(hln, "http", log)
+	rl.max = c.maxHTTPConns
+	if rl.max <= 0 {
+		rl.max = defaultMaxHTTPConns(s.srv.maxConns)
+	}
+	var tc *tls.Config
+	if s.certs != nil {
+		tc = s.certs.serverTLSConfig()
+	}
+	rl.refuse = httpRefusal(rl.max, tc)
+	s.hln = rl
 	s.lv = newLive(s.srv, log, c.liveEvery)
 	s.srv.live = s.lv // before serving: the Prometheus figures read its clients
 	hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
@@ -740,6 +791,7 @@ func (s *serverRun) shutdown(signal string) {
 	if s.mem != nil {
 		s.mem.Stop()
 	}
+	s.b.mem.Stop()
 	s.b.Close()
 	s.closeStore()
 	log.Info("stopped")

@@ -87,7 +87,7 @@ func TestPGClaimRounds(t *testing.T) {
 	c := dial(t, b.addr())
 	c.ok(M{"cmd": "PULLB", "queue": "rounds", "count": 1000})
 	id, ch := c.send(M{"cmd": "PULL", "queue": "rounds", "timeout": 10000})
-	time.Sleep(100 * time.Millisecond)
+	pollWaiting(t, c)
 	pusher.ok(M{"cmd": "PUSH", "queue": "rounds", "data": M{"late": true}})
 	if a := c.await(id, ch, 15*time.Second); a["job"] == nil {
 		t.Fatalf("waiting pull after a push: %v", a)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -40,6 +41,39 @@ func moveScript(t *testing.T, a, b *tclient) []string {
 		{a, map[string]any{"cmd": "GetState", "id": "a"}},
 		{a, map[string]any{"cmd": "ChangeDelay", "id": "nope", "delay": 1}},
 		{a, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": "soon"}},
+		// Times and priorities out of PUSH's range are refused, naming
+		// the limit, and move nothing (issue 25); the limits themselves
+		// are accepted.
+		{a, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": int64(math.MaxInt64)}},
+		{b, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": int64(math.MinInt64)}},
+		{a, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": 1e300}},
+		{b, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": math.NaN()}},
+		{a, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": int64(maxDelayMs + 1)}},
+		{b, map[string]any{"cmd": "MoveToDelayed", "id": "a", "delay": int64(math.MaxInt64)}},
+		{a, map[string]any{"cmd": "MoveToDelayed", "id": "a", "delay": -1}},
+		{b, map[string]any{"cmd": "ChangeDelay", "id": "nope", "delay": int64(math.MaxInt64)}},
+		{a, map[string]any{"cmd": "GetState", "id": "a"}},
+		{b, map[string]any{"cmd": "PULL", "queue": q + "-none"}},
+		{b, map[string]any{"cmd": "ChangeDelay", "id": "a", "delay": int64(maxDelayMs)}},
+		{a, map[string]any{"cmd": "GetState", "id": "a"}},
+		{a, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": int64(math.MaxInt64)}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": int64(math.MinInt64)}},
+		{a, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": -1e300}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": math.Inf(1)}},
+		{a, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": int64(maxPriority + 1)}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": 2.5}},
+		{a, map[string]any{"cmd": "GetCountsPerPriority", "queue": q}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": int64(maxPriority)}},
+		{a, map[string]any{"cmd": "GetCountsPerPriority", "queue": q}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "c", "priority": 3}},
+		{a, map[string]any{"cmd": "PUSH", "queue": q + "-g", "data": 1, "jobId": "g1", "groupId": "g", "priority": 2000000}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "g1", "priority": int64(maxGroupPrio)}},
+		{a, map[string]any{"cmd": "ChangePriority", "id": "g1", "priority": int64(maxGroupPrio + 1)}},
+		{b, map[string]any{"cmd": "ChangePriority", "id": "g1", "priority": -1}},
+		{a, map[string]any{"cmd": "GetCountsPerPriority", "queue": q + "-g"}},
+		{b, map[string]any{"cmd": "Cancel", "id": "g1"}},
+		{a, map[string]any{"cmd": "Clean", "queue": q, "grace": int64(math.MaxInt64)}},
+		{b, map[string]any{"cmd": "Clean", "queue": q, "grace": -1}},
 		{b, map[string]any{"cmd": "PromoteJobs", "queue": q, "count": 10}},
 		{b, map[string]any{"cmd": "PromoteJobs", "queue": q}},
 		{b, map[string]any{"cmd": "ChangePriority", "id": "a", "priority": 7}},
@@ -402,7 +436,10 @@ func TestPGCleanLimitAndGrace(t *testing.T) {
 	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
 	q := "clean"
 	old := pushMany(t, c, q, 30, 7)
-	time.Sleep(1500 * time.Millisecond)
+	// The old jobs are past the grace from here on; the fresh ones stay
+	// within it for 2.5 s after their push, which a busy machine's cleaning
+	// takes far less than (with 1 s, a loaded run cleaned them too).
+	time.Sleep(3 * time.Second)
 	fresh := pushMany(t, c, q, 10, 5)
 
 	// Three brokers clean at once, 4 at a time, with a grace that spares
@@ -416,7 +453,7 @@ func TestPGCleanLimitAndGrace(t *testing.T) {
 		go func(cl *tclient) {
 			var got []string
 			for {
-				a, err := cl.do(map[string]any{"cmd": "Clean", "queue": q, "grace": 1000, "limit": 4, "state": "waiting"}, 20*time.Second)
+				a, err := cl.do(map[string]any{"cmd": "Clean", "queue": q, "grace": 2500, "limit": 4, "state": "waiting"}, 20*time.Second)
 				if err != nil || a["ok"] != true {
 					results <- res{err: fmt.Errorf("clean: %v %v", a, err)}
 					return

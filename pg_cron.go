@@ -118,6 +118,16 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 	}
 	if !s.SkipIfNoWorker || p.b.workers.serves(s.Queue) {
 		j, err := cronJob(s, now)
+		if err == nil {
+			// Past the memory budget the run is spent, refused as a push
+			// would be.
+			if merr := p.b.mem.admit(jobMemBytes([]*Job{j})); merr != nil {
+				p.log.Warn("cron run refused", "name", s.Name, "err", merr)
+				run.note = cronOutcome(s, merr)
+				s.Executions++
+				return run, p.nextCronRun(ctx, tx, s, now)
+			}
+		}
 		if err != nil {
 			p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
 			run.note = noticeCronRun("cron:missed", s).str("error", err.Error())

@@ -94,6 +94,13 @@ func (p *PG) Pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 // pulled records the jobs a pull claimed against its connection, for
 // release on disconnect, and hands them to answer.
 func (p *PG) pulled(o PullOpts, jobs []*Job, tokens []string, answer PullAnswer) {
+	if keep := pullKeeps(jobs); keep < len(jobs) {
+		// More than one answer carries (a claim round takes its rows
+		// before their sizes are known): the rest go back at once.
+		p.unclaim(jobs[keep:], tokens[min(keep, len(tokens)):])
+		jobs = jobs[:keep]
+		tokens = tokens[:min(keep, len(tokens))]
+	}
 	p.holdFor(o, jobs, tokens)
 	if len(jobs) > 0 {
 		answer(jobs, tokens)
@@ -131,7 +138,9 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		}
 		sleep := min(left, pgRecheck)
 		if next > 0 {
-			sleep = min(sleep, time.Duration(max(next-p.now(), 1))*time.Millisecond)
+			// Bounded before it becomes nanoseconds: a time far off
+			// would pass int64's end there.
+			sleep = min(sleep, time.Duration(min(max(next-p.now(), 1), pgRecheck.Milliseconds()))*time.Millisecond)
 		}
 		t.Reset(sleep)
 		slept := time.Now()

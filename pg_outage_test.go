@@ -163,7 +163,7 @@ func TestPGDatabaseOutage(t *testing.T) {
 
 	// A long poll waiting when the database goes answers the error too.
 	pollID, pollCh := c.send(map[string]any{"cmd": "PULL", "queue": "empty", "owner": "x", "timeout": 30000})
-	time.Sleep(200 * time.Millisecond)
+	pollWaiting(t, c)
 	px.cut()
 	start := time.Now()
 	if a := c.await(pollID, pollCh, callTimeout); a["ok"] != false || !strings.Contains(fmt.Sprint(a["error"]), "storage error (postgres)") {
@@ -219,7 +219,7 @@ func TestPGDatabaseOutage(t *testing.T) {
 	})
 	// A long poll through the broker is woken by a push through the other.
 	id, ch := c.send(map[string]any{"cmd": "PULL", "queue": "wake", "owner": "w", "timeout": 20000})
-	time.Sleep(200 * time.Millisecond)
+	pollWaiting(t, c)
 	woke := str(t, direct.ok(map[string]any{"cmd": "PUSH", "queue": "wake", "data": 1}), "id")
 	if a := c.await(id, ch, 25*time.Second); a["ok"] != true || a["job"].(map[string]any)["id"] != woke {
 		t.Fatalf("long poll after the outage: %v", a)

@@ -4,6 +4,7 @@ package main
 // answers as memory mode, step by step.
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -25,6 +26,13 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 		{b, M{"cmd": "RateLimit", "queue": q, "limit": 5, "duration": 1000}},
 		{b, M{"cmd": "RateLimit", "queue": q, "limit": "x"}},
 		{b, M{"cmd": "RateLimit", "queue": q}},
+		// Times out of PUSH's range are refused, naming the limit (issue 25).
+		{b, M{"cmd": "RateLimit", "queue": q, "limit": 9, "duration": int64(math.MaxInt64)}},
+		{a, M{"cmd": "RateLimit", "queue": q, "limit": 9, "ttl": int64(math.MaxInt64)}},
+		{b, M{"cmd": "RateLimit", "queue": q, "limit": 9, "ttl": -1}},
+		{a, M{"cmd": "SetStallConfig", "queue": q, "config": M{"enabled": false, "stallInterval": 1e300}}},
+		{b, M{"cmd": "SetStallConfig", "queue": q, "config": M{"gracePeriod": int64(maxDelayMs + 1)}}},
+		{a, M{"cmd": "GetStallConfig", "queue": q}},
 		{a, M{"cmd": "SetConcurrency", "queue": q, "limit": 2}},
 		{a, M{"cmd": "SetConcurrency", "queue": q}},
 		{b, M{"cmd": "GetQueueLimits", "queue": q}},

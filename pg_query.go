@@ -18,6 +18,22 @@ import (
 func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
+	if wantsReadRoom(ctx) {
+		// The answer's room is reserved before a big job is brought into
+		// memory: its size comes first, from lengths PostgreSQL knows
+		// without reading the values.
+		var n int64
+		err := p.pool.QueryRow(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(result), 0) FROM {s}.jobs WHERE id = $1`), id).Scan(&n)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return noJob, nil
+		case err != nil:
+			return noJob, pgErr(fmt.Errorf("read job %s: %w", id, err))
+		}
+		if err := reserveRead(ctx, n+4096); err != nil {
+			return noJob, err
+		}
+	}
 	j, res, err := p.getJob(ctx, id)
 	if err != nil {
 		return noJob, err
@@ -116,19 +132,35 @@ func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where stri
 	if !a.asc {
 		order = "DESC"
 	}
-	q := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	from := ` FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	q := `SELECT ` + pgJobCols + from
 	args := []any{queue, p.now()}
 	sliced := false
 	if a.offset >= 0 && a.limit >= 0 {
 		q += ` OFFSET $3 LIMIT $4`
 		args = append(args, a.offset, a.limit)
 		sliced = true
+		if a.maxBytes > 0 && wantsReadRoom(ctx) {
+			limit, err := p.pageRoom(ctx, from, args, a.maxBytes)
+			if err != nil {
+				return nil, err
+			}
+			args[3] = limit
+		}
 	}
 	rows, err := p.pool.Query(ctx, p.sql(q), args...)
 	if err != nil {
 		return nil, pgErr(fmt.Errorf("list jobs: %w", err))
 	}
-	jobs, err := scanJobs(rows)
+	var jobs []*Job
+	if sliced && a.maxBytes > 0 {
+		// A page of big jobs stops where its answer would be too big to
+		// send, rather than bringing the rest into memory.
+		fit := answerBytes{max: a.maxBytes}
+		jobs, err = scanJobsWhile(rows, func(j *Job) bool { return fit.fits(jobWireBound(j, nil)) })
+	} else {
+		jobs, err = scanJobs(rows)
+	}
 	if err != nil {
 		return nil, pgErr(fmt.Errorf("list jobs: %w", err))
 	}
@@ -137,6 +169,37 @@ func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where stri
 		jobs = jobs[lo:hi]
 	}
 	return jobs, nil
+}
+
+// pageRoom reserves the room of a page of jobs before they are read, as
+// ReadJob does for one: it reads the sizes of the page's rows, and answers
+// how many of them fit in maxBytes (at least one).
+func (p *PG) pageRoom(ctx context.Context, from string, args []any, maxBytes int64) (int64, error) {
+	rows, err := p.pool.Query(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(result), 0)`+from+` OFFSET $3 LIMIT $4`), args...)
+	if err != nil {
+		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	fit := answerBytes{max: maxBytes}
+	var n int64
+	for rows.Next() {
+		var size int64
+		if err := rows.Scan(&size); err != nil {
+			rows.Close()
+			return 0, pgErr(fmt.Errorf("list jobs: %w", err))
+		}
+		if !fit.fits(size + 4096) {
+			break
+		}
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
+	}
+	if err := reserveRead(ctx, fit.used); err != nil {
+		return 0, err
+	}
+	return max(n, 1), nil
 }
 
 // results are the results of the completed ones of jobs, by id.

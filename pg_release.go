@@ -91,6 +91,25 @@ func (p *PG) Release(ctx context.Context, c *conn) {
 	}
 }
 
+// unclaim puts back jobs a pull claimed but cannot answer with (pullKeeps).
+func (p *PG) unclaim(jobs []*Job, tokens []string) {
+	ids := make([]string, len(jobs))
+	claims := make(map[string]pgHold, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+		hd := pgHold{started: j.StartedAt}
+		if i < len(tokens) {
+			hd.token = tokens[i]
+		}
+		claims[j.ID] = hd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.releaseJobs(ctx, ids, claims); err != nil {
+		p.log.Warn("jobs claimed past an answer's size left to their lease expiry", "jobs", len(ids), "err", err)
+	}
+}
+
 func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pgHold) error {
 	now := p.now()
 	tx, err := p.begin(ctx)

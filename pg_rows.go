@@ -182,7 +182,11 @@ func pgPlainDone(j *Job) bool {
 }
 
 // scanJobs decodes rows of pgJobCols.
-func scanJobs(rows pgx.Rows) ([]*Job, error) {
+func scanJobs(rows pgx.Rows) ([]*Job, error) { return scanJobsWhile(rows, nil) }
+
+// scanJobsWhile reads jobs until keep (when set) refuses one, which is
+// left out with the rows after it.
+func scanJobsWhile(rows pgx.Rows, keep func(j *Job) bool) ([]*Job, error) {
 	defer rows.Close()
 	var jobs []*Job
 	var last recLast
@@ -195,6 +199,9 @@ func scanJobs(rows pgx.Rows) ([]*Job, error) {
 		j, err := r.job(&last)
 		if err != nil {
 			return nil, err
+		}
+		if keep != nil && !keep(j) {
+			break
 		}
 		jobs = append(jobs, j)
 	}

@@ -579,10 +579,12 @@ func (p *PG) addWaiter(queue string) *waiter {
 	p.wmu.Lock()
 	p.waiters[queue] = append(p.waiters[queue], w)
 	p.wmu.Unlock()
+	p.b.pullsWaiting.Add(1)
 	return w
 }
 
 func (p *PG) dropWaiter(queue string, w *waiter) {
+	p.b.pullsWaiting.Add(-1)
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	list := p.waiters[queue]

@@ -417,6 +417,31 @@ func (srv *Server) promOperational(p *promText, ms *runtime.MemStats, rss int64,
 
 	p.head("bunqueue_queued_build_info", "gauge", "queued's own build: its version and the Go release it was built with; the value is always 1")
 	p.sample("bunqueue_queued_build_info", "version="+promLabel(version)+",go_version="+promLabel(runtime.Version()), 1)
+	srv.promBudgets(p)
+}
+
+// promBudgets writes queued's own figures of the answer budget and the
+// memory budget (answers.go, memlimit.go).
+func (srv *Server) promBudgets(p *promText) {
+	p.one("bunqueue_pulls_waiting", "gauge", "Long polls (PULL, PULLB with a timeout) waiting for a job", float64(srv.b.pullsWaiting.Load()))
+	a := srv.answers
+	p.one("bunqueue_answer_bytes", "gauge", "Bytes of answers built and not yet written to clients", float64(a.used.Load()))
+	p.one("bunqueue_answer_budget_bytes", "gauge", "The server-wide budget of answer bytes (--max-answer-bytes)", float64(a.limit))
+	p.one("bunqueue_answer_waiting", "gauge", "Answers waiting for room in the budget", float64(a.waiting.Load()))
+	p.one("bunqueue_answers_refused_total", "counter", "Answers refused because the budget had no room in time", float64(a.refused.Load()))
+	p.one("bunqueue_connections_unread_closed_total", "counter", "Connections closed because their unread answers passed --max-write-queue-bytes", float64(a.slow.Load()))
+	m := srv.b.mem
+	var limit, est, refused, refusing int64
+	if m != nil && m.limit > 0 {
+		limit, est, refused = m.limit, m.estimate(), m.refused.Load()
+		if m.refusing.Load() {
+			refusing = 1
+		}
+	}
+	p.one("bunqueue_memory_budget_bytes", "gauge", "The memory budget for jobs (--max-memory); 0 when there is none", float64(limit))
+	p.one("bunqueue_memory_live_bytes", "gauge", "The live heap as the memory budget counts it", float64(est))
+	p.one("bunqueue_memory_pushes_refused", "gauge", "1 while pushes are refused for the memory budget", float64(refusing))
+	p.one("bunqueue_memory_pushes_refused_total", "counter", "Pushes refused for the memory budget", float64(refused))
 }
 
 // promBackup writes the reference's backup block, every family always,

@@ -34,6 +34,28 @@ const (
 	maxDelayMs    = 31536000000
 	maxTimeoutMs  = 86400000
 	maxAttemptCap = 1000
+	// maxTimestamp bounds a time given as a date (ms since the epoch): it
+	// is past the year 33000, and far enough from int64's end that a
+	// delay added to it cannot wrap around.
+	maxTimestamp = 1000000000000000
+)
+
+// later is now plus d ms, for a time a client set that no handler bounds
+// (a DLQ policy's interval or age): at most maxTimestamp ahead, so that
+// the sum cannot wrap around to a time in the past.
+func later(now, d int64) int64 { return now + min(d, maxTimestamp) }
+
+// The ranges PUSH takes for a priority and a time, which every command
+// that takes one applies too (issue 25): the commands that move a job
+// could otherwise put it where PUSH would never have, and a time past
+// int64's end wraps around to one in the past (a delay of 2^63-1 made
+// the job due at once).
+var (
+	priorityRule = numRule{min: -maxPriority, max: maxPriority, integer: true}
+	delayRule    = numRule{min: 0, max: maxDelayMs}
+	// leaseRule is a lock's time to live: a year at most, as a delay; one
+	// of 0 or less keeps the default (or the lock's own), as it always has.
+	leaseRule = numRule{min: -maxDelayMs, max: maxDelayMs}
 )
 
 func validQueueName(name string, ok bool) error {
@@ -72,19 +94,34 @@ func numField(m Map, key, label string, r numRule) (float64, bool, error) {
 	if err != nil {
 		return 0, false, errors.New(label + " must be a number")
 	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false, errors.New(label + " must be a finite number")
-	}
-	if r.integer && f != math.Trunc(f) {
-		return 0, false, errors.New(label + " must be an integer")
-	}
-	if f < r.min {
-		return 0, false, errors.New(label + " must be at least " + fmtNum(r.min))
-	}
-	if f > r.max {
-		return 0, false, errors.New(label + " must be at most " + fmtNum(r.max))
+	if err := r.check(label, f); err != nil {
+		return 0, false, err
 	}
 	return f, true, nil
+}
+
+// check refuses f, the number a field labelled label was given, when the
+// rule does not take it; the words are the reference's.
+func (r numRule) check(label string, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return errors.New(label + " must be a finite number")
+	}
+	if r.integer && f != math.Trunc(f) {
+		return errors.New(label + " must be an integer")
+	}
+	if f < r.min {
+		return errors.New(label + " must be at least " + fmtNum(r.min))
+	}
+	if f > r.max {
+		return errors.New(label + " must be at most " + fmtNum(r.max))
+	}
+	return nil
+}
+
+// anyNumber only checks that a number is finite (and an integer when
+// asked): a rule for a field whose range is checked later.
+func anyNumber(integer bool) numRule {
+	return numRule{min: math.Inf(-1), max: math.Inf(1), integer: integer}
 }
 
 func fmtNum(f float64) string {
@@ -144,7 +181,7 @@ func clone(r Raw) Raw {
 	if r == nil {
 		return nil
 	}
-	return append(Raw(make([]byte, 0, len(r))), r...)
+	return appendBig(make([]byte, 0, len(r)), r)
 }
 
 // parseJob builds a job from a PUSH request or PUSHB entry. customKey is the
@@ -271,7 +308,7 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	var f float64
 	var ok bool
 	if j.cold().GroupID == "" {
-		f, ok, err = numField(m, "priority", "priority", numRule{min: -maxPriority, max: maxPriority, integer: true})
+		f, ok, err = numField(m, "priority", "priority", priorityRule)
 	} else {
 		f, ok, err = groupPriority(m)
 	}
@@ -281,7 +318,7 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	if ok {
 		j.Priority = int64(f)
 	}
-	if delay, _, err = numField(m, "delay", "delay", numRule{min: 0, max: maxDelayMs}); err != nil {
+	if delay, _, err = numField(m, "delay", "delay", delayRule); err != nil {
 		return 0, err
 	}
 	if f, ok, err = numField(m, "timeout", "timeout", numRule{min: 0, max: maxTimeoutMs}); err != nil {
@@ -401,7 +438,7 @@ func parseJobTimes(m Map, j *Job, now int64, delay float64) error {
 	j.CreatedAt = now
 	if ts, ok, err := m.Num("timestamp"); err != nil {
 		return err
-	} else if ok && ts > 0 && !math.IsInf(ts, 0) && ts < 1e15 {
+	} else if ok && ts > 0 && !math.IsInf(ts, 0) && ts < maxTimestamp {
 		j.CreatedAt = int64(ts)
 	}
 	j.RunAt = j.CreatedAt + int64(delay)
@@ -420,10 +457,23 @@ func groupPriority(m Map) (float64, bool, error) {
 		return 0, false, errors.New("group.priority must be a finite number")
 	case f != math.Trunc(f):
 		return 0, false, errors.New("group.priority must be an integer")
-	case f < 0 || f > maxGroupPrio:
-		return 0, false, errors.New("group.priority must be between 0 and 2097151")
+	}
+	if err := checkPriority(f, true); err != nil {
+		return 0, false, err
 	}
 	return f, true, nil
+}
+
+// checkPriority refuses a finite integer priority out of PUSH's range for
+// a job with a group (grouped) or without one, in PUSH's words.
+func checkPriority(f float64, grouped bool) error {
+	if !grouped {
+		return priorityRule.check("priority", f)
+	}
+	if f < 0 || f > maxGroupPrio {
+		return errors.New("group.priority must be between 0 and 2097151")
+	}
+	return nil
 }
 
 func parseBackoff(m Map, j *Job) error {

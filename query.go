@@ -127,6 +127,9 @@ type jobsQuery struct {
 	single        string
 	offset, limit int64
 	asc           bool
+	// maxBytes, when set, lets an engine stop reading jobs once their
+	// answer would pass it (answers.go); the handler cuts the page to it.
+	maxBytes int64
 }
 
 // wants says whether the filter selects state st.

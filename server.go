@@ -67,6 +67,9 @@ type Server struct {
 	// (--metrics-max-queues).
 	promMaxQueues int
 
+	// answers bounds the answer bytes held for clients (answers.go).
+	answers *answerBudget
+
 	eng Engine // storage: the broker itself, or pg
 	pg  *PG    // PostgreSQL mode's engine; nil in the other modes
 }
@@ -111,6 +114,7 @@ const (
 func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
 		mx: newMetrics(b), eng: b, promMaxQueues: defaultPromMaxQueues,
+		answers:     newAnswerBudget(defaultAnswerBudget(), defaultWriteQueueBytes),
 		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
 	for _, t := range tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
@@ -301,6 +305,9 @@ type Req struct {
 	n     int
 	b     *Broker // this broker: sessions, subscribers, workers, counters
 	eng   Engine  // storage (engine.go)
+	// reserved is the room the answer reserved in the answer budget
+	// (Req.room), given back by run's caller once the answer is written.
+	reserved int64
 }
 
 // ctx is the context engine calls run under: the connection's, which ends
@@ -350,7 +357,7 @@ func (c *conn) handleFrame(body []byte) {
 		c.answerError(m.Get("reqId"), msg)
 		return
 	}
-	c.dispatch(m, &c.rb)
+	c.rbReserved += c.dispatch(m, &c.rb)
 }
 
 // dispatch answers one request into e. It is the one path of every
@@ -358,8 +365,10 @@ func (c *conn) handleFrame(body []byte) {
 // A request without a command name, one other than Auth before the
 // session authenticated (a virtual connection's transport checked the
 // token already), or one naming no command is answered with an error, as
-// the reference does; anything else runs its handler.
-func (c *conn) dispatch(m Map, e *Enc) {
+// the reference does; anything else runs its handler. It returns the
+// room the answer reserved in the answer budget, which the caller gives
+// back (conn.unreserve) once the answer is written or handed on.
+func (c *conn) dispatch(m Map, e *Enc) (reserved int64) {
 	cmdRaw := m.Get("cmd")
 	cmd, cerr := cmdRaw.Str()
 	switch {
@@ -370,12 +379,14 @@ func (c *conn) dispatch(m Map, e *Enc) {
 	case commands[cmd] == nil:
 		appendError(e, m.Get("reqId"), "Unknown command: "+cmd)
 	default:
-		c.run(commands[cmd], m, e)
+		return c.run(commands[cmd], m, e)
 	}
+	return 0
 }
 
-// run executes a handler and frames its answer into e.
-func (c *conn) run(h Handler, m Map, e *Enc) {
+// run executes a handler and frames its answer into e. It returns the
+// room the answer reserved (see dispatch).
+func (c *conn) run(h Handler, m Map, e *Enc) (reserved int64) {
 	start := len(e.B)
 	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b, eng: c.srv.eng}
 	at := e.BeginFrame()
@@ -387,7 +398,7 @@ func (c *conn) run(h Handler, m Map, e *Enc) {
 	err := safeCall(h, &r)
 	if err == errAsync {
 		e.B = e.B[:start]
-		return
+		return r.reserved
 	}
 	if err != nil {
 		e.B = e.B[:okPos]
@@ -404,6 +415,14 @@ func (c *conn) run(h Handler, m Map, e *Enc) {
 	}
 	e.CloseMap(mp, r.n+1)
 	e.EndFrame(at)
+	if body := len(e.B) - start - 4; body > MaxFrame {
+		// A read that should have cut its answer did not: the frame is
+		// not sent, since no client could read it.
+		c.srv.log.Warn("an answer over the frame limit was refused", "bytes", body, "max_frame", MaxFrame)
+		e.B = e.B[:start]
+		appendError(e, r.reqID, errAnswerTooBig("the answer").Error())
+	}
+	return r.reserved
 }
 
 // safeCall keeps a handler bug from taking the server down with it: the
@@ -489,11 +508,19 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 		defer c.async.Done()
 		defer c.nAsync.Add(-1)
 		e := asyncEncs.Get().(*Enc)
-		c.run(func(ar *Req) error {
+		reserved := c.run(func(ar *Req) error {
 			ar.reqID = reqID
 			return fn(ar)
 		}, Map{}, e)
+		// The frame is counted as it is written (writeFrame) or queued
+		// (a virtual connection's out): its reservation is no longer needed
+		// then.
+		if c.out == nil {
+			c.unreserve(reserved)
+			reserved = 0
+		}
 		c.writeFrame(e.B)
+		c.unreserve(reserved)
 		// A socket's write is done with the bytes when it returns; a
 		// virtual connection's out may keep them, so its buffer is not
 		// reused. Nor is a big one kept.

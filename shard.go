@@ -410,13 +410,17 @@ func (s *Shard) armFor(at, now int64) {
 	if s.closed || (s.armedAt != 0 && s.armedAt <= at) {
 		return
 	}
-	s.armedAt = at
-	d := at - now
-	if d < 0 {
-		d = 0
-	}
+	// The timer waits at most a day: a deadline further off (a lock of a
+	// lockTtl a client chose) is looked at again then, since its wait in
+	// nanoseconds could pass int64's end and wrap around to a timer that
+	// fires at once, again and again.
+	d := min(max(at-now, 0), maxTimerWait)
+	s.armedAt = now + d
 	s.timer.Reset(time.Duration(d) * time.Millisecond)
 }
+
+// maxTimerWait is the longest a shard's timer waits, in ms.
+const maxTimerWait = 24 * 60 * 60 * 1000
 
 func (s *Shard) rearm(now int64) {
 	next := int64(math.MaxInt64)

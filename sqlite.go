@@ -548,8 +548,17 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 // first, so that it never grows (and rehashes) on the way.
 func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats) (bad int, err error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+	var size, results int64
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs`).Scan(&n, &size); err != nil {
 		return 0, fmt.Errorf("count jobs: %w", err)
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(length(result)), 0) FROM results`).Scan(&results); err != nil {
+		return 0, fmt.Errorf("count results: %w", err)
+	}
+	// A file the memory budget cannot hold is refused before it is
+	// loaded, rather than loaded until the OOM killer ends it.
+	if err := b.mem.fitsAtStart(int64(n), size+results); err != nil {
+		return 0, err
 	}
 	b.idxReserve(n)
 	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq`)

@@ -1,0 +1,96 @@
+package main
+
+// Waiting for a long poll to be parked in a server running in this
+// process, instead of sleeping and assuming it is.
+//
+// The server shows no figure of its parked polls (no metric, no Stats
+// field), so the in-process tests read this process's goroutines: a poll
+// is parked when a goroutine is blocked in the select of the function
+// that waits for it. Those functions register their waiter before they
+// block (under the shard lock in memory mode), so once one is seen
+// parked, a job pushed, a job finished or a shutdown reaches it. Servers
+// in a process of their own (startBinary, threePG) cannot be looked at
+// this way: their tests send a Ping after the poll on the same connection,
+// which proves that the poll was read and handed to a waiting goroutine.
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The functions a parked long poll blocks in.
+const (
+	parkedPull    = "(*Broker).pull("        // PULL, PULLB in memory mode
+	parkedWaitJob = "(*Broker).WaitJob.func" // WaitJob in memory mode
+)
+
+// parkedIn counts the goroutines of this process blocked in a select
+// directly in a function of this package whose name, in a stack trace
+// (the package's path, a dot, then fn), starts with fn.
+func parkedIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(g, "\n")
+		if len(lines) == 0 || !strings.Contains(lines[0], "[select") {
+			continue
+		}
+		// The first frame that is not the runtime's is the one that
+		// selects.
+		for _, l := range lines[1:] {
+			if l == "" || l[0] == '\t' || strings.HasPrefix(l, "runtime.") {
+				continue
+			}
+			if strings.Contains(l, "."+fn) {
+				count++
+			}
+			break
+		}
+	}
+	return count
+}
+
+// awaitParked waits until at least n goroutines are parked in fn, within a
+// deadline far above what a loaded machine needs.
+func awaitParked(t testing.TB, fn string, n int) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("%d long polls parked in %s", n, fn), func() (bool, string) {
+		got := parkedIn(fn)
+		return got >= n, fmt.Sprintf("%d parked (if none ever is, was %s renamed?)", got, fn)
+	})
+}
+
+// awaitUnparked waits until at most n goroutines are parked in fn: the
+// polls seen parked have ended.
+func awaitUnparked(t testing.TB, fn string, n int) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("no more than %d long polls parked in %s", n, fn), func() (bool, string) {
+		got := parkedIn(fn)
+		return got <= n, fmt.Sprintf("%d parked", got)
+	})
+}
+
+// pollWaiting is what a test can know of a long poll sent on c to a
+// server in a process of its own: a Ping sent behind it on the same
+// connection is answered, so the server has read the poll and handed it
+// to a goroutine of its own that waits (in memory mode, after a first
+// look found nothing to claim). Whether that goroutine has registered its
+// waiter yet is not shown, so what the test does next must have the same
+// answer either way (a job pushed now is handed out by the poll's next
+// look or by the wake-up). Only an in-process server lets a test wait for
+// the waiter itself (awaitParked).
+func pollWaiting(t testing.TB, c *tclient) {
+	t.Helper()
+	c.ok(map[string]any{"cmd": "Ping"})
+}

@@ -1,0 +1,250 @@
+package main
+
+// The memory budget for jobs (--max-memory), as Redis' maxmemory with its
+// noeviction policy: past it, pushes (PUSH, PUSHB, flows, cron runs) are
+// refused with an error that names the limit, while pulls, ACKs, removals
+// and reads go on, and once workers have made room pushes are accepted
+// again. A producer faster than its workers meets a clear refusal rather
+// than the OOM killer, which in memory mode would take every job with it,
+// and a SQLite file never holds more than the server can load back.
+//
+// What is measured is the Go heap that is live: what the last collection
+// found, plus an estimate of the jobs admitted since (the figure after a
+// collection is a collection old). Pushes are refused from memHigh of the
+// budget and accepted again under memLow; the runtime's own soft limit is
+// the budget, so that garbage is collected before the process passes it.
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// Pushes are refused once the live heap reaches memHigh percent of
+	// the budget, and accepted again under memLow percent.
+	memHigh = 80
+	memLow  = 70
+	// jobMemOverhead is what a job costs in memory besides its strings:
+	// its record, its place in the index and heaps (about 400 bytes
+	// measured, TestJobMemOverhead).
+	jobMemOverhead = 512
+	// memCheckEvery is how often the live heap is looked at; while pushes
+	// are refused, a collection is forced when none ran for memForceGC,
+	// so that what workers freed is seen.
+	memCheckEvery = 100 * time.Millisecond
+	memForceGC    = time.Second
+)
+
+// memLimit is the process's memory budget for jobs.
+type memLimit struct {
+	limit     int64 // bytes; 0: no budget
+	high, low int64
+	// countJobs: jobs live in this process (memory and SQLite modes), so
+	// what a push admits is added to the estimate at once.
+	countJobs bool
+	log       *slog.Logger
+	// warn, when set, tells the live side that pushes are being refused
+	// (the reference's server:memory-warning); set before the server
+	// serves.
+	warn func(liveMB, limitMB int64)
+
+	cycles   uint64       // collections seen (look's own)
+	live     atomic.Int64 // live heap at the last collection
+	admitted atomic.Int64 // estimated bytes of jobs admitted since
+	refusing atomic.Bool
+	refused  atomic.Int64 // pushes refused
+	spells   atomic.Int64 // times pushes started being refused
+
+	setLimit bool // setRuntimeLimit set the runtime's limit
+	started  bool
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newMemLimit(limit int64, countJobs bool, log *slog.Logger) *memLimit {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &memLimit{limit: limit, countJobs: countJobs, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	if limit > 0 {
+		m.high, m.low = limit/100*memHigh, limit/100*memLow
+	}
+	return m
+}
+
+// defaultMaxMemory is three quarters of the host's memory (the cgroup's
+// limit or the machine's); 0 (no budget) when it cannot be read.
+func defaultMaxMemory() int64 { return hostMemory() / 4 * 3 &^ (1<<20 - 1) }
+
+// setRuntimeLimit makes the budget the runtime's soft memory limit,
+// unless GOMEMLIMIT (or anything else) set one: the collector then works
+// harder as the process nears the budget, rather than letting garbage
+// take it past. It is set before a data file is loaded, which the load's
+// collector hold (holdGC) keeps to.
+func (m *memLimit) setRuntimeLimit() {
+	if m == nil || m.limit <= 0 {
+		return
+	}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		debug.SetMemoryLimit(m.limit)
+		m.setLimit = true
+	}
+}
+
+// start watches the heap until Stop.
+func (m *memLimit) start() {
+	if m == nil || m.limit <= 0 {
+		return
+	}
+	m.started = true
+	m.look()
+	go m.run()
+}
+
+// Stop ends the watch and gives the runtime its limit back.
+func (m *memLimit) Stop() {
+	if m == nil {
+		return
+	}
+	if m.started {
+		m.once.Do(func() { close(m.stop) })
+		<-m.done
+	}
+	if m.setLimit {
+		debug.SetMemoryLimit(math.MaxInt64)
+		m.setLimit = false
+	}
+}
+
+func (m *memLimit) run() {
+	defer close(m.done)
+	t := time.NewTicker(memCheckEvery)
+	defer t.Stop()
+	lastGC := time.Now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if m.look() {
+			lastGC = now
+		} else if m.refusing.Load() && now.Sub(lastGC) >= memForceGC {
+			// Workers freed jobs, but nothing allocates while pushes are
+			// refused: without a collection the figure would not move.
+			runtime.GC()
+			lastGC = now
+			m.look()
+		}
+	}
+}
+
+// look reads the live heap and decides; it reports whether a collection
+// ran since it last looked (the figure is new).
+func (m *memLimit) look() bool {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	ran := s[1].Value.Uint64() != m.cycles
+	if ran {
+		m.cycles = s[1].Value.Uint64()
+		m.live.Store(int64(s[0].Value.Uint64()))
+		m.admitted.Store(0)
+	}
+	m.decide()
+	return ran
+}
+
+// decide starts or ends refusing pushes from the estimate.
+func (m *memLimit) decide() {
+	est := m.estimate()
+	switch {
+	case !m.refusing.Load() && est >= m.high:
+		m.startRefusing(est)
+	case m.refusing.Load() && est < m.low:
+		m.refusing.Store(false)
+		m.log.Info("memory back under the budget; pushes accepted again", "live_heap_mb", est>>20,
+			"max_memory_mb", m.limit>>20, "refused", m.refused.Load())
+	}
+}
+
+// estimate is the live heap now, as far as is known.
+func (m *memLimit) estimate() int64 { return m.live.Load() + m.admitted.Load() }
+
+func (m *memLimit) startRefusing(est int64) {
+	if m.refusing.Swap(true) {
+		return
+	}
+	m.spells.Add(1)
+	m.log.Warn("memory budget reached; pushes are refused until workers make room", "live_heap_mb", est>>20,
+		"max_memory_mb", m.limit>>20, "refused_from_mb", m.high>>20)
+	if m.warn != nil {
+		m.warn(est>>20, m.limit>>20)
+	}
+}
+
+// errFull is the refusal of a push.
+func (m *memLimit) errFull() error {
+	return fmt.Errorf("Out of memory: jobs fill the server's memory budget of %s (--max-memory); pushes are refused until workers make room",
+		sizeText(m.limit))
+}
+
+// admit lets a push of jobs weighing n bytes (jobMemBytes) in, or refuses
+// it while the budget is spent.
+func (m *memLimit) admit(n int64) error {
+	if m == nil || m.limit <= 0 {
+		return nil
+	}
+	if m.refusing.Load() {
+		m.refused.Add(1)
+		return m.errFull()
+	}
+	if m.countJobs && m.live.Load()+m.admitted.Add(n) >= m.high {
+		// This push fits (high is under the limit); the next ones wait for
+		// room.
+		m.startRefusing(m.estimate())
+	}
+	return nil
+}
+
+// jobMemBytes is what jobs are expected to cost in memory.
+func jobMemBytes(jobs []*Job) int64 {
+	var n int64
+	for _, j := range jobs {
+		n += j.size() + jobMemOverhead
+	}
+	return n
+}
+
+// fitsAtStart refuses, before a data file is loaded, jobs that would not
+// fit in the budget: a server that cannot start is better said so than
+// killed half-way through loading.
+func (m *memLimit) fitsAtStart(jobs, bytes int64) error {
+	if m == nil || m.limit <= 0 {
+		return nil
+	}
+	need := bytes + jobs*jobMemOverhead
+	if need <= m.limit {
+		return nil
+	}
+	return fmt.Errorf("the data file holds %d jobs needing about %s of memory, more than --max-memory %s: start with --max-memory %dMiB or more",
+		jobs, sizeText(need/(1<<20)*(1<<20)), sizeText(m.limit), (need*100/memHigh)>>20+1)
+}
+
+// flowMemBytes is what a flow's jobs are expected to cost in memory.
+func flowMemBytes(jobs []flowJob) int64 {
+	var n int64
+	for _, f := range jobs {
+		n += f.job.size() + jobMemOverhead
+	}
+	return n
+}
