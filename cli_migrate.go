@@ -150,7 +150,10 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := connectPG(cctx, o.url, o.namespace, nil, log)
+	// A copy of a large file may run past a broker's statement timeout.
+	session := defaultPGSession
+	session.statementTimeout = 0
+	p, err := connectPG(cctx, o.url, o.namespace, nil, log, session)
 	cancel()
 	if err != nil {
 		return err

@@ -190,13 +190,17 @@ type jobCold struct {
 	DebounceID                                                   string
 	DebounceTTL                                                  int64
 	groupMax                                                     int64 // groupMaxSize asked at push (admission only)
-	failErr                                                      string
-	hasFail                                                      bool
-	history                                                      []AttemptRec
-	waiters                                                      []chan waitOutcome // WaitJob callers
-	childValues                                                  []childKV          // results of children, by "queue:id"
-	failedKids                                                   []childKV          // continueParentOnFailure records (string values)
-	ignoredKids                                                  []childKV          // ignoreDependencyOnFailure records
+	// arrived is the engine's time a push with a custom id reached the
+	// broker (admission only): in PostgreSQL mode a push may be written
+	// late, and it frees no custom id whose job finished after it came.
+	arrived     int64
+	failErr     string
+	hasFail     bool
+	history     []AttemptRec
+	waiters     []chan waitOutcome // WaitJob callers
+	childValues []childKV          // results of children, by "queue:id"
+	failedKids  []childKV          // continueParentOnFailure records (string values)
+	ignoredKids []childKV          // ignoreDependencyOnFailure records
 }
 
 // noCold is what a job without cold fields reads: the defaults. It is
@@ -249,7 +253,7 @@ func (c *jobCold) isDefault() bool {
 		c.KeepLogs == d.KeepLogs && c.SizeLimit == d.SizeLimit && !c.Lifo && !c.RemoveOnC && !c.RemoveOnF &&
 		!c.FailParent && !c.RemoveDepOnFail && !c.ContinueParent && !c.IgnoreDepOnFail &&
 		c.DedupTTL == d.DedupTTL && !c.DedupExtend && !c.DedupReplace && c.DebounceID == "" &&
-		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.failErr == "" && !c.hasFail &&
+		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.arrived == 0 && c.failErr == "" && !c.hasFail &&
 		c.history == nil && c.waiters == nil && c.childValues == nil && c.failedKids == nil && c.ignoredKids == nil
 }
 

@@ -65,6 +65,7 @@ type config struct {
 
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
+	pgSession   pgSession
 	explicitDB  bool // --data-path was given on the command line
 
 	// metricsAuth (--metrics-auth) says whether /prometheus needs the
@@ -235,6 +236,12 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"PostgreSQL mode: several brokers share this database `URL` (shown with its password masked); also DATABASE_URL with BUNQUEUE_STORAGE_DRIVER=postgres [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&c.pgNamespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"),
 		"schema (queued_<namespace>) that keeps this deployment apart from others in the database [BUNQUEUE_POSTGRES_NAMESPACE]")
+	fs.IntVar(&c.pgSession.statementTimeout, "postgres-statement-timeout", envInt([]string{"BUNQUEUE_POSTGRES_STATEMENT_TIMEOUT_MS"}, defaultPGSession.statementTimeout),
+		"PostgreSQL mode: ms a statement may run before the database cancels it (0: no limit) [BUNQUEUE_POSTGRES_STATEMENT_TIMEOUT_MS]")
+	fs.IntVar(&c.pgSession.lockTimeout, "postgres-lock-timeout", envInt([]string{"BUNQUEUE_POSTGRES_LOCK_TIMEOUT_MS"}, defaultPGSession.lockTimeout),
+		"PostgreSQL mode: ms a statement may wait for a lock (0: no limit) [BUNQUEUE_POSTGRES_LOCK_TIMEOUT_MS]")
+	fs.IntVar(&c.pgSession.idleTxTimeout, "postgres-idle-transaction-timeout", envInt([]string{"BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS"}, defaultPGSession.idleTxTimeout),
+		"PostgreSQL mode: ms a transaction may stay open with nothing sent before the database ends its session, freeing the locks of a broker gone away (0: no limit) [BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
@@ -393,6 +400,15 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	if c.metricsMaxQueues != nil && *c.metricsMaxQueues < 0 {
 		return fmt.Errorf("--metrics-max-queues %d: want 0 (no labelled series) or a positive count", *c.metricsMaxQueues)
+	}
+	for _, v := range []struct {
+		flag string
+		ms   int
+	}{{"postgres-statement-timeout", c.pgSession.statementTimeout}, {"postgres-lock-timeout", c.pgSession.lockTimeout},
+		{"postgres-idle-transaction-timeout", c.pgSession.idleTxTimeout}} {
+		if v.ms < 0 {
+			return fmt.Errorf("--%s %d: want 0 (no limit) or a positive count of milliseconds", v.flag, v.ms)
+		}
 	}
 	s := &serverRun{c: c, log: log}
 	if err := s.loadCertificate(); err != nil {
@@ -588,7 +604,7 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	s.srv = srv
 	if c.pgURL != "" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pg, err := OpenPG(octx, c.pgURL, c.pgNamespace, b, log)
+		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, pgOptions{session: &c.pgSession})
 		cancel()
 		if err != nil {
 			b.Close()

@@ -866,7 +866,7 @@ func pgRetry(fn func() error) error {
 	for i := 0; ; i++ {
 		err := fn()
 		var pe *pgconn.PgError
-		if i < pgRetries && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+		if i < pgRetries && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03") {
 			time.Sleep(pgRetryPause(i))
 			continue
 		}

@@ -4,6 +4,7 @@ package main
 // pg_pushbuf.go), flows (pg_flows.go) and cron (pg_cron.go) share.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +129,7 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		res.refused = refused
 		return res, err
 	}
-	if err := p.freeCustomIDs(ctx, tx, jobs); err != nil {
+	if err := p.freeCustomIDs(ctx, tx, jobs, now); err != nil {
 		return res, err
 	}
 	plan, err := p.dedupTx(ctx, tx, queue, jobs, now)
@@ -186,16 +187,25 @@ func (p *PG) admitJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job
 }
 
 // freeCustomIDs deletes the finished rows that hold the jobs' custom ids,
-// which a new job takes over.
-func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
+// which a new job takes over: those that finished before the push came.
+// A push takes effect as of its arrival, however late it is written (its
+// transaction may wait out a broken connection while the client, having
+// had no answer, pushes again through another broker, and the job is
+// made and finished meanwhile). Ordered at its arrival it met that job
+// live, and a push of a live job's custom id answers that job: so does
+// the late one, rather than run the job a second time.
+func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job, now int64) error {
 	var custom []string
+	var arrived []int64
 	for _, j := range jobs {
-		if j.cold().CustomID != "" {
-			custom = append(custom, j.cold().CustomID)
+		if id := j.cold().CustomID; id != "" {
+			custom = append(custom, id)
+			arrived = append(arrived, cmp.Or(j.cold().arrived, now))
 		}
 	}
 	if len(custom) > 0 {
-		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1) AND state IN (5, 6)`), custom); err != nil {
+		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs AS j USING unnest($1::text[], $2::bigint[]) AS u(id, arrived)
+			WHERE j.id = u.id AND j.state IN (5, 6) AND COALESCE(j.done_at, 0) < u.arrived`), custom, arrived); err != nil {
 			return fmt.Errorf("free custom ids: %w", err)
 		}
 	}

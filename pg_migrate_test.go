@@ -301,7 +301,7 @@ func TestMigrateTargetAndRefusals(t *testing.T) {
 	// trigger here) fails the read-back check, and nothing is committed.
 	skewed := pgTestNamespace(t)
 	ctx := context.Background()
-	p, err := connectPG(ctx, testPGURL(), skewed, nil, quietLog())
+	p, err := connectPG(ctx, testPGURL(), skewed, nil, quietLog(), defaultPGSession)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,7 +254,8 @@ type PG struct {
 // pgOptions are an engine's settings beyond the URL and namespace; the
 // zero value is the default (tests lower the retention).
 type pgOptions struct {
-	keepCompleted int // completed jobs kept; 0: maxCompleted, as in the other modes
+	keepCompleted int        // completed jobs kept; 0: maxCompleted, as in the other modes
+	session       *pgSession // nil: defaultPGSession
 }
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
@@ -279,7 +282,11 @@ func OpenPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 }
 
 func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger, o pgOptions) (*PG, error) {
-	p, err := connectPG(ctx, url, namespace, b, log)
+	session := defaultPGSession
+	if o.session != nil {
+		session = *o.session
+	}
+	p, err := connectPG(ctx, url, namespace, b, log, session)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +319,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 
 // connectPG connects and brings the namespace's schema up to date, without
 // starting a broker's loops (queued migrate writes through it).
-func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger) (*PG, error) {
+func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Logger, session pgSession) (*PG, error) {
 	schema, err := pgNamespace(namespace)
 	if err != nil {
 		return nil, err
@@ -321,8 +328,13 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("postgres url: %w", redactPG(err, url))
 	}
-	cfg.MaxConns = max(cfg.MaxConns, 16)
-	pgSessionParams(cfg.ConnConfig)
+	if !strings.Contains(url, "pool_max_conns=") {
+		// pgxpool's default (the CPUs, at least 4) starves a broker's
+		// rounds of pushes, claims and ACKs; a URL that names its pool
+		// size keeps it.
+		cfg.MaxConns = max(cfg.MaxConns, 16)
+	}
+	pgSessionParams(cfg.ConnConfig, session, namespace)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
@@ -342,16 +354,60 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	return p, nil
 }
 
-// pgSessionParams sets what every session of the engine runs with. JIT
-// off: the planner's cost estimate of the grouped claim's recursive CTE
-// passes jit_above_cost even on a tiny table, and compiling it took
-// ~330 ms per claim (inlining, optimization and emission) for a query that
-// runs in well under a millisecond; no query of a job queue runs long
-// enough to win that back. A URL that names jit itself keeps its choice.
-func pgSessionParams(cfg *pgx.ConnConfig) {
-	if _, set := cfg.RuntimeParams["jit"]; !set {
-		cfg.RuntimeParams["jit"] = "off"
+// pgSession is what every session of the engine runs with, beyond the
+// URL's own parameters.
+type pgSession struct {
+	// The database's limits on a session, in ms (0: none), as the
+	// reference's BUNQUEUE_POSTGRES_*_TIMEOUT_MS set them: a statement's
+	// run, a lock's wait, and a transaction left open with nothing sent.
+	// The last is what frees the locks of a broker that vanished in the
+	// middle of a transaction (a partition, a killed VM): the database
+	// cannot tell such a peer from a slow one, and its TCP keepalive
+	// takes two hours by default.
+	statementTimeout, lockTimeout, idleTxTimeout int
+}
+
+// defaultPGSession are the reference's defaults. No statement of the
+// engine runs for seconds, nor waits seconds on a lock but behind a
+// transaction that has stalled; a transaction of the engine is never idle
+// longer than a round trip.
+var defaultPGSession = pgSession{statementTimeout: 30000, lockTimeout: 5000, idleTxTimeout: 30000}
+
+// pgKeepAlive finds a dead peer in seconds rather than hours, on both
+// ends of every connection: the broker's (its socket) and the
+// database's (its tcp_keepalives_* settings, given at connect).
+var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// pgSessionParams sets what every session of the engine runs with, with
+// the URL's own choice kept where it makes one. JIT off: the planner's
+// cost estimate of the grouped claim's recursive CTE passes
+// jit_above_cost even on a tiny table, and compiling it took ~330 ms per
+// claim (inlining, optimization and emission) for a query that runs in
+// well under a millisecond; no query of a job queue runs long enough to
+// win that back. application_name names the namespace in
+// pg_stat_activity.
+func pgSessionParams(cfg *pgx.ConnConfig, s pgSession, namespace string) {
+	set := func(k, v string) {
+		if _, ok := cfg.RuntimeParams[k]; !ok {
+			cfg.RuntimeParams[k] = v
+		}
 	}
+	set("jit", "off")
+	set("statement_timeout", strconv.Itoa(s.statementTimeout))
+	set("lock_timeout", strconv.Itoa(s.lockTimeout))
+	set("idle_in_transaction_session_timeout", strconv.Itoa(s.idleTxTimeout))
+	set("application_name", pgAppName(namespace))
+	set("tcp_keepalives_idle", strconv.Itoa(int(pgKeepAlive.Idle.Seconds())))
+	set("tcp_keepalives_interval", strconv.Itoa(int(pgKeepAlive.Interval.Seconds())))
+	set("tcp_keepalives_count", strconv.Itoa(pgKeepAlive.Count))
+	cfg.DialFunc = (&net.Dialer{KeepAliveConfig: pgKeepAlive}).DialContext
+}
+
+// pgAppName is the sessions' application_name: queued and the namespace,
+// within PostgreSQL's 63 bytes.
+func pgAppName(namespace string) string {
+	name := "queued " + cmp.Or(namespace, "default")
+	return name[:min(len(name), 63)]
 }
 
 // redactPG keeps a password in the URL out of an error message (see

@@ -217,6 +217,7 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 	}
 	if j.cold().CustomID != "" {
 		j.ID = j.cold().CustomID
+		j.warm().arrived = now
 	} else {
 		j.ID = newID()
 	}

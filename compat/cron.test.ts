@@ -40,7 +40,7 @@ await main('cron', async () => {
     let runs = 0;
     const w = new Worker(name, async () => { runs++; }, { connection: conn });
     await q.upsertJobScheduler('three', { every: 200, limit: 3 }, { name: 'x', data: {} });
-    await waitFor(() => runs === 3, 5000, 'three runs');
+    await waitFor(() => runs === 3, 20000, 'three runs');
     await sleep(700);
     eq(runs, 3, 'no fourth run');
     eq(await q.getJobScheduler('three'), null, 'schedule removed at its limit');
@@ -56,7 +56,7 @@ await main('cron', async () => {
     eq((await q.getJobCountsAsync()).waiting, 0, 'no runs without a worker');
     let runs = 0;
     const w = new Worker(name, async () => { runs++; }, { connection: conn });
-    await waitFor(() => runs >= 2, 5000, 'runs once a worker is there');
+    await waitFor(() => runs >= 2, 20000, 'runs once a worker is there');
     await q.removeJobScheduler('idle');
     await w.close();
     await q.obliterateAsync(); await q.close();
