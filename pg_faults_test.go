@@ -59,8 +59,14 @@ type proxyLink struct {
 	dead     atomic.Bool // cut by reset or heal: its pipes stop
 }
 
-func newFaultProxy(t *testing.T, target string) *faultProxy {
+// newFaultProxy forwards to the test database.
+func newFaultProxy(t *testing.T) *faultProxy {
 	t.Helper()
+	u, err := url.Parse(testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -456,11 +462,7 @@ func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []fa
 func TestPGFaultsBothBrokers(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newFaultProxy(t, pgURL.Host)
+	px := newFaultProxy(t)
 	args := []string{"--postgres-url", px.url(), "--postgres-namespace", ns, "--postgres-idle-transaction-timeout", "3000"}
 	a, b := startBinary(t, args...), startBinary(t, args...)
 	runFaults(t, testPGURL(), ns, []*serverProc{a, b}, []faultStep{
@@ -478,11 +480,7 @@ func TestPGFaultsBothBrokers(t *testing.T) {
 func TestPGFaultsOneBroker(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newFaultProxy(t, pgURL.Host)
+	px := newFaultProxy(t)
 	a := startBinary(t, "--postgres-url", px.url(), "--postgres-namespace", ns, "--postgres-idle-transaction-timeout", "3000")
 	b := startPGBroker(t, ns)
 	runFaults(t, testPGURL(), ns, []*serverProc{a, b}, []faultStep{
@@ -513,8 +511,7 @@ func TestPGLatePushFreesNoCustomID(t *testing.T) {
 	defer p.Close()
 
 	const q = "late"
-	came := p.now() // the late push reaches its broker
-	time.Sleep(5 * time.Millisecond)
+	came := p.now() // the late push reaches its broker (a completion in the same ms frees nothing either)
 	c.ok(M{"cmd": "PUSH", "queue": q, "jobId": "x", "data": 1})
 	a := c.ok(M{"cmd": "PULL", "queue": q, "owner": "w"})
 	c.ok(M{"cmd": "ACK", "id": "x", "token": a["token"]})
@@ -550,11 +547,7 @@ func TestPGLatePushFreesNoCustomID(t *testing.T) {
 func TestPGPartitionFreesLocks(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newFaultProxy(t, pgURL.Host)
+	px := newFaultProxy(t)
 	px.leaveDB = true
 	b := NewBroker(1, nil)
 	defer b.Close()
