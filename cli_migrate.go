@@ -5,6 +5,7 @@ package main
 // itself is in pg_migrate.go.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +23,7 @@ import (
 )
 
 const migrateUsage = `Usage: queued migrate --from FILE --postgres-url URL [--postgres-namespace NS] [--append]
+       queued migrate --from-bunqueue SRC [--from-namespace NS] (--data-path FILE | --postgres-url URL [--postgres-namespace NS])
 
 Moves a SQLite deployment into a PostgreSQL namespace: jobs in every state
 (active jobs wait again, with their attempts kept, as after a restart),
@@ -42,6 +44,15 @@ settings of queues in the file are replaced by the file's.
 
 Webhooks are not moved: in PostgreSQL mode each broker has its own.
 
+With --from-bunqueue, SRC is the data file of a bunqueue server (2.9.x),
+or the postgres:// URL of the database its PostgreSQL mode uses (with
+--from-namespace for its BUNQUEUE_POSTGRES_NAMESPACE). Everything a client
+sees comes across into a new data file (--data-path) or a PostgreSQL
+namespace: jobs in every state with their results, the dead-letter queue,
+flows, groups, unique keys, logs, cron schedules and queue settings. The
+source is only read; stop the bunqueue server first. What cannot come
+across is listed and nothing is written. See docs/migrating.md.
+
 Options:
 `
 
@@ -49,6 +60,11 @@ Options:
 type migrateOpts struct {
 	from, url, namespace string
 	appendTo             bool
+	// From bunqueue: the source, its namespace, and the new data file
+	// (when the target is SQLite).
+	bunqueue, bqNamespace, dataPath string
+	// label names the source in what is printed, when it is not from.
+	label string
 }
 
 // runMigrate is `queued migrate`: it reads the options and runs
@@ -62,6 +78,9 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs.Var(dsnFlag{&o.url}, "postgres-url", "the PostgreSQL database `URL` (shown with its password masked) [BUNQUEUE_POSTGRES_URL]")
 	fs.StringVar(&o.namespace, "postgres-namespace", envOr(pgNamespaceEnv, "default"), "the namespace to fill [BUNQUEUE_POSTGRES_NAMESPACE]")
 	fs.BoolVar(&o.appendTo, "append", false, "add to a namespace that already holds jobs")
+	fs.StringVar(&o.bunqueue, "from-bunqueue", "", "a bunqueue server's data: its SQLite data `FILE` or its postgres:// URL")
+	fs.StringVar(&o.bqNamespace, "from-namespace", "default", "the bunqueue PostgreSQL namespace to read (its BUNQUEUE_POSTGRES_NAMESPACE)")
+	fs.StringVar(&o.dataPath, "data-path", "", "with --from-bunqueue: the new queued data `FILE` to write")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), migrateUsage)
 		fs.PrintDefaults()
@@ -76,6 +95,11 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "queued migrate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.bunqueue != "" {
+		return runMigrateBunqueue(o, set, stdout, stderr)
+	}
 	if o.url == "" {
 		fmt.Fprintln(stderr, "queued migrate: --postgres-url (or BUNQUEUE_POSTGRES_URL) is required")
 		return 2
@@ -84,10 +108,18 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "queued migrate:", err)
 		return 2
 	}
+	return runMigration(stderr, func(ctx context.Context, log *slog.Logger) error {
+		return migrateSQLite(ctx, o, stdout, log)
+	})
+}
+
+// runMigration runs a migration until it ends or a signal stops it, with
+// warnings logged to stderr, and answers the exit status.
+func runMigration(stderr io.Writer, run func(context.Context, *slog.Logger) error) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := migrateSQLite(ctx, o, stdout, log); err != nil {
+	if err := run(ctx, log); err != nil {
 		fmt.Fprintln(stderr, "queued migrate:", err)
 		return 1
 	}
@@ -121,7 +153,12 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 		return fmt.Errorf("%s: %w", o.from, err)
 	}
 	schema, _ := pgNamespace(o.namespace)
-	fmt.Fprintf(out, "Before: %s (SQLite)\n", o.from)
+	label := cmp.Or(o.label, o.from)
+	if o.label == "" {
+		fmt.Fprintf(out, "Before: %s (SQLite)\n", o.from)
+	} else {
+		fmt.Fprintf(out, "Before: %s\n", o.label)
+	}
 	printCounts(out, src.before, src.queueOrder())
 	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
 		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
@@ -167,7 +204,7 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	printCounts(out, after.counts, after.order)
 	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused, %d dependencies not yet met\n",
 		after.logs, after.crons, len(after.order), after.paused, after.deps)
-	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", o.from, o.namespace, schema)
+	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", label, o.namespace, schema)
 	return nil
 }
 
@@ -203,4 +240,73 @@ func printCounts(w io.Writer, qc queueCounts, order []string) {
 	}
 	row("(all)", &sum)
 	tw.Flush()
+}
+
+// runMigrateBunqueue is `queued migrate --from-bunqueue`: it reads the
+// bunqueue data, prints it, and writes it into a new data file or, through
+// one, into a PostgreSQL namespace.
+func runMigrateBunqueue(o migrateOpts, set map[string]bool, stdout, stderr io.Writer) int {
+	toPG := set["postgres-url"]
+	switch {
+	case toPG && o.dataPath != "":
+		fmt.Fprintln(stderr, "queued migrate: give --data-path or --postgres-url, not both")
+		return 2
+	case !toPG && o.dataPath == "":
+		fmt.Fprintln(stderr, "queued migrate: say where the data goes: --data-path FILE (a new SQLite data file) or --postgres-url URL")
+		return 2
+	case set["from"]:
+		fmt.Fprintln(stderr, "queued migrate: --from and --from-bunqueue name two sources; give one")
+		return 2
+	}
+	if toPG {
+		if _, err := pgNamespace(o.namespace); err != nil {
+			fmt.Fprintln(stderr, "queued migrate:", err)
+			return 2
+		}
+	}
+	return runMigration(stderr, func(ctx context.Context, log *slog.Logger) error {
+		return migrateBunqueue(ctx, o, toPG, stdout, log)
+	})
+}
+
+func migrateBunqueue(ctx context.Context, o migrateOpts, toPG bool, out io.Writer, log *slog.Logger) error {
+	now := nowMs()
+	var src *bqSource
+	var err error
+	if isPostgresURL(o.bunqueue) {
+		src, err = readBunqueuePG(ctx, o.bunqueue, o.bqNamespace, now, log)
+	} else {
+		src, err = readBunqueueSQLite(ctx, o.bunqueue, now)
+	}
+	if err != nil {
+		return err
+	}
+	if err := src.report(out); err != nil {
+		return err
+	}
+	file := o.dataPath
+	if toPG {
+		// Into a data file of our own first, then through the SQLite to
+		// PostgreSQL migration, which prints the counts read back.
+		dir, err := os.MkdirTemp("", "queued-migrate-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		file = dir + "/from-bunqueue.db"
+	}
+	back, err := src.writeSQLite(ctx, file, now)
+	if err != nil {
+		return err
+	}
+	if !toPG {
+		fmt.Fprintf(out, "After: %s (queued SQLite, read back)\n", file)
+		printCounts(out, back.before, back.queueOrder())
+		fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings\n", back.logs, len(back.crons), len(back.queues))
+		fmt.Fprintf(out, "Migrated %s into %s; the counts match. Start queued with --data-path %s.\n", src.what, file, file)
+		return nil
+	}
+	fmt.Fprintln(out)
+	o.from, o.label = file, "the data brought across, in a queued data file"
+	return migrateSQLite(ctx, o, out, log)
 }

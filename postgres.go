@@ -286,6 +286,9 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	if o.session != nil {
 		session = *o.session
 	}
+	if err := refuseBunqueueTables(ctx, url, namespace); err != nil {
+		return nil, err
+	}
 	p, err := connectPG(ctx, url, namespace, b, log, session)
 	if err != nil {
 		return nil, err

@@ -199,6 +199,16 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 
 func (s *SQLiteStore) migrate() error {
 	ctx := context.Background()
+	// A bunqueue data file is left as it is: it is read by queued migrate.
+	var theirs, ours int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE name IN ('migrations', 'cron_jobs', 'job_results', 'queue_state')),
+		count(*) FILTER (WHERE name = 'schema_version') FROM sqlite_master WHERE type = 'table'`).Scan(&theirs, &ours); err != nil {
+		return fmt.Errorf("cannot read the database: %w", err)
+	}
+	if theirs == 4 && ours == 0 {
+		return fmt.Errorf("%s is a bunqueue data file; queued keeps its own format. Bring its jobs across into a new file first: "+
+			"queued migrate --from-bunqueue %s --data-path NEW.db, then start queued with --data-path NEW.db (docs/migrating.md)", s.path, s.path)
+	}
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("cannot write to the database: %w", err)
 	}
