@@ -15,6 +15,7 @@ package main
 // locked by one server at a time, so what sits beside it is that server's.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -115,21 +116,23 @@ func (a *httpAPI) serveBackupDownload(w http.ResponseWriter, r *http.Request, _ 
 	w.Header().Set("Content-Type", "application/vnd.sqlite3")
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 	w.Header().Set("Content-Disposition", `attachment; filename="queued-backup.db"`)
-	if err := copyWithDeadlines(ctx, w, f); err != nil {
+	// a.ctx too: its end reaches ctx through AfterFunc's goroutine, a
+	// chunk or two late.
+	if err := copyWithDeadlines(ctx, a.ctx, w, f); err != nil {
 		a.srv.log.Debug("backup download ended early", "remote", r.RemoteAddr, "err", err)
 	}
 }
 
 // copyWithDeadlines copies src to an HTTP answer a chunk at a time, each
-// write under downloadWriteTimeout, until ctx ends.
-func copyWithDeadlines(ctx context.Context, w http.ResponseWriter, src io.Reader) error {
+// write under downloadWriteTimeout, until ctx or stop ends.
+func copyWithDeadlines(ctx, stop context.Context, w http.ResponseWriter, src io.Reader) error {
 	rc := http.NewResponseController(w)
 	// The connection may carry other requests after this one, and the
 	// server sets no deadline of its own (no WriteTimeout): clear ours.
 	defer rc.SetWriteDeadline(time.Time{})
 	buf := make([]byte, downloadChunk)
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := cmp.Or(ctx.Err(), stop.Err()); err != nil {
 			return err
 		}
 		n, rerr := src.Read(buf)

@@ -22,6 +22,7 @@ type Broker struct {
 	// Completed jobs kept, across shards; past maxCompleted the trimmer
 	// evicts the oldest tenth.
 	doneTotal atomic.Int64
+	maxDone   int64 // --max-completed-jobs
 	trimKick  chan struct{}
 	trimStop  chan struct{}
 	trimDone  chan struct{}
@@ -69,6 +70,12 @@ type Broker struct {
 	// dashboard (throughput.go).
 	rates *rateHistory
 	seq   atomic.Int64
+
+	// Completed history (history.go): the store that keeps it (SQLite
+	// mode), and how long completed jobs are kept (-1: for ever).
+	hist                   historyStore
+	retention              int64
+	retainStop, retainDone chan struct{}
 }
 
 // Bounds, as the reference has them.
@@ -105,6 +112,11 @@ func NewBroker(shards int, store Store) *Broker {
 		now:       nowMs,
 		maxQueues: defaultMaxQueues,
 		lat:       newLatencies(),
+		maxDone:   maxCompleted,
+		retention: -1,
+	}
+	if h, ok := store.(historyStore); ok {
+		b.hist = h
 	}
 	// Logs pushed out of the cache are gone from storage too, so the two
 	// agree after a restart.
@@ -136,6 +148,14 @@ func NewBroker(shards int, store Store) *Broker {
 // wakes every waiter so that long polls end. It is safe to call more than
 // once.
 func (b *Broker) Close() {
+	if b.retainStop != nil {
+		select {
+		case <-b.retainStop:
+		default:
+			close(b.retainStop)
+			<-b.retainDone
+		}
+	}
 	select {
 	case <-b.trimStop:
 	default:

@@ -335,8 +335,16 @@ func byCreated(a, b *Job) int {
 	return cmpStr(a.ID, b.ID)
 }
 
-func (b *Broker) Clean(_ context.Context, a cleanArgs) ([]string, error) {
+func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 	var ids []string
+	if a.state == "completed" && !a.none() {
+		// The oldest first: those on disk (history.go), then memory's.
+		var err error
+		if ids, err = b.cleanHistory(ctx, a.queue, a.cutoff(b.now()), a.limit); err != nil {
+			return ids, err
+		}
+		a.limit -= int64(len(ids))
+	}
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil || a.none() {
 			return
@@ -348,7 +356,7 @@ func (b *Broker) Clean(_ context.Context, a cleanArgs) ([]string, error) {
 			// whatever the state asked for.
 			ids = s.cleanQueued(q, cutoff, a.limit)
 		case "completed":
-			ids = s.cleanCompleted(q, cutoff, a.limit)
+			ids = append(ids, s.cleanCompleted(q, cutoff, a.limit)...)
 		case "failed":
 			ids = s.cleanFailed(q, cutoff, a.limit)
 		}

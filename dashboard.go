@@ -33,7 +33,7 @@ func (b *Broker) totals() Totals {
 				t.Delayed += q.nDelayed
 				t.Active += q.nActive
 				t.DLQ += len(q.dlq)
-				t.Completed += q.nDone
+				t.Completed += q.nDone + q.nCold
 				t.WaitingChildren += len(q.wc)
 				if q.listed {
 					t.Queues++
@@ -134,7 +134,7 @@ func (b *Broker) DashboardQueue(_ context.Context, a dashQueueArgs) (dashQueue, 
 	q := s.queues[a.queue]
 	if q != nil {
 		c := JobCounts{Waiting: q.ready.Len() - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
-			Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq)}
+			Active: q.nActive, Completed: q.nDone + q.nCold, Failed: len(q.dlq)}
 		if d.paused = q.paused; d.paused {
 			c.Paused = c.Waiting + c.Prioritized
 			c.Waiting, c.Prioritized = 0, 0

@@ -625,7 +625,7 @@ func (j *Job) readCopy() *Job {
 		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
 		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
 		Attempts: j.Attempts, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
-		state: j.state,
+		state: j.state, seq: j.seq,
 	}
 	if j.c != nil {
 		c := *j.c

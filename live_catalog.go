@@ -54,7 +54,7 @@ func init() {
 
 // offCatalogue are the names the reference announces that Subscribe does
 // not take by name (a pattern such as flow:* or * takes them).
-var offCatalogue = map[string]bool{"flow:pushed": true}
+var offCatalogue = map[string]bool{"flow:pushed": true, "cleanup:completed-removed": true}
 
 // Notice is one catalogue event as taps see it.
 type Notice struct {

@@ -52,10 +52,15 @@ type config struct {
 	logLevel   string
 	shards     int
 	maxQueues  int
-	dataPath   string
-	memory     bool
-	syncMode   string
-	backup     backupSettings
+	// Completed history (history.go): jobs held in memory (0: the
+	// default), and how long completed jobs are kept in ms (nil or
+	// negative: for ever).
+	maxCompletedJobs   int
+	completedRetention *int
+	dataPath           string
+	memory             bool
+	syncMode           string
+	backup             backupSettings
 	// corsOrigins: the origins whose pages may use the HTTP API from a
 	// browser, comma-separated; "*" is any.
 	corsOrigins string
@@ -225,6 +230,11 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
 	fs.IntVar(&c.maxQueues, "max-queues", envInt([]string{"QUEUED_MAX_QUEUES"}, defaultMaxQueues),
 		"queues that may exist at once (0: no limit); a push naming one more is refused [QUEUED_MAX_QUEUES]")
+	fs.IntVar(&c.maxCompletedJobs, "max-completed-jobs", envInt([]string{"BUNQUEUE_MAX_COMPLETED_JOBS", "MAX_COMPLETED_JOBS"}, maxCompleted),
+		"completed jobs held in memory (0: the default); older ones stay on disk in SQLite mode, and are forgotten in memory mode [BUNQUEUE_MAX_COMPLETED_JOBS, MAX_COMPLETED_JOBS]")
+	c.completedRetention = new(int)
+	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
+		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
 	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
 		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
 	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
@@ -398,6 +408,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
 	}
+	if c.maxCompletedJobs < 0 {
+		return fmt.Errorf("--max-completed-jobs %d: want a positive count (0: the default, %d)", c.maxCompletedJobs, maxCompleted)
+	}
 	if c.metricsMaxQueues != nil && *c.metricsMaxQueues < 0 {
 		return fmt.Errorf("--metrics-max-queues %d: want 0 (no labelled series) or a positive count", *c.metricsMaxQueues)
 	}
@@ -540,6 +553,14 @@ func (s *serverRun) startBroker() error {
 		b.rates.restart(c.rateEvery, now)
 	}
 	b.log = log
+	if c.pgURL == "" {
+		// In PostgreSQL mode completed jobs live in the database (pg_retain.go).
+		retention := int64(-1)
+		if c.completedRetention != nil {
+			retention = int64(*c.completedRetention)
+		}
+		b.SetCompletedLimits(int64(c.maxCompletedJobs), retention)
+	}
 	s.b = b
 	if s.bk != nil {
 		s.bk.announce = b.announce
@@ -604,7 +625,12 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	s.srv = srv
 	if c.pgURL != "" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, pgOptions{session: &c.pgSession})
+		o := pgOptions{session: &c.pgSession}
+		if c.completedRetention != nil && *c.completedRetention >= 0 {
+			ms := int64(*c.completedRetention)
+			o.retention = &ms
+		}
+		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, o)
 		cancel()
 		if err != nil {
 			b.Close()

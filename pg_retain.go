@@ -1,11 +1,13 @@
 package main
 
-// Completed-job retention in PostgreSQL mode, as in the other modes: a
-// namespace keeps at most maxCompleted completed jobs (50,000) across its
-// queues, and past that forgets the oldest completions, with their
-// results and logs, down to nine tenths of the bound. (Failed jobs are
-// bounded per queue by the DLQ's maxEntries, pg_dlq.go, as in memory
-// mode; jobs that complete with removeOnComplete are not kept at all.)
+// Completed-job retention in PostgreSQL mode. As the reference keeps
+// completed jobs in storage, the namespace keeps every completed job,
+// unless --completed-retention-ms is set: completed jobs older than that
+// go, with their results and logs, and cleanup:completed-removed says how
+// many. (Failed jobs are bounded per queue by the DLQ's maxEntries,
+// pg_dlq.go, as in memory mode; jobs that complete with removeOnComplete
+// are not kept at all. Tests can bound the count, keepCompleted: past it
+// the oldest go, down to nine tenths of the bound.)
 //
 // One broker of the namespace looks at a time, whichever comes first: the
 // chore's row says when the next look is due, and the broker whose UPDATE
@@ -20,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,12 +78,39 @@ func (p *PG) holdChore(ctx context.Context, name string, hold time.Duration) err
 // retainOnce trims the namespace's completed jobs if they are over the
 // bound and the chore is this broker's, and answers how many went.
 func (p *PG) retainOnce() (int, error) {
+	if p.keepCompleted <= 0 && p.retention == nil {
+		return 0, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	mine, err := p.takeChore(ctx, "retain", pgRetainEvery)
 	if err != nil || !mine {
 		return 0, err
 	}
+	removed := 0
+	if p.keepCompleted > 0 {
+		n, err := p.retainCount(ctx)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	if p.retention != nil {
+		n, err := p.retainUpTo(p.now()-*p.retention, math.MaxInt64)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	if removed > 0 && p.b != nil {
+		p.b.announce(newNote("cleanup:completed-removed").num("count", float64(removed)))
+	}
+	return removed, nil
+}
+
+// retainCount trims the completed jobs to nine tenths of keepCompleted
+// when there are more.
+func (p *PG) retainCount(ctx context.Context) (int, error) {
 	keep := p.keepCompleted
 	// Over the bound when a completed job comes after the newest keep.
 	var at, seq int64
@@ -95,6 +125,14 @@ func (p *PG) retainOnce() (int, error) {
 	if err := p.pool.QueryRow(ctx, find, keep-keep/10).Scan(&at, &seq); err != nil {
 		return 0, fmt.Errorf("find the oldest completed jobs: %w", err)
 	}
+	removed, err := p.retainUpTo(at, seq)
+	p.log.Debug("completed jobs trimmed", "removed", removed, "bound", keep)
+	return removed, err
+}
+
+// retainUpTo deletes the completed jobs that completed no later than
+// (at, seq), a batch at a time, holding the chore meanwhile.
+func (p *PG) retainUpTo(at, seq int64) (int, error) {
 	removed := 0
 	for !p.closing() {
 		n, err := p.retainBatch(at, seq)
@@ -112,7 +150,6 @@ func (p *PG) retainOnce() (int, error) {
 			return removed, fmt.Errorf("hold chore retain: %w", err)
 		}
 	}
-	p.log.Debug("completed jobs trimmed", "removed", removed, "bound", keep)
 	return removed, nil
 }
 

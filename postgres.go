@@ -247,14 +247,17 @@ type PG struct {
 	listened  sync.Once
 
 	clock pgClock // the database's clock (pg_clock.go)
-	// keepCompleted bounds the namespace's completed jobs (pg_retain.go).
+	// keepCompleted bounds the namespace's completed jobs (0: no bound),
+	// and retention (when set) deletes those older (pg_retain.go).
 	keepCompleted int
+	retention     *int64
 }
 
 // pgOptions are an engine's settings beyond the URL and namespace; the
 // zero value is the default (tests lower the retention).
 type pgOptions struct {
-	keepCompleted int        // completed jobs kept; 0: maxCompleted, as in the other modes
+	keepCompleted int        // completed jobs kept; 0: all (tests bound them)
+	retention     *int64     // completed jobs older than this many ms go; nil: none
 	session       *pgSession // nil: defaultPGSession
 }
 
@@ -293,7 +296,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	p.keepCompleted = cmp.Or(o.keepCompleted, maxCompleted)
+	p.keepCompleted, p.retention = o.keepCompleted, o.retention
 	// The broker's own clock, from here on only to tell how far off it is.
 	p.clock.local = b.now
 	if err := p.readClock(ctx); p.clock.cur.Load() == nil {

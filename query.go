@@ -5,6 +5,7 @@ package main
 // pg_query.go answers the same in PostgreSQL mode.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -41,10 +42,10 @@ func (b *Broker) view(j *Job, state string) JobView {
 }
 
 // ReadJob reads one job, as it is now.
-func (b *Broker) ReadJob(_ context.Context, id string) (JobView, error) {
+func (b *Broker) ReadJob(ctx context.Context, id string) (JobView, error) {
 	v := noJob
 	b.withJob(id, func(j *Job, _ *Shard) { v = b.view(j, j.stateAt(b.now()).String()) })
-	return v, nil
+	return b.readHistory(ctx, id, v)
 }
 
 // JobCounts are one queue's jobs by state.
@@ -62,7 +63,7 @@ func (b *Broker) counts(queue string) JobCounts {
 	}
 	s.promote(b.now())
 	c := JobCounts{Waiting: q.nReady - q.nPrio, Prioritized: q.nPrio, Delayed: q.nDelayed,
-		Active: q.nActive, Completed: q.nDone, Failed: len(q.dlq), WaitingChildren: len(q.wc)}
+		Active: q.nActive, Completed: q.nDone + q.nCold, Failed: len(q.dlq), WaitingChildren: len(q.wc)}
 	if q.paused {
 		c.Paused = c.Waiting + c.Prioritized
 		c.Waiting, c.Prioritized = 0, 0
@@ -137,8 +138,12 @@ func (a jobsQuery) wants(st string) bool { return len(a.want) == 0 || slices.Con
 
 // Jobs is a page of a queue's jobs, labelled with their states (the
 // handler applies a single state's label).
-func (b *Broker) Jobs(_ context.Context, queue string, a jobsQuery) ([]JobView, error) {
+func (b *Broker) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, error) {
 	s := b.shardOf(queue)
+	cold, results, nCold, err := b.coldListed(ctx, s, queue, a)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.promote(b.now())
@@ -146,12 +151,51 @@ func (b *Broker) Jobs(_ context.Context, queue string, a jobsQuery) ([]JobView, 
 	if q == nil {
 		return nil, nil
 	}
-	list := pageJobs(func(fn func(it jobItem)) { s.eachListed(q, a, fn) }, a.offset, a.limit, a.asc)
+	every := func(fn func(it jobItem)) {
+		s.eachListed(q, a, fn)
+		for _, j := range cold {
+			fn(jobItem{j, "completed"})
+		}
+	}
+	n := nCold
+	s.eachListed(q, a, func(jobItem) { n++ })
+	list := pageOf(every, n, a.offset, a.limit, a.asc)
 	out := make([]JobView, len(list))
 	for i, it := range list {
+		if r, ok := results[it.j]; ok {
+			out[i] = JobView{Job: it.j, State: it.label, Result: r}
+			continue
+		}
 		out[i] = b.view(it.j, it.label)
 	}
 	return out, nil
+}
+
+// coldListed reads the retired jobs of a queue that can rank within a
+// GetJobs page (history.go), with their results, and says how many the
+// queue has.
+func (b *Broker) coldListed(ctx context.Context, s *Shard, queue string, a jobsQuery) ([]*Job, map[*Job]Raw, int, error) {
+	if b.hist == nil || !a.wants("completed") {
+		return nil, nil, 0, nil
+	}
+	nHot, nCold := 0, 0
+	s.with(func() {
+		if q := s.queues[queue]; q != nil && q.nCold > 0 {
+			nCold = q.nCold
+			s.eachListed(q, a, func(jobItem) { nHot++ })
+		}
+	})
+	if nCold == 0 {
+		return nil, nil, 0, nil
+	}
+	lo, hi, k, fromFront := pageSide(nHot+nCold, a.offset, a.limit)
+	if lo >= hi {
+		return nil, nil, nCold, nil
+	}
+	// From the back, the page's last ones are the first in the other order.
+	asc := a.asc == fromFront
+	cold, results, err := b.hist.RetiredPage(ctx, queue, min(k, nCold), asc)
+	return cold, results, nCold, err
 }
 
 // eachListed visits the jobs of q that a selects, with their labels; s.mu
@@ -225,7 +269,26 @@ type jobItem struct {
 func pageJobs(every func(fn func(it jobItem)), offset, limit int64, asc bool) []jobItem {
 	n := 0
 	every(func(jobItem) { n++ })
-	lo, hi := jsSlice(n, offset, offset+limit)
+	return pageOf(every, n, offset, limit, asc)
+}
+
+// pageSide says where a page of n jobs lies, as JavaScript's slice gives
+// it (lo, hi), and how it is found: from the front, keeping the k first,
+// or from the back, keeping the k last.
+func pageSide(n int, offset, limit int64) (lo, hi, k int, fromFront bool) {
+	lo, hi = jsSlice(n, offset, offset+limit)
+	fromFront = hi <= n-lo
+	k = n - lo
+	if fromFront {
+		k = hi
+	}
+	return lo, hi, k, fromFront
+}
+
+// pageOf is pageJobs of n jobs, of which every visits at least those on
+// the side the page is found from (pageSide).
+func pageOf(every func(fn func(it jobItem)), n int, offset, limit int64, asc bool) []jobItem {
+	lo, hi, k, fromFront := pageSide(n, offset, limit)
 	if lo >= hi {
 		return nil
 	}
@@ -238,12 +301,6 @@ func pageJobs(every func(fn func(it jobItem)), offset, limit int64, asc bool) []
 			c = -c
 		}
 		return c < 0
-	}
-	// From the front, keep the hi first; from the back, the n-lo last.
-	fromFront := hi <= n-lo
-	k := n - lo
-	if fromFront {
-		k = hi
 	}
 	// worse says which of two kept jobs leaves the heap first: the root is
 	// the kept job farthest from the page's side.
@@ -454,7 +511,7 @@ type jobWait func(ctx context.Context) (waitOutcome, bool, error)
 
 // WaitJob looks at job id. When it has finished already, done says how;
 // otherwise wait waits for it, at most timeout from when wait is called.
-func (b *Broker) WaitJob(_ context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
+func (b *Broker) WaitJob(ctx context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
 	ch := make(chan waitOutcome, 1)
 	var done *waitOutcome
 	var j *Job
@@ -473,9 +530,20 @@ func (b *Broker) WaitJob(_ context.Context, id string, timeout time.Duration) (*
 			j.warm().waiters = append(j.cold().waiters, ch)
 		}
 	}) {
-		return nil, nil, errJobNotFound
+		// A job completed long ago may be in history (history.go).
+		v, err := b.readHistory(ctx, id, noJob)
+		if err != nil || v.Job == nil {
+			return nil, nil, cmp.Or(err, errJobNotFound)
+		}
+		return &waitOutcome{completed: true, result: v.Result, hasResult: v.Result != nil}, nil, nil
 	}
 	if done != nil {
+		if done.completed && done.result == nil && j.seq > 0 {
+			// The results cache let it go; history has it.
+			if v, err := b.readHistory(ctx, id, JobView{Job: &Job{seq: j.seq}, State: StateCompleted.String()}); err == nil {
+				done.result, done.hasResult = v.Result, v.Result != nil
+			}
+		}
 		return done, nil, nil
 	}
 	return nil, func(ctx context.Context) (waitOutcome, bool, error) {

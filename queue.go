@@ -80,13 +80,13 @@ func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
 	return int64(n), nil
 }
 
-func (b *Broker) Obliterate(_ context.Context, name string) error {
+func (b *Broker) Obliterate(ctx context.Context, name string) error {
 	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			s.obliterate(q)
 		}
 	})
-	return nil
+	return b.obliterateHistory(ctx, name)
 }
 
 // obliterate removes a queue and every job of it; s.mu is held.

@@ -109,6 +109,7 @@ type Queue struct {
 	nDelayed int
 	nActive  int
 	nDone    int
+	nCold    int    // completed jobs retired to disk (history.go)
 	dlq      []*Job // oldest first
 	paused   bool
 	listed   bool // shown by ListQueues
@@ -614,7 +615,7 @@ func (s *Shard) addDone(q *Queue, j *Job) {
 	s.done = append(s.done, doneEnt{j: j, gen: j.dgen})
 	s.doneLive++
 	q.nDone++
-	if s.b.doneTotal.Add(1) > maxCompleted {
+	if s.b.doneTotal.Add(1) > s.b.maxDone {
 		select {
 		case s.b.trimKick <- struct{}{}:
 		default:
@@ -634,8 +635,8 @@ func (b *Broker) trimmer() {
 			return
 		case <-b.trimKick:
 		}
-		for b.doneTotal.Load() > maxCompleted {
-			excess := b.doneTotal.Load() - maxCompleted + maxCompleted/10
+		for b.doneTotal.Load() > b.maxDone {
+			excess := b.doneTotal.Load() - b.maxDone + b.maxDone/10
 			// Find the shard holding the oldest completion, and the time of
 			// the next oldest elsewhere: evict from the first up to there.
 			var oldest *Shard
@@ -694,12 +695,17 @@ func (s *Shard) evictDone(n int, until int64) {
 		}
 		s.done[s.doneHead] = doneEnt{}
 		s.doneHead++
-		if q := s.queues[e.j.Queue]; q != nil {
+		q := s.queues[e.j.Queue]
+		if q != nil {
 			q.nDone--
 		}
 		s.doneLive--
 		s.b.doneTotal.Add(-1)
-		s.forget(e.j)
+		if s.b.hist != nil {
+			s.retire(q, e.j) // its row stays on disk
+		} else {
+			s.forget(e.j)
+		}
 		evicted++
 	}
 	s.compactDone()

@@ -42,7 +42,7 @@ const (
 	backlogTarget = 40 * time.Millisecond
 	minBacklog    = 256
 	maxBacklog    = 16384
-	schemaVersion = 3 // len(migrations)
+	schemaVersion = 4 // len(migrations)
 )
 
 // migrations[i] brings the schema from version i to i+1.
@@ -82,13 +82,25 @@ var migrations = []string{
 		name   TEXT PRIMARY KEY,
 		record BLOB NOT NULL
 	) WITHOUT ROWID;`,
+	// Completed history (sqlite_history.go): the rows of completed jobs
+	// that left the memory's cache are marked; the indexes hold those rows
+	// only.
+	`ALTER TABLE jobs ADD COLUMN id TEXT;
+	ALTER TABLE jobs ADD COLUMN queue TEXT;
+	ALTER TABLE jobs ADD COLUMN created_at INTEGER;
+	ALTER TABLE jobs ADD COLUMN done_at INTEGER;
+	CREATE INDEX jobs_retired_id ON jobs(id) WHERE id IS NOT NULL;
+	CREATE INDEX jobs_retired_list ON jobs(queue, created_at, id) WHERE id IS NOT NULL;
+	CREATE INDEX jobs_retired_done ON jobs(done_at) WHERE id IS NOT NULL;
+	CREATE INDEX jobs_retired_queue_done ON jobs(queue, done_at) WHERE id IS NOT NULL;`,
 }
 
 // pendingJob is the latest unwritten change of one job.
 type pendingJob struct {
 	del    bool
-	record []byte
+	record []byte // nil when the change only retires the job
 	result []byte // set when the job completed with a result
+	retire *retireInfo
 }
 
 // SQLiteStore implements Store on one SQLite file.
@@ -128,6 +140,10 @@ type SQLiteStore struct {
 	// arena is the chunk pending job records are copied into, under mu
 	// (see keepRecord).
 	arena []byte
+
+	// retiring are the retirements not yet written, by job id (their
+	// rows are not marked yet: Retired looks here first).
+	retiring map[string]int64
 }
 
 // Records are encoded into a scratch buffer from recPool and copied into
@@ -181,7 +197,8 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	}
 	db.SetMaxOpenConns(4)
 	s := &SQLiteStore{path: path, log: log, db: db, jobs: map[int64]*pendingJob{}, queues: map[string][]byte{},
-		logs: map[string][]LogEntry{}, crons: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+		logs: map[string][]LogEntry{}, crons: map[string][]byte{}, kick: make(chan struct{}, 1), done: make(chan struct{}), stmts: map[string]*sql.Stmt{},
+		retiring: map[string]int64{}}
 	s.room = sync.NewCond(&s.mu)
 	s.unheld = sync.NewCond(&s.mu)
 	s.limit = 4096
@@ -277,12 +294,7 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 		res = clone(result)
 	}
 	s.mu.Lock()
-	p := s.jobs[j.seq]
-	if p == nil {
-		p = &pendingJob{}
-		s.jobs[j.seq] = p
-		s.note()
-	}
+	p := s.pendingOf(j.seq)
 	p.del, p.record = false, s.keepRecord(e.B)
 	if res != nil || j.state != StateCompleted {
 		p.result = res
@@ -295,14 +307,20 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 
 func (s *SQLiteStore) JobRemoved(j *Job) {
 	s.mu.Lock()
-	p := s.jobs[j.seq]
+	*s.pendingOf(j.seq) = pendingJob{del: true}
+	s.mu.Unlock()
+}
+
+// pendingOf is the job's pending change, made if there is none; s.mu is
+// held.
+func (s *SQLiteStore) pendingOf(seq int64) *pendingJob {
+	p := s.jobs[seq]
 	if p == nil {
 		p = &pendingJob{}
-		s.jobs[j.seq] = p
+		s.jobs[seq] = p
 		s.note()
 	}
-	*p = pendingJob{del: true}
-	s.mu.Unlock()
+	return p
 }
 
 func (s *SQLiteStore) QueueChanged(q *Queue) {
@@ -510,6 +528,9 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	if err != nil {
 		return st, err
 	}
+	if err := b.restoreHistory(ctx); err != nil {
+		return st, err
+	}
 	if err := s.loadCrons(ctx, b, &st); err != nil {
 		return st, err
 	}
@@ -559,7 +580,7 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats) (bad int, err error) {
 	var n int
 	var size, results int64
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs`).Scan(&n, &size); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs WHERE id IS NULL`).Scan(&n, &size); err != nil {
 		return 0, fmt.Errorf("count jobs: %w", err)
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(length(result)), 0) FROM results`).Scan(&results); err != nil {
@@ -571,7 +592,8 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 		return 0, err
 	}
 	b.idxReserve(n)
-	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq`)
+	// Completed history past the memory's cache stays on disk.
+	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.id IS NULL`)
 	if err != nil {
 		return 0, fmt.Errorf("read jobs: %w", err)
 	}

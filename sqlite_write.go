@@ -35,6 +35,9 @@ func (s *SQLiteStore) writer() {
 		took := time.Since(began)
 		var barErr error
 		retry, barErr = s.settle(bt, n, took, dropped, err, retry)
+		if err == nil && dropped == 0 {
+			s.retiredWritten(bt)
+		}
 		for _, b := range bars {
 			b <- barErr
 		}
@@ -195,6 +198,8 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 	nUp, nDel, nRes := 0, 0, 0
 	for _, p := range jobs {
 		switch {
+		case p.record == nil && !p.del:
+			// Only retired (writeRetired): the row is there.
 		case p.del:
 			nDel++
 		case p.result != nil:
@@ -210,6 +215,9 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 		if p.del {
 			del = append(del, seq)
 			resDel = append(resDel, seq)
+			continue
+		}
+		if p.record == nil {
 			continue
 		}
 		up = append(up, seq, p.record)
@@ -236,6 +244,9 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 		return "DELETE FROM results WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
 	}); err != nil {
 		return fmt.Errorf("delete results: %w", err)
+	}
+	if err := s.writeRetired(ctx, jobs); err != nil {
+		return fmt.Errorf("mark completed history: %w", err)
 	}
 	return nil
 }
@@ -373,9 +384,15 @@ func (s *SQLiteStore) putBack(bt *writeBatch) {
 		return
 	}
 	for id, p := range bt.jobs {
-		if _, newer := s.jobs[id]; !newer {
+		n, newer := s.jobs[id]
+		switch {
+		case !newer:
 			s.jobs[id] = p
 			s.n++
+		case n.record == nil && !n.del && p.record != nil:
+			// The newer change only retires the job (history.go): the
+			// record it retires is the one that was not written.
+			n.record, n.result = p.record, p.result
 		}
 	}
 	for k, v := range bt.queues {
