@@ -76,6 +76,9 @@ type Broker struct {
 	hist                   historyStore
 	retention              int64
 	retainStop, retainDone chan struct{}
+
+	// drain says the server is stopping gracefully (drain.go).
+	drain *drainState
 }
 
 // Bounds, as the reference has them.
@@ -114,6 +117,7 @@ func NewBroker(shards int, store Store) *Broker {
 		lat:       newLatencies(),
 		maxDone:   maxCompleted,
 		retention: -1,
+		drain:     newDrainState(),
 	}
 	if h, ok := store.(historyStore); ok {
 		b.hist = h

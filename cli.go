@@ -23,16 +23,17 @@ import (
 // the global options that stood before its word: those that talk to a
 // server read them, the others refuse them as unknown flags.
 var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
-	"serve":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
-	"start":   func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
-	"help":    runHelp,
-	"version": runVersion,
-	"doctor":  runDoctor,
-	"bench":   runBench,
-	"backup":  runBackup,
-	"backups": runBackups,
-	"restore": runRestore,
-	"migrate": runMigrate,
+	"serve":       func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
+	"start":       func(a []string, o, e io.Writer) int { return serve(serverArgs(a), o, e) },
+	"help":        runHelp,
+	"version":     runVersion,
+	"doctor":      runDoctor,
+	"bench":       runBench,
+	"backup":      runBackup,
+	"backups":     runBackups,
+	"restore":     runRestore,
+	"migrate":     runMigrate,
+	"healthcheck": runHealthcheck,
 }
 
 // cliMain runs a command whose line starts with global options (a line

@@ -65,6 +65,7 @@ Monitoring:
   ping                              round trip on the wire protocol
   version                           this binary's version and the server's
   doctor                            checks health, storage, DLQ, TCP, token and TLS
+  healthcheck [url]                 container probe: exit 0 when /health says healthy
 
 Tools:
   bench [workloads] [options]       load generator (see queued help bench)
@@ -234,6 +235,13 @@ Events: job.pushed, job.started, job.completed, job.failed, job.progress.
 	"health":  "Usage: queued health\n\nAsks the server for its counts over the wire protocol and says it is healthy\nwhen it answers (exit 1 when it does not).\n",
 	"ping":    "Usage: queued ping\n\nOne round trip on the wire protocol, with its time.\n",
 	"version": "Usage: queued version\n\nThis binary's version, and the server's from its HTTP /health (port + 1).\n",
+	"healthcheck": `Usage: queued healthcheck [URL]
+
+The container probe, as bunqueue healthcheck: asks the server's HTTP
+/health (default http://127.0.0.1:$HTTP_PORT/health, port 6790) and exits 0
+when it answers healthy, 1 otherwise (after 5 s at most). It prints
+"healthy" or "Health check failed", nothing of the answer.
+`,
 	"doctor": `Usage: queued doctor
 
 Checks a running server: HTTP /health on the TCP port plus one (status,

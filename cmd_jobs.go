@@ -169,8 +169,15 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 	if err := r.pullRoom(); err != nil {
 		return err
 	}
-	wait, err := r.eng.Pull(r.ctx(), a.queue, n, a.opts, a.timeout, answer(r))
+	if r.b.drain.on() {
+		// Stopping (drain.go): no more jobs are handed out.
+		r.writeJobs(nil, nil, withToken, batch)
+		return nil
+	}
+	ctx, stop := r.b.drain.pullCtx(r.ctx())
+	wait, err := r.eng.Pull(ctx, a.queue, n, a.opts, a.timeout, answer(r))
 	if wait == nil {
+		stop()
 		r.b.lat.observePull(start, 0, delivered)
 		if err != nil {
 			return err
@@ -181,6 +188,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 		return nil
 	}
 	return r.goAsync(func(ar *Req) error {
+		defer stop()
 		waited, err := wait(answer(ar))
 		r.b.lat.observePull(start, waited, delivered)
 		if err != nil {

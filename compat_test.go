@@ -95,8 +95,10 @@ func startBinaryAt(t *testing.T, argv []string, extra ...string) *serverProc {
 func tryStartBinary(t *testing.T, argv, extra []string) (*serverProc, string) {
 	t.Helper()
 	httpPort := freePort(t)
+	// No drain at a stop (drain.go) unless a test asks for one: a test
+	// that leaves jobs active would wait out the 30 s.
 	args := append([]string{"serve", "--host", "127.0.0.1", "--tcp-port", "0",
-		"--http-port", fmt.Sprint(httpPort), "--log-level", "info"}, extra...)
+		"--http-port", fmt.Sprint(httpPort), "--log-level", "info", "--shutdown-timeout", "0"}, extra...)
 	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	p := &serverProc{cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	cmd.Stdout = &lockedWriter{p.mu, p.log}

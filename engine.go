@@ -71,6 +71,9 @@ type JobEngine interface {
 	// Release puts back what a closed connection pulled and still holds,
 	// without costing an attempt, unless its lock was renewed.
 	Release(ctx context.Context, c *conn)
+	// HandedOut counts the jobs this broker handed out that are not yet
+	// finished, for a graceful stop to wait on (drain.go).
+	HandedOut(ctx context.Context) int
 }
 
 // FlowEngine pushes flows and answers parents about their children

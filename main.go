@@ -50,6 +50,7 @@ type config struct {
 	httpPort   int
 	authTokens string
 	logLevel   string
+	logFormat  string
 	shards     int
 	maxQueues  int
 	// Completed history (history.go): jobs held in memory (0: the
@@ -57,10 +58,13 @@ type config struct {
 	// negative: for ever).
 	maxCompletedJobs   int
 	completedRetention *int
-	dataPath           string
-	memory             bool
-	syncMode           string
-	backup             backupSettings
+	// shutdownTimeout bounds a graceful stop's wait for running jobs,
+	// in ms (drain.go); 0 stops at once.
+	shutdownTimeout int
+	dataPath        string
+	memory          bool
+	syncMode        string
+	backup          backupSettings
 	// corsOrigins: the origins whose pages may use the HTTP API from a
 	// browser, comma-separated; "*" is any.
 	corsOrigins string
@@ -227,6 +231,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.authTokens = envOr([]string{"AUTH_TOKENS"}, "")
 	fs.Var(hiddenFlag{&c.authTokens}, "auth-tokens", "comma-separated `tokens` clients must present [AUTH_TOKENS]"+fromEnvNote([]string{"AUTH_TOKENS"}))
 	fs.StringVar(&c.logLevel, "log-level", envOr([]string{"LOG_LEVEL"}, "info"), "debug, info, warn or error [LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", envOr([]string{"LOG_FORMAT"}, "text"), "text, or json: one JSON object a line [LOG_FORMAT]")
 	fs.IntVar(&c.shards, "shards", envInt([]string{"QUEUED_SHARDS"}, 0), "shard count, a power of two (0: from the CPU count) [QUEUED_SHARDS]")
 	fs.IntVar(&c.maxQueues, "max-queues", envInt([]string{"QUEUED_MAX_QUEUES"}, defaultMaxQueues),
 		"queues that may exist at once (0: no limit); a push naming one more is refused [QUEUED_MAX_QUEUES]")
@@ -235,6 +240,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.completedRetention = new(int)
 	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
 		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
+	fs.IntVar(&c.shutdownTimeout, "shutdown-timeout", envInt([]string{"SHUTDOWN_TIMEOUT_MS"}, 30000),
+		"ms a graceful stop waits for running jobs to finish, handing out no new ones (0: stop at once) [SHUTDOWN_TIMEOUT_MS]")
 	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
 		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
 	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
@@ -291,12 +298,21 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	return fs, c
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		// One JSON object a line, for log pipelines (the reference's
+		// LOG_FORMAT=json); the journal's priority prefix would break it.
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "", "text":
+	default:
+		return nil, fmt.Errorf("log format %q: want text or json", format)
+	}
 	if toJournal(w) {
 		opts = journalOptions(opts)
 	}
@@ -343,7 +359,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "queued: choose one storage: a PostgreSQL URL and a SQLite data path (or --memory) were both given")
 		return 2
 	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "queued:", err)
 		return 2
@@ -408,6 +424,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
 	}
+	if c.shutdownTimeout < 0 {
+		return fmt.Errorf("--shutdown-timeout %d: want 0 (stop at once) or a positive count of milliseconds", c.shutdownTimeout)
+	}
 	if c.maxCompletedJobs < 0 {
 		return fmt.Errorf("--max-completed-jobs %d: want a positive count (0: the default, %d)", c.maxCompletedJobs, maxCompleted)
 	}
@@ -454,6 +473,12 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	defer signal.Stop(hup)
 	s.announce(ready)
 	runErr := s.wait(ctx, errc, hup)
+	if err := sdNotify("STOPPING=1"); err != nil {
+		log.Warn("systemd stopping", "err", err)
+	}
+	if runErr == nil {
+		s.drain(time.Duration(c.shutdownTimeout) * time.Millisecond)
+	}
 	s.shutdown(shutdownSignal(ctx))
 	return runErr
 }
@@ -808,9 +833,6 @@ func shutdownSignal(ctx context.Context) string {
 // shutdown stops everything, in the reverse order of the start.
 func (s *serverRun) shutdown(signal string) {
 	log := s.log
-	if err := sdNotify("STOPPING=1"); err != nil {
-		log.Warn("systemd stopping", "err", err)
-	}
 	log.Info("shutting down")
 	if s.bk != nil {
 		// Before the database closes: a backup in progress is abandoned.

@@ -127,7 +127,7 @@ func TestJournalLogsWithoutTime(t *testing.T) {
 		t.Helper()
 		f.Truncate(0)
 		f.Seek(0, 0)
-		log, err := newLogger(f, "info")
+		log, err := newLogger(f, "info", "text")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func TestSecretsPGConnectError(t *testing.T) {
 	} {
 		c := &config{host: "127.0.0.1", httpPort: -1, pgURL: url, pgNamespace: "default"}
 		var logBuf bytes.Buffer
-		log, _ := newLogger(&lockedWriter{mu: &sync.Mutex{}, w: &logBuf}, "debug")
+		log, _ := newLogger(&lockedWriter{mu: &sync.Mutex{}, w: &logBuf}, "debug", "text")
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		err := runServer(ctx, c, log, nil)
 		cancel()
