@@ -102,10 +102,10 @@ func parseInterval(s string) (time.Duration, error) {
 }
 
 func addS3Flags(fs *flag.FlagSet, s *s3Settings) {
-	fs.StringVar(&s.bucket, "s3-bucket", envOr([]string{"S3_BUCKET"}, ""), "S3 bucket for backups; setting it turns S3 backups on [S3_BUCKET]")
+	fs.StringVar(&s.bucket, "s3-bucket", envOr([]string{"S3_BUCKET", "AWS_BUCKET"}, ""), "S3 bucket for backups; setting it turns S3 backups on [S3_BUCKET, AWS_BUCKET]")
 	fs.StringVar(&s.prefix, "s3-prefix", envOr([]string{"S3_BACKUP_PREFIX"}, "backups/"), "key prefix of the backups in the bucket [S3_BACKUP_PREFIX]")
-	fs.StringVar(&s.endpoint, "s3-endpoint", envOr([]string{"S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}, ""),
-		"S3-compatible service URL, e.g. http://minio:9000 or https://ACCOUNT.r2.cloudflarestorage.com (empty: AWS) [S3_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL]")
+	fs.StringVar(&s.endpoint, "s3-endpoint", envOr([]string{"S3_ENDPOINT", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}, ""),
+		"S3-compatible service URL, e.g. http://minio:9000 or https://ACCOUNT.r2.cloudflarestorage.com (empty: AWS) [S3_ENDPOINT, AWS_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL]")
 	fs.StringVar(&s.region, "s3-region", envOr([]string{"S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"}, "us-east-1"),
 		"bucket region (R2: auto) [S3_REGION, AWS_REGION, AWS_DEFAULT_REGION]")
 	addressing := "auto"

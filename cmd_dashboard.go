@@ -202,7 +202,7 @@ func overviewWorkers(e *Enc, b *Broker, now int64) {
 	workers, _, _ := b.workers.list()
 	active := 0
 	for i := range workers {
-		if now-workers[i].LastSeen < workerTimeoutMs {
+		if b.workers.alive(workers[i].LastSeen, now) {
 			active++
 		}
 	}

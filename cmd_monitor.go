@@ -53,7 +53,7 @@ func cmdRegisterWorker(r *Req) error {
 	}
 	r.b.announce(noticeWorker("worker:connected", got.ID).str("name", got.Name).strs("queues", got.Queues).
 		str("hostname", got.Hostname).int("pid", got.PID))
-	encodeWorker(r.field("data"), got, "workerId", now, false)
+	encodeWorker(r.field("data"), got, "workerId", now, r.b.workers.alive(got.LastSeen, now), false)
 	return nil
 }
 
@@ -115,9 +115,9 @@ func cmdListWorkers(r *Req) error {
 	var active, activeJobs, slots int64
 	for i := range list {
 		w := &list[i]
-		encodeWorker(e, w, "id", now, true)
+		encodeWorker(e, w, "id", now, r.b.workers.alive(w.LastSeen, now), true)
 		activeJobs += w.Active
-		if now-w.LastSeen < workerTimeoutMs {
+		if r.b.workers.alive(w.LastSeen, now) {
 			active++
 			slots += w.Concurrency
 		}

@@ -722,7 +722,7 @@ func (a *httpAPI) serveQueueWorkers(w http.ResponseWriter, r *http.Request, p []
 	n := 0
 	for i := range list {
 		wk := &list[i]
-		if !slices.Contains(wk.Queues, p[0]) || now-wk.LastSeen >= workerTimeoutMs {
+		if !slices.Contains(wk.Queues, p[0]) || !a.b.workers.alive(wk.LastSeen, now) {
 			continue
 		}
 		if n > 0 {

@@ -628,7 +628,7 @@ func TestLiveCatalogCronMissed(t *testing.T) {
 }
 
 // TestWorkersRemovedStale: a worker registered without a connection and
-// unheard for workerExpireMs is removed and announced.
+// unheard for three worker timeouts is removed and announced.
 func TestWorkersRemovedStale(t *testing.T) {
 	now := int64(1_000_000)
 	ws := newWorkers(func() int64 { return now })
@@ -637,7 +637,7 @@ func TestWorkersRemovedStale(t *testing.T) {
 	if _, err := ws.register(&worker{ID: "w1", Name: "http-worker", LastSeen: now}); err != nil {
 		t.Fatal(err)
 	}
-	now += workerExpireMs
+	now += 3 * workerTimeoutMs
 	if ws.count() != 1 || len(got) != 0 {
 		t.Fatalf("removed at its expiry, not after: %d workers, %v", ws.count(), got)
 	}

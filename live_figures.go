@@ -156,7 +156,7 @@ func (l *live) statsSnapshot(ctx context.Context) ([]byte, error) {
 	workers, _, _ := b.workers.list()
 	active := 0
 	for i := range workers {
-		if now-workers[i].LastSeen < workerTimeoutMs {
+		if b.workers.alive(workers[i].LastSeen, now) {
 			active++
 		}
 	}

@@ -61,10 +61,17 @@ type config struct {
 	// shutdownTimeout bounds a graceful stop's wait for running jobs,
 	// in ms (drain.go); 0 stops at once.
 	shutdownTimeout int
-	dataPath        string
-	memory          bool
-	syncMode        string
-	backup          backupSettings
+	// statsInterval: ms between statistics lines in the log (0: none).
+	statsInterval int
+	// workerTimeout: ms before a silent worker is stale (0: the default).
+	workerTimeout int
+	// Webhook deliveries: attempts, and the delay before the second (0:
+	// the defaults).
+	webhookRetries, webhookRetryDelay int
+	dataPath                          string
+	memory                            bool
+	syncMode                          string
+	backup                            backupSettings
 	// corsOrigins: the origins whose pages may use the HTTP API from a
 	// browser, comma-separated; "*" is any.
 	corsOrigins string
@@ -240,10 +247,18 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.completedRetention = new(int)
 	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
 		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
+	fs.IntVar(&c.statsInterval, "stats-interval", envInt([]string{"STATS_INTERVAL_MS"}, 300000),
+		"ms between the log's queue statistics lines (0: none) [STATS_INTERVAL_MS]")
+	fs.IntVar(&c.workerTimeout, "worker-timeout", envInt([]string{"WORKER_TIMEOUT_MS"}, workerTimeoutMs),
+		"ms after which a worker not heard from is stale; after three times that it is removed [WORKER_TIMEOUT_MS]")
+	fs.IntVar(&c.webhookRetries, "webhook-max-retries", envInt([]string{"WEBHOOK_MAX_RETRIES"}, webhookAttempts),
+		"attempts to deliver a webhook event [WEBHOOK_MAX_RETRIES]")
+	fs.IntVar(&c.webhookRetryDelay, "webhook-retry-delay", envInt([]string{"WEBHOOK_RETRY_DELAY_MS"}, int(webhookRetryDelay.Milliseconds())),
+		"ms before a webhook's second attempt, twice that before its third, and so on [WEBHOOK_RETRY_DELAY_MS]")
 	fs.IntVar(&c.shutdownTimeout, "shutdown-timeout", envInt([]string{"SHUTDOWN_TIMEOUT_MS"}, 30000),
 		"ms a graceful stop waits for running jobs to finish, handing out no new ones (0: stop at once) [SHUTDOWN_TIMEOUT_MS]")
 	fs.StringVar(&c.dataPath, "data-path", envOr(dataPathEnv, defaultDataPath),
-		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH]")
+		"SQLite database file [DATA_PATH, BUNQUEUE_DATA_PATH, BQ_DATA_PATH, SQLITE_PATH]")
 	fs.BoolVar(&c.memory, "memory", strings.EqualFold(envOr([]string{"BUNQUEUE_STORAGE_DRIVER"}, ""), "memory"),
 		"keep everything in memory, nothing on disk [BUNQUEUE_STORAGE_DRIVER=memory]")
 	fs.StringVar(&c.syncMode, "sync", envOr([]string{"QUEUED_SYNC"}, "normal"),
@@ -259,6 +274,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"PostgreSQL mode: ms a statement may wait for a lock (0: no limit) [BUNQUEUE_POSTGRES_LOCK_TIMEOUT_MS]")
 	fs.IntVar(&c.pgSession.idleTxTimeout, "postgres-idle-transaction-timeout", envInt([]string{"BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS"}, defaultPGSession.idleTxTimeout),
 		"PostgreSQL mode: ms a transaction may stay open with nothing sent before the database ends its session, freeing the locks of a broker gone away (0: no limit) [BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS]")
+	fs.IntVar(&c.pgSession.poolSize, "postgres-pool-size", envInt([]string{"BUNQUEUE_POSTGRES_POOL_SIZE"}, 0),
+		"PostgreSQL mode: connections a broker may open (0: the URL's pool_max_conns, else 16) [BUNQUEUE_POSTGRES_POOL_SIZE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
@@ -472,6 +489,11 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	s.announce(ready)
+	warnIgnoredSettings(log)
+	if c.statsInterval > 0 {
+		s.statsStop, s.statsDone = make(chan struct{}), make(chan struct{})
+		go s.statsLoop(time.Duration(c.statsInterval)*time.Millisecond, s.statsStop, s.statsDone)
+	}
 	runErr := s.wait(ctx, errc, hup)
 	if err := sdNotify("STOPPING=1"); err != nil {
 		log.Warn("systemd stopping", "err", err)
@@ -505,7 +527,10 @@ type serverRun struct {
 	hs      *http.Server
 	lv      *live
 	mem     *memReturn // gives memory back when idle (memory.go)
-	api     *httpAPI
+	// statsStop ends the statistics line's loop (settings.go), which
+	// closes statsDone.
+	statsStop, statsDone chan struct{}
+	api                  *httpAPI
 	// recovered is what the SQLite file held at the start.
 	recovered *RecoveryStats
 }
@@ -567,6 +592,9 @@ func (s *serverRun) startBroker() error {
 	c, log := s.c, s.log
 	b := NewBroker(c.shards, s.store)
 	b.maxQueues = c.maxQueues
+	if c.workerTimeout > 0 {
+		b.workers.timeout = int64(c.workerTimeout)
+	}
 	// Jobs live in this process but in PostgreSQL mode.
 	b.mem = newMemLimit(int64(c.maxMemory), c.pgURL == "", log)
 	b.mem.setRuntimeLimit()
@@ -665,7 +693,8 @@ func (s *serverRun) startServer(ctx context.Context) error {
 		b.pgStatus = pg.storageState
 		s.pg = pg
 	}
-	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log}
+	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log, attempts: c.webhookRetries,
+		retryDelay: time.Duration(c.webhookRetryDelay) * time.Millisecond}
 	if s.sq != nil {
 		hopts.store = s.sq
 	}
@@ -834,6 +863,10 @@ func shutdownSignal(ctx context.Context) string {
 func (s *serverRun) shutdown(signal string) {
 	log := s.log
 	log.Info("shutting down")
+	if s.statsStop != nil {
+		close(s.statsStop)
+		<-s.statsDone
+	}
 	if s.bk != nil {
 		// Before the database closes: a backup in progress is abandoned.
 		s.bk.Close()

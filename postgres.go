@@ -334,7 +334,9 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("postgres url: %w", redactPG(err, url))
 	}
-	if !strings.Contains(url, "pool_max_conns=") {
+	if session.poolSize > 0 {
+		cfg.MaxConns = int32(min(session.poolSize, 1000))
+	} else if !strings.Contains(url, "pool_max_conns=") {
 		// pgxpool's default (the CPUs, at least 4) starves a broker's
 		// rounds of pushes, claims and ACKs; a URL that names its pool
 		// size keeps it.
@@ -371,6 +373,9 @@ type pgSession struct {
 	// cannot tell such a peer from a slow one, and its TCP keepalive
 	// takes two hours by default.
 	statementTimeout, lockTimeout, idleTxTimeout int
+	// poolSize caps the broker's connections (BUNQUEUE_POSTGRES_POOL_SIZE);
+	// 0: a URL's pool_max_conns, else at least 16.
+	poolSize int
 }
 
 // defaultPGSession are the reference's defaults. No statement of the

@@ -261,7 +261,7 @@ func (srv *Server) promCore(p *promText, js promJobsState, ms *runtime.MemStats,
 	for i := range workers {
 		w := &workers[i]
 		activeJobs += w.Active
-		if now-w.LastSeen < workerTimeoutMs {
+		if b.workers.alive(w.LastSeen, now) {
 			active++
 			slots += w.Concurrency
 		}

@@ -5,11 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,5 +91,192 @@ func TestHealthcheckCommand(t *testing.T) {
 		if code != 1 || out != "Health check failed\n" {
 			t.Fatalf("%v: exit %d, %q", args, code, out)
 		}
+	}
+}
+
+// referenceServerSettings are the environment variables the reference's
+// server reads: those its dist reads outside the client, the MCP server
+// and the command line.
+func referenceServerSettings(t *testing.T) map[string]bool {
+	t.Helper()
+	dir, _ := compatDir(t)
+	root := filepath.Join(dir, "node_modules", "bunqueue", "dist")
+	re := regexp.MustCompile(`(?:Bun|process)\.env\.([A-Z][A-Z0-9_]+)`)
+	out := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() && (rel == "client" || rel == "mcp" || rel == "cli") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".js") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 50 {
+		t.Fatalf("only %d settings found in %s", len(out), root)
+	}
+	return out
+}
+
+// honouredSettings are the variables the server's flags name, between
+// brackets in their usage.
+func honouredSettings() map[string]bool {
+	fs, _ := serverFlags(io.Discard)
+	brackets := regexp.MustCompile(`\[([^\]]+)\]`)
+	name := regexp.MustCompile(`\b[A-Z][A-Z0-9_]{2,}\b`)
+	out := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, b := range brackets.FindAllStringSubmatch(f.Usage, -1) {
+			for _, n := range name.FindAllString(b[1], -1) {
+				out[n] = true
+			}
+		}
+	})
+	return out
+}
+
+// TestReferenceSettingsAccounted: every variable the reference's server
+// reads is honoured (a flag names it) or listed in ignoredSettings with a
+// reason, and docs/compatibility.md lists those; nothing is both, and the
+// list names nothing the reference does not read.
+func TestReferenceSettingsAccounted(t *testing.T) {
+	ref, ours := referenceServerSettings(t), honouredSettings()
+	docs, err := os.ReadFile("docs/compatibility.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	honoured := 0
+	for name := range ref {
+		_, ignored := ignoredSettings[name]
+		switch {
+		case ours[name] && ignored:
+			t.Errorf("%s is honoured and listed as ignored", name)
+		case ours[name]:
+			honoured++
+		case !ignored:
+			t.Errorf("the reference reads %s: honour it (a flag's usage names it) or list it in ignoredSettings with why", name)
+		case !strings.Contains(string(docs), "| `"+name+"` |"):
+			t.Errorf("docs/compatibility.md does not list %s, which queued does not honour", name)
+		}
+	}
+	for name := range ignoredSettings {
+		if !ref[name] {
+			t.Errorf("ignoredSettings lists %s, which the reference does not read", name)
+		}
+	}
+	t.Logf("%d settings of the reference: %d honoured, %d not (listed with why)", len(ref), honoured, len(ref)-honoured)
+}
+
+// TestIgnoredSettingWarned: a reference setting queued does not honour is
+// named in a warning at start, with why, and without its value.
+func TestIgnoredSettingWarned(t *testing.T) {
+	t.Setenv("BUNQUEUE_CLOUD_API_KEY", "sekrit-value")
+	var buf bytes.Buffer
+	warnIgnoredSettings(slog.New(slog.NewTextHandler(&buf, nil)))
+	if out := buf.String(); !strings.Contains(out, "name=BUNQUEUE_CLOUD_API_KEY") || !strings.Contains(out, "bunqueue Cloud") ||
+		strings.Contains(out, "sekrit") {
+		t.Fatalf("warning: %q", out)
+	}
+}
+
+// TestStatsIntervalLine: STATS_INTERVAL_MS makes the server log a line of
+// queue statistics that often, as the reference does.
+func TestStatsIntervalLine(t *testing.T) {
+	t.Setenv("STATS_INTERVAL_MS", "100")
+	srv := startBinary(t, "--memory")
+	c := dial(t, srv.addr())
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "st", "data": 1})
+	eventually(t, 20*time.Second, "a statistics line counting the job", func() (bool, string) {
+		return strings.Contains(srv.output(), `msg="queue statistics" waiting=1`), srv.output()
+	})
+}
+
+// TestWorkerTimeoutSetting: WORKER_TIMEOUT_MS is how long a silent worker
+// stays active, as in the reference.
+func TestWorkerTimeoutSetting(t *testing.T) {
+	t.Setenv("WORKER_TIMEOUT_MS", "300")
+	srv := startBinary(t, "--memory")
+	c := dial(t, srv.addr())
+	c.ok(map[string]any{"cmd": "RegisterWorker", "name": "quiet", "queues": []any{"q"}})
+	status := func() string {
+		ws := c.ok(map[string]any{"cmd": "ListWorkers"})["data"].(map[string]any)["workers"].([]any)
+		return ws[0].(map[string]any)["status"].(string)
+	}
+	first := status()
+	eventually(t, 20*time.Second, "the silent worker stale", func() (bool, string) {
+		st := status()
+		return st == "stale", st
+	})
+	if first != "active" {
+		t.Fatalf("a worker just registered is %q", first)
+	}
+}
+
+// TestWebhookRetrySettings: WEBHOOK_MAX_RETRIES and WEBHOOK_RETRY_DELAY_MS
+// are how many times a failing delivery is tried, and how far apart.
+func TestWebhookRetrySettings(t *testing.T) {
+	recv := newSwitchReceiver(t)
+	recv.hang.Store(true)
+	ls := newLocalServer(t)
+	h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: true, attempts: 5, retryDelay: 5 * time.Millisecond,
+		attemptTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ls.srv.hooks = h
+	ls.ok(M{"cmd": "AddWebhook", "url": recv.srv.URL, "events": []any{"job.pushed"}})
+	ls.ok(M{"cmd": "PUSH", "queue": "q", "data": 0})
+	eventually(t, 20*time.Second, "the delivery given up", func() (bool, string) {
+		w := hookState(t, ls)
+		return num(t, w["failureCount"]) == 1, fmt.Sprint(w)
+	})
+	if got := recv.requests(); got != 5 {
+		t.Fatalf("%d attempts, want the 5 asked for", got)
+	}
+	t.Setenv("WEBHOOK_MAX_RETRIES", "7")
+	t.Setenv("WEBHOOK_RETRY_DELAY_MS", "250")
+	fs, c := serverFlags(io.Discard)
+	if err := fs.Parse(nil); err != nil || c.webhookRetries != 7 || c.webhookRetryDelay != 250 {
+		t.Fatalf("from the environment: %d attempts, %d ms (%v)", c.webhookRetries, c.webhookRetryDelay, err)
+	}
+}
+
+// TestReferenceAliasSettings: the reference's other names for the data
+// file and the S3 bucket and endpoint, and its PostgreSQL pool size, set
+// what the reference's set.
+func TestReferenceAliasSettings(t *testing.T) {
+	t.Setenv("SQLITE_PATH", "/tmp/from-sqlite-path.db")
+	t.Setenv("AWS_BUCKET", "from-aws-bucket")
+	t.Setenv("AWS_ENDPOINT", "http://from-aws-endpoint:9000")
+	t.Setenv("BUNQUEUE_POSTGRES_POOL_SIZE", "3")
+	fs, c := serverFlags(io.Discard)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.dataPath != "/tmp/from-sqlite-path.db" || c.backup.bucket != "from-aws-bucket" ||
+		c.backup.endpoint != "http://from-aws-endpoint:9000" || c.pgSession.poolSize != 3 {
+		t.Fatalf("read: data %q, bucket %q, endpoint %q, pool %d", c.dataPath, c.backup.bucket, c.backup.endpoint, c.pgSession.poolSize)
+	}
+	ns := pgTestNamespace(t)
+	session := defaultPGSession
+	session.poolSize = 3
+	p := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{session: &session})
+	if got := p.pg.pool.Config().MaxConns; got != 3 {
+		t.Fatalf("the pool allows %d connections, want 3", got)
 	}
 }

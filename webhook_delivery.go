@@ -409,7 +409,8 @@ func (h *Webhooks) lineStats() (open int, waiting int) {
 	return open, waiting
 }
 
-// deliver makes up to webhookAttempts attempts, 1 s then 2 s apart.
+// deliver makes up to opts.attempts attempts (3), retryDelay times the
+// attempt number apart (1 s, then 2 s).
 func (h *Webhooks) deliver(d *delivery) deliveryResult {
 	w := d.w
 	h.mu.Lock()
@@ -427,7 +428,7 @@ func (h *Webhooks) deliver(d *delivery) deliveryResult {
 		sig = hex.EncodeToString(mac.Sum(nil))
 	}
 	var err error
-	for attempt := 0; attempt < webhookAttempts; attempt++ {
+	for attempt := 0; attempt < h.opts.attempts; attempt++ {
 		if attempt > 0 && !h.sleep(h.opts.retryDelay*time.Duration(attempt)) {
 			return deliverySkipped
 		}
@@ -449,7 +450,7 @@ func (h *Webhooks) deliver(d *delivery) deliveryResult {
 	h.mu.Unlock()
 	h.failed.Add(1)
 	h.log.Warn("webhook delivery failed", "webhook", w.ID, "receiver", logURL(w.URL), "event", event,
-		"attempts", webhookAttempts, "err", err)
+		"attempts", h.opts.attempts, "err", err)
 	h.announce(newNote("webhook:failed").str("webhookId", w.ID).str("url", w.URL).str("event", event).
 		str("error", err.Error()))
 	return deliveryFailedAll

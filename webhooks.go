@@ -124,6 +124,7 @@ type webhookOptions struct {
 	log          *slog.Logger
 	lookup       lookupFunc // nil: the system resolver
 
+	attempts       int           // deliveries of an event (webhookAttempts)
 	queueLen       int           // one webhook's backlog (webhookBacklogLen)
 	retryDelay     time.Duration // webhookRetryDelay
 	attemptTimeout time.Duration // webhookTimeout
@@ -185,6 +186,9 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 	def(&opts.dropLogEvery, webhookDropLogEvery)
 	if opts.queueLen <= 0 {
 		opts.queueLen = webhookBacklogLen
+	}
+	if opts.attempts <= 0 {
+		opts.attempts = webhookAttempts
 	}
 	if opts.breakAfter <= 0 {
 		opts.breakAfter = webhookBreakAfter

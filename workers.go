@@ -14,11 +14,11 @@ import (
 )
 
 const (
+	// workerTimeoutMs is --worker-timeout's default (WORKER_TIMEOUT_MS):
+	// a worker not heard from for that long is stale, and after three
+	// times that it is removed, as the reference waits.
 	workerTimeoutMs = 30000
-	// workerExpireMs: three missed heartbeat periods, as the reference
-	// waits before it removes a stale worker.
-	workerExpireMs = 3 * workerTimeoutMs
-	maxWorkers     = 10000
+	maxWorkers      = 10000
 	// maxWorkerQueues bounds the queues one worker names.
 	maxWorkerQueues = 1000
 )
@@ -53,12 +53,20 @@ type Workers struct {
 	// announce tells of a worker removed for staleness (Broker.announce;
 	// it only queues, so it may run under mu).
 	announce func(*note)
+	// timeout: a worker not heard from for this long (ms) is stale.
+	timeout int64
 }
 
-func newWorkers(now func() int64) *Workers { return &Workers{m: make(map[string]*worker), now: now} }
+func newWorkers(now func() int64) *Workers {
+	return &Workers{m: make(map[string]*worker), now: now, timeout: workerTimeoutMs}
+}
+
+// alive says whether a worker last seen at lastSeen is live at now.
+func (ws *Workers) alive(lastSeen, now int64) bool { return now-lastSeen < ws.timeout }
 
 // expire removes the workers without a connection not heard from for
-// workerExpireMs; at most once a second unless forced. ws.mu is held.
+// three times the timeout; at most once a second unless forced. ws.mu is
+// held.
 func (ws *Workers) expire(force bool) {
 	now := ws.now()
 	if !force && now-ws.swept < 1000 {
@@ -66,7 +74,7 @@ func (ws *Workers) expire(force bool) {
 	}
 	ws.swept = now
 	for id, w := range ws.m {
-		if w.conn == nil && now-w.LastSeen > workerExpireMs {
+		if w.conn == nil && now-w.LastSeen > 3*ws.timeout {
 			delete(ws.m, id)
 			if ws.announce != nil {
 				ws.announce(noticeWorker("worker:removed-stale", id).str("name", w.Name))
@@ -191,7 +199,7 @@ func (ws *Workers) count() int {
 	return len(ws.m)
 }
 
-func encodeWorker(e *Enc, w *worker, idKey string, now int64, withUptime bool) {
+func encodeWorker(e *Enc, w *worker, idKey string, now int64, alive, withUptime bool) {
 	n := 13
 	if withUptime {
 		n++
@@ -210,7 +218,7 @@ func encodeWorker(e *Enc, w *worker, idKey string, now int64, withUptime bool) {
 	e.Str("pid")
 	e.Int(w.PID)
 	e.Str("status")
-	if now-w.LastSeen < workerTimeoutMs {
+	if alive {
 		e.Str("active")
 	} else {
 		e.Str("stale")

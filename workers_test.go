@@ -67,7 +67,7 @@ func TestWorkersWithoutConnectionExpire(t *testing.T) {
 	if msg, _ := out["error"].(string); msg != "registered workers are limited to 10000" {
 		t.Fatalf("past the limit: %v", out)
 	}
-	clock.Add(workerExpireMs + 1)
+	clock.Add(3*workerTimeoutMs + 1)
 	if out := call("POST", "/workers", `{"name":"later"}`); out["ok"] != true {
 		t.Fatalf("after the silent ones expired: %v", out)
 	}
