@@ -537,6 +537,7 @@ func (c *conn) finish() {
 		b.announce(noticeWorker("worker:disconnected", w.ID).str("name", w.Name).str("clientId", c.id))
 	}
 	c.srv.eng.Release(context.Background(), c)
+	c.srv.reqLimit.forget(c.id)
 	c.emu.Lock()
 	c.hasSub = false
 	if c.ekick != nil {

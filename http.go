@@ -197,6 +197,13 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
+	if !limitExempt[raw[0]] {
+		if client := httpClient(r); !a.srv.reqLimit.allow(client) {
+			a.srv.b.announce(newNote("ratelimit:hit").str("clientId", client))
+			writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "Rate limit exceeded"})
+			return
+		}
+	}
 	segs := make([]string, len(raw))
 	for i, s := range raw {
 		u, err := url.PathUnescape(s)

@@ -61,6 +61,9 @@ type config struct {
 	// shutdownTimeout bounds a graceful stop's wait for running jobs,
 	// in ms (drain.go); 0 stops at once.
 	shutdownTimeout int
+	// The per-client request limiter (reqlimit.go): requests a client may
+	// send within the window (0: no limit).
+	rateLimitMax, rateLimitWindow int
 	// statsInterval: ms between statistics lines in the log (0: none).
 	statsInterval int
 	// workerTimeout: ms before a silent worker is stale (0: the default).
@@ -247,6 +250,10 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.completedRetention = new(int)
 	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
 		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
+	fs.IntVar(&c.rateLimitMax, "rate-limit-max-requests", envInt([]string{"RATE_LIMIT_MAX_REQUESTS"}, 0),
+		"requests a client (a TCP connection, an HTTP client's address) may send within --rate-limit-window; past it they are refused, HTTP 429 (0: no limit) [RATE_LIMIT_MAX_REQUESTS]")
+	fs.IntVar(&c.rateLimitWindow, "rate-limit-window", envInt([]string{"RATE_LIMIT_WINDOW_MS"}, 60000),
+		"ms of the request limiter's sliding window [RATE_LIMIT_WINDOW_MS]")
 	fs.IntVar(&c.statsInterval, "stats-interval", envInt([]string{"STATS_INTERVAL_MS"}, 300000),
 		"ms between the log's queue statistics lines (0: none) [STATS_INTERVAL_MS]")
 	fs.IntVar(&c.workerTimeout, "worker-timeout", envInt([]string{"WORKER_TIMEOUT_MS"}, workerTimeoutMs),
@@ -654,6 +661,7 @@ func (s *serverRun) closeStore() {
 func (s *serverRun) startServer(ctx context.Context) error {
 	c, log, b := s.c, s.log, s.b
 	srv := NewServer(b, splitTokens(c.authTokens), log)
+	srv.reqLimit = newReqLimiter(c.rateLimitMax, time.Duration(c.rateLimitWindow)*time.Millisecond, nowMs)
 	srv.maxConns = c.maxConns
 	if srv.maxConns <= 0 {
 		srv.maxConns = defaultMaxConnections(fileLimit())

@@ -26,6 +26,8 @@ import (
 // Server accepts connections and dispatches their commands to the broker.
 type Server struct {
 	b      *Broker
+	// reqLimit is the per-client request limiter (reqlimit.go); nil: off.
+	reqLimit *reqLimiter
 	tokens []string
 	log    *slog.Logger
 
@@ -336,6 +338,12 @@ func (c *conn) handleFrame(body []byte) {
 	}
 	m, err := parseRequest(body, c.fields, maxFields)
 	c.fields = m.Fields[:0]
+	if !c.srv.reqLimit.allow(c.id) {
+		// Counted whether the frame reads or not, as the reference counts.
+		c.srv.b.announce(newNote("ratelimit:hit").str("clientId", c.id))
+		c.answerError(m.Get("reqId"), "Rate limit exceeded")
+		return
+	}
 	if err != nil {
 		// The frame boundary is intact, so the connection goes on; the
 		// reqId is echoed when it could be read before the fault.

@@ -280,3 +280,78 @@ func TestReferenceAliasSettings(t *testing.T) {
 		t.Fatalf("the pool allows %d connections, want 3", got)
 	}
 }
+
+// TestRequestLimiter: with RATE_LIMIT_MAX_REQUESTS, a client past the
+// limit within the window is refused, on TCP with "Rate limit exceeded"
+// and over HTTP with 429, and ratelimit:hit names it; another client, and
+// the health probe, are not held back.
+func TestRequestLimiter(t *testing.T) {
+	ts := startServerHTTP(t, &config{rateLimitMax: 5, rateLimitWindow: 60000})
+	c := dial(t, ts.addr)
+	for i := range 5 {
+		c.ok(map[string]any{"cmd": "Ping", "n": i})
+	}
+	if msg := c.fail(map[string]any{"cmd": "Ping"}); msg != "Rate limit exceeded" {
+		t.Fatalf("the sixth request: %q", msg)
+	}
+	other := dial(t, ts.addr)
+	other.ok(map[string]any{"cmd": "Ping"})
+
+	get := func(path, client string) int {
+		req, _ := http.NewRequest("GET", "http://"+ts.http+path, nil)
+		req.Header.Set("X-Forwarded-For", client+", 10.0.0.1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 5 {
+		if code := get("/queues", "203.0.113.7"); code != 200 {
+			t.Fatalf("within the limit: %d", code)
+		}
+	}
+	if code := get("/queues", "203.0.113.7"); code != http.StatusTooManyRequests {
+		t.Fatalf("past the limit: %d, want 429", code)
+	}
+	if code := get("/health", "203.0.113.7"); code != 200 {
+		t.Fatalf("/health past the limit: %d", code)
+	}
+	if code := get("/queues", "203.0.113.8"); code != 200 {
+		t.Fatalf("another client: %d", code)
+	}
+	// Off by default.
+	free := startServer(t, nil)
+	fc := dial(t, free.addr)
+	for range 50 {
+		fc.ok(map[string]any{"cmd": "Ping"})
+	}
+}
+
+// TestReqLimiterSlides: the window slides: a client at the limit is let
+// through again as the counted requests age out of it.
+func TestReqLimiterSlides(t *testing.T) {
+	var now int64 = 1_000_000
+	l := newReqLimiter(10, time.Second, func() int64 { return now })
+	for i := range 10 {
+		if !l.allow("c") {
+			t.Fatalf("request %d refused", i)
+		}
+	}
+	if l.allow("c") {
+		t.Fatal("the eleventh within the window allowed")
+	}
+	now += 1500 // half the window holds the ten: about five count
+	n := 0
+	for l.allow("c") {
+		n++
+	}
+	if n < 4 || n > 6 {
+		t.Fatalf("half a window on, %d allowed, want about 5", n)
+	}
+	now += 2000
+	if !l.allow("c") {
+		t.Fatal("two windows on, refused")
+	}
+}
