@@ -25,11 +25,11 @@ import (
 
 // Server accepts connections and dispatches their commands to the broker.
 type Server struct {
-	b      *Broker
+	b *Broker
 	// reqLimit is the per-client request limiter (reqlimit.go); nil: off.
 	reqLimit *reqLimiter
-	tokens []string
-	log    *slog.Logger
+	tokens   []string
+	log      *slog.Logger
 
 	// frames counts the requests read, for memReturn's idea of idle.
 	frames atomic.Int64
