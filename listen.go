@@ -12,8 +12,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -176,4 +179,26 @@ func (l *retryListener) turnAway(nc net.Conn) {
 func (l *retryListener) Close() error {
 	l.close.Do(func() { close(l.done) })
 	return l.Listener.Close()
+}
+
+// listenAt listens on the Unix socket path when one is given (a socket
+// file left by a server that died is replaced; any other file is not),
+// else on the TCP address.
+func listenAt(path, addr string) (net.Listener, error) {
+	if path == "" {
+		return net.Listen("tcp", addr)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: another server listens there", path)
+		}
+		os.Remove(path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return net.Listen("unix", path)
 }

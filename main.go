@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -61,6 +62,8 @@ type config struct {
 	// shutdownTimeout bounds a graceful stop's wait for running jobs,
 	// in ms (drain.go); 0 stops at once.
 	shutdownTimeout int
+	// Unix sockets to listen on instead of the TCP and HTTP ports.
+	tcpSocket, httpSocket string
 	// The per-client request limiter (reqlimit.go): requests a client may
 	// send within the window (0: no limit).
 	rateLimitMax, rateLimitWindow int
@@ -250,6 +253,10 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.completedRetention = new(int)
 	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
 		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
+	fs.StringVar(&c.tcpSocket, "tcp-socket", envOr([]string{"TCP_SOCKET_PATH"}, ""),
+		"a Unix socket `path` to serve the wire protocol on, instead of --tcp-port [TCP_SOCKET_PATH]")
+	fs.StringVar(&c.httpSocket, "http-socket", envOr([]string{"HTTP_SOCKET_PATH"}, ""),
+		"a Unix socket `path` to serve HTTP on, instead of --http-port [HTTP_SOCKET_PATH]")
 	fs.IntVar(&c.rateLimitMax, "rate-limit-max-requests", envInt([]string{"RATE_LIMIT_MAX_REQUESTS"}, 0),
 		"requests a client (a TCP connection, an HTTP client's address) may send within --rate-limit-window; past it they are refused, HTTP 429 (0: no limit) [RATE_LIMIT_MAX_REQUESTS]")
 	fs.IntVar(&c.rateLimitWindow, "rate-limit-window", envInt([]string{"RATE_LIMIT_WINDOW_MS"}, 60000),
@@ -722,12 +729,12 @@ func (s *serverRun) startServer(ctx context.Context) error {
 func (s *serverRun) listen() error {
 	c, log := s.c, s.log
 	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
-	ln, err := net.Listen("tcp", tcpAddr)
+	ln, err := listenAt(c.tcpSocket, tcpAddr)
 	if err != nil {
 		s.hooks.Close()
 		s.b.Close()
 		s.closeStore()
-		return fmt.Errorf("listen on TCP %s: %w", tcpAddr, err)
+		return fmt.Errorf("listen on TCP %s: %w", cmp.Or(c.tcpSocket, tcpAddr), err)
 	}
 	s.ln, s.tcpLn = ln, ln
 	if s.certs != nil {
@@ -737,13 +744,13 @@ func (s *serverRun) listen() error {
 		return nil
 	}
 	httpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.httpPort))
-	hln, err := net.Listen("tcp", httpAddr)
+	hln, err := listenAt(c.httpSocket, httpAddr)
 	if err != nil {
 		ln.Close()
 		s.hooks.Close()
 		s.b.Close()
 		s.closeStore()
-		return fmt.Errorf("listen on HTTP %s: %w", httpAddr, err)
+		return fmt.Errorf("listen on HTTP %s: %w", cmp.Or(c.httpSocket, httpAddr), err)
 	}
 	rl := newRetryListener(hln, "http", log)
 	rl.max = c.maxHTTPConns
@@ -795,6 +802,14 @@ func (s *serverRun) serve() <-chan error {
 	return errc
 }
 
+// portOf is a listener's TCP port; 0 for a Unix socket.
+func portOf(a net.Addr) int {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.Port
+	}
+	return 0
+}
+
 // announce logs the start, starts the backup schedule, and tells ready
 // and systemd.
 func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
@@ -810,9 +825,9 @@ func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
 	log.Info("queued started", attrs...)
 	httpPort := -1
 	if s.hln != nil {
-		httpPort = s.hln.Addr().(*net.TCPAddr).Port
+		httpPort = portOf(s.hln.Addr())
 	}
-	s.b.announce(newNote("server:started").int("tcpPort", int64(s.ln.Addr().(*net.TCPAddr).Port)).
+	s.b.announce(newNote("server:started").int("tcpPort", int64(portOf(s.ln.Addr()))).
 		int("httpPort", int64(httpPort)).int("shards", int64(len(s.b.shards))))
 	if st := s.recovered; st != nil {
 		s.b.announce(newNote("server:recovered").int("queues", int64(st.Queues)).

@@ -21,8 +21,6 @@ import (
 // honour, with the reason.
 var ignoredSettings = map[string]string{
 	"LOCK_TIMEOUT_MS":                              "the reference's in-process lock wait; queued's shards take no such locks across requests",
-	"TCP_SOCKET_PATH":                              "not yet: a Unix socket for the wire protocol",
-	"HTTP_SOCKET_PATH":                             "not yet: a Unix socket for HTTP",
 	"TCP_IDLE_TIMEOUT_MS":                          "not yet: idle connections stay open (handshake and stall timeouts bound the rest)",
 	"RATE_LIMIT_CLEANUP_MS":                        "the request limiter forgets idle clients as it goes, keeping 32 bytes a client, at most 100,000 clients",
 	"WORKER_CLEANUP_INTERVAL_MS":                   "queued looks for stale workers at most once a second, whenever the registry is read",

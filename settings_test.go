@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -353,5 +355,41 @@ func TestReqLimiterSlides(t *testing.T) {
 	now += 2000
 	if !l.allow("c") {
 		t.Fatal("two windows on, refused")
+	}
+}
+
+// TestUnixSockets: TCP_SOCKET_PATH and HTTP_SOCKET_PATH serve the wire
+// protocol and HTTP on Unix sockets instead of ports, as the reference's
+// do; a socket file left behind is replaced, and the files go at the stop.
+func TestUnixSockets(t *testing.T) {
+	dir := t.TempDir()
+	tcpSock, httpSock := filepath.Join(dir, "q.sock"), filepath.Join(dir, "http.sock")
+	stale, err := net.Listen("unix", tcpSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close() // a socket file with nobody behind it, as a killed server leaves
+	ts := startServerHTTP(t, &config{tcpSocket: tcpSock, httpSocket: httpSock})
+	c := dial(t, "unix:"+tcpSock)
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "sock", "data": 1})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", httpSock)
+	}}}
+	resp, err := hc.Get("http://localhost/queues/sock/counts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"waiting":1`) {
+		t.Fatalf("HTTP over the socket: %d %s", resp.StatusCode, body)
+	}
+	c.close()
+	ts.stop(15 * time.Second)
+	for _, p := range []string{tcpSock, httpSock} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left after the stop (%v)", p, err)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,7 +173,11 @@ type tclient struct {
 // dial connects a client; it is closed at the end of the test.
 func dial(t testing.TB, addr string) *tclient {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, callTimeout)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
+	nc, err := net.DialTimeout(network, addr, callTimeout)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
