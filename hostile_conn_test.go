@@ -549,9 +549,10 @@ func TestHostileAuthDeadline(t *testing.T) {
 }
 
 // A connection in the middle of a frame that stops sending is closed
-// after the stall timeout; one idle between frames is not.
+// after the stall timeout (the reference's TCP_IDLE_TIMEOUT_MS); one idle
+// between frames is not.
 func TestHostileStalledFrame(t *testing.T) {
-	ts := startServer(t, &config{stallTimeout: 400 * time.Millisecond})
+	ts := startServer(t, &config{tcpIdleTimeout: 400})
 	idle := dial(t, ts.addr)
 	idle.ok(M{"cmd": "Ping"})
 	nc, err := dialRaw(ts.addr)

@@ -62,6 +62,10 @@ type config struct {
 	// shutdownTimeout bounds a graceful stop's wait for running jobs,
 	// in ms (drain.go); 0 stops at once.
 	shutdownTimeout int
+	// tcpIdleTimeout: ms an incomplete frame may make no progress before
+	// its connection is closed (the reference's TCP_IDLE_TIMEOUT_MS);
+	// 0: the default.
+	tcpIdleTimeout int
 	// Unix sockets to listen on instead of the TCP and HTTP ports.
 	tcpSocket, httpSocket string
 	// The per-client request limiter (reqlimit.go): requests a client may
@@ -253,6 +257,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.completedRetention = new(int)
 	fs.IntVar(c.completedRetention, "completed-retention-ms", envInt([]string{"BUNQUEUE_COMPLETED_RETENTION_MS", "COMPLETED_RETENTION_MS"}, -1),
 		"delete completed jobs this many ms after they completed (-1: keep them) [BUNQUEUE_COMPLETED_RETENTION_MS, COMPLETED_RETENTION_MS]")
+	fs.IntVar(&c.tcpIdleTimeout, "tcp-idle-timeout", envInt([]string{"TCP_IDLE_TIMEOUT_MS"}, int(defaultStallTimeout.Milliseconds())),
+		"ms a connection's incomplete frame may make no progress before the connection is closed [TCP_IDLE_TIMEOUT_MS]")
 	fs.StringVar(&c.tcpSocket, "tcp-socket", envOr([]string{"TCP_SOCKET_PATH"}, ""),
 		"a Unix socket `path` to serve the wire protocol on, instead of --tcp-port [TCP_SOCKET_PATH]")
 	fs.StringVar(&c.httpSocket, "http-socket", envOr([]string{"HTTP_SOCKET_PATH"}, ""),
@@ -289,7 +295,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.IntVar(&c.pgSession.idleTxTimeout, "postgres-idle-transaction-timeout", envInt([]string{"BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS"}, defaultPGSession.idleTxTimeout),
 		"PostgreSQL mode: ms a transaction may stay open with nothing sent before the database ends its session, freeing the locks of a broker gone away (0: no limit) [BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS]")
 	fs.IntVar(&c.pgSession.poolSize, "postgres-pool-size", envInt([]string{"BUNQUEUE_POSTGRES_POOL_SIZE"}, 0),
-		"PostgreSQL mode: connections a broker may open (0: the URL's pool_max_conns, else 16) [BUNQUEUE_POSTGRES_POOL_SIZE]")
+		"PostgreSQL mode: connections a broker may open, 8 at least (0: the URL's pool_max_conns, else 16) [BUNQUEUE_POSTGRES_POOL_SIZE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
 		"origins whose pages may call the HTTP API, comma-separated, * for any (none: the dashboard only) [CORS_ALLOW_ORIGIN]")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", envOr([]string{"QUEUED_ALLOWED_HOSTS"}, ""),
@@ -454,6 +460,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
+	}
+	if c.tcpIdleTimeout < 0 {
+		return fmt.Errorf("--tcp-idle-timeout %d: want a positive count of milliseconds (a stalled frame is always bounded)", c.tcpIdleTimeout)
 	}
 	if c.shutdownTimeout < 0 {
 		return fmt.Errorf("--shutdown-timeout %d: want 0 (stop at once) or a positive count of milliseconds", c.shutdownTimeout)
@@ -685,6 +694,9 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	}
 	if c.stallTimeout > 0 {
 		srv.stallTimeout = c.stallTimeout
+	}
+	if c.tcpIdleTimeout > 0 {
+		srv.stallTimeout = time.Duration(c.tcpIdleTimeout) * time.Millisecond
 	}
 	if c.metricsMaxQueues != nil {
 		srv.promMaxQueues = *c.metricsMaxQueues

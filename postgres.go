@@ -335,7 +335,9 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres url: %w", redactPG(err, url))
 	}
 	if session.poolSize > 0 {
-		cfg.MaxConns = int32(min(session.poolSize, 1000))
+		// At least pgMinPool: the broker's own loops (reaper, cron,
+		// clock, retention, events) take connections beside requests.
+		cfg.MaxConns = int32(min(max(session.poolSize, pgMinPool), 1000))
 	} else if !strings.Contains(url, "pool_max_conns=") {
 		// pgxpool's default (the CPUs, at least 4) starves a broker's
 		// rounds of pushes, claims and ACKs; a URL that names its pool
@@ -373,10 +375,13 @@ type pgSession struct {
 	// cannot tell such a peer from a slow one, and its TCP keepalive
 	// takes two hours by default.
 	statementTimeout, lockTimeout, idleTxTimeout int
-	// poolSize caps the broker's connections (BUNQUEUE_POSTGRES_POOL_SIZE);
-	// 0: a URL's pool_max_conns, else at least 16.
+	// poolSize caps the broker's connections (BUNQUEUE_POSTGRES_POOL_SIZE),
+	// from pgMinPool up; 0: a URL's pool_max_conns, else at least 16.
 	poolSize int
 }
+
+// pgMinPool is the fewest connections a broker's pool is given.
+const pgMinPool = 8
 
 // defaultPGSession are the reference's defaults. No statement of the
 // engine runs for seconds, nor waits seconds on a lock but behind a

@@ -131,7 +131,13 @@ func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.ln = ln
+	closed := s.closed
 	s.mu.Unlock()
+	if closed {
+		// Closed before it served: Close had no listener to close.
+		ln.Close()
+		return nil
+	}
 	bo := acceptBackoff{log: s.log, name: "tcp", done: s.done}
 	for {
 		nc, err := ln.Accept()

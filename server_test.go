@@ -12,6 +12,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"reflect"
 	"runtime"
 	"strings"
@@ -1499,5 +1500,30 @@ func TestServerCompletedRetentionAcrossShards(t *testing.T) {
 	}
 	if st := state(t, c, first); st != "completed" {
 		t.Errorf("the first completed job reads %q, want completed", st)
+	}
+}
+
+// TestServeAfterClose: a server closed before it served returns from
+// Serve at once and closes the listener (a test that ended before its
+// server's goroutine started waited for Serve for ever).
+func TestServeAfterClose(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	srv := NewServer(b, nil, quietLog())
+	srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case <-done:
+	case <-time.After(callTimeout):
+		t.Fatal("Serve after Close did not return")
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open")
 	}
 }

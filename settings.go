@@ -21,7 +21,6 @@ import (
 // honour, with the reason.
 var ignoredSettings = map[string]string{
 	"LOCK_TIMEOUT_MS":                              "the reference's in-process lock wait; queued's shards take no such locks across requests",
-	"TCP_IDLE_TIMEOUT_MS":                          "not yet: idle connections stay open (handshake and stall timeouts bound the rest)",
 	"RATE_LIMIT_CLEANUP_MS":                        "the request limiter forgets idle clients as it goes, keeping 32 bytes a client, at most 100,000 clients",
 	"WORKER_CLEANUP_INTERVAL_MS":                   "queued looks for stale workers at most once a second, whenever the registry is read",
 	"WORKER_OVERLOAD_THRESHOLD_MS":                 "not yet: the reference's monitoring checks (worker:overloaded)",

@@ -265,21 +265,27 @@ func TestReferenceAliasSettings(t *testing.T) {
 	t.Setenv("SQLITE_PATH", "/tmp/from-sqlite-path.db")
 	t.Setenv("AWS_BUCKET", "from-aws-bucket")
 	t.Setenv("AWS_ENDPOINT", "http://from-aws-endpoint:9000")
-	t.Setenv("BUNQUEUE_POSTGRES_POOL_SIZE", "3")
+	t.Setenv("BUNQUEUE_POSTGRES_POOL_SIZE", "12")
+	t.Setenv("TCP_IDLE_TIMEOUT_MS", "400") // TestHostileStalledFrame: what it does
 	fs, c := serverFlags(io.Discard)
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
+	if c.tcpIdleTimeout != 400 {
+		t.Fatalf("TCP_IDLE_TIMEOUT_MS read as %d", c.tcpIdleTimeout)
+	}
 	if c.dataPath != "/tmp/from-sqlite-path.db" || c.backup.bucket != "from-aws-bucket" ||
-		c.backup.endpoint != "http://from-aws-endpoint:9000" || c.pgSession.poolSize != 3 {
+		c.backup.endpoint != "http://from-aws-endpoint:9000" || c.pgSession.poolSize != 12 {
 		t.Fatalf("read: data %q, bucket %q, endpoint %q, pool %d", c.dataPath, c.backup.bucket, c.backup.endpoint, c.pgSession.poolSize)
 	}
 	ns := pgTestNamespace(t)
 	session := defaultPGSession
-	session.poolSize = 3
-	p := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{session: &session})
-	if got := p.pg.pool.Config().MaxConns; got != 3 {
-		t.Fatalf("the pool allows %d connections, want 3", got)
+	for _, c := range []struct{ asked, want int32 }{{12, 12}, {4, pgMinPool}} {
+		session.poolSize = int(c.asked)
+		p := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{session: &session})
+		if got := p.pg.pool.Config().MaxConns; got != c.want {
+			t.Fatalf("asked for %d, the pool allows %d connections, want %d", c.asked, got, c.want)
+		}
 	}
 }
 
