@@ -1,8 +1,9 @@
 package main
 
 // The reference's settings. Every environment variable the bunqueue 2.9.5
-// server reads is either honoured, named in a flag's usage between
-// brackets (queued help serve), or listed here with why queued does not,
+// server reads is either honoured (most through a flag's environment list,
+// named between brackets in queued help serve; the monitor's thresholds
+// directly, live_figures.go) or listed here with why queued does not,
 // and warned of at start when it is set, so that an env file brought over
 // from bunqueue says what it does. TestReferenceSettingsAccounted keeps
 // this list and docs/compatibility.md whole against the reference's dist.
@@ -23,11 +24,6 @@ var ignoredSettings = map[string]string{
 	"LOCK_TIMEOUT_MS":                              "the reference's in-process lock wait; queued's shards take no such locks across requests",
 	"RATE_LIMIT_CLEANUP_MS":                        "the request limiter forgets idle clients as it goes, keeping 32 bytes a client, at most 100,000 clients",
 	"WORKER_CLEANUP_INTERVAL_MS":                   "queued looks for stale workers at most once a second, whenever the registry is read",
-	"WORKER_OVERLOAD_THRESHOLD_MS":                 "not yet: the reference's monitoring checks (worker:overloaded)",
-	"MEMORY_WARNING_MB":                            "queued warns from its memory budget instead (--max-memory, server:memory-warning at 80%)",
-	"STORAGE_WARNING_MB":                           "not yet: the reference's monitoring checks (storage:size-warning)",
-	"QUEUE_SIZE_THRESHOLD":                         "not yet: the reference's monitoring checks",
-	"QUEUE_IDLE_THRESHOLD_MS":                      "not yet: the reference's monitoring checks",
 	"BUNQUEUE_BROKER_ID":                           "each broker process names itself at start; a fixed id shared by two processes would mix their leases",
 	"BUNQUEUE_POSTGRES_LEASE_DURATION_MS":          "a claim's lease is the pull's lockTtl (30 s by default), as in the other modes",
 	"BUNQUEUE_POSTGRES_POLL_INTERVAL_MS":           "brokers wake on LISTEN/NOTIFY and look for expired leases every 250 ms; nothing polls on an interval",

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,29 +133,38 @@ func referenceServerSettings(t *testing.T) map[string]bool {
 	return out
 }
 
-// honouredSettings are the variables the server's flags name, between
-// brackets in their usage.
-func honouredSettings() map[string]bool {
-	fs, _ := serverFlags(io.Discard)
-	brackets := regexp.MustCompile(`\[([^\]]+)\]`)
-	name := regexp.MustCompile(`\b[A-Z][A-Z0-9_]{2,}\b`)
+// honouredSettings are the variables queued's code reads: named as a
+// string in a source file (a flag's environment list, a direct read), other
+// than settings.go, which lists those it does not.
+func honouredSettings(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lit := regexp.MustCompile(`"([A-Z][A-Z0-9]*_[A-Z0-9_]+|HOST)"`)
 	out := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) {
-		for _, b := range brackets.FindAllStringSubmatch(f.Usage, -1) {
-			for _, n := range name.FindAllString(b[1], -1) {
-				out[n] = true
-			}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "settings.go" {
+			continue
 		}
-	})
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range lit.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
 	return out
 }
 
 // TestReferenceSettingsAccounted: every variable the reference's server
-// reads is honoured (a flag names it) or listed in ignoredSettings with a
-// reason, and docs/compatibility.md lists those; nothing is both, and the
+// reads is honoured (queued's code reads it) or listed in ignoredSettings
+// with a reason, and docs/compatibility.md lists those; nothing is both, and the
 // list names nothing the reference does not read.
 func TestReferenceSettingsAccounted(t *testing.T) {
-	ref, ours := referenceServerSettings(t), honouredSettings()
+	ref, ours := referenceServerSettings(t), honouredSettings(t)
 	docs, err := os.ReadFile("docs/compatibility.md")
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +178,7 @@ func TestReferenceSettingsAccounted(t *testing.T) {
 		case ours[name]:
 			honoured++
 		case !ignored:
-			t.Errorf("the reference reads %s: honour it (a flag's usage names it) or list it in ignoredSettings with why", name)
+			t.Errorf("the reference reads %s: honour it or list it in ignoredSettings with why", name)
 		case !strings.Contains(string(docs), "| `"+name+"` |"):
 			t.Errorf("docs/compatibility.md does not list %s, which queued does not honour", name)
 		}
