@@ -294,6 +294,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"PostgreSQL mode: ms a statement may wait for a lock (0: no limit) [BUNQUEUE_POSTGRES_LOCK_TIMEOUT_MS]")
 	fs.IntVar(&c.pgSession.idleTxTimeout, "postgres-idle-transaction-timeout", envInt([]string{"BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS"}, defaultPGSession.idleTxTimeout),
 		"PostgreSQL mode: ms a transaction may stay open with nothing sent before the database ends its session, freeing the locks of a broker gone away (0: no limit) [BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS]")
+	fs.StringVar(&c.pgSession.brokerID, "broker-id", envOr([]string{"BUNQUEUE_BROKER_ID"}, ""),
+		"PostgreSQL mode: a name for this broker, in its log and in pg_stat_activity's application_name (queued <namespace> <name>) [BUNQUEUE_BROKER_ID]")
 	fs.IntVar(&c.pgSession.poolSize, "postgres-pool-size", envInt([]string{"BUNQUEUE_POSTGRES_POOL_SIZE"}, 0),
 		"PostgreSQL mode: connections a broker may open, 8 at least (0: the URL's pool_max_conns, else 16) [BUNQUEUE_POSTGRES_POOL_SIZE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),
@@ -460,6 +462,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
+	}
+	if id := c.pgSession.brokerID; len(id) > 40 || !validNameChars(id) {
+		return fmt.Errorf("--broker-id %q: at most 40 of a-z, A-Z, 0-9, _, -, . and :", id)
 	}
 	if c.tcpIdleTimeout < 0 {
 		return fmt.Errorf("--tcp-idle-timeout %d: want a positive count of milliseconds (a stalled frame is always bounded)", c.tcpIdleTimeout)
@@ -830,6 +835,9 @@ func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
 		"auth", len(s.srv.tokens) > 0, "tls", s.certs != nil, "max_connections", s.srv.maxConns, "version", version}
 	if c.webhookAllowPrivate {
 		attrs = append(attrs, "webhook_allow_private", true)
+	}
+	if c.pgURL != "" && c.pgSession.brokerID != "" {
+		attrs = append(attrs, "broker", c.pgSession.brokerID)
 	}
 	if s.hln != nil {
 		attrs = append(attrs, "http", s.hln.Addr().String())

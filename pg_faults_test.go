@@ -415,7 +415,7 @@ func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []fa
 		var n int
 		var what string
 		err := conn.QueryRow(ctx, `SELECT count(*), coalesce(string_agg(left(query, 80), ' | '), '') FROM pg_stat_activity
-			WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, pgAppName(ns)).Scan(&n, &what)
+			WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, pgAppName(ns, "")).Scan(&n, &what)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -587,7 +587,7 @@ func TestPGPartitionFreesLocks(t *testing.T) {
 	held := func() (bool, string) {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state LIKE 'idle in transaction%'`,
-			pgAppName(ns)).Scan(&n); err != nil {
+			pgAppName(ns, "")).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0, fmt.Sprint(n, " sessions idle in a transaction")

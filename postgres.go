@@ -350,7 +350,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
+		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
@@ -378,6 +378,18 @@ type pgSession struct {
 	// poolSize caps the broker's connections (BUNQUEUE_POSTGRES_POOL_SIZE),
 	// from pgMinPool up; 0: a URL's pool_max_conns, else at least 16.
 	poolSize int
+	// brokerID names the broker (BUNQUEUE_BROKER_ID): in pg_stat_activity
+	// and at the head of its own id, which stays unique.
+	brokerID string
+}
+
+// brokerIDPrefix heads a broker's own id with the name it was given, if
+// any: two brokers given the same name still tell their events apart.
+func brokerIDPrefix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + "/"
 }
 
 // pgMinPool is the fewest connections a broker's pool is given.
@@ -412,7 +424,7 @@ func pgSessionParams(cfg *pgx.ConnConfig, s pgSession, namespace string) {
 	set("statement_timeout", strconv.Itoa(s.statementTimeout))
 	set("lock_timeout", strconv.Itoa(s.lockTimeout))
 	set("idle_in_transaction_session_timeout", strconv.Itoa(s.idleTxTimeout))
-	set("application_name", pgAppName(namespace))
+	set("application_name", pgAppName(namespace, s.brokerID))
 	set("tcp_keepalives_idle", strconv.Itoa(int(pgKeepAlive.Idle.Seconds())))
 	set("tcp_keepalives_interval", strconv.Itoa(int(pgKeepAlive.Interval.Seconds())))
 	set("tcp_keepalives_count", strconv.Itoa(pgKeepAlive.Count))
@@ -421,8 +433,11 @@ func pgSessionParams(cfg *pgx.ConnConfig, s pgSession, namespace string) {
 
 // pgAppName is the sessions' application_name: queued and the namespace,
 // within PostgreSQL's 63 bytes.
-func pgAppName(namespace string) string {
+func pgAppName(namespace, brokerID string) string {
 	name := "queued " + cmp.Or(namespace, "default")
+	if brokerID != "" {
+		name += " " + brokerID
+	}
 	return name[:min(len(name), 63)]
 }
 

@@ -288,6 +288,19 @@ func TestReferenceAliasSettings(t *testing.T) {
 	}
 	ns := pgTestNamespace(t)
 	session := defaultPGSession
+	// BUNQUEUE_BROKER_ID names the broker's sessions; its own id stays
+	// unique.
+	session.brokerID = "edge-7"
+	named := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{session: &session})
+	ctx, conn := pgTestConn(t)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, pgAppName(ns, "edge-7")).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("sessions named %q: %d (%v)", pgAppName(ns, "edge-7"), n, err)
+	}
+	if !strings.HasPrefix(named.pg.broker, "edge-7/") || len(named.pg.broker) <= len("edge-7/") {
+		t.Fatalf("the broker's id: %q", named.pg.broker)
+	}
+	session.brokerID = ""
 	for _, c := range []struct{ asked, want int32 }{{12, 12}, {4, pgMinPool}} {
 		session.poolSize = int(c.asked)
 		p := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{session: &session})
