@@ -106,3 +106,32 @@ func TestGracefulDrain(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainSecondSignal: a second signal ends the drain at once, with the
+// job still running; the log says so.
+func TestDrainSecondSignal(t *testing.T) {
+	srv := startBinary(t, "--memory", "--shutdown-timeout", "60000")
+	c := dial(t, srv.addr())
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "held", "data": 1})
+	if job := c.ok(map[string]any{"cmd": "PULL", "queue": "held", "owner": "w"})["job"]; job == nil {
+		t.Fatal("nothing pulled")
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 20*time.Second, "the drain under way", func() (bool, string) {
+		return strings.Contains(srv.output(), "draining: waiting for running jobs"), srv.output()
+	})
+	// Handed out nothing more meanwhile.
+	c.ok(map[string]any{"cmd": "PUSH", "queue": "held", "data": 2})
+	if job := c.ok(map[string]any{"cmd": "PULL", "queue": "held", "owner": "w"})["job"]; job != nil {
+		t.Fatalf("a draining server handed out %v", job)
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-srv.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second SIGTERM did not end the drain\n%s", srv.output())
+	}
+	if !strings.Contains(srv.output(), "second signal: stopping now") {
+		t.Fatalf("the log does not say why it stopped:\n%s", srv.output())
+	}
+}
