@@ -339,16 +339,6 @@ func dnsBucketName(b string) bool {
 	return true
 }
 
-// withBucket returns a copy of c for another bucket (restore reads the
-// bucket named in its s3:// URL).
-func (c *S3Client) withBucket(bucket string) *S3Client {
-	cp := *c
-	cp.bucket = bucket
-	if !cp.pathStyle && !dnsBucketName(bucket) {
-		cp.pathStyle = true
-	}
-	return &cp
-}
 
 // objectURL is where a key (or, with key "", the bucket) lives.
 func (c *S3Client) objectURL(key string, query url.Values) *url.URL {

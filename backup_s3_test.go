@@ -50,7 +50,6 @@ type sigCase struct {
 	path    string // with the query, as on the request line
 	headers [][2]string
 	body    string
-	token   string
 	creq    string // the canonical request; "" when not published with the case here
 	stsHash string // the last line of the string to sign
 	sig     string

@@ -65,7 +65,6 @@ type conn struct {
 	edrops  int
 	subQ    string
 	hasSub  bool
-	writing bool
 
 	hmu  sync.Mutex // jobs pulled through this connection
 	held map[*Job]struct{}

@@ -87,13 +87,6 @@ func (b *Broker) storeSizes() collectionSizes {
 	return c
 }
 
-// collections is storeSizes with srv's connections that hold jobs, for
-// the HTTP and live views of the overview's collections.
-func (b *Broker) collections(srv *Server, _ Totals) collectionSizes {
-	c := b.storeSizes()
-	c.clients, c.clientJobs = srv.heldJobs()
-	return c
-}
 
 func (b *Broker) DashboardQueues(context.Context) ([]queueSnap, error) {
 	return b.queueSnaps(), nil

@@ -54,7 +54,6 @@ func stateNamed(b []byte) (State, bool) {
 	return StateNone, false
 }
 
-func parseState(s string) (State, bool) { return stateNamed([]byte(s)) }
 
 // Defaults the reference applies to every job.
 const (

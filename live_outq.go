@@ -50,11 +50,13 @@ func (q *outQueue) discard() {
 // what names the transport in the log ("websocket client", "event stream
 // client"). Called without the connection's lock.
 func refused(log *slog.Logger, policy slowPolicy, what, remote string, first bool, n, size int) (end bool) {
-	if policy == slowSkip {
+	switch policy {
+	case slowSkip:
 		if first {
 			log.Warn(what+" is not keeping up; skipping messages", "remote", remote, "queued", n, "queuedBytes", size)
 		}
 		return false
+	case slowClose:
 	}
 	log.Warn(what+" is not keeping up; ending its connection", "remote", remote, "queued", n, "queuedBytes", size)
 	return true

@@ -435,10 +435,10 @@ func (s *SQLiteStore) waitRoom() {
 }
 
 // Status reports the last write failure, if writes are failing.
-func (s *SQLiteStore) Status() (err error, since time.Time, backlog int) {
+func (s *SQLiteStore) Status() (since time.Time, backlog int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.err, s.errSince, s.n
+	return s.errSince, s.n, s.err
 }
 
 // Describe names the storage for status reports.
@@ -476,7 +476,7 @@ func (s *SQLiteStore) Close() error {
 		st.Close()
 	}
 	s.wconn.Close()
-	err, _, pending := s.Status()
+	_, pending, err := s.Status()
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

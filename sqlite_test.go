@@ -273,7 +273,7 @@ func TestSQLiteDiskFull(t *testing.T) {
 	if refused == nil || !strings.Contains(refused.Error(), "storage unavailable") {
 		t.Fatalf("pushes were not refused on a full disk: %v", refused)
 	}
-	serr, since, backlog := st.Status()
+	since, backlog, serr := st.Status()
 	if !isDiskFull(serr) || since.IsZero() || backlog == 0 {
 		t.Fatalf("status: err=%v since=%v backlog=%d", serr, since, backlog)
 	}
@@ -456,7 +456,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	if err := st.Sync(); err != nil {
 		t.Fatalf("writes after the poisoned row: %v", err)
 	}
-	if serr, _, _ := st.Status(); serr != nil || st.Dropped() != 2 {
+	if _, _, serr := st.Status(); serr != nil || st.Dropped() != 2 {
 		t.Fatalf("status %v, %d changes dropped, want none failing and 2 dropped", serr, st.Dropped())
 	}
 	srv := NewServer(b, nil, quietLog())

@@ -39,7 +39,7 @@ type Store interface {
 	Hold()
 	Release()
 	// Status reports a write failure in progress, if any.
-	Status() (err error, since time.Time, backlog int)
+	Status() (since time.Time, backlog int, err error)
 	// Describe names the engine and where it keeps the data.
 	Describe() (driver, location string)
 	Close() error
@@ -127,7 +127,7 @@ func (b *Broker) storageState() StorageState {
 	}
 	st := StorageState{}
 	st.Driver, st.Location = b.store.Describe()
-	st.Err, st.Since, st.Backlog = b.store.Status()
+	st.Since, st.Backlog, st.Err = b.store.Status()
 	if d, ok := b.store.(interface{ Dropped() uint64 }); ok {
 		st.Dropped = d.Dropped()
 	}
