@@ -339,7 +339,6 @@ func dnsBucketName(b string) bool {
 	return true
 }
 
-
 // objectURL is where a key (or, with key "", the bucket) lives.
 func (c *S3Client) objectURL(key string, query url.Values) *url.URL {
 	u := *c.base

@@ -59,12 +59,12 @@ type conn struct {
 
 	wmu sync.Mutex // one writer on the socket at a time
 
-	emu     sync.Mutex // events
-	ebuf    []byte
-	ekick   chan struct{}
-	edrops  int
-	subQ    string
-	hasSub  bool
+	emu    sync.Mutex // events
+	ebuf   []byte
+	ekick  chan struct{}
+	edrops int
+	subQ   string
+	hasSub bool
 
 	hmu  sync.Mutex // jobs pulled through this connection
 	held map[*Job]struct{}

@@ -87,7 +87,6 @@ func (b *Broker) storeSizes() collectionSizes {
 	return c
 }
 
-
 func (b *Broker) DashboardQueues(context.Context) ([]queueSnap, error) {
 	return b.queueSnaps(), nil
 }

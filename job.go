@@ -54,7 +54,6 @@ func stateNamed(b []byte) (State, bool) {
 	return StateNone, false
 }
 
-
 // Defaults the reference applies to every job.
 const (
 	defaultMaxAttempts     = 3
