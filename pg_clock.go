@@ -216,22 +216,6 @@ func (p *PG) readClockOnce(ctx context.Context) (*pgClockReading, error) {
 
 // clockLoop reads the database's clock every pgClockEvery, and at once
 // when a claim finds the reading getting old.
-func (p *PG) clockLoop() {
-	defer p.wg.Done()
-	t := time.NewTicker(pgClockEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		case <-p.clock.kick:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		p.readClock(ctx)
-		cancel()
-	}
-}
 
 // clockHolds is clockReady for the background loops: the reaper reports
 // a change (once each way), cron waits quietly.

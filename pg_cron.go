@@ -17,26 +17,14 @@ import (
 // pgCronTick is how often a broker looks for due schedules.
 const pgCronTick = 100 * time.Millisecond
 
-func (p *PG) cronLoop() {
-	defer p.wg.Done()
-	t := time.NewTicker(pgCronTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if !p.clockHolds(ctx, false) {
-			// A run is due by the database's time, or not at all.
-			cancel()
-			continue
-		}
-		if err := p.cronOnce(ctx); err != nil && ctx.Err() == nil && !p.closing() {
-			p.setDown(err)
-		}
-		cancel()
+// cronRound is one look for due schedules (every pgCronTick).
+func (p *PG) cronRound(ctx context.Context) {
+	if !p.clockHolds(ctx, false) {
+		// A run is due by the database's time, or not at all.
+		return
+	}
+	if err := p.cronOnce(ctx); err != nil && ctx.Err() == nil && !p.closing() {
+		p.setDown(err)
 	}
 }
 

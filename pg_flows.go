@@ -239,7 +239,7 @@ func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[
 	for i, j := range jobs {
 		tl[i] = len(j.Timeline)
 	}
-	err = pgRetry(func() error {
+	err = pgRetry(ctx, func() error {
 		// A run that was rolled back left its entries on the timelines.
 		for i, j := range jobs {
 			j.Timeline, j.pending = j.Timeline[:tl[i]], 0
@@ -576,7 +576,7 @@ func (p *PG) flowTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx,
 	defer cancel()
 	var f *pgFlowTx
 	var now int64
-	err := pgRetry(func() error {
+	err := pgRetry(ctx, func() error {
 		f, now = &pgFlowTx{}, p.now()
 		return p.inTx(ctx, func(tx pgx.Tx) error { return fn(ctx, tx, f, now) })
 	})
@@ -862,13 +862,20 @@ func (p *PG) RemoveUnprocessedChildren(ctx context.Context, id string) error {
 // growing, random pause: two transactions that deadlocked once and start
 // again at the same instant tend to deadlock again, the more so on a busy
 // machine where both are slowed alike.
-func pgRetry(fn func() error) error {
+func pgRetry(ctx context.Context, fn func() error) error {
 	for i := 0; ; i++ {
 		err := fn()
 		var pe *pgconn.PgError
 		if i < pgRetries && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03") {
-			time.Sleep(pgRetryPause(i))
-			continue
+			t := time.NewTimer(pgRetryPause(i))
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				// The request is over: its last error stands.
+				t.Stop()
+				return err
+			}
 		}
 		return err
 	}

@@ -49,7 +49,7 @@ const pgGroupIdle = `(NOT g.paused AND g.conc_limit IS NULL AND g.rate_max IS NU
 // reapGroupsOnce walks the group rows if the chore is this broker's, and
 // answers how many went.
 func (p *PG) reapGroupsOnce() (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 	mine, err := p.takeChore(ctx, "groups", pgGroupsEvery)
 	cancel()
 	if err != nil || !mine {
@@ -73,7 +73,7 @@ func (p *PG) reapGroups() (int, error) {
 			break
 		}
 		afterQueue, afterGroup = lastQueue, lastGroup
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 		err = p.holdChore(ctx, "groups", pgGroupsEvery)
 		cancel()
 		if err != nil {
@@ -91,7 +91,7 @@ func (p *PG) reapGroups() (int, error) {
 // table) and deletes those idle, still idle under their queue's lock. It
 // answers how many it read, how many went, and the last read.
 func (p *PG) reapGroupBatch(afterQueue, afterGroup string) (found, removed int, lastQueue, lastGroup string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 	defer cancel()
 	rows, err := p.pool.Query(ctx, p.sql(`SELECT g.queue, g.group_id, `+pgGroupIdle+` FROM {s}.groups AS g
 		WHERE (g.queue, g.group_id) > ($1, $2) ORDER BY g.queue, g.group_id LIMIT $4`),

@@ -700,7 +700,7 @@ func (p *PG) ackRounds() {
 func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error, error) {
 	now := p.now()
 	var fast []*Job // by item: the job the fast statement completed
-	err := pgRetry(func() error {
+	err := pgRetry(ctx, func() error {
 		var err error
 		fast, err = p.ackFast(ctx, items, now)
 		return err
@@ -724,7 +724,7 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 	a := &pgAcked{now: now}
 	var failed error
 	if len(rest) > 0 {
-		err = pgRetry(func() error {
+		err = pgRetry(ctx, func() error {
 			return p.inTx(ctx, func(tx pgx.Tx) error {
 				locked, err := p.lockRows(ctx, tx, ids)
 				if err != nil {
@@ -931,7 +931,7 @@ type pgFailed struct {
 // removal.
 func (p *PG) fail(ctx context.Context, id, token string, f failure) (Outcome, error) {
 	var d pgFailed
-	err := pgRetry(func() error {
+	err := pgRetry(ctx, func() error {
 		return p.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			d, err = p.failTx(ctx, tx, id, token, f)

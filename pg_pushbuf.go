@@ -360,7 +360,7 @@ func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string
 	}
 	// Two brokers inserting the same unique keys in another order may
 	// deadlock; PostgreSQL aborts one, which runs again.
-	return pgRetry(func() error {
+	return pgRetry(ctx, func() error {
 		i := 0
 		for _, r := range batch {
 			for _, j := range r.jobs {

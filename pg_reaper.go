@@ -9,33 +9,20 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-func (p *PG) reaper() {
-	defer p.wg.Done()
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if !p.clockHolds(ctx, true) {
-			// Leases are judged by the database's time, or not at all.
-			cancel()
-			continue
-		}
-		if err := p.reapOnce(ctx); err == nil {
-			p.setDown(nil)
-		} else if ctx.Err() == nil {
-			p.setDown(err)
-		}
-		cancel()
+// reapRound is one round of the reaper (every 250 ms).
+func (p *PG) reapRound(ctx context.Context) {
+	if !p.clockHolds(ctx, true) {
+		// Leases are judged by the database's time, or not at all.
+		return
+	}
+	if err := p.reapOnce(ctx); err == nil {
+		p.setDown(nil)
+	} else if ctx.Err() == nil {
+		p.setDown(err)
 	}
 }
 

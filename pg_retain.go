@@ -36,24 +36,18 @@ const (
 	pgRetainBatch = 1000
 )
 
-func (p *PG) retainer() {
-	defer p.wg.Done()
-	t := time.NewTicker(pgRetainEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		if _, err := p.retainOnce(); err != nil && !p.closing() {
-			// The next look tries again; a lost database is reported by
-			// the reaper and the listener.
-			p.log.Warn("completed-job retention", "err", err)
-		}
-		if _, err := p.reapGroupsOnce(); err != nil && !p.closing() {
-			p.log.Warn("forgetting idle groups", "err", err)
-		}
+// retainRound is one round of the retention and group chores (every
+// pgRetainEvery). A chore may take many batches, each a transaction under
+// a deadline of its own (from p.stopCtx, so that Close ends it), and so
+// runs past the round's deadline.
+func (p *PG) retainRound(context.Context) {
+	if _, err := p.retainOnce(); err != nil && !p.closing() {
+		// The next look tries again; a lost database is reported by the
+		// reaper and the listener.
+		p.log.Warn("completed-job retention", "err", err)
+	}
+	if _, err := p.reapGroupsOnce(); err != nil && !p.closing() {
+		p.log.Warn("forgetting idle groups", "err", err)
 	}
 }
 
@@ -81,7 +75,7 @@ func (p *PG) retainOnce() (int, error) {
 	if p.keepCompleted <= 0 && p.retention == nil {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 	defer cancel()
 	mine, err := p.takeChore(ctx, "retain", pgRetainEvery)
 	if err != nil || !mine {
@@ -143,7 +137,7 @@ func (p *PG) retainUpTo(at, seq int64) (int, error) {
 		if n < pgRetainBatch {
 			break
 		}
-		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		hctx, hcancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 		err = p.holdChore(hctx, "retain", pgRetainEvery)
 		hcancel()
 		if err != nil {
@@ -156,7 +150,7 @@ func (p *PG) retainUpTo(at, seq int64) (int, error) {
 // retainBatch deletes up to pgRetainBatch completed jobs that completed
 // no later than (at, seq), oldest first, with their logs.
 func (p *PG) retainBatch(at, seq int64) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 	defer cancel()
 	var n int
 	// = ANY(ARRAY(...)): the rows are found by their key, where IN lets

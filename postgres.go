@@ -232,7 +232,11 @@ type PG struct {
 	waiters    map[string][]*waiter
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// stopCtx ends at Close: the background rounds run under it, so that
+	// Close does not wait out a round stuck on the database (pgEvery).
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	wg         sync.WaitGroup
 
 	ev    pgEvents                // pg_events.go
 	push  [pgPushLanes]pgPushLane // pg_pushbuf.go
@@ -305,13 +309,15 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	} else if err != nil {
 		p.log.Warn("database clock", "err", err)
 	}
-	p.wg.Add(6)
-	go p.listen()
-	go p.forwarder()
-	go p.reaper()
-	go p.cronLoop()
-	go p.clockLoop()
-	go p.retainer()
+	// Each counted as it starts (listen and forwarder call p.wg.Done).
+	for _, loop := range []func(){p.listen, p.forwarder} {
+		p.wg.Add(1)
+		go loop()
+	}
+	p.every(250*time.Millisecond, nil, p.reapRound)
+	p.every(pgCronTick, nil, p.cronRound)
+	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
+	p.every(pgRetainEvery, nil, p.retainRound)
 	// Serve only once this broker hears the others: an event or wake-up
 	// another broker sends before the LISTEN is in place is lost to this
 	// one (a subscriber that connected at once missed the first events).
@@ -352,6 +358,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
 		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
+	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -513,8 +520,35 @@ func (p *PG) Close() {
 	default:
 	}
 	close(p.stop)
+	p.stopCancel()
 	p.wg.Wait()
 	p.pool.Close()
+}
+
+// pgRoundTimeout bounds one round of a background loop.
+const pgRoundTimeout = 10 * time.Second
+
+// every runs round every interval, and when kick fires (nil: never), from
+// a goroutine of its own until Close; each round runs under a context
+// that ends after pgRoundTimeout or at Close.
+func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx context.Context)) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			case <-kick:
+			}
+			ctx, cancel := context.WithTimeout(p.stopCtx, pgRoundTimeout)
+			round(ctx)
+			cancel()
+		}
+	}()
 }
 
 // setDown records whether the background work (the listener, the reaper,
