@@ -308,3 +308,11 @@ var (
 	_ Engine = (*Broker)(nil) // memory and SQLite
 	_ Engine = (*PG)(nil)     // PostgreSQL
 )
+
+// jobErr is a refusal of one job of a push, by its index in the push.
+type jobErr struct {
+	i   int
+	err error
+}
+
+func (e *jobErr) Error() string { return e.err.Error() }

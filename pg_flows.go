@@ -22,21 +22,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// jobErr is a refusal of one job of a push, by its index in the push.
-type jobErr struct {
-	i   int
-	err error
-}
-
-func (e *jobErr) Error() string { return e.err.Error() }
 
 // pgFlowEvent is an event to tell once the transaction commits.
 type pgFlowEvent struct {
@@ -853,41 +842,3 @@ func (p *PG) RemoveUnprocessedChildren(ctx context.Context, id string) error {
 
 // ---------------------------------------------------------------------------
 // Deadlocks
-
-// pgRetry runs a transaction again, a few times, when PostgreSQL aborted
-// it to break a deadlock (or a serialization failure): jobs locked in
-// another order by a rare pair of flow commands, say a push depending on
-// a job and on its dependent while the first completes. The transaction
-// rolled back whole, so running it again is safe. The retries wait a
-// growing, random pause: two transactions that deadlocked once and start
-// again at the same instant tend to deadlock again, the more so on a busy
-// machine where both are slowed alike.
-func pgRetry(ctx context.Context, fn func() error) error {
-	for i := 0; ; i++ {
-		err := fn()
-		var pe *pgconn.PgError
-		if i < pgRetries && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03") {
-			t := time.NewTimer(pgRetryPause(i))
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				// The request is over: its last error stands.
-				t.Stop()
-				return err
-			}
-		}
-		return err
-	}
-}
-
-// pgRetries is how many times pgRetry runs a transaction again: enough
-// that a retry losing to the same rival every time is not seen in
-// practice, with pauses that add up to under a second.
-const pgRetries = 10
-
-// pgRetryPause is the pause before retry i: random in [0, 2^i ms), at
-// most 128 ms.
-func pgRetryPause(i int) time.Duration {
-	return time.Duration(rand.Int64N(int64(time.Millisecond) << min(i, 7)))
-}

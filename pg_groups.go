@@ -114,10 +114,6 @@ const pgReadyGroups = `WITH RECURSIVE queued AS (
 		AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2)
 	ORDER BY g.served, g.created`
 
-// pgRefused is a push refused for what it asks, not for the database: its
-// message reaches the client as it is.
-type pgRefused struct{ error }
-
 // pgGroupWait bounds how long a pull held back by group limits sleeps
 // before it looks again (a slot frees with an ACK through any broker).
 const pgGroupWait = 50

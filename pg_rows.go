@@ -263,3 +263,44 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 
 // ---------------------------------------------------------------------------
 // Reading jobs
+
+// encodeRec is a job's record column.
+func encodeRec(j *Job) []byte {
+	var e Enc
+	encodeRecord(&e, j)
+	return e.B
+}
+
+// saveRecord writes a locked job's record alone, and plain with it (a
+// record given a parent or a repeat is no longer completed by the ACK
+// that writes its columns only): its lease and deadline stay as they are.
+func (p *PG) saveRecord(ctx context.Context, tx pgx.Tx, j *Job) error {
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID, encodeRec(j), pgPlainDone(j))
+	return err
+}
+
+// uniqueHeld says whether another live job holds j's unique key, so that
+// j cannot come back to life now.
+func (p *PG) uniqueHeld(ctx context.Context, tx pgx.Tx, j *Job) (bool, error) {
+	if j.cold().UniqueKey == "" {
+		return false, nil
+	}
+	var held bool
+	err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND unique_key = $2
+		AND state IN (1, 4, 7) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("unique key %q: %w", j.cold().UniqueKey, err)
+	}
+	return held, nil
+}
+
+// deleteIDs deletes jobs and their logs.
+func (p *PG) deleteIDs(ctx context.Context, tx pgx.Tx, ids []string) error {
+	if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs WHERE id = ANY($1)`), ids); err != nil {
+		return fmt.Errorf("delete jobs: %w", err)
+	}
+	if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.job_logs WHERE job_id = ANY($1)`), ids); err != nil {
+		return fmt.Errorf("delete logs: %w", err)
+	}
+	return nil
+}
