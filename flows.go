@@ -585,10 +585,10 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 		return errors.New("A job cannot be its own parent")
 	}
 	if p == nil {
-		return errors.New("Parent job not found: " + pid)
+		return errParentNotFound(pid)
 	}
 	if !isQueued(p.state) {
-		return errors.New("Parent job " + pid + " is not linkable")
+		return errNotLinkable(pid)
 	}
 	if pqueue != "" && p.Queue != pqueue {
 		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
@@ -604,14 +604,20 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 }
 
 // linkChild makes parent pid wait for child (already admitted).
-func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
+// linkChild makes the parent pid wait for the child: false when the parent
+// can no longer take it (gone, or out of the queue since UpdateParent
+// looked), true when it did, or had it already.
+func (b *Broker) linkChild(pid string, child *Job) bool {
 	p, s := b.lockJob(pid)
 	if p == nil {
-		return
+		return false
 	}
 	defer s.mu.Unlock()
-	if !isQueued(p.state) || slices.Contains(p.cold().Children, child.ID) {
-		return
+	if slices.Contains(p.cold().Children, child.ID) {
+		return true
+	}
+	if !isQueued(p.state) {
+		return false
 	}
 	q := s.queues[p.Queue]
 	now := b.now()
@@ -627,6 +633,7 @@ func (b *Broker) linkChild(pid string, child *Job, childQueue string) {
 		markWaitingChildren(p, now)
 	}
 	b.persist(p)
+	return true
 }
 
 // addChild records a new child of p (and its dependency on it).
@@ -832,43 +839,77 @@ func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) erro
 }
 
 func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
-	var childQueue, owner string
-	var childState State
-	if !b.withJob(cid, func(c *Job, _ *Shard) { childQueue, childState, owner = c.Queue, c.state, c.cold().ParentID }) {
-		return errors.New("Child job not found: " + cid)
+	var child, parent *Job
+	b.withJob(cid, func(c *Job, _ *Shard) { child = c.readCopy() })
+	b.withJob(pid, func(p *Job, _ *Shard) { parent = p.readCopy() })
+	plan, err := planParentLink(cid, pid, child, parent)
+	if err != nil {
+		return err
 	}
-	if owner != "" && owner != pid && owner != "pending" {
-		return errors.New("Child job " + cid + " already belongs to parent " + owner)
-	}
-	var declared, linkable bool
-	var pqueue string
-	if !b.withJob(pid, func(p *Job, _ *Shard) {
-		declared, linkable, pqueue = slices.Contains(p.cold().Children, cid), isQueued(p.state), p.Queue
-	}) {
-		return errors.New("Parent job not found: " + pid)
-	}
-	if !declared && !linkable {
-		return errors.New("Parent job " + pid + " is not linkable")
-	}
-	// The child learns its parent (a backpatch when already declared).
+	// The child learns its parent (a backpatch when already declared),
+	// then the parent takes it; one that has left the queue meanwhile
+	// refuses, and the child is as it was.
+	var oldParent string
+	var oldData Raw
 	b.withJob(cid, func(c *Job, _ *Shard) {
-		setParent(c, pid, pqueue)
+		oldParent, oldData = c.cold().ParentID, c.Data
+		setParent(c, pid, parent.Queue)
 		b.persist(c)
 	})
-	if !declared {
-		if childState == StateCompleted {
-			// Recorded, but the parent does not wait for a done child.
-			b.withJob(pid, func(p *Job, _ *Shard) {
-				p.warm().Children = append(slices.Clone(p.cold().Children), cid)
-				p.warm().DependsOn = append(slices.Clone(p.cold().DependsOn), cid)
-				b.persist(p)
+	switch {
+	case plan.record:
+		b.withJob(pid, func(p *Job, _ *Shard) {
+			p.warm().Children = append(slices.Clone(p.cold().Children), cid)
+			p.warm().DependsOn = append(slices.Clone(p.cold().DependsOn), cid)
+			b.persist(p)
+		})
+	case plan.wait:
+		if !b.linkChild(pid, &Job{ID: cid}) {
+			b.withJob(cid, func(c *Job, _ *Shard) {
+				c.warm().ParentID, c.Data = oldParent, oldData
+				c.settle()
+				b.persist(c)
 			})
-		} else {
-			b.linkChild(pid, &Job{ID: cid}, childQueue)
+			return errNotLinkable(pid)
 		}
 	}
-	if childState == StateFailed {
+	if plan.failed {
 		b.withJob(cid, func(c *Job, cs *Shard) { cs.childFailed(c, c.cold().failErr) })
 	}
 	return nil
 }
+
+// parentPlan is what UpdateParent does, decided once for both engines
+// from the child and the parent as they are.
+type parentPlan struct {
+	// record: the child completed; the parent records it among its
+	// children and does not wait for it. wait: the parent waits for it.
+	// Neither: the parent declared it already; only the child learns its
+	// parent.
+	record, wait bool
+	// failed: the child failed for good; its failure reaches the parent.
+	failed bool
+}
+
+// planParentLink checks UpdateParent's arguments in the reference's order
+// (child nil or parent nil: not found) and answers what to do.
+func planParentLink(cid, pid string, child, parent *Job) (parentPlan, error) {
+	if child == nil {
+		return parentPlan{}, errors.New("Child job not found: " + cid)
+	}
+	if owner := child.cold().ParentID; owner != "" && owner != pid && owner != "pending" {
+		return parentPlan{}, errors.New("Child job " + cid + " already belongs to parent " + owner)
+	}
+	if parent == nil {
+		return parentPlan{}, errParentNotFound(pid)
+	}
+	declared := slices.Contains(parent.cold().Children, cid)
+	if !declared && !isQueued(parent.state) {
+		return parentPlan{}, errNotLinkable(pid)
+	}
+	return parentPlan{record: !declared && child.state == StateCompleted, wait: !declared && child.state != StateCompleted,
+		failed: child.state == StateFailed}, nil
+}
+
+func errParentNotFound(pid string) error { return errors.New("Parent job not found: " + pid) }
+func errNotLinkable(pid string) error    { return errors.New("Parent job " + pid + " is not linkable") }

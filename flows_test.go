@@ -244,3 +244,29 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 		t.Fatalf("the parent's children values after flowSettle: %v", vals)
 	}
 }
+
+// TestLinkChildRefusesParentGone: the memory engine's link step refuses a
+// parent that left the queue after UpdateParent looked at it (pulled in
+// between), rather than answer ok and link nothing; one that declared the
+// child already is linked.
+func TestLinkChildRefusesParentGone(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	parent := mustJob(t, "lc", map[string]any{"jobId": "P", "data": map[string]any{}})
+	child := mustJob(t, "lc", map[string]any{"jobId": "C", "data": map[string]any{}})
+	b.pushJobs("lc", []*Job{parent, child}, nil)
+	if got, _ := claimN(b, "lc", 1); len(got) != 1 || got[0].ID != "P" {
+		t.Fatalf("claimed %v, want the parent", got)
+	}
+	if b.linkChild("P", &Job{ID: "C"}) {
+		t.Fatal("a running parent took a child")
+	}
+	if err := b.UpdateParent(context.Background(), "C", "P"); err == nil || err.Error() != "Parent job P is not linkable" {
+		t.Fatalf("UpdateParent to a running parent: %v", err)
+	}
+	var pid string
+	b.withJob("C", func(c *Job, _ *Shard) { pid = c.cold().ParentID })
+	if pid != "" {
+		t.Fatalf("the child was given parent %q", pid)
+	}
+}

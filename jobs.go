@@ -72,7 +72,7 @@ func (b *Broker) Push(_ context.Context, queue string, jobs []*Job, batch bool) 
 	res := b.pushJobs(queue, jobs, byID)
 	for i, p := range res {
 		if parents != nil && parents[i] != "" && p.Err == nil && !p.Dup {
-			b.linkChild(parents[i], jobs[i], queue)
+			b.linkChild(parents[i], jobs[i])
 		}
 	}
 	if len(res) > 0 && res[len(res)-1].Err != nil {

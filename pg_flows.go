@@ -734,29 +734,30 @@ func (p *PG) MoveToWaitingChildren(ctx context.Context, id, token string) error 
 func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
 	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		// The child first, then the parent: the order an ACK takes them in.
-		c, err := p.lockOne(ctx, tx, cid, errors.New("Child job not found: "+cid))
+		// A row not found is planParentLink's to refuse, in its order.
+		c, err := p.lockOne(ctx, tx, cid, nil)
 		if err != nil {
 			return err
 		}
-		if c.cold().ParentID != "" && c.cold().ParentID != pid && c.cold().ParentID != "pending" {
-			return errors.New("Child job " + cid + " already belongs to parent " + c.cold().ParentID)
+		var par *Job
+		if c != nil {
+			if par, err = p.lockOne(ctx, tx, pid, nil); err != nil {
+				return err
+			}
 		}
-		par, err := p.lockOne(ctx, tx, pid, errors.New("Parent job not found: "+pid))
+		plan, err := planParentLink(cid, pid, c, par)
 		if err != nil {
 			return err
-		}
-		declared := slices.Contains(par.cold().Children, cid)
-		if !declared && !isQueued(par.state) {
-			return errors.New("Parent job " + pid + " is not linkable")
 		}
 		setParent(c, pid, par.Queue)
 		save := []*Job{c}
-		if !declared {
-			if c.state == StateCompleted {
-				// Recorded, but the parent does not wait for a done child.
-				par.warm().Children = append(slices.Clone(par.cold().Children), cid)
-				par.warm().DependsOn = append(slices.Clone(par.cold().DependsOn), cid)
-			} else if err := p.linkChild(ctx, tx, par, c, now); err != nil {
+		switch {
+		case plan.record:
+			par.warm().Children = append(slices.Clone(par.cold().Children), cid)
+			par.warm().DependsOn = append(slices.Clone(par.cold().DependsOn), cid)
+			save = append(save, par)
+		case plan.wait:
+			if err := p.linkChild(ctx, tx, par, c, now); err != nil {
 				return err // already a storage error
 			}
 			save = append(save, par)
@@ -764,7 +765,7 @@ func (p *PG) UpdateParent(ctx context.Context, cid, pid string) error {
 		if err := p.saveFlow(ctx, tx, save); err != nil {
 			return pgErr(err)
 		}
-		if c.state == StateFailed {
+		if plan.failed {
 			return pgErr(p.childFailed(ctx, tx, f, c, c.cold().failErr, now))
 		}
 		return nil

@@ -614,6 +614,12 @@ func TestPGFlowCommands(t *testing.T) {
 		obs["no child"] = cs[1].fail(map[string]any{"cmd": "UpdateParent", "childId": "zz", "parentId": "P"})
 		cs[2].ok(map[string]any{"cmd": "PUSH", "queue": "fc2", "jobId": "c3", "data": map[string]any{}})
 		obs["missing parent"] = cs[1].fail(map[string]any{"cmd": "UpdateParent", "childId": "c3", "parentId": "zz"})
+		// A parent that left the queue (here: running) takes no child, and
+		// the child is left as it was.
+		cs[0].ok(map[string]any{"cmd": "PUSH", "queue": "fr", "jobId": "Rrun", "data": map[string]any{}})
+		cs[1].ok(map[string]any{"cmd": "PULL", "queue": "fr", "owner": "w"})
+		obs["running parent"] = cs[1].fail(map[string]any{"cmd": "UpdateParent", "childId": "c3", "parentId": "Rrun"})
+		obs["c3 after the refusal"] = fmt.Sprint(job("c3")["parentId"], job("c3")["data"])
 		obs["rcd c2"] = cs[1].ok(map[string]any{"cmd": "RemoveChildDependency", "id": "c2"})["removed"]
 		obs["P after rcd c2"] = fmt.Sprint(job("P")["state"], job("P")["childrenIds"])
 		obs["c2 data after"] = job("c2")["data"]
