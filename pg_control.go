@@ -207,7 +207,7 @@ func (p *PG) PromoteJobs(ctx context.Context, queue string, limit int) (int64, e
 	var n int
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		now := p.now()
-		jobs, err := p.lockJobs(ctx, tx, `SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2
+		jobs, err := p.lockJobs(ctx, tx, `SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at > $2
 			ORDER BY created_at, id LIMIT $3 FOR UPDATE`, queue, now, limit)
 		if err != nil {
 			return pgErr(fmt.Errorf("promote jobs of %s: %w", queue, err))
@@ -226,13 +226,13 @@ func (p *PG) PromoteJobs(ctx context.Context, queue string, limit int) (int64, e
 // ($2 is the cutoff): every queued job whatever queued state was asked,
 // as the reference does.
 var pgCleanWhere = map[string]string{
-	"":            "state = 1 AND created_at <= $2 ORDER BY created_at, id",
-	"waiting":     "state = 1 AND created_at <= $2 ORDER BY created_at, id",
-	"delayed":     "state = 1 AND created_at <= $2 ORDER BY created_at, id",
-	"prioritized": "state = 1 AND created_at <= $2 ORDER BY created_at, id",
-	"paused":      "state = 1 AND created_at <= $2 ORDER BY created_at, id",
-	"completed":   "state = 5 AND done_at <= $2 ORDER BY done_at, id",
-	"failed":      "state = 6 AND dlq_at <= $2 ORDER BY dlq_at, seq",
+	"":            "state = {queued} AND created_at <= $2 ORDER BY created_at, id",
+	"waiting":     "state = {queued} AND created_at <= $2 ORDER BY created_at, id",
+	"delayed":     "state = {queued} AND created_at <= $2 ORDER BY created_at, id",
+	"prioritized": "state = {queued} AND created_at <= $2 ORDER BY created_at, id",
+	"paused":      "state = {queued} AND created_at <= $2 ORDER BY created_at, id",
+	"completed":   "state = {done} AND done_at <= $2 ORDER BY done_at, id",
+	"failed":      "state = {dlq} AND dlq_at <= $2 ORDER BY dlq_at, seq",
 }
 
 func (p *PG) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
@@ -267,10 +267,10 @@ func (p *PG) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 func (p *PG) RetryCompleted(ctx context.Context, a retryCompletedArgs) (int64, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	query := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 5 ORDER BY done_at, seq FOR UPDATE`
+	query := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = {done} ORDER BY done_at, seq FOR UPDATE`
 	args := []any{a.queue}
 	if a.id != "" {
-		query = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 5 AND id = $2 FOR UPDATE`
+		query = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = {done} AND id = $2 FOR UPDATE`
 		args = append(args, a.id)
 	}
 	var n int

@@ -17,20 +17,20 @@ func (p *PG) totals(ctx context.Context, q pgQuerier, sizes *collectionSizes) (T
 	var t Totals
 	dst := []any{&t.Waiting, &t.Prioritized, &t.Delayed, &t.Active, &t.DLQ, &t.Completed, &t.Paused, &t.WaitingChildren, &t.Queues}
 	sql := `SELECT
-			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority <= 0),
-			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority > 0),
-			count(*) FILTER (WHERE j.state = 1 AND j.run_at > $1),
-			count(*) FILTER (WHERE j.state = 4),
-			count(*) FILTER (WHERE j.state = 6),
-			count(*) FILTER (WHERE j.state = 5),
-			count(*) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND q.paused),
-			count(*) FILTER (WHERE j.state = 7),
+			count(*) FILTER (WHERE j.state = {queued} AND j.run_at <= $1 AND j.priority <= 0),
+			count(*) FILTER (WHERE j.state = {queued} AND j.run_at <= $1 AND j.priority > 0),
+			count(*) FILTER (WHERE j.state = {queued} AND j.run_at > $1),
+			count(*) FILTER (WHERE j.state = {active}),
+			count(*) FILTER (WHERE j.state = {dlq}),
+			count(*) FILTER (WHERE j.state = {done}),
+			count(*) FILTER (WHERE j.state = {queued} AND j.run_at <= $1 AND q.paused),
+			count(*) FILTER (WHERE j.state = {children}),
 			(SELECT count(*) FROM {s}.queues)`
 	if sizes != nil {
 		sql += `,
 			count(*),
 			count(*) FILTER (WHERE j.result IS NOT NULL),
-			count(*) FILTER (WHERE j.state = 4 AND j.lease_owner IS NOT NULL),
+			count(*) FILTER (WHERE j.state = {active} AND j.lease_owner IS NOT NULL),
 			(SELECT count(*) FROM {s}.job_logs)`
 		dst = append(dst, &sizes.jobIndex, &sizes.results, &sizes.locks, &sizes.logs)
 	}
@@ -70,12 +70,12 @@ func (p *PG) DashboardQueues(ctx context.Context) ([]queueSnap, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	rows, err := p.pool.Query(ctx, p.sql(`SELECT q.name, q.created, q.paused,
-			count(j.id) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority <= 0),
-			count(j.id) FILTER (WHERE j.state = 1 AND j.run_at <= $1 AND j.priority > 0),
-			count(j.id) FILTER (WHERE j.state = 1 AND j.run_at > $1),
-			count(j.id) FILTER (WHERE j.state = 4),
-			count(j.id) FILTER (WHERE j.state = 6),
-			count(j.id) FILTER (WHERE j.state = 5)
+			count(j.id) FILTER (WHERE j.state = {queued} AND j.run_at <= $1 AND j.priority <= 0),
+			count(j.id) FILTER (WHERE j.state = {queued} AND j.run_at <= $1 AND j.priority > 0),
+			count(j.id) FILTER (WHERE j.state = {queued} AND j.run_at > $1),
+			count(j.id) FILTER (WHERE j.state = {active}),
+			count(j.id) FILTER (WHERE j.state = {dlq}),
+			count(j.id) FILTER (WHERE j.state = {done})
 		FROM {s}.queues q LEFT JOIN {s}.jobs j ON j.queue = q.name
 		GROUP BY q.name, q.created, q.paused ORDER BY q.created`), p.now())
 	if err != nil {
@@ -113,7 +113,7 @@ func (p *PG) DashboardQueue(ctx context.Context, a dashQueueArgs) (dashQueue, er
 		return dashQueue{}, err
 	}
 	d.prioKeys = priorityKeys(d.perPrio)
-	if d.dlq, err = p.dashList(ctx, tx, a.queue, `state = 6 ORDER BY dlq_at, seq LIMIT $2`, dashDLQPreview); err != nil {
+	if d.dlq, err = p.dashList(ctx, tx, a.queue, `state = {dlq} ORDER BY dlq_at, seq LIMIT $2`, dashDLQPreview); err != nil {
 		return dashQueue{}, err
 	}
 	if a.withJobs {
@@ -128,11 +128,11 @@ func (p *PG) DashboardQueue(ctx context.Context, a dashQueueArgs) (dashQueue, er
 // delayed jobs into d, in the memory engine's orders.
 func (p *PG) dashJobs(ctx context.Context, tx pgx.Tx, a dashQueueArgs, d *dashQueue) error {
 	var err error
-	if d.ready, err = p.dashList(ctx, tx, a.queue, `state = 1 AND run_at <= $2 ORDER BY priority DESC, sort_key, seq LIMIT $3`,
+	if d.ready, err = p.dashList(ctx, tx, a.queue, `state = {queued} AND run_at <= $2 ORDER BY priority DESC, sort_key, seq LIMIT $3`,
 		d.at, a.limit); err != nil {
 		return err
 	}
-	active, err := p.dashList(ctx, tx, a.queue, `state = 4`)
+	active, err := p.dashList(ctx, tx, a.queue, `state = {active}`)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (p *PG) dashJobs(ctx context.Context, tx pgx.Tx, a dashQueueArgs, d *dashQu
 			yield(j)
 		}
 	}, byStart)
-	d.delayed, err = p.dashList(ctx, tx, a.queue, `state = 1 AND run_at > $2 ORDER BY run_at, seq LIMIT $3`, d.at, a.limit)
+	d.delayed, err = p.dashList(ctx, tx, a.queue, `state = {queued} AND run_at > $2 ORDER BY run_at, seq LIMIT $3`, d.at, a.limit)
 	return err
 }
 

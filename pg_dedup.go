@@ -105,7 +105,7 @@ func (p *PG) lockUniqueKeys(ctx context.Context, tx pgx.Tx, queue string, keys [
 		return fmt.Errorf("lock unique keys: %w", err)
 	}
 	if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET unique_key = NULL, unique_expires = NULL
-		WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) AND unique_expires <= $3`), queue, keys, now); err != nil {
+		WHERE queue = $1 AND unique_key = ANY($2) AND state IN ({queued}, {active}, {children}) AND unique_expires <= $3`), queue, keys, now); err != nil {
 		return fmt.Errorf("release lapsed unique keys: %w", err)
 	}
 	return nil
@@ -124,7 +124,7 @@ type keyHolder struct {
 func (p *PG) uniqueKeyHolders(ctx context.Context, tx pgx.Tx, queue string, keys []string) (map[string]*keyHolder, error) {
 	rows, err := tx.Query(ctx, p.sql(`SELECT unique_key, id, state,
 			waited AND EXISTS (SELECT 1 FROM {s}.deps WHERE dep_id = jobs.id)
-		FROM {s}.jobs WHERE queue = $1 AND unique_key = ANY($2) AND state IN (1, 4, 7) FOR UPDATE`), queue, keys)
+		FROM {s}.jobs WHERE queue = $1 AND unique_key = ANY($2) AND state IN ({queued}, {active}, {children}) FOR UPDATE`), queue, keys)
 	if err != nil {
 		return nil, fmt.Errorf("find unique key holders: %w", err)
 	}
@@ -248,7 +248,7 @@ func pgRowState(st int16) State {
 // heldSQL is the condition of a row that holds its key, with now as
 // parameter n.
 func heldSQL(n string) string {
-	return `state IN (1, 4, 7) AND (unique_expires IS NULL OR unique_expires > ` + n + `)`
+	return `state IN ({queued}, {active}, {children}) AND (unique_expires IS NULL OR unique_expires > ` + n + `)`
 }
 
 // ---------------------------------------------------------------------------

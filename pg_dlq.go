@@ -81,7 +81,7 @@ func (p *PG) trimDLQ(ctx context.Context, tx pgx.Tx, queue string, c DLQConfig) 
 		return fmt.Errorf("trim the DLQ of %s: %w", queue, err)
 	}
 	_, err := tx.Exec(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id IN (
-			SELECT id FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at DESC, seq DESC OFFSET $2)
+			SELECT id FROM {s}.jobs WHERE queue = $1 AND state = {dlq} ORDER BY dlq_at DESC, seq DESC OFFSET $2)
 			RETURNING id)
 		DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone)`), queue, c.MaxEntries)
 	if err != nil {
@@ -97,7 +97,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 	// By queue, what the committed pass expired and retried (a pass run
 	// again after a conflict counts afresh).
 	var expiredIn, retriedIn map[string]int64
-	err := p.txJobs(ctx, p.sql(`SELECT `+pgJobCols+` FROM {s}.jobs WHERE state = 6 AND dlq_due <= $1
+	err := p.txJobs(ctx, p.sql(`SELECT `+pgJobCols+` FROM {s}.jobs WHERE state = {dlq} AND dlq_due <= $1
 		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
 		expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
 		set, err := p.settingsOf(ctx, tx, jobs)
@@ -230,7 +230,7 @@ func (p *PG) GetDLQConfig(ctx context.Context, queue string) (DLQConfig, error) 
 // (with lock, their rows locked for an update), and the queue's DLQ
 // policy when the selection needs it (a filter asks about retries).
 func (p *PG) dlqJobs(ctx context.Context, tx pgx.Tx, queue string, sel dlqSelect, lock bool) ([]*Job, DLQConfig, error) {
-	sql := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = 6 ORDER BY dlq_at, seq`
+	sql := `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE queue = $1 AND state = {dlq} ORDER BY dlq_at, seq`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
@@ -298,14 +298,14 @@ func (p *PG) RetryDLQ(ctx context.Context, queue string, sel dlqSelect) (int64, 
 func (p *PG) PurgeDLQ(ctx context.Context, queue string) (int64, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	return p.deleteJobs(ctx, queue, "state = 6")
+	return p.deleteJobs(ctx, queue, "state = {dlq}")
 }
 
 func (p *PG) RemoveDLQJob(ctx context.Context, queue, id string) (bool, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	var n int64
-	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = $1 AND queue = $2 AND state = 6 RETURNING id),
+	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE id = $1 AND queue = $2 AND state = {dlq} RETURNING id),
 		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
 		SELECT count(*) FROM gone`), id, queue).Scan(&n)
 	if err != nil {

@@ -42,9 +42,9 @@ const (
 // (the time): no setting, hold or running window, and no job row.
 const pgGroupIdle = `(NOT g.paused AND g.conc_limit IS NULL AND g.rate_max IS NULL AND g.manual_until <= $3
 	AND (g.win_count = 0 OR g.win_start + g.win_duration <= $3)
-	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state = 1)
-	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state = 4)
-	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state IN (5, 6, 7)))`
+	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state = {queued})
+	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state = {active})
+	AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = g.queue AND group_id = g.group_id AND state IN ({done}, {dlq}, {children})))`
 
 // reapGroupsOnce walks the group rows if the chore is this broker's, and
 // answers how many went.

@@ -73,7 +73,7 @@ func (p *PG) groupsTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 		queue, capped); err != nil {
 		return fmt.Errorf("lock groups: %w", err)
 	}
-	rows, err := tx.Query(ctx, p.sql(`SELECT group_id, count(*) FROM {s}.jobs WHERE queue = $1 AND state = 1 AND group_id = ANY($2)
+	rows, err := tx.Query(ctx, p.sql(`SELECT group_id, count(*) FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND group_id = ANY($2)
 		GROUP BY group_id`), queue, capped)
 	if err != nil {
 		return fmt.Errorf("count group jobs: %w", err)
@@ -104,14 +104,14 @@ func (p *PG) groupsTx(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job)
 // the group index of the job rows, so the cost follows the groups that
 // have work, not every group the queue ever had.
 const pgReadyGroups = `WITH RECURSIVE queued AS (
-		(SELECT group_id FROM {s}.jobs WHERE queue = $1 AND state = 1 AND group_id IS NOT NULL ORDER BY group_id LIMIT 1)
+		(SELECT group_id FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND group_id IS NOT NULL ORDER BY group_id LIMIT 1)
 		UNION ALL
-		SELECT (SELECT j.group_id FROM {s}.jobs AS j WHERE j.queue = $1 AND j.state = 1 AND j.group_id > q.group_id
+		SELECT (SELECT j.group_id FROM {s}.jobs AS j WHERE j.queue = $1 AND j.state = {queued} AND j.group_id > q.group_id
 			ORDER BY j.group_id LIMIT 1)
 		FROM queued AS q WHERE q.group_id IS NOT NULL)
 	SELECT ` + pgGroupCols + ` FROM {s}.groups AS g
 	WHERE g.queue = $1 AND g.group_id IN (SELECT group_id FROM queued) AND NOT g.paused AND ($3 = '' OR g.group_id = $3)
-		AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = 1 AND run_at <= $2)
+		AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = g.group_id AND state = {queued} AND run_at <= $2)
 	ORDER BY g.served, g.created`
 
 // pgGroupWait bounds how long a pull held back by group limits sleeps
@@ -218,8 +218,8 @@ func (p *PG) countGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now in
 	}
 	ready = make([]int, len(groups))
 	rows, err := tx.Query(ctx, p.sql(`SELECT
-			(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 4),
-			(SELECT count(*) FROM (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $2 LIMIT $3) AS r)
+			(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = {active}),
+			(SELECT count(*) FROM (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = {queued} AND run_at <= $2 LIMIT $3) AS r)
 		FROM unnest($4::text[]) WITH ORDINALITY AS u(g, ord) ORDER BY u.ord`), queue, now, left, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("count group jobs: %w", err)
@@ -271,7 +271,7 @@ func groupRounds(groups []*Group, ready []int, left int, o *groupPull, now int64
 // first by priority then by age, and answers them by group.
 func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int64, ids []string, take []int) ([][]*Job, error) {
 	rows, err := tx.Query(ctx, p.sql(`SELECT x.body, x.state, x.started_at, x.done_at, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
-		CROSS JOIN LATERAL (SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = 1 AND run_at <= $4
+		CROSS JOIN LATERAL (SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = {queued} AND run_at <= $4
 			ORDER BY priority, seq LIMIT u.k FOR UPDATE SKIP LOCKED) AS x`), queue, ids, take, now)
 	if err != nil {
 		return nil, fmt.Errorf("claim group jobs: %w", err)

@@ -205,7 +205,7 @@ func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job, now int6
 	}
 	if len(custom) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs AS j USING unnest($1::text[], $2::bigint[]) AS u(id, arrived)
-			WHERE j.id = u.id AND j.state IN (5, 6) AND COALESCE(j.done_at, 0) < u.arrived`), custom, arrived); err != nil {
+			WHERE j.id = u.id AND j.state IN ({done}, {dlq}) AND COALESCE(j.done_at, 0) < u.arrived`), custom, arrived); err != nil {
 			return fmt.Errorf("free custom ids: %w", err)
 		}
 	}
@@ -252,7 +252,7 @@ func (p *PG) answerInserted(ctx context.Context, tx pgx.Tx, queue string, jobs [
 		}
 		if j.cold().UniqueKey != "" && j.cold().CustomID == "" && !plan.dropped[i] {
 			// Held by a live job with the key: answer its id.
-			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN (1, 4, 7)`),
+			err := tx.QueryRow(ctx, p.sql(`SELECT id FROM {s}.jobs WHERE queue = $1 AND unique_key = $2 AND state IN ({queued}, {active}, {children})`),
 				queue, j.cold().UniqueKey).Scan(&res.ids[i])
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("find the holder of unique key %q: %w", j.cold().UniqueKey, err)

@@ -377,7 +377,7 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgCla
 // when a ready job was there to take; "" when none was.
 func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket, now int64) (string, error) {
 	var ready bool
-	if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at <= $2)`),
+	if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at <= $2)`),
 		queue, now).Scan(&ready); err != nil || !ready {
 		return "", err
 	}
@@ -392,7 +392,7 @@ func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket,
 // when that is sooner (0: neither).
 func (p *PG) nextDue(ctx context.Context, tx pgx.Tx, queue string, now, wait int64) (int64, error) {
 	var next *int64
-	err := tx.QueryRow(ctx, p.sql(`SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = 1 AND run_at > $2`),
+	err := tx.QueryRow(ctx, p.sql(`SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at > $2`),
 		queue, now).Scan(&next)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
@@ -467,7 +467,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 // the claim back from started_at). As a full write would, it clears the
 // result of a job run again and starts the count of lease renewals over
 // for a new token.
-const pgClaimedSQL = `UPDATE {s}.jobs AS j SET state = 4, started_at = $2, result = NULL,
+const pgClaimedSQL = `UPDATE {s}.jobs AS j SET state = {active}, started_at = $2, result = NULL,
 		lease_token = COALESCE(u.tok, j.lease_token), lease_owner = u.owner, lease_broker = $3,
 		lease_expires = u.exp, lease_ttl = u.ttl, timeout_at = u.tout,
 		lease_renewals = CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
@@ -777,11 +777,11 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 // unique key. It answers the rows it completed: what their completed
 // events and the processing time need, not their records (decoding them
 // was a fifth of the server's time in a drain).
-const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = 5, done_at = $2, result = u.res,
+const pgAckFastSQL = `UPDATE {s}.jobs AS j SET state = {done}, done_at = $2, result = u.res,
 		lease_owner = NULL, lease_broker = NULL, lease_expires = NULL, lease_ttl = NULL, timeout_at = NULL,
 		unique_key = NULL, unique_expires = NULL
 		FROM unnest($1::text[], $3::text[], $4::bytea[]) AS u(id, tok, res)
-		WHERE j.id = u.id AND j.state = 4 AND j.plain AND NOT j.waited
+		WHERE j.id = u.id AND j.state = {active} AND j.plain AND NOT j.waited
 			AND (j.lease_owner IS NULL OR j.lease_token = u.tok)
 		RETURNING j.id, j.queue, j.started_at`
 
@@ -1040,7 +1040,7 @@ func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, er
 				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END,
 			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 ELSE 0 END
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
-		WHERE j.id = u.id AND j.state = 4 AND (u.tok = '' OR j.lease_token = u.tok)
+		WHERE j.id = u.id AND j.state = {active} AND (u.tok = '' OR j.lease_token = u.tok)
 			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
 		rn.ids, rn.tokens, rn.durations, now, lockOnly)
 	if err != nil {

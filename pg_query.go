@@ -66,14 +66,14 @@ func (p *PG) CountsPerPriority(ctx context.Context, queue string) (map[int64]int
 
 // pgStateWhere is the row condition of a wire state name ($2 is now).
 var pgStateWhere = map[string]string{
-	"waiting":          "(state = 1 AND run_at <= $2 AND priority <= 0)",
-	"prioritized":      "(state = 1 AND run_at <= $2 AND priority > 0)",
-	"delayed":          "(state = 1 AND run_at > $2)",
-	"paused":           "(state = 1 AND run_at <= $2)",
-	"active":           "state = 4",
-	"completed":        "state = 5",
-	"failed":           "state = 6",
-	"waiting-children": "state = 7",
+	"waiting":          "(state = {queued} AND run_at <= $2 AND priority <= 0)",
+	"prioritized":      "(state = {queued} AND run_at <= $2 AND priority > 0)",
+	"delayed":          "(state = {queued} AND run_at > $2)",
+	"paused":           "(state = {queued} AND run_at <= $2)",
+	"active":           "state = {active}",
+	"completed":        "state = {done}",
+	"failed":           "state = {dlq}",
+	"waiting-children": "state = {children}",
 }
 
 // jobsWhere is the row condition of a's state filter. A paused queue's
@@ -497,7 +497,7 @@ func (p *PG) settle(ctx context.Context, id string, ev waitOutcome) waitOutcome 
 
 // countsPerPriority counts a queue's waiting and delayed jobs by priority.
 func (p *PG) countsPerPriority(ctx context.Context, q pgQuerier, queue string) (map[int64]int, error) {
-	rows, err := q.Query(ctx, p.sql(`SELECT priority, count(*) FROM {s}.jobs WHERE queue = $1 AND state = 1 GROUP BY priority`), queue)
+	rows, err := q.Query(ctx, p.sql(`SELECT priority, count(*) FROM {s}.jobs WHERE queue = $1 AND state = {queued} GROUP BY priority`), queue)
 	if err != nil {
 		return nil, pgErr(fmt.Errorf("count jobs by priority: %w", err))
 	}
@@ -543,13 +543,13 @@ func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
 // pgCountCols counts job rows by wire state, in the order of pgDest; now
 // is the placeholder of the current time (it tells delayed from waiting).
 func pgCountCols(now string) string {
-	return strings.ReplaceAll(`count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority <= 0),
-			count(*) FILTER (WHERE state = 1 AND run_at <= $now AND priority > 0),
-			count(*) FILTER (WHERE state = 1 AND run_at > $now),
-			count(*) FILTER (WHERE state = 4),
-			count(*) FILTER (WHERE state = 5),
-			count(*) FILTER (WHERE state = 6),
-			count(*) FILTER (WHERE state = 7)`, "$now", now)
+	return strings.ReplaceAll(`count(*) FILTER (WHERE state = {queued} AND run_at <= $now AND priority <= 0),
+			count(*) FILTER (WHERE state = {queued} AND run_at <= $now AND priority > 0),
+			count(*) FILTER (WHERE state = {queued} AND run_at > $now),
+			count(*) FILTER (WHERE state = {active}),
+			count(*) FILTER (WHERE state = {done}),
+			count(*) FILTER (WHERE state = {dlq}),
+			count(*) FILTER (WHERE state = {children})`, "$now", now)
 }
 
 // pgDest are the scan targets of pgCountCols.

@@ -67,7 +67,7 @@ func (p *PG) deleteJobs(ctx context.Context, queue, where string) (int64, error)
 func (p *PG) Drain(ctx context.Context, queue string) (int64, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	return p.deleteJobs(ctx, queue, "state = 1")
+	return p.deleteJobs(ctx, queue, "state = {queued}")
 }
 
 func (p *PG) Obliterate(ctx context.Context, queue string) error {

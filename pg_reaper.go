@@ -43,7 +43,7 @@ func (p *PG) reapOnce(ctx context.Context) error {
 
 // pgReapSQL locks the active rows whose lease ran out, oldest first, a
 // batch at a time; a row another reaper holds is left to it.
-const pgReapSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE state = 4 AND lease_expires < $1
+const pgReapSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE state = {active} AND lease_expires < $1
 		ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED`
 
 // reapLeases reclaims one batch of expired leases: it decides each job's

@@ -108,7 +108,7 @@ func (p *PG) retainCount(ctx context.Context) (int, error) {
 	keep := p.keepCompleted
 	// Over the bound when a completed job comes after the newest keep.
 	var at, seq int64
-	find := p.sql(`SELECT done_at, seq FROM {s}.jobs WHERE state = 5 AND done_at IS NOT NULL
+	find := p.sql(`SELECT done_at, seq FROM {s}.jobs WHERE state = {done} AND done_at IS NOT NULL
 		ORDER BY done_at DESC, seq DESC OFFSET $1 LIMIT 1`)
 	if err := p.pool.QueryRow(ctx, find, keep).Scan(&at, &seq); errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -157,9 +157,9 @@ func (p *PG) retainBatch(at, seq int64) (int, error) {
 	// the planner join against the whole table.
 	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (
 			DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(
-				SELECT id FROM {s}.jobs WHERE state = 5 AND (done_at, seq) <= ($1, $2)
+				SELECT id FROM {s}.jobs WHERE state = {done} AND (done_at, seq) <= ($1, $2)
 				ORDER BY done_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED))
-			AND state = 5 RETURNING id),
+			AND state = {done} RETURNING id),
 		logs AS (DELETE FROM {s}.job_logs WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
 		SELECT count(*) FROM gone`), at, seq, pgRetainBatch).Scan(&n)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 const (
 	pgClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 	pgClaimSQL  = `SELECT ` + pgJobCols + ` FROM {s}.jobs
-		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
+		WHERE queue = $1 AND state = {queued} AND run_at <= $2 AND group_id IS NULL
 		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
 )
 
@@ -39,7 +39,7 @@ const (
 		dlq_max_age, dlq_max_retries, dlq_max_entries
 		FROM {s}.queues WHERE name = $1`
 	pgClaimFastSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs
-		WHERE queue = $1 AND state = 1 AND run_at <= $2 AND group_id IS NULL
+		WHERE queue = $1 AND state = {queued} AND run_at <= $2 AND group_id IS NULL
 			AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1
 				AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
 		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
@@ -287,7 +287,7 @@ func (p *PG) uniqueHeld(ctx context.Context, tx pgx.Tx, j *Job) (bool, error) {
 	}
 	var held bool
 	err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND unique_key = $2
-		AND state IN (1, 4, 7) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID).Scan(&held)
+		AND state IN ({queued}, {active}, {children}) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("unique key %q: %w", j.cold().UniqueKey, err)
 	}

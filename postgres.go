@@ -236,6 +236,7 @@ type PG struct {
 	// Close does not wait out a round stuck on the database (pgEvery).
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
+	sqlr       *strings.Replacer // PG.sql's
 	wg         sync.WaitGroup
 
 	ev    pgEvents                // pg_events.go
@@ -359,6 +360,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
+	p.sqlr = sqlReplacer(p.schema)
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -464,7 +466,18 @@ func redactPG(err error, url string) error {
 	return err
 }
 
-func (p *PG) sql(q string) string { return strings.ReplaceAll(q, "{s}", p.schema) }
+// sql fills a statement's placeholders: {s}, the namespace's schema, and
+// the row states by name ({queued}, {active}, {done}, {dlq}, {children}:
+// the pg* constants above), so that no statement spells a state as a
+// bare number.
+func (p *PG) sql(q string) string { return p.sqlr.Replace(q) }
+
+// sqlReplacer is PG.sql's replacer for a schema.
+func sqlReplacer(schema string) *strings.Replacer {
+	n := func(v int) string { return strconv.Itoa(v) }
+	return strings.NewReplacer("{s}", schema, "{queued}", n(pgQueued), "{active}", n(pgActive), "{done}", n(pgDone),
+		"{dlq}", n(pgDLQ), "{children}", n(pgChildren))
+}
 
 func (p *PG) migrate(ctx context.Context, schema string) error {
 	conn, err := p.pool.Acquire(ctx)
@@ -841,10 +854,10 @@ func (p *PG) unlockedSettings(ctx context.Context, tx pgx.Tx, jobs []*Job) (map[
 // does not get it back.
 const pgSaveSQL = `UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
 		done_at=u.done_at,
-		unique_key = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uk ELSE j.unique_key END,
-		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN (5, 6) THEN u.uexp ELSE j.unique_expires END,
+		unique_key = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN ({done}, {dlq}) THEN u.uk ELSE j.unique_key END,
+		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN ({done}, {dlq}) THEN u.uexp ELSE j.unique_expires END,
 		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
-		lease_broker=CASE WHEN u.state = 4 THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
+		lease_broker=CASE WHEN u.state = {active} THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
 		body=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due, plain=u.plain,
 		lease_renewals=CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
 		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],

@@ -619,7 +619,7 @@ func TestPGClaimReadsTheIndex(t *testing.T) {
 	if err := tx.QueryRow(ctx, "SELECT current_setting('enable_sort'), current_setting('jit')").Scan(&sorts, &jit); err != nil || sorts != "off" || jit != "off" {
 		t.Fatalf("in the claim's transaction: enable_sort %s, jit %s (%v)", sorts, jit, err)
 	}
-	q := strings.ReplaceAll(pgClaimSQL, "{s}", "queued_"+ns)
+	q := sqlReplacer("queued_" + ns).Replace(pgClaimSQL)
 	rows, err := tx.Query(ctx, "EXPLAIN "+q, "plan", time.Now().UnixMilli(), 100)
 	if err != nil {
 		t.Fatal(err)
