@@ -310,15 +310,9 @@ func writeDashboardQueues(r *Req, qs []queueSnap) {
 func writeDashboardQueue(r *Req, a dashQueueArgs, d dashQueue) {
 	queue, c := a.queue, d.counts
 	totals := r.c.srv.mx.counters(queue)
-	n := 6
-	if a.withJobs {
-		n++
-	}
-	e := r.field("data")
-	e.MapHead(n)
-	e.Str("name")
-	e.Str(queue)
-	e.Str("counts")
+	m := r.field("data").BeginMap()
+	m.Key("name").Str(queue)
+	e := m.Key("counts")
 	e.MapHead(10)
 	for _, kv := range []struct {
 		k string
@@ -330,12 +324,9 @@ func writeDashboardQueue(r *Req, a dashQueueArgs, d dashQueue) {
 		e.Str(kv.k)
 		e.Int(kv.v)
 	}
-	e.Str("paused")
-	e.Bool(d.paused)
-	e.Str("priorityCounts")
-	encodePriorityCounts(e, d.prioKeys, d.perPrio)
-	e.Str("dlqPreview")
-	e.ArrayHead(len(d.dlq))
+	m.Key("paused").Bool(d.paused)
+	encodePriorityCounts(m.Key("priorityCounts"), d.prioKeys, d.perPrio)
+	m.Key("dlqPreview").ArrayHead(len(d.dlq))
 	for _, j := range d.dlq {
 		e.MapHead(4)
 		e.Str("id")
@@ -347,12 +338,11 @@ func writeDashboardQueue(r *Req, a dashQueueArgs, d dashQueue) {
 		e.Str("createdAt")
 		e.Int(j.CreatedAt)
 	}
-	e.Str("timestamp")
-	e.Int(d.at)
+	m.Key("timestamp").Int(d.at)
 	if a.withJobs {
-		e.Str("jobs")
-		dashJobLists(e, d)
+		dashJobLists(m.Key("jobs"), d)
 	}
+	m.End()
 }
 
 // dashJobLists writes DashboardQueue's job lists. A paused queue's ready

@@ -746,6 +746,27 @@ func (e *Enc) CloseMap(at, n int) {
 	e.B[at+2] = byte(n)
 }
 
+// MapWriter writes a map and counts its keys as they are written, so that
+// no count is kept by hand: e.BeginMap(), then Key before each value, then
+// End.
+type MapWriter struct {
+	e     *Enc
+	at, n int
+}
+
+// BeginMap starts a map written through the MapWriter.
+func (e *Enc) BeginMap() MapWriter { return MapWriter{e: e, at: e.OpenMap()} }
+
+// Key writes a key, counted, and answers the encoder for its value.
+func (m *MapWriter) Key(k string) *Enc {
+	m.n++
+	m.e.Str(k)
+	return m.e
+}
+
+// End writes the count into the map's header.
+func (m *MapWriter) End() { m.e.CloseMap(m.at, m.n) }
+
 // OpenArray and CloseArray do the same for arrays (array32, so that any
 // count fits).
 func (e *Enc) OpenArray() int {

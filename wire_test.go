@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"os"
@@ -643,4 +645,45 @@ func BenchmarkEncodeJob(b *testing.B) {
 		encodeJob(&e, j, jobPlain, "", nil)
 	}
 	b.SetBytes(int64(len(e.B)))
+}
+
+// TestEncodersWellFormed: the encoders whose map sizes are counted by hand
+// (a count that depends on the mode, or on what is set) write maps whose
+// header says as many keys as follow: each output decodes whole, with no
+// trailing bytes, in every mode, for a job with nothing set and one with
+// everything.
+func TestEncodersWellFormed(t *testing.T) {
+	bare := mustJob(t, "enc", map[string]any{"data": 1})
+	full := mustJob(t, "enc", map[string]any{"data": map[string]any{"k": "v"}, "priority": 3, "delay": 1000,
+		"attempts": 5, "backoff": map[string]any{"type": "exponential", "delay": 100}, "ttl": 60000, "timeout": 500,
+		"uniqueKey": "u", "jobId": "custom", "tags": []any{"a", "b"}, "groupId": "g", "lifo": true,
+		"removeOnComplete": true, "stackTraceLimit": 3, "keepLogs": 5, "dedup": map[string]any{"ttl": 100, "extend": true}})
+	full.warm().Progress = Raw{0x32}
+	full.warm().Stack = []string{"Error: x", "at y"}
+	check := func(what string, b []byte) {
+		t.Helper()
+		if _, err := Decode(b); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	for _, j := range []*Job{bare, full} {
+		for _, mode := range []int{jobPlain, jobWithRead, jobWithState} {
+			var e Enc
+			encodeJob(&e, j, mode, "waiting", Raw{0xc3})
+			check(fmt.Sprintf("job %s, mode %d", j.ID, mode), e.B)
+		}
+	}
+	w := &worker{ID: "w1", Name: "n", Queues: []string{"a"}}
+	for _, uptime := range []bool{false, true} {
+		var e Enc
+		encodeWorker(&e, w, "id", 10, true, uptime)
+		check(fmt.Sprintf("worker, uptime %v", uptime), e.B)
+	}
+	b := NewBroker(1, nil)
+	defer b.Close()
+	b.SetRateLimit(context.Background(), "enc", RateLimit{Max: 5, Duration: 1000})
+	b.SetConcurrency(context.Background(), "enc", 2)
+	b.SetGroupPaused(context.Background(), "enc", "g", true)
+	s := b.shardOf("enc")
+	s.with(func() { check("queue settings", encodeQueueSettings(s.queues["enc"])) })
 }

@@ -200,43 +200,26 @@ func (ws *Workers) count() int {
 }
 
 func encodeWorker(e *Enc, w *worker, idKey string, now int64, alive, withUptime bool) {
-	n := 13
-	if withUptime {
-		n++
-	}
-	e.MapHead(n)
-	e.Str(idKey)
-	e.Str(w.ID)
-	e.Str("name")
-	e.Str(w.Name)
-	e.Str("queues")
-	strArray(e, w.Queues)
-	e.Str("concurrency")
-	e.Int(w.Concurrency)
-	e.Str("hostname")
-	e.Str(w.Hostname)
-	e.Str("pid")
-	e.Int(w.PID)
-	e.Str("status")
+	m := e.BeginMap()
+	m.Key(idKey).Str(w.ID)
+	m.Key("name").Str(w.Name)
+	strArray(m.Key("queues"), w.Queues)
+	m.Key("concurrency").Int(w.Concurrency)
+	m.Key("hostname").Str(w.Hostname)
+	m.Key("pid").Int(w.PID)
+	status := "stale"
 	if alive {
-		e.Str("active")
-	} else {
-		e.Str("stale")
+		status = "active"
 	}
-	e.Str("registeredAt")
-	e.Int(w.Registered)
-	e.Str("lastSeen")
-	e.Int(w.LastSeen)
-	e.Str("activeJobs")
-	e.Int(w.Active)
-	e.Str("processedJobs")
-	e.Int(w.Processed)
-	e.Str("failedJobs")
-	e.Int(w.Failed)
-	e.Str("currentJob")
-	e.Nil()
+	m.Key("status").Str(status)
+	m.Key("registeredAt").Int(w.Registered)
+	m.Key("lastSeen").Int(w.LastSeen)
+	m.Key("activeJobs").Int(w.Active)
+	m.Key("processedJobs").Int(w.Processed)
+	m.Key("failedJobs").Int(w.Failed)
+	m.Key("currentJob").Nil()
 	if withUptime {
-		e.Str("uptime")
-		e.Int(now - w.Registered)
+		m.Key("uptime").Int(now - w.Registered)
 	}
+	m.End()
 }
