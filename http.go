@@ -106,10 +106,6 @@ const (
 // anyMethod is the method of a route that answers every method.
 const anyMethod = "*"
 
-func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
-	return newHTTPAPI(b, srv, bk, httpConfig{})
-}
-
 func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *httpAPI {
 	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath, metricsOpen: cfg.metricsOpen}
 	a.setHosts(cfg)

@@ -761,3 +761,8 @@ func TestHTTPDashboardFiles(t *testing.T) {
 	}
 	c.fail("GET", "/ui/nope.js", nil, 404)
 }
+
+// newHTTPHandler is the HTTP API with the default settings, for tests.
+func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
+	return newHTTPAPI(b, srv, bk, httpConfig{})
+}

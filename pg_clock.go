@@ -98,16 +98,6 @@ func (p *PG) now() int64 {
 	return (r.db + time.Since(r.mono).Microseconds()) / 1000
 }
 
-// clockSkew is how far the database's clock is ahead of this broker's
-// (negative: behind), as last read.
-func (p *PG) clockSkew() (time.Duration, bool) {
-	r := p.clock.cur.Load()
-	if r == nil {
-		return 0, false
-	}
-	return time.Duration(r.db/1000-r.wall) * time.Millisecond, true
-}
-
 // clockReady answers whether this broker knows the database's time to
 // within pgClockBound, reading it again first if it does not: claims,
 // the reaper and cron go on only then.

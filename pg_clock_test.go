@@ -263,3 +263,13 @@ func TestPGClockUnmeasurable(t *testing.T) {
 		t.Fatalf("skew after the jump: %v, want about -5s", skew)
 	}
 }
+
+// clockSkew is how far the database's clock is ahead of this broker's
+// (negative: behind), as last read.
+func (p *PG) clockSkew() (time.Duration, bool) {
+	r := p.clock.cur.Load()
+	if r == nil {
+		return 0, false
+	}
+	return time.Duration(r.db/1000-r.wall) * time.Millisecond, true
+}
