@@ -264,6 +264,28 @@ func unreadAnswersFlood(t *testing.T, flags []string) {
 	if slowest > floodPingMax {
 		t.Errorf("slowest Ping %v during the flood, over %v", slowest, floodPingMax)
 	}
+	// The flood's clients go, and the server lets go of their
+	// connections, before it is stopped: its stop is checked on its own
+	// (serverProc.stop), not with hundreds of connections still ending.
+	mu.Lock()
+	for _, nc := range socks {
+		nc.Close()
+	}
+	mu.Unlock()
+	eventually(t, time.Minute, "the flood's connections gone from the server", func() (bool, string) {
+		_, body := httpGet(t, httpAddr, "/prometheus", "")
+		var tcp, ws float64
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, `bunqueue_connections{transport="tcp"} `); ok {
+				fmt.Sscan(rest, &tcp)
+			}
+			if rest, ok := strings.CutPrefix(line, `bunqueue_connections{transport="websocket"} `); ok {
+				fmt.Sscan(rest, &ws)
+			}
+		}
+		// The Ping watcher's and this test's own client stay.
+		return tcp <= 2 && ws == 0, fmt.Sprintf("%.0f TCP, %.0f WebSocket", tcp, ws)
+	})
 }
 
 // scrapeOne reads one unlabelled sample from the HTTP side's /prometheus.
