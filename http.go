@@ -246,6 +246,10 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		rc.SetWriteDeadline(time.Now().Add(httpWriteTimeout))
 		defer rc.SetWriteDeadline(time.Time{})
+		// At shutdown an answer stuck on a client that does not read
+		// gives up at once, so that the server's Shutdown does not wait
+		// out its deadline.
+		defer context.AfterFunc(a.ctx, func() { rc.SetWriteDeadline(time.Now()) })()
 		ra := &restAnswer{ResponseWriter: w, budget: a.srv.answers}
 		defer ra.done()
 		w = ra
