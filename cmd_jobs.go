@@ -174,7 +174,12 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 		r.writeJobs(nil, nil, withToken, batch)
 		return nil
 	}
-	ctx, stop := r.b.drain.pullCtx(r.ctx())
+	// Only a pull that may wait needs to hear the drain begin: one that
+	// answers at once makes no context of its own on the PULL path.
+	ctx, stop := r.ctx(), func() {}
+	if a.timeout > 0 {
+		ctx, stop = r.b.drain.pullCtx(ctx)
+	}
 	wait, err := r.eng.Pull(ctx, a.queue, n, a.opts, a.timeout, answer(r))
 	if wait == nil {
 		stop()

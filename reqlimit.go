@@ -120,14 +120,19 @@ func (l *reqLimiter) forget(client string) {
 	l.mu.Unlock()
 }
 
+// maxClientKey bounds a client's name as the limiter keeps it: a header
+// names it, and the limiter keeps up to maxLimitClients of them.
+const maxClientKey = 64
+
 // httpClient names an HTTP request's client as the limiter counts it.
 func httpClient(r *http.Request) string {
 	if f := r.Header.Get("X-Forwarded-For"); f != "" {
 		first, _, _ := strings.Cut(f, ",")
-		return strings.TrimSpace(first)
+		first = strings.TrimSpace(first)
+		return first[:min(len(first), maxClientKey)]
 	}
 	if ip := r.Header.Get("X-Real-IP"); ip != "" {
-		return ip
+		return ip[:min(len(ip), maxClientKey)]
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

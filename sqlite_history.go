@@ -49,15 +49,9 @@ func (s *SQLiteStore) retiredWritten(bt *writeBatch) {
 	}
 }
 
-// writeRetired marks the retired rows of a batch, after its records.
-func (s *SQLiteStore) writeRetired(ctx context.Context, jobs map[int64]*pendingJob) error {
-	var args []any
-	for seq, p := range jobs {
-		if p.retire != nil && !p.del {
-			r := p.retire
-			args = append(args, seq, r.id, r.queue, r.created, r.doneAt)
-		}
-	}
+// writeRetired marks the retired rows of a batch, after its records: args
+// are (seq, id, queue, created, doneAt) for each, as writeJobs gathers them.
+func (s *SQLiteStore) writeRetired(ctx context.Context, args []any) error {
 	return s.execChunks(ctx, "jobs-retire", args, 5, func(n int) string {
 		return "UPDATE jobs SET id = v.column2, queue = v.column3, created_at = v.column4, done_at = v.column5 FROM (VALUES " +
 			placeholders(n, 5) + ") AS v WHERE jobs.seq = v.column1"

@@ -211,7 +211,12 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 	}
 	up, del := make([]any, 0, 2*nUp), make([]any, 0, nDel)
 	resUp, resDel := make([]any, 0, 2*nRes), make([]any, 0, nDel)
+	var retired []any // rare: completed jobs leaving memory (history.go)
 	for seq, p := range jobs {
+		if p.retire != nil && !p.del {
+			r := p.retire
+			retired = append(retired, seq, r.id, r.queue, r.created, r.doneAt)
+		}
 		if p.del {
 			del = append(del, seq)
 			resDel = append(resDel, seq)
@@ -245,7 +250,7 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 	}); err != nil {
 		return fmt.Errorf("delete results: %w", err)
 	}
-	if err := s.writeRetired(ctx, jobs); err != nil {
+	if err := s.writeRetired(ctx, retired); err != nil {
 		return fmt.Errorf("mark completed history: %w", err)
 	}
 	return nil
