@@ -273,7 +273,7 @@ func backoffDelay(j *Job) int64 {
 	maxDelay := int64(maxBackoffDelay)
 	base := j.cold().Backoff
 	fixed := false
-	if c := j.cold().BackoffC; c != nil {
+	if c := j.cold().BackoffObj; c != nil {
 		base = c.Delay
 		fixed = !c.Exponential
 		if c.MaxDelay != none && c.MaxDelay > 0 {

@@ -87,7 +87,7 @@ func strsBytes(a []string) int64 {
 // string it carries.
 func (j *Job) size() int64 {
 	n := int64(len(j.Data) + len(j.Name) + len(j.ID) + len(j.cold().UniqueKey) + len(j.cold().ParentID) +
-		len(j.cold().GroupID) + len(j.cold().DebounceID) + len(j.cold().Progress) + len(j.cold().ProgMsg) + len(j.cold().Repeat) + len(j.cold().failErr))
+		len(j.cold().GroupID) + len(j.cold().DebounceID) + len(j.cold().Progress) + len(j.cold().ProgressMsg) + len(j.cold().Repeat) + len(j.cold().failErr))
 	if j.cold().CustomID != j.ID {
 		n += int64(len(j.cold().CustomID))
 	}
@@ -141,7 +141,7 @@ func checkJobFields(j *Job, key string) error {
 func (u progressSet) check(j *Job) error {
 	n := j.size() - int64(len(j.cold().Progress)) + int64(len(u.prog))
 	if u.msgKey {
-		n += int64(len(u.msg) - len(j.cold().ProgMsg))
+		n += int64(len(u.msg) - len(j.cold().ProgressMsg))
 	}
 	if n > maxJobBytes {
 		return errJobTooBig
@@ -155,7 +155,7 @@ func (u progressSet) check(j *Job) error {
 func (f failure) check(j *Job) error {
 	stack := j.cold().Stack
 	if len(f.stack) > 0 {
-		stack = normalizeStack(f.stack, int(j.cold().StackLim))
+		stack = normalizeStack(f.stack, int(j.cold().StackTraceLimit))
 	}
 	n := j.size() - strsBytes(j.cold().Stack) + strsBytes(stack) + 3*int64(len(f.err))
 	if n > maxJobBytes {

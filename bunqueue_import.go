@@ -234,7 +234,7 @@ func bqJobState(m Map, j *Job) error {
 	if msg, ok, err := m.Str("progressMessage"); err != nil {
 		return err
 	} else if ok {
-		j.warm().ProgMsg, j.warm().HasProgM = msg, true
+		j.warm().ProgressMsg, j.warm().HasProgressMsg = msg, true
 	}
 	if st, _, err := m.Strs("stacktrace"); err != nil {
 		return err
@@ -260,7 +260,7 @@ func bqBackoff(m Map, j *Job) error {
 	if md, ok, err := c.Int("maxDelay"); err == nil && ok && md > 0 {
 		b.MaxDelay = md
 	}
-	j.warm().BackoffC, j.warm().Backoff = b, b.Delay
+	j.warm().BackoffObj, j.warm().Backoff = b, b.Delay
 	return nil
 }
 

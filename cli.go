@@ -34,6 +34,7 @@ var toolCommands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"restore":     runRestore,
 	"migrate":     runMigrate,
 	"healthcheck": runHealthcheck,
+	"mcp":         runMCP,
 }
 
 // cliMain runs a command whose line starts with global options (a line

@@ -398,11 +398,7 @@ func (b *benchRun) lanes(conns []*Client, fn func(c *Client, h *hist)) *hist {
 		for range b.o.pipeline {
 			h := &hist{}
 			hs = append(hs, h)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fn(c, h)
-			}()
+			wg.Go(func() { fn(c, h) })
 		}
 	}
 	wg.Wait()
@@ -723,9 +719,7 @@ func (b *benchRun) mixed() ([]benchResult, error) {
 
 	var wg sync.WaitGroup
 	var ph, wh *hist
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		ph = b.lanes(producers, func(c *Client, h *hist) {
 			for b.ctx.Err() == nil {
 				n := int64(b.o.batch)
@@ -746,9 +740,8 @@ func (b *benchRun) mixed() ([]benchResult, error) {
 			}
 		})
 		producing.Store(false)
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	wg.Go(func() {
 		wh = b.lanes(workers, func(c *Client, h *hist) {
 			h.e2e = &hist{}
 			b.work(c, h, func() (int64, bool) {
@@ -758,7 +751,7 @@ func (b *benchRun) mixed() ([]benchResult, error) {
 				return b.pushed.Load(), true
 			})
 		})
-	}()
+	})
 	wg.Wait()
 	el := time.Since(b.start)
 	unwatch()

@@ -68,6 +68,7 @@ Monitoring:
   healthcheck [url]                 container probe: exit 0 when /health says healthy
 
 Tools:
+  mcp                               MCP server over stdio for AI agents (docs/mcp.md)
   bench [workloads] [options]       load generator (see queued help bench)
   backup --out FILE | --s3          copy a running server's database over HTTP, or
                                     have it upload one to its S3 bucket
@@ -241,6 +242,15 @@ The container probe, as bunqueue healthcheck: asks the server's HTTP
 /health (default http://127.0.0.1:$HTTP_PORT/health, port 6790) and exits 0
 when it answers healthy, 1 otherwise (after 5 s at most). It prints
 "healthy" or "Health check failed", nothing of the answer.
+`,
+	"mcp": `Usage: queued mcp
+
+An MCP (Model Context Protocol) server over stdio, for an AI agent that
+starts it as a subprocess: the 73 tools, 5 resources and 3 prompts of
+bunqueue-mcp, against the server at -H/-p (or BUNQUEUE_HOST, BUNQUEUE_PORT,
+BUNQUEUE_TOKEN, as bunqueue-mcp reads them in its tcp mode). One JSON-RPC
+message per line on stdin and stdout; the log on stderr. The server
+itself serves the same at http://HOST:HTTP_PORT/mcp. See docs/mcp.md.
 `,
 	"doctor": `Usage: queued doctor
 

@@ -287,7 +287,7 @@ func writeProgress(r *Req, v JobView) error {
 	} else {
 		r.field("progress").Raw(j.cold().Progress)
 	}
-	optStr(r.field("message"), j.cold().ProgMsg, j.cold().HasProgM)
+	optStr(r.field("message"), j.cold().ProgressMsg, j.cold().HasProgressMsg)
 	return nil
 }
 

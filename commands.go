@@ -151,6 +151,11 @@ func init() {
 		"DashboardQueues":   cmdDashboardQueues,
 		"DashboardQueue":    cmdDashboardQueue,
 
+		// HTTP handlers, queued's own (cmd_handlers.go)
+		"HandlerSet":    cmdHandlerSet,
+		"HandlerRemove": cmdHandlerRemove,
+		"HandlerList":   cmdHandlerList,
+
 		// Webhooks (cmd_webhooks.go)
 		"AddWebhook":        cmdAddWebhook,
 		"RemoveWebhook":     cmdRemoveWebhook,

@@ -272,7 +272,8 @@ func runScript(t *testing.T, dir, bun, script string, extra []string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bun, "run", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), fmt.Sprintf("QUEUED_PORT=%d", srv.tcpPort), fmt.Sprintf("QUEUED_HTTP_PORT=%d", srv.httpPort))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("QUEUED_PORT=%d", srv.tcpPort), fmt.Sprintf("QUEUED_HTTP_PORT=%d", srv.httpPort),
+		"QUEUED_BIN="+queuedBinary(t))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s failed: %v\n--- script output\n%s\n--- server log\n%s", filepath.Base(script), err, out, srv.output())

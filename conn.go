@@ -145,7 +145,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 }
 
 func (c *conn) serve() {
-	defer c.srv.wg.Done()
 	defer c.recoverPanic("closing")
 	defer c.finish()
 	defer c.recoverPanic("serving")
@@ -674,4 +673,41 @@ func (c *conn) eventWriter(kick chan struct{}) {
 			}
 		}
 	}
+}
+
+// localSend runs one command on this server, as a TCP connection's would
+// run it, and answers its answer: for the server's own clients (the MCP
+// tools served over HTTP, the HTTP handlers), which go through the same
+// checks, events and figures as any other.
+func (s *Server) localSend(ctx context.Context, cmd string, fields func(e *Enc) int) ([]byte, error) {
+	var req Enc
+	mp := req.OpenMap()
+	req.Str("cmd")
+	req.Str(cmd)
+	n := 1
+	if fields != nil {
+		n += fields(&req)
+	}
+	req.CloseMap(mp, n)
+	m, err := parseRequest(req.B, nil, maxRequestFields)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	async := make(chan []byte, 1)
+	c := newVirtualConn(s, ctx, func(f []byte) { async <- f }, true)
+	defer c.finishVirtual()
+	var e Enc
+	reserved := c.dispatch(m, &e)
+	defer s.answers.free(reserved)
+	f := e.B
+	if len(f) == 0 {
+		select {
+		case f = <-async:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return append([]byte(nil), f[4:]...), nil
 }

@@ -480,7 +480,7 @@ func resetCompleted(j *Job, now int64) {
 	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
 	j.RunAt, j.Heartbeat = now, now
 	if j.c != nil { // through warm(), a plain job would get a cold part of defaults
-		j.c.Progress, j.c.ProgMsg, j.c.HasProgM = nil, "", false
+		j.c.Progress, j.c.ProgressMsg, j.c.HasProgressMsg = nil, "", false
 	}
 	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }

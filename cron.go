@@ -940,7 +940,7 @@ func repeatSuccessor(j *Job, now int64) *Job {
 	n.warm().CustomID = ""
 	n.CreatedAt, n.RunAt, n.Heartbeat = now, next, now
 	n.StartedAt, n.DoneAt, n.Attempts, n.warm().Stalls = 0, 0, 0, 0
-	n.warm().Progress, n.warm().ProgMsg, n.warm().HasProgM, n.warm().Stack = nil, "", false, nil
+	n.warm().Progress, n.warm().ProgressMsg, n.warm().HasProgressMsg, n.warm().Stack = nil, "", false, nil
 	n.Timeline, n.warm().history, n.dlq = nil, nil, nil
 	n.state, n.warm().failErr, n.warm().hasFail = StateNone, "", false
 	n.warm().childValues, n.warm().failedKids, n.warm().ignoredKids = nil, nil, nil

@@ -37,6 +37,39 @@ type AttemptRec struct {
 	HasErr    bool
 }
 
+// failedAttempt applies a failed attempt to an active job, the same way in
+// both engines: the attempt counted, its stack and timeline kept and its
+// record written. It answers whether the job retries (then RunAt is after
+// the backoff and the timeline says it waits for the next attempt) and,
+// when it does not, the reason it is given up with. The engine then does
+// the rest: the queue it goes back to, the DLQ or its removal.
+func failedAttempt(j *Job, f failure, now int64) (retry bool, reason string) {
+	startedAt := j.StartedAt
+	j.Attempts++
+	if len(f.stack) > 0 {
+		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackTraceLimit))
+	}
+	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	retry = !f.unrecoverable && j.Attempts < j.cold().MaxAttempts
+	reason = f.reason
+	if reason == "" {
+		reason = "max_attempts_exceeded"
+	}
+	// The attempt record says why this attempt ended; the last one of a
+	// job that is given up carries the DLQ reason.
+	attempt := "explicit_fail"
+	if f.reason == "timeout" || !retry {
+		attempt = reason
+	}
+	j.recordAttempt(startedAt, now, attempt, f.err, f.hasErr)
+	if retry {
+		j.RunAt = now + backoffDelay(j)
+		j.StartedAt = 0
+		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
+	}
+	return retry, reason
+}
+
 func (j *Job) recordAttempt(startedAt, now int64, reason, err string, hasErr bool) {
 	if len(j.cold().history) >= maxTimelineEntries {
 		return

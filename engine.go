@@ -19,6 +19,13 @@ package main
 // by its own deadline (PG.opCtx). Arguments and results are plain values,
 // never a *Req. Errors are ready for the client: a refusal as it is, a
 // storage fault named as such.
+//
+// One exception: the *conn a job is pulled through (PullOpts.Conn) and
+// the one Release names. The engine keeps it as the owner of the jobs it
+// hands out, so that a connection that closes gives its jobs back at once:
+// the memory engine on the connection's held set (conn.track, takeHeld),
+// the PostgreSQL one in its own table keyed by the *conn (pg_release.go).
+// Neither reads or writes the connection's socket.
 
 import (
 	"context"

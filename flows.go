@@ -278,17 +278,7 @@ func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 
 // unregisterDep forgets that w waits for dep.
 func (b *Broker) unregisterDep(dep string, w *Job) {
-	locked(&b.depMu, func() {
-		list := b.deps[dep]
-		if i := slices.Index(list, w); i >= 0 {
-			list = slices.Delete(list, i, i+1)
-			if len(list) == 0 {
-				delete(b.deps, dep)
-			} else {
-				b.deps[dep] = list
-			}
-		}
-	})
+	locked(&b.depMu, func() { dropListed(b.deps, dep, w) })
 }
 
 // ---------------------------------------------------------------------------

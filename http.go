@@ -113,6 +113,7 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 	a.addProbeRoutes()
 	a.addRESTRoutes()
 	a.addUIRoutes()
+	a.addMCPRoutes()
 	if a.live != nil {
 		// The hub checks the handshake's origin too; the route table's
 		// check comes first and is the same one.

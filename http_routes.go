@@ -194,55 +194,89 @@ type jsonObj struct {
 	n int
 }
 
+// newJSONObj is an object opened, for writing member after member:
+// newJSONObj().str("a", "x").num("b", 1).close().
+func newJSONObj() *jsonObj { return &jsonObj{b: []byte{'{'}} }
+
 func (o *jsonObj) open() { o.b = append(o.b, '{') }
 
 func (o *jsonObj) close() []byte { return append(o.b, '}') }
 
-func (o *jsonObj) key(k string) {
+func (o *jsonObj) key(k string) *jsonObj {
 	if o.n > 0 {
 		o.b = append(o.b, ',')
 	}
 	o.n++
 	o.b = appendJSONString(o.b, []byte(k))
 	o.b = append(o.b, ':')
+	return o
 }
 
 // raw writes a MessagePack value; undefined is left out, as
 // JSON.stringify leaves it out.
-func (o *jsonObj) raw(k string, v Raw) {
+func (o *jsonObj) raw(k string, v Raw) *jsonObj {
 	if len(v) == 0 || isUndefined(v) {
-		return
+		return o
 	}
 	o.key(k)
 	var err error
 	if o.b, err = appendJSON(o.b, v); err != nil {
 		o.b = append(o.b, "null"...)
 	}
+	return o
 }
 
-func (o *jsonObj) json(k string, v []byte) {
+// json writes a member whose value is JSON already; a nil value stands
+// for undefined, and the member is left out.
+func (o *jsonObj) json(k string, v []byte) *jsonObj {
+	if v == nil {
+		return o
+	}
 	o.key(k)
 	o.b = append(o.b, v...)
+	return o
 }
 
-func (o *jsonObj) int(k string, v int64) {
+func (o *jsonObj) int(k string, v int64) *jsonObj {
 	o.key(k)
 	o.b = strconv.AppendInt(o.b, v, 10)
+	return o
 }
 
-func (o *jsonObj) num(k string, v float64) {
+func (o *jsonObj) num(k string, v float64) *jsonObj {
 	o.key(k)
 	o.b = appendJSONNumber(o.b, v)
+	return o
 }
 
-func (o *jsonObj) boolean(k string, v bool) {
+func (o *jsonObj) boolean(k string, v bool) *jsonObj {
 	o.key(k)
 	o.b = strconv.AppendBool(o.b, v)
+	return o
 }
 
-func (o *jsonObj) str(k, v string) {
+func (o *jsonObj) str(k, v string) *jsonObj {
 	o.key(k)
 	o.b = appendJSONString(o.b, []byte(v))
+	return o
+}
+
+// spread writes the members of a JSON object, as {...obj} does.
+func (o *jsonObj) spread(obj []byte) *jsonObj {
+	obj = bytes.TrimSpace(obj)
+	if len(obj) < 2 || obj[0] != '{' {
+		return o
+	}
+	inner := bytes.TrimSpace(obj[1 : len(obj)-1])
+	if len(inner) == 0 {
+		return o
+	}
+	if o.n > 0 {
+		o.b = append(o.b, ',')
+	}
+	o.n++
+	o.b = append(o.b, inner...)
+	return o
 }
 
 // jsonMarshal is json.Marshal without HTML escaping, as JSON.stringify

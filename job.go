@@ -154,12 +154,12 @@ func (j *Job) isDone() bool    { return j.flow.Load()&flowDone != 0 }
 // million waiting jobs are a few hundred megabytes the smaller.
 type jobCold struct {
 	// The options every job has and few set, at their defaults in noCold.
-	MaxAtt  int32
-	Backoff int64
-	TTL     int64 // none = null
-	Timeout int64
+	MaxAttempts int32
+	Backoff     int64 // the retry delay, ms, whichever form the option came in
+	TTL         int64 // none = null
+	Timeout     int64
 
-	BackoffC                                                     *Backoff
+	BackoffObj                                                   *Backoff // the option given as an object; nil when a number
 	UniqueKey                                                    string
 	CustomID                                                     string
 	DependsOn                                                    []string
@@ -169,19 +169,19 @@ type jobCold struct {
 	Tags                                                         []string
 	GroupID                                                      string
 	Progress                                                     Raw // a number or an object; nil reads as 0
-	ProgMsg                                                      string
-	HasProgM                                                     bool
+	ProgressMsg                                                  string
+	HasProgressMsg                                               bool
 	Stack                                                        []string
 	Repeat                                                       Raw
 	Durable                                                      bool
-	StallTO                                                      int64
+	StallTimeout                                                 int64
 	Stalls                                                       int32
-	StackLim                                                     int32
+	StackTraceLimit                                              int32
 	KeepLogs                                                     int64
 	SizeLimit                                                    int64
 	Lifo                                                         bool
-	RemoveOnC                                                    bool
-	RemoveOnF                                                    bool
+	RemoveOnComplete                                             bool
+	RemoveOnFail                                                 bool
 	FailParent, RemoveDepOnFail, ContinueParent, IgnoreDepOnFail bool
 	DedupTTL                                                     int64
 	DedupExtend, DedupReplace                                    bool
@@ -203,7 +203,7 @@ type jobCold struct {
 
 // noCold is what a job without cold fields reads: the defaults. It is
 // never written: writes go through warm, which gives the job its own.
-var noCold = jobCold{MaxAtt: defaultMaxAttempts, Backoff: defaultBackoff, TTL: none, Timeout: none, StallTO: none, StackLim: defaultStackTraceLimit, KeepLogs: none, SizeLimit: none,
+var noCold = jobCold{MaxAttempts: defaultMaxAttempts, Backoff: defaultBackoff, TTL: none, Timeout: none, StallTimeout: none, StackTraceLimit: defaultStackTraceLimit, KeepLogs: none, SizeLimit: none,
 	DedupTTL: none, DebounceTTL: none}
 
 // cold is the job's cold part for reading (the defaults when it has none).
@@ -244,11 +244,11 @@ func (j *Job) settle() {
 // pointer and Raw nil). TestColdIsDefaultCoversEveryField keeps it whole.
 func (c *jobCold) isDefault() bool {
 	d := &noCold
-	return c.MaxAtt == d.MaxAtt && c.Backoff == d.Backoff && c.TTL == d.TTL && c.Timeout == d.Timeout && c.BackoffC == nil && c.UniqueKey == "" && c.CustomID == "" && c.DependsOn == nil &&
+	return c.MaxAttempts == d.MaxAttempts && c.Backoff == d.Backoff && c.TTL == d.TTL && c.Timeout == d.Timeout && c.BackoffObj == nil && c.UniqueKey == "" && c.CustomID == "" && c.DependsOn == nil &&
 		c.ParentID == "" && c.Children == nil && c.ChildDone == 0 && c.Tags == nil && c.GroupID == "" &&
-		c.Progress == nil && c.ProgMsg == "" && !c.HasProgM && c.Stack == nil && c.Repeat == nil &&
-		!c.Durable && c.StallTO == d.StallTO && c.Stalls == 0 && c.StackLim == d.StackLim &&
-		c.KeepLogs == d.KeepLogs && c.SizeLimit == d.SizeLimit && !c.Lifo && !c.RemoveOnC && !c.RemoveOnF &&
+		c.Progress == nil && c.ProgressMsg == "" && !c.HasProgressMsg && c.Stack == nil && c.Repeat == nil &&
+		!c.Durable && c.StallTimeout == d.StallTimeout && c.Stalls == 0 && c.StackTraceLimit == d.StackTraceLimit &&
+		c.KeepLogs == d.KeepLogs && c.SizeLimit == d.SizeLimit && !c.Lifo && !c.RemoveOnComplete && !c.RemoveOnFail &&
 		!c.FailParent && !c.RemoveDepOnFail && !c.ContinueParent && !c.IgnoreDepOnFail &&
 		c.DedupTTL == d.DedupTTL && !c.DedupExtend && !c.DedupReplace && c.DebounceID == "" &&
 		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.arrived == 0 && c.failErr == "" && !c.hasFail &&
@@ -338,25 +338,25 @@ func encodeJobCore(e *Enc, j *Job) {
 	// The object form of the backoff option; nil when the job was given a
 	// plain number.
 	e.Str("backoffConfig")
-	if j.cold().BackoffC == nil {
+	if j.cold().BackoffObj == nil {
 		e.Nil()
 	} else {
 		k := 2
-		if j.cold().BackoffC.MaxDelay != none {
+		if j.cold().BackoffObj.MaxDelay != none {
 			k = 3
 		}
 		e.MapHead(k)
 		e.Str("type")
-		if j.cold().BackoffC.Exponential {
+		if j.cold().BackoffObj.Exponential {
 			e.Str("exponential")
 		} else {
 			e.Str("fixed")
 		}
 		e.Str("delay")
-		e.Int(j.cold().BackoffC.Delay)
+		e.Int(j.cold().BackoffObj.Delay)
 		if k == 3 {
 			e.Str("maxDelay")
-			e.Int(j.cold().BackoffC.MaxDelay)
+			e.Int(j.cold().BackoffObj.MaxDelay)
 		}
 	}
 }
@@ -381,7 +381,7 @@ func encodeJobState(e *Enc, j *Job) {
 		e.Raw(j.cold().Progress)
 	}
 	e.Str("progressMessage")
-	optStr(e, j.cold().ProgMsg, j.cold().HasProgM)
+	optStr(e, j.cold().ProgressMsg, j.cold().HasProgressMsg)
 	e.Str("stacktrace")
 	if j.cold().Stack == nil {
 		e.Nil()
@@ -407,11 +407,11 @@ func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("lifo")
 	e.Bool(j.cold().Lifo)
 	e.Str("maxAttempts")
-	e.Int(int64(j.cold().MaxAtt))
+	e.Int(int64(j.cold().MaxAttempts))
 	e.Str("removeOnComplete")
-	e.Bool(j.cold().RemoveOnC)
+	e.Bool(j.cold().RemoveOnComplete)
 	e.Str("removeOnFail")
-	e.Bool(j.cold().RemoveOnF)
+	e.Bool(j.cold().RemoveOnFail)
 	e.Str("ttl")
 	optInt(e, j.cold().TTL)
 	e.Str("timeout")
@@ -425,9 +425,9 @@ func encodeJobOptions(e *Enc, j *Job) {
 	e.Str("groupId")
 	optStr(e, j.cold().GroupID, j.cold().GroupID != "")
 	e.Str("stallTimeout")
-	optInt(e, j.cold().StallTO)
+	optInt(e, j.cold().StallTimeout)
 	e.Str("stackTraceLimit")
-	e.Int(int64(j.cold().StackLim))
+	e.Int(int64(j.cold().StackTraceLimit))
 	e.Str("keepLogs")
 	optInt(e, j.cold().KeepLogs)
 	e.Str("sizeLimit")

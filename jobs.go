@@ -541,8 +541,8 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		res = nil
 	}
 	j.notifyDone(waitOutcome{completed: true, result: res, hasResult: it.HasResult})
-	s.completedDeps(j, res, j.cold().RemoveOnC || it.Remove)
-	if j.cold().RemoveOnC || it.Remove {
+	s.completedDeps(j, res, j.cold().RemoveOnComplete || it.Remove)
+	if j.cold().RemoveOnComplete || it.Remove {
 		s.forget(j)
 	} else {
 		j.addTimeline(TimelineEntry{State: StateCompleted, At: now})
@@ -660,9 +660,6 @@ func (b *Broker) Fail(_ context.Context, id, token string, f failure) (Outcome, 
 	if err := f.check(j); err != nil {
 		return Applied, err
 	}
-	if f.reason == "" {
-		f.reason = "max_attempts_exceeded"
-	}
 	s.fail(q, j, f, now)
 	return Applied, nil
 }
@@ -670,26 +667,10 @@ func (b *Broker) Fail(_ context.Context, id, token string, f failure) (Outcome, 
 // fail applies a failure to an active job: retry with backoff, or the
 // end (removed, or the DLQ).
 func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
-	startedAt := j.StartedAt
 	s.deactivate(q, j)
-	j.Attempts++
-	if len(f.stack) > 0 {
-		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
-	}
-	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
+	retry, reason := failedAttempt(j, f, now)
 	s.releaseUnique(q, j)
-	retry := !f.unrecoverable && j.Attempts < j.cold().MaxAtt
-	// The attempt record says why this attempt ended; the last one of a
-	// job that is given up carries the DLQ reason.
-	reason := "explicit_fail"
-	if f.reason == "timeout" || !retry {
-		reason = f.reason
-	}
-	j.recordAttempt(startedAt, now, reason, f.err, f.hasErr)
 	if retry {
-		j.RunAt = now + backoffDelay(j)
-		j.StartedAt = 0
-		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 		s.enqueue(q, j, now)
 		s.emit(q, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: false, hasTerminal: true})
 		s.emit(q, evRetried, j, now, evArgs{prev: "failed"})
@@ -697,12 +678,12 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 		return
 	}
 	s.b.stats.failed.Add(1)
-	if j.cold().RemoveOnF || f.removeOnFail {
+	if j.cold().RemoveOnFail || f.removeOnFail {
 		j.notifyDone(waitOutcome{err: f.err})
 		s.childFailed(j, f.err)
 		s.forget(j)
 	} else {
-		s.toDLQ(q, j, f.reason, f.err, f.hasErr, now)
+		s.toDLQ(q, j, reason, f.err, f.hasErr, now)
 	}
 	s.emit(q, evFailed, j, now, evArgs{err: f.err, hasErr: f.hasErr, terminal: true, hasTerminal: true})
 }

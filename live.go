@@ -111,9 +111,8 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	}
 	l.b.addTap(l.tap)
 	l.b.addNoticeTap(NoticeTap{wants: func() bool { return l.hub.Subscribers() > 0 }, take: l.takeNotice})
-	l.wg.Add(2)
-	go l.run()
-	go l.figures()
+	l.wg.Go(l.run)
+	l.wg.Go(l.figures)
 	return l
 }
 
@@ -166,7 +165,6 @@ func (l *live) takeNotice(n *Notice) { l.queue(liveItem{n: n}) }
 // the queues they touched to the figures goroutine, coalesced, for their
 // queue:counts. It never waits on storage.
 func (l *live) run() {
-	defer l.wg.Done()
 	counts := time.NewTimer(time.Hour)
 	counts.Stop()
 	defer counts.Stop()

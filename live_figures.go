@@ -31,7 +31,6 @@ const (
 )
 
 func (l *live) figures() {
-	defer l.wg.Done()
 	stats := time.NewTicker(l.every.stats)
 	health := time.NewTicker(l.every.health)
 	storage := time.NewTicker(l.every.storage)

@@ -539,22 +539,23 @@ type serverRun struct {
 	c   *config
 	log *slog.Logger
 
-	certs   *certReloader
-	sq      *SQLiteStore // SQLite mode only
-	store   Store
-	storage string // how the start line names the storage
-	unlock  func() // the data file's lock, SQLite mode only
-	bk      *BackupService
-	b       *Broker
-	srv     *Server
-	pg      *PG // PostgreSQL mode only
-	hooks   *Webhooks
-	ln      net.Listener // TCP, as bound
-	tcpLn   net.Listener // TCP, with TLS when on
-	hln     net.Listener // HTTP, when on
-	hs      *http.Server
-	lv      *live
-	mem     *memReturn // gives memory back when idle (memory.go)
+	certs    *certReloader
+	sq       *SQLiteStore // SQLite mode only
+	store    Store
+	storage  string // how the start line names the storage
+	unlock   func() // the data file's lock, SQLite mode only
+	bk       *BackupService
+	b        *Broker
+	srv      *Server
+	pg       *PG // PostgreSQL mode only
+	hooks    *Webhooks
+	handlers *Handlers
+	ln       net.Listener // TCP, as bound
+	tcpLn    net.Listener // TCP, with TLS when on
+	hln      net.Listener // HTTP, when on
+	hs       *http.Server
+	lv       *live
+	mem      *memReturn // gives memory back when idle (memory.go)
 	// statsStop ends the statistics line's loop (settings.go), which
 	// closes statsDone.
 	statsStop, statsDone chan struct{}
@@ -738,6 +739,19 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	}
 	srv.hooks = hooks
 	s.hooks = hooks
+	var hstore handlerStore
+	if s.sq != nil {
+		hstore = s.sq
+	}
+	handlers, err := newHandlers(srv.localSend, hooks.dialContext, hstore, c.webhookAllowPrivate, log)
+	if err != nil {
+		hooks.Close()
+		b.Close()
+		s.closeStore()
+		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
+	}
+	srv.handlers = handlers
+	s.handlers = handlers
 	return nil
 }
 
@@ -748,6 +762,7 @@ func (s *serverRun) listen() error {
 	tcpAddr := net.JoinHostPort(c.host, strconv.Itoa(c.tcpPort))
 	ln, err := listenAt(c.tcpSocket, tcpAddr)
 	if err != nil {
+		s.handlers.Close()
 		s.hooks.Close()
 		s.b.Close()
 		s.closeStore()
@@ -764,6 +779,7 @@ func (s *serverRun) listen() error {
 	hln, err := listenAt(c.httpSocket, httpAddr)
 	if err != nil {
 		ln.Close()
+		s.handlers.Close()
 		s.hooks.Close()
 		s.b.Close()
 		s.closeStore()
@@ -926,6 +942,9 @@ func (s *serverRun) shutdown(signal string) {
 		}
 		cancel()
 	}
+	// The handlers are clients of the server: they stop first, a call in
+	// flight cancelled (its job goes back by its lease).
+	s.handlers.Close()
 	s.srv.Close()
 	s.hooks.Close()
 	if s.mem != nil {

@@ -287,7 +287,6 @@ func remoteNoticeOf(m Map) (*Notice, error) {
 
 // forwarder sends the pending events until the broker stops.
 func (p *PG) forwarder() {
-	defer p.wg.Done()
 	for {
 		select {
 		case <-p.stop:

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -393,17 +392,7 @@ func (w *pgJobWaits) add(id string) chan waitOutcome {
 }
 
 func (w *pgJobWaits) drop(id string, ch chan waitOutcome) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	list := w.m[id]
-	if i := slices.Index(list, ch); i >= 0 {
-		list = slices.Delete(list, i, i+1)
-	}
-	if len(list) == 0 {
-		delete(w.m, id)
-	} else {
-		w.m[id] = list
-	}
+	locked(&w.mu, func() { dropListed(w.m, id, ch) })
 }
 
 // tap is the broker tap that wakes waiters; it runs under a shard lock

@@ -178,7 +178,7 @@ func pgOverlay(j *Job, state int16, started, done pgtype.Int8) {
 // (the plain column): no parent to tell, no repeat to schedule, and its
 // row is kept. Jobs others wait for are marked apart (waited).
 func pgPlainDone(j *Job) bool {
-	return j.cold().ParentID == "" && j.cold().Repeat == nil && !j.cold().RemoveOnC
+	return j.cold().ParentID == "" && j.cold().Repeat == nil && !j.cold().RemoveOnComplete
 }
 
 // scanJobs decodes rows of pgJobCols.

@@ -20,18 +20,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -310,11 +307,8 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	} else if err != nil {
 		p.log.Warn("database clock", "err", err)
 	}
-	// Each counted as it starts (listen and forwarder call p.wg.Done).
-	for _, loop := range []func(){p.listen, p.forwarder} {
-		p.wg.Add(1)
-		go loop()
-	}
+	p.wg.Go(p.listen)
+	p.wg.Go(p.forwarder)
 	p.every(250*time.Millisecond, nil, p.reapRound)
 	p.every(pgCronTick, nil, p.cronRound)
 	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
@@ -545,9 +539,7 @@ const pgRoundTimeout = 10 * time.Second
 // a goroutine of its own until Close; each round runs under a context
 // that ends after pgRoundTimeout or at Close.
 func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx context.Context)) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -561,7 +553,7 @@ func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx 
 			round(ctx)
 			cancel()
 		}
-	}()
+	})
 }
 
 // setDown records whether the background work (the listener, the reaper,
@@ -607,7 +599,6 @@ func (p *PG) storageState() StorageState {
 // any broker. When the connection drops it reconnects, with backoff; pulls
 // then rely on their own timers.
 func (p *PG) listen() {
-	defer p.wg.Done()
 	backoff := 100 * time.Millisecond
 	for lost := false; ; lost = true {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -782,217 +773,17 @@ func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pg
 	return tx.Commit(ctx)
 }
 
-// ---------------------------------------------------------------------------
-// Rows
-
-// pgState is the row state of a job state.
-func pgState(s State) int16 {
-	switch s {
-	case StateActive:
-		return pgActive
-	case StateCompleted:
-		return pgDone
-	case StateFailed:
-		return pgDLQ
-	case StateWaitingChildren:
-		return pgChildren
-	}
-	return pgQueued
-}
-
-// sortKey orders claims within a priority: LIFO jobs first, newest first,
-// then FIFO by run time (ties go by the row's sequence number).
-func sortKey(j *Job) int64 {
-	if j.cold().Lifo {
-		return -(j.RunAt<<10 | lifoSeq.Add(1)&1023)
-	}
-	return j.RunAt
-}
-
-// lifoSeq orders LIFO jobs of the same millisecond, newest first.
-var lifoSeq atomic.Int64
-
-// saveJobs writes jobs' rows from the jobs, in one statement. results
-// holds, by index, the results of jobs that just completed. A lease token
-// stays on the row after the lease ends, so that a late ACK or FAIL that
-// carries it is known for what it is.
-func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[int]Raw) error {
-	set, err := p.unlockedSettings(ctx, tx, jobs)
-	if err != nil {
-		return err
-	}
-	now := p.now()
-	rows := newPGSavedRows(len(jobs))
-	for i, j := range jobs {
-		rows.set(i, j, set[j.Queue], now)
-		if r, ok := results[i]; ok && r != nil {
-			rows.res[i] = r
-		}
-	}
-	return pgLater(ctx, tx, "postgres: save jobs", p.sql(pgSaveSQL), rows.args(p.broker)...)
-}
-
-// unlockedSettings reads the settings of the queues of the active jobs
-// without a lock, which stall as their queue's policy says; nil when
-// there are none.
-func (p *PG) unlockedSettings(ctx context.Context, tx pgx.Tx, jobs []*Job) (map[string]*pgSettings, error) {
-	var watched []string
-	for _, j := range jobs {
-		if j.state == StateActive && j.lease == nil {
-			watched = append(watched, j.Queue)
-		}
-	}
-	if len(watched) == 0 {
-		return nil, nil
-	}
-	return p.settings(ctx, tx, watched)
-}
-
-// pgSaveSQL writes job rows from pgSavedRows. A job keeps its unique key
-// until it finishes, and takes it again when it comes back from finished;
-// one whose key was released (or taken by a replacing job) while it lived
-// does not get it back.
-const pgSaveSQL = `UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort_key=u.key, run_at=u.run_at,
-		done_at=u.done_at,
-		unique_key = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN ({done}, {dlq}) THEN u.uk ELSE j.unique_key END,
-		unique_expires = CASE WHEN u.uk IS NULL THEN NULL WHEN j.state IN ({done}, {dlq}) THEN u.uexp ELSE j.unique_expires END,
-		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
-		lease_broker=CASE WHEN u.state = {active} THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
-		body=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due, plain=u.plain,
-		lease_renewals=CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
-		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
-			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[],
-			$16::bigint[], $17::bigint[], $18::bigint[], $19::boolean[])
-			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due, plain)
-		WHERE j.id = u.id`
-
-// pgSavedRows are job rows to write, column by column, for pgSaveSQL.
-type pgSavedRows struct {
-	ids                 []string
-	states              []int16
-	prios, keys, runAts []int64
-	doneAts, uexps      []*int64
-	uks, toks, owners   []*string
-	exps, ttls, touts   []*int64
-	recs, res           [][]byte
-	dlqAts, dlqDues     []*int64
-	plain               []bool
-	arena               pgArena
-}
-
-func newPGSavedRows(n int) *pgSavedRows {
-	return &pgSavedRows{
-		ids: make([]string, n), states: make([]int16, n), prios: make([]int64, n), keys: make([]int64, n),
-		runAts: make([]int64, n), doneAts: make([]*int64, n), uks: make([]*string, n), uexps: make([]*int64, n),
-		toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n), ttls: make([]*int64, n),
-		touts: make([]*int64, n), recs: make([][]byte, n), res: make([][]byte, n),
-		dlqAts: make([]*int64, n), dlqDues: make([]*int64, n), plain: make([]bool, n),
-	}
-}
-
-// set fills row i from job j; set is its queue's settings, when it is
-// active without a lock.
-func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
-	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
-	if j.DoneAt != 0 {
-		r.doneAts[i] = ptr(j.DoneAt)
-	}
-	if j.cold().UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
-		r.uks[i] = ptr(j.cold().UniqueKey)
-		r.uexps[i] = dedupExpiry(j, now)
-	}
-	if j.state == StateActive {
-		r.setLease(i, j, set.stallConfig())
-	}
-	if j.state == StateFailed && j.dlq != nil {
-		r.dlqAts[i] = ptr(j.dlq.EnteredAt)
-		r.dlqDues[i] = pgDLQDue(j.dlq)
-	}
-	r.recs[i] = r.arena.record(j)
-	r.plain[i] = pgPlainDone(j)
-}
-
-// pgArena holds the records a batch of rows encodes, back to back in a
-// few large buffers: encoded one by one into buffers of their own, each
-// record grew its buffer several times over, which showed in a drain's
-// profile (growslice under Enc.Str).
-type pgArena struct{ buf []byte }
-
-// record encodes j's record into the arena and answers it.
-func (a *pgArena) record(j *Job) []byte {
-	if cap(a.buf)-len(a.buf) < 1024 {
-		a.buf = make([]byte, 0, 64<<10)
-	}
-	start := len(a.buf)
-	e := Enc{B: a.buf[start:start]}
-	encodeRecord(&e, j)
-	if cap(e.B) != cap(a.buf)-start {
-		// It outgrew the arena and moved to a buffer of its own.
-		return e.B
-	}
-	a.buf = a.buf[:start+len(e.B)]
-	return a.buf[start:len(a.buf):len(a.buf)]
-}
-
-// setLease fills the lease columns of an active job's row i: its lock, or
-// without one how long it may go without a heartbeat; its timeout; and
-// when it is reclaimed.
-func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
-	if l := j.lease; l != nil {
-		r.toks[i], r.owners[i], r.ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
-	} else if stall.Enabled {
-		r.ttls[i] = ptr(stallLimit(j, stall))
-	}
-	if j.cold().Timeout != none && j.cold().Timeout > 0 {
-		r.touts[i] = ptr(j.StartedAt + j.cold().Timeout)
-	}
-	if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
-		r.exps[i] = ptr(exp)
-	}
-}
-
-// args are pgSaveSQL's parameters; broker is written on active rows.
-// Columns of pointers and of byte slices go as pgtype.FlatArray: pgx
-// encodes a slice of a type it does not know by reflection, element by
-// element, which took 7% of the server's CPU in a drain.
-func (r *pgSavedRows) args(broker string) []any {
-	return []any{r.ids, r.states, r.prios, r.keys, r.runAts, pgtype.FlatArray[*int64](r.doneAts), pgtype.FlatArray[*string](r.uks),
-		pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners), pgtype.FlatArray[*int64](r.exps),
-		pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts), pgtype.FlatArray[[]byte](r.recs),
-		pgtype.FlatArray[[]byte](r.res), broker, pgtype.FlatArray[*int64](r.uexps), pgtype.FlatArray[*int64](r.dlqAts),
-		pgtype.FlatArray[*int64](r.dlqDues), r.plain}
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // pgFailJob applies a failed attempt to a job taken from a row: retry with
 // backoff, or the end (the DLQ, or removal, which the caller handles).
 // It returns false when the job is to be removed.
 func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
-	startedAt := j.StartedAt
 	j.lease = nil
-	j.Attempts++
-	if len(f.stack) > 0 {
-		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackLim))
-	}
-	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
-	retry := !f.unrecoverable && j.Attempts < j.cold().MaxAtt
-	reason := "explicit_fail"
-	if f.reason == "timeout" || !retry {
-		reason = f.reason
-		if reason == "" {
-			reason = "max_attempts_exceeded"
-		}
-	}
-	j.recordAttempt(startedAt, now, reason, f.err, f.hasErr)
+	retry, reason := failedAttempt(j, f, now)
 	if retry {
-		j.RunAt = now + backoffDelay(j)
-		j.StartedAt = 0
-		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 		j.state = StateDelayed
 		return true
 	}
-	if j.cold().RemoveOnF || f.removeOnFail {
+	if j.cold().RemoveOnFail || f.removeOnFail {
 		return false
 	}
 	pgDeadLetter(j, reason, f.err, f.hasErr, dlq, now)

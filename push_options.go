@@ -330,7 +330,7 @@ func parseJobSchedule(m Map, j *Job) (delay float64, err error) {
 	if f, ok, err = numField(m, "maxAttempts", "maxAttempts", numRule{min: 1, max: maxAttemptCap, integer: true}); err != nil {
 		return 0, err
 	} else if ok {
-		j.warm().MaxAtt = int32(f)
+		j.warm().MaxAttempts = int32(f)
 	}
 	if err := parseBackoff(m, j); err != nil {
 		return 0, err
@@ -383,7 +383,7 @@ func parseJobLimits(m Map, j *Job) error {
 	for _, k := range []struct {
 		key string
 		dst *int64
-	}{{"stallTimeout", &j.warm().StallTO}, {"keepLogs", &j.warm().KeepLogs}, {"sizeLimit", &j.warm().SizeLimit}, {"debounceTtl", &j.warm().DebounceTTL}} {
+	}{{"stallTimeout", &j.warm().StallTimeout}, {"keepLogs", &j.warm().KeepLogs}, {"sizeLimit", &j.warm().SizeLimit}, {"debounceTtl", &j.warm().DebounceTTL}} {
 		if *k.dst, err = optNum(m, k.key); err != nil {
 			return err
 		}
@@ -391,7 +391,7 @@ func parseJobLimits(m Map, j *Job) error {
 	if f, ok, err := m.Num("stackTraceLimit"); err != nil {
 		return err
 	} else if ok && !math.IsNaN(f) {
-		j.warm().StackLim = int32(max(0, min(f, 1000)))
+		j.warm().StackTraceLimit = int32(max(0, min(f, 1000)))
 	}
 	if j.warm().DebounceID, err = optStrField(m, "debounceId"); err != nil {
 		return err
@@ -403,8 +403,8 @@ func parseJobLimits(m Map, j *Job) error {
 // reads as JavaScript's Boolean() would.
 func parseJobFlags(m Map, j *Job) {
 	j.warm().Lifo = truthy(m, "lifo")
-	j.warm().RemoveOnC = truthy(m, "removeOnComplete")
-	j.warm().RemoveOnF = truthy(m, "removeOnFail")
+	j.warm().RemoveOnComplete = truthy(m, "removeOnComplete")
+	j.warm().RemoveOnFail = truthy(m, "removeOnFail")
 	j.warm().Durable = truthy(m, "durable")
 	j.warm().FailParent = truthy(m, "failParentOnFailure")
 	j.warm().RemoveDepOnFail = truthy(m, "removeDependencyOnFailure")
@@ -500,7 +500,7 @@ func parseBackoff(m Map, j *Job) error {
 		} else if ok && md > 0 {
 			c.MaxDelay = int64(md)
 		}
-		j.warm().BackoffC = c
+		j.warm().BackoffObj = c
 		j.warm().Backoff = c.Delay
 		return nil
 	}

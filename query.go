@@ -435,10 +435,10 @@ func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 	}
 	j.warm().Progress = u.prog
 	if u.msgKey {
-		j.warm().ProgMsg, j.warm().HasProgM = u.msg, u.msgSet
+		j.warm().ProgressMsg, j.warm().HasProgressMsg = u.msg, u.msgSet
 	}
 	j.Heartbeat = now
-	return evArgs{progress: u.prog, progMsg: j.cold().ProgMsg, hasProgMsg: j.cold().HasProgM}, nil
+	return evArgs{progress: u.prog, progMsg: j.cold().ProgressMsg, hasProgMsg: j.cold().HasProgressMsg}, nil
 }
 
 // SetProgress sets an active job's progress and tells its subscribers.

@@ -75,9 +75,9 @@ func encRecordCore(e *Enc, j *Job) {
 	recInt(e, j.StartedAt)
 	recInt(e, j.DoneAt)
 	recInt(e, int64(j.Attempts))
-	recInt(e, int64(j.cold().MaxAtt))
+	recInt(e, int64(j.cold().MaxAttempts))
 	recInt(e, j.cold().Backoff)
-	if c := j.cold().BackoffC; c != nil {
+	if c := j.cold().BackoffObj; c != nil {
 		e.ArrayHead(3)
 		e.Bool(c.Exponential)
 		recInt(e, c.Delay)
@@ -106,13 +106,13 @@ func encRecordLinks(e *Enc, j *Job) {
 // runs under.
 func encRecordProgress(e *Enc, j *Job) {
 	e.Raw(j.cold().Progress)
-	e.Str(j.cold().ProgMsg)
+	e.Str(j.cold().ProgressMsg)
 	recStrs(e, j.cold().Stack)
 	e.Raw(j.cold().Repeat)
 	recInt(e, j.Heartbeat)
-	recInt(e, j.cold().StallTO)
+	recInt(e, j.cold().StallTimeout)
 	recInt(e, int64(j.cold().Stalls))
-	recInt(e, int64(j.cold().StackLim))
+	recInt(e, int64(j.cold().StackTraceLimit))
 	recInt(e, j.cold().KeepLogs)
 	recInt(e, j.cold().SizeLimit)
 }
@@ -123,10 +123,10 @@ func recordFlags(j *Job) int64 {
 	for _, b := range []struct {
 		on  bool
 		bit int64
-	}{{j.cold().Lifo, rfLifo}, {j.cold().RemoveOnC, rfRemoveOnC}, {j.cold().RemoveOnF, rfRemoveOnF}, {j.cold().FailParent, rfFailParent},
+	}{{j.cold().Lifo, rfLifo}, {j.cold().RemoveOnComplete, rfRemoveOnC}, {j.cold().RemoveOnFail, rfRemoveOnF}, {j.cold().FailParent, rfFailParent},
 		{j.cold().RemoveDepOnFail, rfRemoveDep}, {j.cold().ContinueParent, rfContinueParent}, {j.cold().IgnoreDepOnFail, rfIgnoreDep},
 		{j.cold().DedupExtend, rfDedupExtend}, {j.cold().DedupReplace, rfDedupReplace}, {j.cold().Durable, rfDurable},
-		{j.cold().HasProgM, rfHasProgMsg}, {j.cold().hasFail, rfHasFail}} {
+		{j.cold().HasProgressMsg, rfHasProgMsg}, {j.cold().hasFail, rfHasFail}} {
 		if b.on {
 			f |= b.bit
 		}
@@ -429,11 +429,11 @@ func decRecordCore(r *recReader, j *Job, l *recLast) {
 	j.StartedAt = r.i64()
 	j.DoneAt = r.i64()
 	j.Attempts = int32(r.i64())
-	j.warm().MaxAtt = int32(r.i64())
+	j.warm().MaxAttempts = int32(r.i64())
 	j.warm().Backoff = r.i64()
 	if c, ok := r.sub(); ok {
 		exp := c.next()
-		j.warm().BackoffC = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
+		j.warm().BackoffObj = &Backoff{Exponential: len(exp) > 0 && exp[0] == 0xc3, Delay: c.i64(), MaxDelay: c.i64()}
 		if c.err != nil {
 			r.fail("backoff", c.err)
 		}
@@ -455,24 +455,24 @@ func decRecordLinks(r *recReader, j *Job) {
 
 func decRecordProgress(r *recReader, j *Job) {
 	j.warm().Progress = r.raw()
-	j.warm().ProgMsg = r.str()
+	j.warm().ProgressMsg = r.str()
 	j.warm().Stack = r.strs()
 	j.warm().Repeat = r.raw()
 	j.Heartbeat = r.i64()
-	j.warm().StallTO = r.i64()
+	j.warm().StallTimeout = r.i64()
 	j.warm().Stalls = int32(r.i64())
-	j.warm().StackLim = int32(r.i64())
+	j.warm().StackTraceLimit = int32(r.i64())
 	j.warm().KeepLogs = r.i64()
 	j.warm().SizeLimit = r.i64()
 }
 
 // setRecordFlags unpacks what recordFlags packed.
 func setRecordFlags(j *Job, f int64) {
-	j.warm().Lifo, j.warm().RemoveOnC, j.warm().RemoveOnF = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
+	j.warm().Lifo, j.warm().RemoveOnComplete, j.warm().RemoveOnFail = f&rfLifo != 0, f&rfRemoveOnC != 0, f&rfRemoveOnF != 0
 	j.warm().FailParent, j.warm().RemoveDepOnFail = f&rfFailParent != 0, f&rfRemoveDep != 0
 	j.warm().ContinueParent, j.warm().IgnoreDepOnFail = f&rfContinueParent != 0, f&rfIgnoreDep != 0
 	j.warm().DedupExtend, j.warm().DedupReplace, j.warm().Durable = f&rfDedupExtend != 0, f&rfDedupReplace != 0, f&rfDurable != 0
-	j.warm().HasProgM, j.warm().hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
+	j.warm().HasProgressMsg, j.warm().hasFail = f&rfHasProgMsg != 0, f&rfHasFail != 0
 }
 
 func decRecordDedup(r *recReader, j *Job) {

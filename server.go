@@ -61,6 +61,9 @@ type Server struct {
 
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
+	// handlers work queues by calling URLs (handlers.go); set by
+	// runServer, nil answers that they are unavailable.
+	handlers *Handlers
 	// bk and live are set by runServer before it serves, for the
 	// Prometheus figures; nil (no S3 backups, no HTTP port) gives zeros.
 	bk   *BackupService
@@ -177,10 +180,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
 		s.nconns.Add(1)
-		go c.serve()
+		s.wg.Go(c.serve) // under the lock, as in refuse
+		s.mu.Unlock()
 	}
 }
 
@@ -200,25 +202,17 @@ func (s *Server) refuse(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
+	// Started under the lock, so that Close, which waits for s.wg once it
+	// has set s.closed, waits for this one too.
+	s.wg.Go(func() {
 		defer s.refusing.Add(-1)
 		nc.SetDeadline(time.Now().Add(refuseWithin))
 		var e Enc
-		at := e.BeginFrame()
-		e.MapHead(3)
-		e.Str("ok")
-		e.Bool(false)
-		e.Str("error")
-		e.Str(fmt.Sprintf("Too many connections: the server accepts at most %d (--max-connections); try again later", s.maxConns))
-		e.Str("reqId")
-		e.Undefined()
-		e.EndFrame(at)
+		appendError(&e, nil, fmt.Sprintf("Too many connections: the server accepts at most %d (--max-connections); try again later", s.maxConns))
 		nc.Write(e.B) // a TLS connection shakes hands first, within the deadline
 		nc.Close()
-	}()
+	})
+	s.mu.Unlock()
 }
 
 // Close stops accepting, lets every connection answer what it has read,

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -380,8 +381,8 @@ func stallDeadline(j *Job, c StallConfig) int64 {
 // stallLimit is how long an active job without a lock may go without a
 // heartbeat: its own stall timeout, or its queue's interval.
 func stallLimit(j *Job, c StallConfig) int64 {
-	if j.cold().StallTO != none && j.cold().StallTO > 0 {
-		return j.cold().StallTO
+	if j.cold().StallTimeout != none && j.cold().StallTimeout > 0 {
+		return j.cold().StallTimeout
 	}
 	return c.StallInterval
 }
@@ -533,8 +534,8 @@ func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, 
 	j.Heartbeat = now
 	j.StartedAt = 0
 	j.lease = nil
-	if j.Attempts >= j.cold().MaxAtt {
-		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.cold().MaxAtt)) + ")", "Lock expired (max attempts reached)"
+	if j.Attempts >= j.cold().MaxAttempts {
+		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.cold().MaxAttempts)) + ")", "Lock expired (max attempts reached)"
 	}
 	if c.MaxStalls > 0 && j.cold().Stalls >= c.MaxStalls {
 		return "stalled", "Lock expired after " + itoa(int64(renewals)) + " renewals", "Lock expired (max stalls reached)"
@@ -566,14 +567,14 @@ func (s *Shard) stalled(q *Queue, j *Job, now int64) {
 // has used its attempts or stalled too often it answers the DLQ reason
 // and error; else the job is set to run again after its backoff.
 func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
-	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.cold().MaxAtt
+	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.cold().MaxAttempts
 	j.warm().Stalls++
 	j.Attempts++
 	j.StartedAt = 0
 	j.Heartbeat = now
 	if toDLQ {
-		if j.Attempts >= j.cold().MaxAtt {
-			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.cold().MaxAtt)) + ")"
+		if j.Attempts >= j.cold().MaxAttempts {
+			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.cold().MaxAttempts)) + ")"
 		}
 		return "stalled", "Job stalled " + itoa(int64(j.cold().Stalls)) + " times"
 	}
@@ -788,6 +789,20 @@ func (b *Broker) withJob(id string, fn func(j *Job, s *Shard)) bool {
 	defer s.mu.Unlock()
 	fn(j, s)
 	return true
+}
+
+// dropListed takes v out of the list m keeps under k, and the list out of
+// m once it is empty: the registries of waiters kept as lists by key.
+func dropListed[K, V comparable](m map[K][]V, k K, v V) {
+	list := m[k]
+	if i := slices.Index(list, v); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(m, k)
+	} else {
+		m[k] = list
+	}
 }
 
 // locked runs fn holding mu, released even if fn panics.

@@ -42,7 +42,7 @@ const (
 	backlogTarget = 40 * time.Millisecond
 	minBacklog    = 256
 	maxBacklog    = 16384
-	schemaVersion = 4 // len(migrations)
+	schemaVersion = 5 // len(migrations)
 )
 
 // migrations[i] brings the schema from version i to i+1.
@@ -93,6 +93,12 @@ var migrations = []string{
 	CREATE INDEX jobs_retired_list ON jobs(queue, created_at, id) WHERE id IS NOT NULL;
 	CREATE INDEX jobs_retired_done ON jobs(done_at) WHERE id IS NOT NULL;
 	CREATE INDEX jobs_retired_queue_done ON jobs(queue, done_at) WHERE id IS NOT NULL;`,
+	// HTTP handlers (handlers.go), one a queue; rowid order is
+	// registration order (a handler set again is deleted and inserted).
+	`CREATE TABLE handlers (
+		queue TEXT PRIMARY KEY,
+		spec  TEXT NOT NULL
+	);`,
 }
 
 // pendingJob is the latest unwritten change of one job.

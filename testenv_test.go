@@ -52,7 +52,12 @@ func TestMain(m *testing.M) {
 	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
 		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=50"))
 	}
+	frameCheck = checkFrameBody
 	code := m.Run()
+	if bad := malformedFrames(); bad != "" {
+		os.Stderr.WriteString(bad)
+		code = 1
+	}
 	// The defaults every job without a cold part reads are shared: a write
 	// through cold() instead of warm() would change every such job.
 	if !noCold.isDefault() {

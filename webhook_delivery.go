@@ -205,8 +205,7 @@ func (h *Webhooks) startSendersLocked(l *hookLine) {
 			}
 		}
 		l.workers++
-		h.wg.Add(1)
-		go h.send(l, extra)
+		h.wg.Go(func() { h.send(l, extra) })
 	}
 }
 
@@ -216,7 +215,6 @@ func (h *Webhooks) startSendersLocked(l *hookLine) {
 // send takes deliveries from l's backlog until it is empty, or the
 // circuit holds them and another sender waits to probe.
 func (h *Webhooks) send(l *hookLine, extra bool) {
-	defer h.wg.Done()
 	if extra {
 		defer func() { <-h.shared }()
 	}
@@ -338,7 +336,6 @@ func (h *Webhooks) settleLocked(l *hookLine, w *Webhook, res deliveryResult, pro
 // dropReporter logs dropped deliveries now and then; the tap cannot log,
 // it runs under a shard lock.
 func (h *Webhooks) dropReporter() {
-	defer h.wg.Done()
 	t := time.NewTicker(h.opts.dropLogEvery)
 	defer t.Stop()
 	for {

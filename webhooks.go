@@ -225,8 +225,7 @@ func newWebhooks(b *Broker, opts webhookOptions) (*Webhooks, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	h.wg.Add(1)
-	go h.dropReporter()
+	h.wg.Go(h.dropReporter)
 	b.addTap(h.tap)
 	return h, nil
 }

@@ -12,6 +12,9 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"runtime/debug"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -686,4 +689,72 @@ func TestEncodersWellFormed(t *testing.T) {
 	b.SetGroupPaused(context.Background(), "enc", "g", true)
 	s := b.shardOf("enc")
 	s.with(func() { check("queue settings", encodeQueueSettings(s.queues["enc"])) })
+}
+
+// The check every frame the tests see written passes (frameCheck, set by
+// TestMain): its body is one whole MessagePack value. A miscounted map or
+// array header is reported with the stack that wrote it, and fails the run.
+var badFrames struct {
+	sync.Mutex
+	n    int
+	seen []string
+}
+
+// frameNesting is how deep an answer's own maps and arrays may hold a
+// value the client sent, itself up to maxDepth deep.
+const frameNesting = 16
+
+func checkFrameBody(body []byte) {
+	err := frameBodyErr(body)
+	if err == nil {
+		return
+	}
+	head := body[:min(len(body), 64)]
+	badFrames.Lock()
+	defer badFrames.Unlock()
+	badFrames.n++
+	if len(badFrames.seen) < 5 {
+		badFrames.seen = append(badFrames.seen, fmt.Sprintf("%v, starting %x, written by:\n%s", err, head, debug.Stack()))
+	}
+}
+
+// malformedFrames describes the malformed frames seen, or is empty.
+func malformedFrames() string {
+	badFrames.Lock()
+	defer badFrames.Unlock()
+	if badFrames.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d frames were written whose body is not one whole MessagePack value; the first:\n%s\n",
+		badFrames.n, strings.Join(badFrames.seen, "\n"))
+}
+
+func frameBodyErr(body []byte) error {
+	end, err := skip(body, 0, -frameNesting, extAny)
+	if err == nil && end != len(body) {
+		err = fmt.Errorf("%d bytes after the value", len(body)-end)
+	}
+	return err
+}
+
+// TestFrameCheck: the check the suite runs on every frame tells a header
+// that counts one pair too many or too few from a right one.
+func TestFrameCheck(t *testing.T) {
+	frame := func(head int) []byte {
+		var e Enc
+		e.MapHead(head)
+		e.Str("ok")
+		e.Bool(true)
+		e.Str("reqId")
+		e.Str("1")
+		return e.B
+	}
+	if err := frameBodyErr(frame(2)); err != nil {
+		t.Errorf("a map of 2 pairs headed 2: %v", err)
+	}
+	for _, head := range []int{1, 3} {
+		if frameBodyErr(frame(head)) == nil {
+			t.Errorf("a map of 2 pairs headed %d passed", head)
+		}
+	}
 }

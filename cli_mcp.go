@@ -1,0 +1,211 @@
+package main
+
+// `queued mcp`: the MCP server over stdio, for an agent that starts it as
+// a subprocess, talking to a queued (or bunqueue) server over the wire
+// protocol. Configured as the reference's bunqueue-mcp in its TCP mode
+// (BUNQUEUE_HOST, BUNQUEUE_PORT, BUNQUEUE_TOKEN) or with the CLI's global
+// options (-H, -p, --token, --tls...). Messages are JSON-RPC, one per
+// line; the log goes to stderr.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// runMCP is `queued mcp`.
+func runMCP(args []string, stdout, stderr io.Writer) int {
+	o, rest, err := parseGlobal(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "queued:", err)
+		return 2
+	}
+	if o.help {
+		return printHelp("mcp", stdout, stderr)
+	}
+	if len(rest) > 0 {
+		return cliFail(o, stderr, usagef("mcp: unexpected argument %q (see queued help mcp)", rest[0]), 2)
+	}
+	// The reference's MCP server reads BUNQUEUE_PORT, which the CLI does
+	// not: honoured unless -p said otherwise.
+	if p := os.Getenv("BUNQUEUE_PORT"); p != "" && !o.portSet {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return cliFail(o, stderr, fmt.Errorf("BUNQUEUE_PORT=%q is not a port", p), 2)
+		}
+		o.port = n
+	}
+	if m := os.Getenv("BUNQUEUE_MODE"); m != "" && m != "tcp" {
+		fmt.Fprintf(stderr, "queued mcp: BUNQUEUE_MODE=%s ignored: queued mcp always talks to a server (tcp mode)\n", m)
+	}
+	cfg, err := o.clientConfig()
+	if err != nil {
+		return cliFail(o, stderr, err, 2)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	link := &mcpLink{cfg: cfg}
+	defer link.close()
+	// A first connection tells at once whether the server is there; the
+	// agent still gets its tools when it is not, and each call tries again.
+	if err := link.connect(ctx); err != nil {
+		log.Warn("queued mcp: server not reachable yet; each tool call will try again", "addr", cfg.Addr, "err", err)
+	}
+	log.Info("queued MCP server started", "transport", "stdio", "server", cfg.Addr, "version", version)
+	srv := newMCPServer(link.send, log)
+	if err := serveMCPStdio(ctx, srv, os.Stdin, stdout); err != nil {
+		log.Error("queued mcp", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// mcpLink is the connection to the server, made again when it breaks (the
+// server restarted): a tool call is never refused for a connection that
+// could be made now.
+type mcpLink struct {
+	cfg ClientConfig
+	mu  sync.Mutex
+	c   *Client
+}
+
+func (l *mcpLink) connect(ctx context.Context) error {
+	_, err := l.client(ctx)
+	return err
+}
+
+func (l *mcpLink) client(ctx context.Context) (*Client, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c != nil && l.c.Err() == nil {
+		return l.c, nil
+	}
+	if l.c != nil {
+		l.c.Close()
+		l.c = nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := Dial(dctx, l.cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.c = c
+	return c, nil
+}
+
+func (l *mcpLink) send(ctx context.Context, cmd string, fields func(e *Enc) int) ([]byte, error) {
+	c, err := l.client(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the queue server at %s: %w", l.cfg.Addr, err)
+	}
+	return c.Send(ctx, cmd, fields)
+}
+
+func (l *mcpLink) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c != nil {
+		l.c.Close()
+	}
+}
+
+// errLineTooLong is a message past mcpMaxMessage.
+var errLineTooLong = errors.New("line too long")
+
+// serveMCPStdio reads JSON-RPC messages, one per line, until in ends or
+// ctx does, and writes each answer on a line of its own. Up to
+// mcpMaxPending requests run at once; answers may come out of order, as
+// JSON-RPC allows.
+func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Writer) error {
+	sess := srv.session()
+	r := bufio.NewReaderSize(in, 64<<10)
+	var wmu sync.Mutex
+	write := func(b []byte) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		out.Write(append(b, '\n'))
+	}
+	sem := make(chan struct{}, mcpMaxPending)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			line, err := readMessage(r)
+			if errors.Is(err, errLineTooLong) {
+				write(rpcAnswer(nil, nil, rpcErr(rpcParseError, "Parse error: a message is limited to %d bytes", mcpMaxMessage)))
+				continue
+			}
+			if len(bytes.TrimSpace(line)) > 0 {
+				select {
+				case lines <- line:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		case line := <-lines:
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if ans := sess.handle(ctx, line); ans != nil {
+					write(ans)
+				}
+			})
+		}
+	}
+}
+
+// readMessage reads one line of at most mcpMaxMessage bytes; a longer one
+// is read through and refused.
+func readMessage(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > mcpMaxMessage {
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = r.ReadSlice('\n')
+			}
+			if err != nil && err != io.EOF {
+				return nil, err
+			}
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return line, err
+	}
+}

@@ -1,0 +1,388 @@
+package main
+
+// HTTP handlers: a queue whose jobs the server works itself, by calling a
+// URL with each (the MCP tools bunqueue_register_handler and friends).
+// The reference runs such a handler as a worker inside its MCP process,
+// so it ends with the agent; here it is the server's, kept in the data
+// file (SQLite mode) and started again after a restart.
+//
+// A handler is a worker like any other: it pulls through the command
+// table (a virtual connection), with a lock token and a lease, so a
+// handler cut off by a crash leaves its job to the lease reaper, and a
+// graceful stop's drain hands it no more jobs. Its calls go through the
+// webhook address guard (no loopback, private or link-local receivers
+// unless --webhook-allow-private), one at a time per queue, each within
+// its timeout, and their answers are read up to maxHandlerAnswer.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds on handlers.
+const (
+	maxHandlers           = 100     // handlers on a server
+	maxHandlerHeaders     = 32      // custom headers of one handler
+	maxHandlerHeaderBytes = 8 << 10 // a header's name and value together
+	maxHandlerBody        = 64 << 10
+	maxHandlerAnswer      = 1 << 20 // what is read of a receiver's answer
+	defaultHandlerTimeout = 30 * time.Second
+	minHandlerTimeout     = time.Second
+	maxHandlerTimeout     = 120 * time.Second
+	// handlerPoll is how long a handler's pull waits for a job before it
+	// asks again.
+	handlerPoll = 5 * time.Second
+)
+
+// HandlerSpec is a handler as registered.
+type HandlerSpec struct {
+	Queue     string          `json:"queue"`
+	URL       string          `json:"url"`
+	Method    string          `json:"method"`
+	Headers   [][2]string     `json:"headers,omitempty"`
+	Body      json.RawMessage `json:"body,omitempty"` // nil: each job's data
+	TimeoutMs int64           `json:"timeoutMs,omitempty"`
+}
+
+func (h *HandlerSpec) timeout() time.Duration {
+	if h.TimeoutMs <= 0 {
+		return defaultHandlerTimeout
+	}
+	return time.Duration(h.TimeoutMs) * time.Millisecond
+}
+
+// handlerStore keeps handlers across restarts: the SQLite store; none in
+// memory and PostgreSQL mode.
+type handlerStore interface {
+	SaveHandler(h *HandlerSpec) error
+	DeleteHandler(queue string) error
+	LoadHandlers() ([]*HandlerSpec, error)
+}
+
+// Handlers runs the registered handlers.
+type Handlers struct {
+	send         mcpSend // a command through the server's table
+	client       *http.Client
+	store        handlerStore
+	log          *slog.Logger
+	allowPrivate bool
+
+	mu      sync.Mutex
+	running map[string]*handlerRun
+	order   []string // queues in registration order
+	closed  bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// handlerRun is one handler's worker.
+type handlerRun struct {
+	spec   HandlerSpec
+	cancel context.CancelFunc
+	done   chan struct{}
+	busy   atomic.Bool
+}
+
+// newHandlers loads the stored handlers and starts them. dial is the
+// webhook guard's dialer.
+func newHandlers(send mcpSend, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	store handlerStore, allowPrivate bool, log *slog.Logger) (*Handlers, error) {
+	tr := &http.Transport{
+		Proxy:               nil, // the guard must see the receiver's own address
+		DialContext:         dial,
+		MaxIdleConns:        16,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	h := &Handlers{send: send, store: store, log: log, allowPrivate: allowPrivate, running: map[string]*handlerRun{},
+		client: &http.Client{Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	if store != nil {
+		list, err := store.LoadHandlers()
+		if err != nil {
+			return nil, fmt.Errorf("load handlers: %w", err)
+		}
+		for _, spec := range list {
+			h.start(*spec)
+		}
+	}
+	return h, nil
+}
+
+// checkHandler refuses a handler that could not be run, naming the limit.
+func (h *Handlers) checkHandler(s *HandlerSpec) error {
+	if s.Queue == "" {
+		return errors.New("queue is required")
+	}
+	if len(s.Queue) > maxQueueName {
+		return fmt.Errorf("queue name is limited to %d bytes", maxQueueName)
+	}
+	if err := checkWebhookURL(s.URL, h.allowPrivate); err != nil {
+		return errors.New(strings.Replace(err.Error(), "Webhook URL", "Handler URL", 1))
+	}
+	if !slices.Contains([]string{"GET", "POST", "PUT", "DELETE"}, s.Method) {
+		return errors.New("method must be GET, POST, PUT or DELETE")
+	}
+	if len(s.Headers) > maxHandlerHeaders {
+		return fmt.Errorf("a handler has at most %d headers (this one has %d)", maxHandlerHeaders, len(s.Headers))
+	}
+	for _, kv := range s.Headers {
+		if len(kv[0])+len(kv[1]) > maxHandlerHeaderBytes {
+			return fmt.Errorf("header %.64q is over %d bytes", kv[0], maxHandlerHeaderBytes)
+		}
+		if !validHeader(kv[0], kv[1]) {
+			return fmt.Errorf("header %.64q is not a valid HTTP header", kv[0])
+		}
+	}
+	if len(s.Body) > maxHandlerBody {
+		return fmt.Errorf("a handler's body is limited to %d bytes (this one has %d)", maxHandlerBody, len(s.Body))
+	}
+	if d := s.timeout(); s.TimeoutMs != 0 && (d < minHandlerTimeout || d > maxHandlerTimeout) {
+		return fmt.Errorf("timeoutMs must be from %d to %d", minHandlerTimeout.Milliseconds(), maxHandlerTimeout.Milliseconds())
+	}
+	return nil
+}
+
+// validHeader reports a header name of token characters and a value
+// without line breaks.
+func validHeader(name, value string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return !strings.ContainsAny(value, "\r\n\x00")
+}
+
+// Set registers a handler, replacing the queue's: stored first, then
+// started.
+func (h *Handlers) Set(s HandlerSpec) error {
+	if err := h.checkHandler(&s); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	_, replacing := h.running[s.Queue]
+	full := !replacing && len(h.running) >= maxHandlers
+	h.mu.Unlock()
+	if full {
+		return fmt.Errorf("a server has at most %d handlers", maxHandlers)
+	}
+	if h.store != nil {
+		if err := h.store.SaveHandler(&s); err != nil {
+			return err
+		}
+	}
+	h.stop(s.Queue)
+	h.start(s)
+	return nil
+}
+
+// Remove unregisters a queue's handler; false when it had none.
+func (h *Handlers) Remove(queue string) (bool, error) {
+	h.mu.Lock()
+	_, ok := h.running[queue]
+	h.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if h.store != nil {
+		if err := h.store.DeleteHandler(queue); err != nil {
+			return false, err
+		}
+	}
+	h.stop(queue)
+	return true, nil
+}
+
+// handlerState is a handler as listed.
+type handlerState struct {
+	spec   HandlerSpec
+	active bool
+}
+
+// List answers the handlers in registration order.
+func (h *Handlers) List() []handlerState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]handlerState, 0, len(h.order))
+	for _, q := range h.order {
+		if r := h.running[q]; r != nil {
+			out = append(out, handlerState{spec: r.spec, active: true})
+		}
+	}
+	return out
+}
+
+func (h *Handlers) start(s HandlerSpec) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	r := &handlerRun{spec: s, cancel: cancel, done: make(chan struct{})}
+	h.running[s.Queue] = r
+	h.order = append(h.order, s.Queue)
+	h.wg.Go(func() {
+		defer close(r.done)
+		h.work(ctx, r)
+	})
+}
+
+// stop ends a queue's handler and waits for it: a call in flight is
+// cancelled, and its job goes back by its lease.
+func (h *Handlers) stop(queue string) {
+	h.mu.Lock()
+	r := h.running[queue]
+	delete(h.running, queue)
+	if i := slices.Index(h.order, queue); i >= 0 {
+		h.order = slices.Delete(h.order, i, i+1)
+	}
+	h.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// Close stops every handler and waits for them. Nil does nothing.
+func (h *Handlers) Close() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	h.client.CloseIdleConnections()
+}
+
+// work pulls the queue's jobs one at a time and calls the handler with
+// each, until ctx ends.
+func (h *Handlers) work(ctx context.Context, r *handlerRun) {
+	owner := "handler:" + r.spec.Queue
+	lease := r.spec.timeout() + 30*time.Second
+	failures := 0
+	for ctx.Err() == nil {
+		m, err := (&mcpBackend{send: h.send}).call(ctx, "PULL", "queue", r.spec.Queue, "timeout", float64(handlerPoll.Milliseconds()),
+			"owner", owner, "lockTtl", float64(lease.Milliseconds()))
+		if err == nil && !okOf(m) {
+			msg, _, _ := m.Str("error")
+			err = errors.New(msg)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			h.log.Warn("handler: pull failed", "queue", r.spec.Queue, "err", err)
+			pause := time.NewTimer(min(time.Duration(failures)*time.Second, 30*time.Second))
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+				return
+			}
+			continue
+		}
+		failures = 0
+		if nullish(m.Get("job")) {
+			continue
+		}
+		job, _ := ParseMap(m.Get("job"), nil)
+		id := rawString(job.Get("id"))
+		token, _, _ := m.Str("token")
+		r.busy.Store(true)
+		result, callErr := h.call(ctx, &r.spec, job.Get("data"))
+		r.busy.Store(false)
+		if ctx.Err() != nil {
+			return // stopped: the job goes back by its lease
+		}
+		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if callErr != nil {
+			_, err = (&mcpBackend{send: h.send}).call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())
+		} else {
+			_, err = (&mcpBackend{send: h.send}).call(actx, "ACK", "id", id, "token", token, "result", json.RawMessage(result))
+		}
+		cancel()
+		if err != nil {
+			h.log.Warn("handler: job outcome not recorded; its lease will return it", "queue", r.spec.Queue, "job", id, "err", err)
+		}
+	}
+}
+
+// call makes one request for a job whose data is data, and answers
+// {status, body} as JSON, or the failure.
+func (h *Handlers) call(ctx context.Context, s *HandlerSpec, data Raw) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	var body io.Reader
+	if s.Method != "GET" && s.Method != "DELETE" {
+		payload := []byte(s.Body)
+		if payload == nil {
+			payload = rawJSON(data)
+			if payload == nil {
+				payload = []byte("null")
+			}
+		}
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, s.Method, s.URL, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "queued-handler/"+version)
+	for _, kv := range s.Headers {
+		req.Header.Set(kv[0], kv[1])
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, fmt.Errorf("timed out after %v", s.timeout())
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if len(raw) > maxHandlerAnswer {
+		return nil, fmt.Errorf("HTTP %d: answer over %d bytes", resp.StatusCode, maxHandlerAnswer)
+	}
+	answer := jsonStr(string(raw))
+	if strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		if !json.Valid(raw) {
+			return nil, fmt.Errorf("HTTP %d: the answer is not the JSON it says it is", resp.StatusCode)
+		}
+		answer = bytes.TrimSpace(raw)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		text := string(raw)
+		if len(text) > 1024 {
+			text = text[:1024] + "..."
+		}
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, text)
+	}
+	return newJSONObj().num("status", float64(resp.StatusCode)).json("body", answer).close(), nil
+}

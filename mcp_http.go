@@ -1,0 +1,58 @@
+package main
+
+// MCP served by the server itself, at /mcp, in the Streamable HTTP
+// transport: a POST carries one JSON-RPC message and is answered with one
+// JSON document (requests) or 202 (notifications). The transport is
+// stateless: nothing is kept between requests (a session's only state,
+// its negotiated version, is the client's to send in MCP-Protocol-Version),
+// so any broker of a PostgreSQL namespace can answer any request. Behind
+// the HTTP API's guards: its bearer token, its browser origin checks, its
+// rate limit. The tools run their commands through the same dispatch as a
+// TCP connection (a virtual connection per command).
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+)
+
+// addMCPRoutes serves /mcp. GET (a stream for messages the server starts)
+// and DELETE (ending a session) are refused with 405, as the transport
+// allows a server with neither.
+func (a *httpAPI) addMCPRoutes() {
+	srv := newMCPServer(a.srv.localSend, a.srv.log)
+	a.handle("POST", "/mcp", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { a.serveMCP(srv, w, r) })
+}
+
+func (a *httpAPI) serveMCP(srv *mcpServer, w http.ResponseWriter, r *http.Request) {
+	if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !slices.Contains(mcpVersions, v) {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"ok": false,
+			"error": "unsupported MCP-Protocol-Version " + strconv.Quote(v)})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, mcpMaxMessage))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"ok": false,
+				"error": "an MCP message is limited to " + strconv.Itoa(mcpMaxMessage) + " bytes"})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]any{"ok": false, "error": "reading the request body: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(a.ctx, cancel)()
+	ans := srv.session().handle(ctx, body)
+	if ans == nil {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(ans)
+}
