@@ -80,6 +80,15 @@ func cmdHandlerList(r *Req) error {
 		return err
 	}
 	list := h.List()
+	// Up to 100 handlers with their bodies and headers: megabytes, so the
+	// answer reserves its room first, as every large answer does.
+	var size int64
+	for _, st := range list {
+		size += st.spec.size()
+	}
+	if err := r.room(size); err != nil {
+		return err
+	}
 	e := r.field("handlers")
 	e.ArrayHead(len(list))
 	for _, st := range list {

@@ -27,7 +27,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +55,15 @@ type HandlerSpec struct {
 	TimeoutMs int64           `json:"timeoutMs,omitempty"`
 }
 
+// size bounds the bytes the handler takes in an answer.
+func (h *HandlerSpec) size() int64 {
+	n := len(h.Queue) + len(h.URL) + len(h.Method) + 3*len(h.Body) + 64
+	for _, kv := range h.Headers {
+		n += len(kv[0]) + len(kv[1]) + 10
+	}
+	return int64(n)
+}
+
 func (h *HandlerSpec) timeout() time.Duration {
 	if h.TimeoutMs <= 0 {
 		return defaultHandlerTimeout
@@ -79,10 +87,13 @@ type Handlers struct {
 	log          *slog.Logger
 	allowPrivate bool
 
-	mu      sync.Mutex
-	running map[string]*handlerRun
-	order   []string // queues in registration order
-	closed  bool
+	// changing is held through a Set or Remove, from the count check to
+	// the start, so that concurrent ones cannot pass maxHandlers.
+	changing sync.Mutex
+	mu       sync.Mutex
+	running  map[string]*handlerRun
+	order    []string // queues in registration order
+	closed   bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -94,7 +105,6 @@ type handlerRun struct {
 	spec   HandlerSpec
 	cancel context.CancelFunc
 	done   chan struct{}
-	busy   atomic.Bool
 }
 
 // newHandlers loads the stored handlers and starts them. dial is the
@@ -178,6 +188,8 @@ func (h *Handlers) Set(s HandlerSpec) error {
 	if err := h.checkHandler(&s); err != nil {
 		return err
 	}
+	h.changing.Lock()
+	defer h.changing.Unlock()
 	h.mu.Lock()
 	_, replacing := h.running[s.Queue]
 	full := !replacing && len(h.running) >= maxHandlers
@@ -197,6 +209,8 @@ func (h *Handlers) Set(s HandlerSpec) error {
 
 // Remove unregisters a queue's handler; false when it had none.
 func (h *Handlers) Remove(queue string) (bool, error) {
+	h.changing.Lock()
+	defer h.changing.Unlock()
 	h.mu.Lock()
 	_, ok := h.running[queue]
 	h.mu.Unlock()
@@ -282,12 +296,12 @@ func (h *Handlers) work(ctx context.Context, r *handlerRun) {
 	owner := "handler:" + r.spec.Queue
 	lease := r.spec.timeout() + 30*time.Second
 	failures := 0
+	b := &mcpBackend{send: h.send}
 	for ctx.Err() == nil {
-		m, err := (&mcpBackend{send: h.send}).call(ctx, "PULL", "queue", r.spec.Queue, "timeout", float64(handlerPoll.Milliseconds()),
+		m, err := b.call(ctx, "PULL", "queue", r.spec.Queue, "timeout", float64(handlerPoll.Milliseconds()),
 			"owner", owner, "lockTtl", float64(lease.Milliseconds()))
-		if err == nil && !okOf(m) {
-			msg, _, _ := m.Str("error")
-			err = errors.New(msg)
+		if err == nil {
+			err = refusal(m, "pull refused")
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -311,17 +325,15 @@ func (h *Handlers) work(ctx context.Context, r *handlerRun) {
 		job, _ := ParseMap(m.Get("job"), nil)
 		id := rawString(job.Get("id"))
 		token, _, _ := m.Str("token")
-		r.busy.Store(true)
 		result, callErr := h.call(ctx, &r.spec, job.Get("data"))
-		r.busy.Store(false)
 		if ctx.Err() != nil {
 			return // stopped: the job goes back by its lease
 		}
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if callErr != nil {
-			_, err = (&mcpBackend{send: h.send}).call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())
+			_, err = b.call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())
 		} else {
-			_, err = (&mcpBackend{send: h.send}).call(actx, "ACK", "id", id, "token", token, "result", json.RawMessage(result))
+			_, err = b.call(actx, "ACK", "id", id, "token", token, "result", json.RawMessage(result))
 		}
 		cancel()
 		if err != nil {

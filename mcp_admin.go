@@ -219,12 +219,8 @@ func mcpCronTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				if !okOf(m) {
-					msg, _, _ := m.Str("error")
-					if msg == "" {
-						msg = "Failed to add cron"
-					}
-					return mcpResult{}, errors.New(msg)
+				if err := refusal(m, "Failed to add cron"); err != nil {
+					return mcpResult{}, err
 				}
 				cron, err := mcpCron(m.Get("cron"))
 				if err != nil {
@@ -261,7 +257,7 @@ func mcpCronTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("name", a.str("name")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("name", a.str("name")).close())
 			}},
 	}
 }
@@ -380,9 +376,8 @@ func mcpWebhookTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				if !okOf(m) {
-					msg, _, _ := m.Str("error")
-					return mcpResult{}, errors.New(msg)
+				if err := refusal(m, "Failed to add webhook"); err != nil {
+					return mcpResult{}, err
 				}
 				// The reference's tcp mode reads an id the server does not
 				// send, and answers "0": the server's webhookId is given.
@@ -402,7 +397,7 @@ func mcpWebhookTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("id", a.str("id")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("id", a.str("id")).close())
 			}},
 		{name: "bunqueue_list_webhooks", desc: "List the webhooks.", in: props(),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -419,7 +414,7 @@ func mcpWebhookTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("id", a.str("id")).boolean("enabled", a.boolean("enabled")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("id", a.str("id")).boolean("enabled", a.boolean("enabled")).close())
 			}},
 	}
 }
@@ -475,7 +470,7 @@ func mcpWorkerTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("workerId", a.str("workerId")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("workerId", a.str("workerId")).close())
 			}},
 		{name: "bunqueue_worker_heartbeat", desc: "Tell the server a registered worker is alive.",
 			in: props(req("workerId", sStr("Worker ID"))),
@@ -484,7 +479,7 @@ func mcpWorkerTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("workerId", a.str("workerId")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("workerId", a.str("workerId")).close())
 			}},
 	}
 }
@@ -564,7 +559,7 @@ func mcpMonitorTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, true)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
 			}},
 		{name: "bunqueue_get_storage_status", desc: "Get the storage's health: whether the disk is full, and its error if any.", in: props(),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -692,9 +687,8 @@ func mcpHandlerTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				if !okOf(m) {
-					msg, _, _ := m.Str("error")
-					return mcpResult{}, errors.New(msg)
+				if err := refusal(m, "Failed to register the handler"); err != nil {
+					return mcpResult{}, err
 				}
 				timeout, ok := a.num("timeoutMs")
 				if !ok {

@@ -157,12 +157,8 @@ func (b *mcpBackend) pushFlow(ctx context.Context, jobs []*plannedJob) error {
 	if err != nil {
 		return err
 	}
-	if !okOf(m) {
-		msg, _, _ := m.Str("error")
-		if msg == "" {
-			msg = "Failed to add flow"
-		}
-		return errors.New(msg)
+	if err := refusal(m, "Failed to add flow"); err != nil {
+		return err
 	}
 	data, _, _ := m.Map("data")
 	got, _, _ := data.Array("jobs")
@@ -203,7 +199,7 @@ func mcpFlowTools() []*mcpTool {
 			in: tree,
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
 				var root flowStep
-				if err := json.Unmarshal(mcpArgsJSON(a), &root); err != nil {
+				if err := json.Unmarshal(a.all, &root); err != nil {
 					return mcpResult{}, err
 				}
 				var jobs []*plannedJob
@@ -327,12 +323,6 @@ func withDesc(s *schema, desc string) *schema {
 	return &c
 }
 
-// mcpArgsJSON is the whole of a call's arguments as JSON.
-func mcpArgsJSON(a mcpArgs) []byte {
-	b, _ := json.Marshal(a.raw)
-	return b
-}
-
 func checkFlat(steps []*flowStep) error {
 	if len(steps) > mcpFlowMaxJobs {
 		return fmt.Errorf("flow exceeds the %d job limit", mcpFlowMaxJobs)
@@ -355,6 +345,7 @@ func planTree(node *flowStep, parent *plannedJob, depth int, jobs *[]*plannedJob
 		return nil, fmt.Errorf("flow exceeds the %d job limit", mcpFlowMaxJobs)
 	}
 	j := node.job(newID())
+	first := len(*jobs)
 	var kids [][]byte
 	for _, c := range node.Children {
 		out, err := planTree(c, j, depth+1, jobs)
@@ -363,8 +354,8 @@ func planTree(node *flowStep, parent *plannedJob, depth int, jobs *[]*plannedJob
 		}
 		kids = append(kids, out)
 	}
-	// The children were planned first: their ids are the last ones added.
-	for _, c := range (*jobs)[len(*jobs)-countPlanned(node):] {
+	// The children were planned first, each after its own children.
+	for _, c := range (*jobs)[first:] {
 		if c.parentID == j.id {
 			j.childrenIds = append(j.childrenIds, c.id)
 		}
@@ -385,30 +376,17 @@ func planTree(node *flowStep, parent *plannedJob, depth int, jobs *[]*plannedJob
 	return o.close(), nil
 }
 
-// countPlanned is how many jobs the planning of node's children added.
-func countPlanned(node *flowStep) int {
-	n := 0
-	for _, c := range node.Children {
-		n += 1 + countPlanned(c)
-	}
-	return n
-}
-
 // flowJob reads a job of a flow; nil for a root that does not exist.
 func (b *mcpBackend) flowJob(ctx context.Context, id string, root bool) (*Map, error) {
 	m, err := b.call(ctx, "GetJob", "id", id)
 	if err != nil {
 		return nil, err
 	}
-	if !okOf(m) {
-		msg, _, _ := m.Str("error")
-		if root && msg == "Job not found" {
+	if err := refusal(m, "Unable to fetch flow job "+id); err != nil {
+		if root && err.Error() == "Job not found" {
 			return nil, nil
 		}
-		if msg == "" {
-			msg = "Unable to fetch flow job " + id
-		}
-		return nil, errors.New(msg)
+		return nil, err
 	}
 	if nullish(m.Get("job")) {
 		if root {

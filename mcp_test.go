@@ -158,12 +158,15 @@ func TestMCPCancel(t *testing.T) {
 		done <- s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bunqueue_pull_job","arguments":{"queue":"empty","timeoutMs":30000}}}`))
 	}()
 	// Cancelled once it is running: the request is known by then.
-	for {
+	for deadline := time.Now().Add(20 * time.Second); ; {
 		s.mu.Lock()
 		_, running := s.inflight[`"long"`]
 		s.mu.Unlock()
 		if running {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -189,7 +192,7 @@ func TestMCPStdio(t *testing.T) {
 	in.WriteString("\n")
 	in.WriteString(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")
 	in.WriteString(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bunqueue_list_queues","arguments":{}}}`)
-	var out safeBuffer
+	var out syncBuffer
 	if err := serveMCPStdio(context.Background(), srv, &in, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -212,24 +215,6 @@ func TestMCPStdio(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("answers %v:\n%s", seen, out.String())
 	}
-}
-
-// safeBuffer is a bytes.Buffer written from several goroutines.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestMCPHTTP: /mcp behind the HTTP API's guards, and the transport's

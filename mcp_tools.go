@@ -41,6 +41,7 @@ func props(ps ...schemaProp) toolSchema { return toolSchema{top: sObject("", ps.
 
 // mcpArgs are a call's arguments, checked against the tool's schema.
 type mcpArgs struct {
+	all json.RawMessage // the arguments object as sent
 	raw map[string]json.RawMessage
 	val map[string]any
 }
@@ -178,16 +179,19 @@ func or(r Raw, def string) []byte {
 	return rawJSON(r)
 }
 
-// okOf is the answer's ok ?? false.
+// okOf is the answer's ok.
 func okOf(m Map) bool { v, _, _ := m.Bool("ok"); return v }
 
-// okOr is answer.ok ?? def: ok is always there, so def never shows; kept
-// for the reference's shape of the answers it builds.
-func okOr(m Map, def bool) bool {
-	if nullish(m.Get("ok")) {
-		return def
+// refusal is an ok:false answer as an error: its message, or def when it
+// has none; nil for an ok answer.
+func refusal(m Map, def string) error {
+	if okOf(m) {
+		return nil
 	}
-	return okOf(m)
+	if msg, _, _ := m.Str("error"); msg != "" {
+		return errors.New(msg)
+	}
+	return errors.New(def)
 }
 
 // rawString is JavaScript's String(v) of a wire value.
@@ -368,6 +372,7 @@ func parseToolArgs(t *mcpTool, args json.RawMessage) (mcpArgs, error) {
 		return a, err
 	}
 	a.val = v.(map[string]any)
+	a.all = args
 	if err := json.Unmarshal(args, &a.raw); err != nil {
 		return a, err
 	}
@@ -480,7 +485,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, false)).str("jobId", a.str("jobId")).num("progress", progress).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).num("progress", progress).close())
 			}},
 		{name: "bunqueue_get_children_values", desc: "Get what each child of a parent job returned (flows).",
 			in: props(req("parentJobId", sStr("Parent job ID"))),
@@ -506,7 +511,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", okOr(m, false)).close())
+				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", okOf(m)).close())
 			}},
 	}
 }
@@ -535,7 +540,7 @@ func successTool(cmd, key, arg string) func(ctx context.Context, b *mcpBackend, 
 		if err != nil {
 			return mcpResult{}, err
 		}
-		return okText(newJSONObj().boolean("success", okOr(m, false)).str(arg, a.str(arg)).close())
+		return okText(newJSONObj().boolean("success", okOf(m)).str(arg, a.str(arg)).close())
 	}
 }
 
@@ -552,7 +557,7 @@ func mcpJobMgmtTools() []*mcpTool {
 			if err != nil {
 				return mcpResult{}, err
 			}
-			return okText(newJSONObj().boolean("success", okOr(m, false)).str("jobId", a.str("jobId")).num(key, v).close())
+			return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).num(key, v).close())
 		}
 	}
 	return []*mcpTool{
@@ -563,7 +568,7 @@ func mcpJobMgmtTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, false)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
 			}},
 		{name: "bunqueue_change_job_priority", desc: "Change a waiting job's priority (higher is processed first).",
 			in:  props(jobID, req("priority", sNum("New priority value"))),
@@ -675,7 +680,7 @@ func mcpConsumeTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOr(m, false)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
 			}},
 	}
 }
