@@ -237,7 +237,10 @@ async function scenario(c: Client, tag: string): Promise<Recorder> {
     rec.add(name, { isError: r.isError, json: shape(r.json) });
   }
   const per = (await call(c, 'bunqueue_get_per_queue_stats')).json;
-  rec.add('bunqueue_get_per_queue_stats', { isError: false, json: Object.fromEntries(Object.entries(per).filter(([k]) => k.startsWith(tag))) });
+  // Each of the scenario's queues with its figures; their values move with
+  // time (a failed job's backoff ends, the dashboard's figures are
+  // refreshed), so by shape.
+  rec.add('bunqueue_get_per_queue_stats', { isError: false, json: Object.fromEntries(Object.entries(per).filter(([k]) => k.startsWith(tag)).map(([k, v]) => [k, shape(v)])) });
   const prom = await call(c, 'bunqueue_get_prometheus_metrics');
   rec.add('bunqueue_get_prometheus_metrics', { isError: prom.isError, json: typeof prom.json === 'string' && prom.json.includes('# TYPE') });
   await step('bunqueue_compact_memory');
