@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -153,8 +154,15 @@ func (p *serverProc) stop(t *testing.T) {
 			t.Errorf("server exited with %d:\n%s", code, p.output())
 		}
 	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
+		// SIGQUIT makes the Go runtime print every goroutine's stack, which
+		// shows what the shutdown waits on.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
 		t.Errorf("server did not stop within 10s of SIGINT:\n%s", p.output())
 	}
 	if raceEnabled && strings.Contains(p.output(), "WARNING: DATA RACE") {

@@ -361,6 +361,9 @@ func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 			ids = s.cleanFailed(q, cutoff, a.limit)
 		}
 	})
+	if len(ids) > 0 {
+		return ids, b.syncRemoval()
+	}
 	return ids, nil
 }
 

@@ -687,3 +687,37 @@ func TestPGFaultsDatabaseRestart(t *testing.T) {
 		{9 * time.Second, pg.restart},
 	}, 3000)
 }
+
+// TestPGCloseBounded: a stop does not wait on a connection the pool
+// cannot get back. pgx closes a connection whose statement was cancelled
+// by reading until the database hangs up, for up to 15 s, and over TLS a
+// write cut short leaves the database waiting for the rest: a graceful
+// stop took past 10 s in CI. A connection held out of the pool stands for
+// it here: the pool's own Close would wait for it for ever.
+func TestPGCloseBounded(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	b := NewBroker(1, nil)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := OpenPG(ctx, testPGURL(), ns, b, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := p.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		p.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(pgCloseWait + 20*time.Second):
+		t.Fatalf("Close still waiting %v after it was called, with a connection out of the pool", pgCloseWait+20*time.Second)
+	}
+	held.Release()
+}

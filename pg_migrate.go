@@ -151,6 +151,11 @@ func pgMigrateRow(j *Job, result []byte, now int64) []any {
 
 // sqliteJobs walks the data file's jobs in admission order.
 func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []byte) error) (bad int, err error) {
+	// The rows of a big deletion the server had not finished are not jobs.
+	dead, _, err := deadSeqs(ctx, sq)
+	if err != nil {
+		return 0, err
+	}
 	rows, err := sq.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq ORDER BY j.seq`)
 	if err != nil {
 		return 0, fmt.Errorf("read jobs: %w", err)
@@ -164,6 +169,9 @@ func sqliteJobs(ctx context.Context, sq *SQLiteStore, fn func(j *Job, result []b
 		j, err := decodeRecord(rec)
 		if err != nil {
 			bad++
+			continue
+		}
+		if isDead(dead, j.seq) {
 			continue
 		}
 		if err := fn(j, res); err != nil {

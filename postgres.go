@@ -529,8 +529,26 @@ func (p *PG) Close() {
 	close(p.stop)
 	p.stopCancel()
 	p.wg.Wait()
-	p.pool.Close()
+	// The pool waits for every connection to be closed, and pgx closes a
+	// connection whose statement was cancelled (the background rounds' at
+	// Close) by reading until the database hangs up, for up to 15 s: over
+	// TLS, a write cut short leaves the database waiting for the rest, and
+	// it never hangs up. A stop must not wait on that: what is left is
+	// closed with the process.
+	closed := make(chan struct{})
+	go func() {
+		p.pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(pgCloseWait):
+		p.log.Warn("PostgreSQL connections still closing; left to close with the process", "waited", pgCloseWait)
+	}
 }
+
+// pgCloseWait bounds how long Close waits for the pool's connections.
+const pgCloseWait = 3 * time.Second
 
 // pgRoundTimeout bounds one round of a background loop.
 const pgRoundTimeout = 10 * time.Second

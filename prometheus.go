@@ -319,6 +319,8 @@ func (srv *Server) promCoreExtras(p *promText, ms *runtime.MemStats, st StorageS
 	p.one("bunqueue_storage_dropped_changes_total", "counter",
 		"Changes storage could never write (a row the database refuses), left out so that the rest is written", float64(st.Dropped))
 	if st.Driver == "sqlite" && st.Location != "" {
+		p.one("bunqueue_sqlite_purge_rows", "gauge",
+			"Rows of removed jobs (a big Obliterate, Drain or Clean) still to be deleted in the background", float64(st.Purging))
 		var wal int64
 		if fi, err := os.Stat(st.Location + "-wal"); err == nil {
 			wal = fi.Size()

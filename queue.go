@@ -53,16 +53,31 @@ func (b *Broker) IsPaused(_ context.Context, name string) (bool, error) {
 
 // drain removes a queue's waiting and delayed jobs; s.mu is held.
 func (s *Shard) drain(q *Queue) int {
-	var gone []*Job
-	q.eachReady(func(j *Job) { gone = append(gone, j) })
+	gone := make([]*Job, 0, q.nReady+q.nDelayed)
+	q.ready.Each(func(e *hent) bool { gone = append(gone, e.job); return true })
+	// The queue's own heap is emptied at once: taken out one by one, a
+	// million jobs rebuilt it again and again.
+	for _, j := range gone {
+		q.nReady--
+		if j.Priority > 0 {
+			q.nPrio--
+		}
+	}
+	q.ready.Clear()
+	plain := len(gone)
+	for _, g := range q.groups {
+		g.ready.Each(func(e *hent) bool { gone = append(gone, e.job); return true })
+	}
 	s.delayed.Each(func(e *hent) bool {
 		if e.job.Queue == q.name {
 			gone = append(gone, e.job)
 		}
 		return true
 	})
-	for _, j := range gone {
-		s.unqueue(q, j)
+	for i, j := range gone {
+		if i >= plain {
+			s.unqueue(q, j) // grouped, or in the shard's delayed heap
+		}
 		s.releaseUnique(q, j)
 		s.b.dropLogs(j.ID)
 		s.forget(j)
@@ -77,7 +92,10 @@ func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
 			n = s.drain(q)
 		}
 	})
-	return int64(n), nil
+	if n > 0 {
+		return int64(n), b.syncRemoval()
+	}
+	return 0, nil
 }
 
 func (b *Broker) Obliterate(ctx context.Context, name string) error {
@@ -86,6 +104,9 @@ func (b *Broker) Obliterate(ctx context.Context, name string) error {
 			s.obliterate(q)
 		}
 	})
+	if err := b.syncRemoval(); err != nil {
+		return err
+	}
 	return b.obliterateHistory(ctx, name)
 }
 

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ const (
 	backlogTarget = 40 * time.Millisecond
 	minBacklog    = 256
 	maxBacklog    = 16384
-	schemaVersion = 5 // len(migrations)
+	schemaVersion = 6 // len(migrations)
 )
 
 // migrations[i] brings the schema from version i to i+1.
@@ -99,11 +100,17 @@ var migrations = []string{
 		queue TEXT PRIMARY KEY,
 		spec  TEXT NOT NULL
 	);`,
+	// Tombstones of big deletions (sqlite_purge.go): the rows of the jobs
+	// a list names are dead until the writer has deleted them.
+	`CREATE TABLE purges (
+		id   INTEGER PRIMARY KEY,
+		seqs BLOB NOT NULL
+	);`,
 }
 
-// pendingJob is the latest unwritten change of one job.
+// pendingJob is the latest unwritten change of one job (a removal is in
+// SQLiteStore.dels instead).
 type pendingJob struct {
-	del    bool
 	record []byte // nil when the change only retires the job
 	result []byte // set when the job completed with a result
 	retire *retireInfo
@@ -117,6 +124,7 @@ type SQLiteStore struct {
 
 	mu       sync.Mutex
 	jobs     map[int64]*pendingJob
+	dels     []int64               // jobs removed, by number (written after the changes)
 	queues   map[string][]byte     // nil value: delete
 	logs     map[string][]LogEntry // encoded when written; nil value: delete
 	crons    map[string][]byte     // nil value: delete
@@ -150,6 +158,22 @@ type SQLiteStore struct {
 	// retiring are the retirements not yet written, by job id (their
 	// rows are not marked yet: Retired looks here first).
 	retiring map[string]int64
+
+	// purging are the tombstones whose rows the writer still deletes
+	// (sqlite_purge.go); only the writer touches them once it runs.
+	purging    []purgeList
+	purgeRetry time.Time    // no step before this, after a failed one
+	purgeLast  time.Time    // when the last step began
+	purgeLeft  atomic.Int64 // rows still to delete, for reports
+	purgeMin   int          // removals in a flush from which a tombstone is written
+
+	// A job pushed and removed before any flush took it has no row, and
+	// its removal writes nothing (with removeOnComplete, a job that lived
+	// less than a flush's window costs no write at all). noted is the
+	// highest job number given a pending change; taken the highest a
+	// flush took, or the file may hold: a number above taken has never
+	// been written. Until Load, taken admits none.
+	noted, taken int64
 }
 
 // Records are encoded into a scratch buffer from recPool and copied into
@@ -208,6 +232,8 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	s.room = sync.NewCond(&s.mu)
 	s.unheld = sync.NewCond(&s.mu)
 	s.limit = 4096
+	s.purgeMin = purgeMin
+	s.taken = math.MaxInt64
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("data path %s: %w", path, err)
@@ -301,7 +327,7 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 	}
 	s.mu.Lock()
 	p := s.pendingOf(j.seq)
-	p.del, p.record = false, s.keepRecord(e.B)
+	p.record = s.keepRecord(e.B)
 	if res != nil || j.state != StateCompleted {
 		p.result = res
 	}
@@ -313,7 +339,21 @@ func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 
 func (s *SQLiteStore) JobRemoved(j *Job) {
 	s.mu.Lock()
-	*s.pendingOf(j.seq) = pendingJob{del: true}
+	switch p := s.jobs[j.seq]; {
+	case p != nil && j.seq > s.taken && p.retire == nil:
+		// Never taken by a flush: no row to delete.
+		delete(s.jobs, j.seq)
+		s.n--
+	case p != nil:
+		// The removal takes the place of the change.
+		delete(s.jobs, j.seq)
+		s.dels = append(s.dels, j.seq)
+	default:
+		// A slice rather than an entry each: an Obliterate of a million
+		// jobs spent half its time filing them.
+		s.dels = append(s.dels, j.seq)
+		s.note()
+	}
 	s.mu.Unlock()
 }
 
@@ -325,6 +365,7 @@ func (s *SQLiteStore) pendingOf(seq int64) *pendingJob {
 		p = &pendingJob{}
 		s.jobs[seq] = p
 		s.note()
+		s.noted = max(s.noted, seq)
 	}
 	return p
 }
@@ -530,7 +571,20 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	if err := s.loadQueues(ctx, b, &st); err != nil {
 		return st, err
 	}
-	bad, err := s.loadJobs(ctx, b, &st)
+	// The rows of big deletions not yet carried out are dead: skipped
+	// here, deleted by the writer once it starts.
+	dead, lists, err := deadSeqs(ctx, s)
+	if err != nil {
+		return st, err
+	}
+	s.purging = lists
+	s.purgeLeft.Store(int64(len(dead)))
+	if len(dead) > 0 {
+		// A dead row keeps its number until it is deleted: a new job
+		// given it would be deleted with it.
+		b.seqAtLeast(dead[len(dead)-1])
+	}
+	bad, err := s.loadJobs(ctx, b, &st, dead)
 	if err != nil {
 		return st, err
 	}
@@ -544,6 +598,9 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 		return st, err
 	}
 	b.finishRestore()
+	s.mu.Lock()
+	s.taken = b.seq.Load() // every row on file has a number up to this
+	s.mu.Unlock()
 	st.Took = time.Since(start)
 	if bad > 0 {
 		return st, fmt.Errorf("%d job records could not be read", bad)
@@ -583,7 +640,7 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 // driver left it (no copy), the other puts the jobs back into the index
 // and the shards, a batch at a time. The index is sized from a count
 // first, so that it never grows (and rehashes) on the way.
-func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats) (bad int, err error) {
+func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats, purged []int64) (bad int, err error) {
 	var n int
 	var size, results int64
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs WHERE id IS NULL`).Scan(&n, &size); err != nil {
@@ -599,7 +656,7 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 	}
 	b.idxReserve(n)
 	// Completed history past the memory's cache stays on disk.
-	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.id IS NULL`)
+	rows, err := s.db.QueryContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.id IS NULL`)
 	if err != nil {
 		return 0, fmt.Errorf("read jobs: %w", err)
 	}
@@ -611,10 +668,14 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 		var last recLast
 		batch := make([]loadedJob, 0, loadBatch)
 		var rec, res sql.RawBytes // outside the loop: Scan's pointers escape
+		var seq int64
 		for rows.Next() {
-			if err := rows.Scan(&rec, &res); err != nil {
+			if err := rows.Scan(&seq, &rec, &res); err != nil {
 				readErr = err
 				return
+			}
+			if isDead(purged, seq) {
+				continue // a big deletion's row, not yet deleted
 			}
 			j, err := last.decode(rec)
 			if err != nil {

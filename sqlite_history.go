@@ -31,10 +31,9 @@ type retiredRef struct {
 // it is called under the job's shard lock, like JobChanged.
 func (s *SQLiteStore) JobRetired(j *Job) {
 	s.mu.Lock()
-	if p := s.pendingOf(j.seq); !p.del {
-		p.retire = &retireInfo{id: j.ID, queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt}
-		s.retiring[j.ID] = j.seq
-	}
+	p := s.pendingOf(j.seq)
+	p.retire = &retireInfo{id: j.ID, queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt}
+	s.retiring[j.ID] = j.seq
 	s.mu.Unlock()
 }
 

@@ -582,3 +582,78 @@ func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestSQLiteUnwrittenRemoval: a job pushed, pulled and completed with
+// removeOnComplete before any flush took it costs no write at all; one a
+// flush took (or that was read from the file) is deleted as before.
+func TestSQLiteUnwrittenRemoval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBroker(2, st)
+	if _, err := st.Load(b); err != nil {
+		t.Fatal(err)
+	}
+	// The writer is not started: the test takes and flushes by hand.
+	flush := func() {
+		t.Helper()
+		bt, _, _ := st.takePending()
+		if err := st.flush(bt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.n
+	}
+	b.pushJobs("q", []*Job{mustJob(t, "q", map[string]any{"data": 1, "removeOnComplete": true})}, nil)
+	js, toks := claimN(b, "q", 1)
+	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("%d changes pending for a job that came and went within a flush's window", n)
+	}
+
+	// Written, then removed: the removal is a change.
+	b.pushJobs("q", []*Job{mustJob(t, "q", map[string]any{"data": 2, "removeOnComplete": true, "jobId": "w"})}, nil)
+	flush()
+	if n := rowCount(t, st.db, "jobs"); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+	js, toks = claimN(b, "q", 1)
+	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if n := rowCount(t, st.db, "jobs"); n != 0 {
+		t.Fatalf("%d rows once the written job completed with removeOnComplete, want 0", n)
+	}
+
+	// Read back from the file, then removed.
+	b.pushJobs("q", []*Job{mustJob(t, "q", map[string]any{"data": 3, "removeOnComplete": true})}, nil)
+	flush()
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, st, _ = openTestStore(t, path)
+	defer st.Close()
+	defer b.Close()
+	js, toks = claimN(b, "q", 1)
+	if len(js) != 1 {
+		t.Fatalf("claimed %d after the restart", len(js))
+	}
+	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowCount(t, st.db, "jobs"); n != 0 {
+		t.Fatalf("%d rows once the job read back completed with removeOnComplete, want 0", n)
+	}
+}

@@ -24,7 +24,15 @@ func (s *SQLiteStore) writer() {
 	timer.Stop()
 	var retry time.Duration // pause after a failed flush, growing to 5 s
 	for {
-		s.awaitFlush(timer)
+		if !s.awaitFlush(timer) {
+			s.purgeSome()
+			continue
+		}
+		if s.purgeOwed() {
+			// Under a load that never lets the writer idle, deletions
+			// still go on, a step between flushes.
+			s.purgeSome()
+		}
 		if retry > 0 {
 			time.Sleep(retry)
 		}
@@ -49,21 +57,34 @@ func (s *SQLiteStore) writer() {
 	}
 }
 
-// awaitFlush waits for a reason to flush: enough changes, a durable push
-// waiting, the oldest change 10 ms old, or shutdown.
-func (s *SQLiteStore) awaitFlush(timer *time.Timer) {
+// awaitFlush waits for a reason to flush (true): enough changes, a
+// durable push waiting, the oldest change 10 ms old, or shutdown. Meanwhile
+// it returns false when there are removed jobs' rows to delete
+// (sqlite_purge.go): the writer deletes some and asks again.
+func (s *SQLiteStore) awaitFlush(timer *time.Timer) bool {
 	for {
 		s.mu.Lock()
 		n, first, closed, bars := s.n, s.first, s.closed, len(s.barriers)
 		s.mu.Unlock()
 		if closed || bars > 0 || n >= flushOps {
-			return
+			return true
+		}
+		if len(s.purging) > 0 && time.Now().After(s.purgeRetry) {
+			return false
 		}
 		wait := time.Duration(-1)
 		if n > 0 {
 			if wait = flushInterval - time.Since(first); wait <= 0 {
-				return
+				return true
 			}
+		}
+		if len(s.purging) > 0 {
+			// Deletions paused after a failure resume on their own.
+			if w := time.Until(s.purgeRetry); wait < 0 || w < wait {
+				wait = w
+			}
+		}
+		if wait >= 0 {
 			timer.Reset(wait)
 		}
 		select {
@@ -81,10 +102,12 @@ func (s *SQLiteStore) takePending() (bt *writeBatch, bars []chan error, closed b
 	for s.holds > 0 {
 		s.unheld.Wait()
 	}
-	bt = &writeBatch{jobs: s.jobs, queues: s.queues, logs: s.logs, crons: s.crons}
+	bt = &writeBatch{jobs: s.jobs, dels: s.dels, queues: s.queues, logs: s.logs, crons: s.crons}
+	s.taken = max(s.taken, s.noted)
 	bars = s.barriers
 	s.crons = map[string][]byte{}
 	s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]LogEntry{}, nil
+	s.dels = nil
 	s.n = 0
 	closed = s.closed
 	s.mu.Unlock()
@@ -160,6 +183,7 @@ func (s *SQLiteStore) flush(bt *writeBatch) error {
 	if _, err := tx.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
+	bt.purge = nil
 	if err := s.writeChanges(ctx, bt); err != nil {
 		tx.ExecContext(ctx, "ROLLBACK")
 		return err
@@ -168,13 +192,18 @@ func (s *SQLiteStore) flush(bt *writeBatch) error {
 		tx.ExecContext(ctx, "ROLLBACK")
 		return fmt.Errorf("commit: %w", err)
 	}
+	// The tombstones are on disk: their rows are deleted from now on.
+	for _, p := range bt.purge {
+		s.purging = append(s.purging, p)
+		s.purgeLeft.Add(int64(len(p.seqs)))
+	}
 	return nil
 }
 
 // writeChanges writes a batch's changes inside flush's transaction: jobs
 // and their results, queue settings, cron schedules, then job logs.
 func (s *SQLiteStore) writeChanges(ctx context.Context, bt *writeBatch) error {
-	if err := s.writeJobs(ctx, bt.jobs); err != nil {
+	if err := s.writeJobs(ctx, bt); err != nil {
 		return err
 	}
 	if err := s.writeNamed(ctx, bt.queues, "queue",
@@ -192,16 +221,15 @@ func (s *SQLiteStore) writeChanges(ctx context.Context, bt *writeBatch) error {
 
 // writeJobs writes or deletes job records, and their results, in
 // multi-row statements.
-func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob) error {
+func (s *SQLiteStore) writeJobs(ctx context.Context, bt *writeBatch) error {
+	jobs := bt.jobs
 	// Sized once: growing these by appending was most of what a flush
 	// allocated.
-	nUp, nDel, nRes := 0, 0, 0
+	nUp, nRes := 0, 0
 	for _, p := range jobs {
 		switch {
-		case p.record == nil && !p.del:
+		case p.record == nil:
 			// Only retired (writeRetired): the row is there.
-		case p.del:
-			nDel++
 		case p.result != nil:
 			nUp++
 			nRes++
@@ -209,18 +237,13 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 			nUp++
 		}
 	}
-	up, del := make([]any, 0, 2*nUp), make([]any, 0, nDel)
-	resUp, resDel := make([]any, 0, 2*nRes), make([]any, 0, nDel)
+	up := make([]any, 0, 2*nUp)
+	resUp := make([]any, 0, 2*nRes)
 	var retired []any // rare: completed jobs leaving memory (history.go)
 	for seq, p := range jobs {
-		if p.retire != nil && !p.del {
+		if p.retire != nil {
 			r := p.retire
 			retired = append(retired, seq, r.id, r.queue, r.created, r.doneAt)
-		}
-		if p.del {
-			del = append(del, seq)
-			resDel = append(resDel, seq)
-			continue
 		}
 		if p.record == nil {
 			continue
@@ -235,20 +258,24 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, jobs map[int64]*pendingJob)
 	}); err != nil {
 		return fmt.Errorf("write jobs: %w", err)
 	}
-	if err := s.execChunks(ctx, "jobs-del", del, 1, func(n int) string {
-		return "DELETE FROM jobs WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	}); err != nil {
-		return fmt.Errorf("delete jobs: %w", err)
-	}
 	if err := s.execChunks(ctx, "results-up", resUp, 2, func(n int) string {
 		return "INSERT OR REPLACE INTO results(seq, result) VALUES " + placeholders(n, 2)
 	}); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
-	if err := s.execChunks(ctx, "results-del", resDel, 1, func(n int) string {
-		return "DELETE FROM results WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	}); err != nil {
-		return fmt.Errorf("delete results: %w", err)
+	if len(bt.dels) >= s.purgeMin {
+		// A big deletion: a tombstone now, the rows in the background.
+		if err := s.writePurge(ctx, bt, bt.dels); err != nil {
+			return err
+		}
+	} else if len(bt.dels) > 0 {
+		del := make([]any, len(bt.dels))
+		for i, seq := range bt.dels {
+			del[i] = seq
+		}
+		if err := s.deleteSeqs(ctx, del); err != nil {
+			return fmt.Errorf("delete jobs: %w", err)
+		}
 	}
 	if err := s.writeRetired(ctx, retired); err != nil {
 		return fmt.Errorf("mark completed history: %w", err)
@@ -324,7 +351,13 @@ func (s *SQLiteStore) execChunks(ctx context.Context, kind string, args []any, w
 
 // writeBatch is one flush's changes, each the latest of its key.
 type writeBatch struct {
-	jobs   map[int64]*pendingJob
+	// purge are the tombstones the batch's flush wrote (sqlite_purge.go).
+	purge []purgeList
+	jobs  map[int64]*pendingJob
+	// dels are the jobs whose rows are to be deleted, by number. A job
+	// may also have a change in jobs (one put back after a failed flush,
+	// older than its removal): deletions are written after changes.
+	dels   []int64
 	queues map[string][]byte     // nil value: delete
 	logs   map[string][]LogEntry // nil value: delete
 	crons  map[string][]byte     // nil value: delete
@@ -338,7 +371,7 @@ func (bt *writeBatch) len() int {
 	if bt == nil {
 		return 0
 	}
-	return len(bt.jobs) + len(bt.queues) + len(bt.logs) + len(bt.crons)
+	return len(bt.jobs) + len(bt.dels) + len(bt.queues) + len(bt.logs) + len(bt.crons)
 }
 
 // halves splits the batch in two of about the same number of changes.
@@ -354,6 +387,10 @@ func (bt *writeBatch) halves() (*writeBatch, *writeBatch) {
 	}
 	for k, v := range bt.jobs {
 		pick().jobs[k] = v
+	}
+	for _, seq := range bt.dels {
+		h := pick()
+		h.dels = append(h.dels, seq)
 	}
 	for k, v := range bt.queues {
 		pick().queues[k] = v
@@ -376,6 +413,7 @@ func (bt *writeBatch) merge(o *writeBatch) *writeBatch {
 		return bt
 	}
 	maps.Copy(bt.jobs, o.jobs)
+	bt.dels = append(bt.dels, o.dels...)
 	maps.Copy(bt.queues, o.queues)
 	maps.Copy(bt.logs, o.logs)
 	maps.Copy(bt.crons, o.crons)
@@ -394,12 +432,16 @@ func (s *SQLiteStore) putBack(bt *writeBatch) {
 		case !newer:
 			s.jobs[id] = p
 			s.n++
-		case n.record == nil && !n.del && p.record != nil:
+		case n.record == nil && p.record != nil:
 			// The newer change only retires the job (history.go): the
 			// record it retires is the one that was not written.
 			n.record, n.result = p.record, p.result
 		}
 	}
+	// A removal is never followed by another change of the job, so it
+	// can go back as it is.
+	s.dels = append(s.dels, bt.dels...)
+	s.n += len(bt.dels)
 	for k, v := range bt.queues {
 		if _, newer := s.queues[k]; !newer {
 			s.queues[k] = v
@@ -482,12 +524,11 @@ func (s *SQLiteStore) isolate(bt *writeBatch, cause error) (*writeBatch, int, er
 // its data) in the log and in the dropped-changes metric.
 func (s *SQLiteStore) drop(bt *writeBatch, cause error) {
 	for seq, p := range bt.jobs {
-		what := "job record"
-		if p.del {
-			what = "job removal"
-		}
-		s.log.Error("storage: a change cannot be written and is dropped", "change", what, "job_id", jobIDOfRecord(p.record),
+		s.log.Error("storage: a change cannot be written and is dropped", "change", "job record", "job_id", jobIDOfRecord(p.record),
 			"seq", seq, "bytes", len(p.record)+len(p.result), "err", cause)
+	}
+	for _, seq := range bt.dels {
+		s.log.Error("storage: a change cannot be written and is dropped", "change", "job removal", "seq", seq, "err", cause)
 	}
 	for name, v := range bt.queues {
 		s.log.Error("storage: a change cannot be written and is dropped", "change", "queue settings", "queue", name, "bytes", len(v), "err", cause)

@@ -107,6 +107,20 @@ func (b *Broker) syncDurable(jobs []*Job) error {
 	return nil
 }
 
+// syncRemoval makes a queue's removals (Obliterate, Drain, Clean) durable
+// before they are answered: jobs said to be gone must not come back after
+// a crash. A big one is written as a tombstone (sqlite_purge.go), so this
+// waits for one ordinary flush.
+func (b *Broker) syncRemoval() error {
+	if b.store == nil {
+		return nil
+	}
+	if err := b.store.Sync(); err != nil {
+		return errors.New("removed, but not yet on disk: " + err.Error())
+	}
+	return nil
+}
+
 // StorageState is what StorageStatus and /health report.
 type StorageState struct {
 	Driver, Location string
@@ -116,6 +130,9 @@ type StorageState struct {
 	// Dropped counts changes left out because they could never be
 	// written (see SQLiteStore.isolate).
 	Dropped uint64
+	// Purging counts rows of removed jobs still to be deleted in the
+	// background (sqlite_purge.go).
+	Purging int64
 }
 
 func (b *Broker) storageState() StorageState {
@@ -130,6 +147,9 @@ func (b *Broker) storageState() StorageState {
 	st.Since, st.Backlog, st.Err = b.store.Status()
 	if d, ok := b.store.(interface{ Dropped() uint64 }); ok {
 		st.Dropped = d.Dropped()
+	}
+	if p, ok := b.store.(interface{ Purging() int64 }); ok {
+		st.Purging = p.Purging()
 	}
 	return st
 }
@@ -317,10 +337,14 @@ func (b *Broker) restoreQueue(name string, settings []byte) error {
 	return decodeQueueSettings(q, settings)
 }
 
-func (b *Broker) noteSeq(j *Job) {
+func (b *Broker) noteSeq(j *Job) { b.seqAtLeast(j.seq) }
+
+// seqAtLeast makes the next sequence number greater than v: numbers are
+// never given twice in a database's life.
+func (b *Broker) seqAtLeast(v int64) {
 	for {
 		cur := b.seq.Load()
-		if j.seq <= cur || b.seq.CompareAndSwap(cur, j.seq) {
+		if v <= cur || b.seq.CompareAndSwap(cur, v) {
 			return
 		}
 	}

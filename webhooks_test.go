@@ -650,7 +650,7 @@ func TestSQLiteWebhooksMigration(t *testing.T) {
 	if _, err := st.db.Exec(`DROP INDEX jobs_retired_id; DROP INDEX jobs_retired_list; DROP INDEX jobs_retired_done;
 		DROP INDEX jobs_retired_queue_done; ALTER TABLE jobs DROP COLUMN id; ALTER TABLE jobs DROP COLUMN queue;
 		ALTER TABLE jobs DROP COLUMN created_at; ALTER TABLE jobs DROP COLUMN done_at;
-		DROP TABLE webhooks; DROP TABLE crons; DROP TABLE handlers; UPDATE schema_version SET version = 1;
+		DROP TABLE webhooks; DROP TABLE crons; DROP TABLE handlers; DROP TABLE purges; UPDATE schema_version SET version = 1;
 		INSERT INTO queues(name, settings) VALUES ('kept', x'80')`); err != nil {
 		t.Fatal(err)
 	}

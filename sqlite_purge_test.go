@@ -1,0 +1,246 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSeqsRoundTrip(t *testing.T) {
+	for _, seqs := range [][]int64{nil, {0}, {1}, {1, 2, 3}, {5, 5, 9}, {1, 1 << 40, 1<<62 - 1}} {
+		got, err := decodeSeqs(encodeSeqs(seqs))
+		if err != nil {
+			t.Fatalf("%v: %v", seqs, err)
+		}
+		if !slices.Equal(got, seqs) && len(got)+len(seqs) > 0 {
+			t.Fatalf("%v came back as %v", seqs, got)
+		}
+	}
+	for _, bad := range [][]byte{nil, {5, 1}, {1, 0x80}, {1, 1, 1}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}} {
+		if seqs, err := decodeSeqs(bad); err == nil {
+			t.Fatalf("%x read as %v", bad, seqs)
+		}
+	}
+}
+
+// FuzzDecodeSeqs: a tombstone read from a damaged file is refused or read
+// as a sorted list no longer than its bytes; it never panics.
+func FuzzDecodeSeqs(f *testing.F) {
+	f.Add(encodeSeqs([]int64{1, 2, 3, 1000}))
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		seqs, err := decodeSeqs(b)
+		if err != nil {
+			return
+		}
+		if len(seqs) > len(b) {
+			t.Fatalf("%d seqs from %d bytes", len(seqs), len(b))
+		}
+		if !slices.IsSorted(seqs) {
+			t.Fatalf("not sorted: %v", seqs)
+		}
+	})
+}
+
+// TestSQLitePurge follows a big deletion through its steps, with the
+// writer driven by hand: the flush that carries it writes a tombstone and
+// leaves the rows; a start on the file skips the rows the tombstone names
+// (the job an active worker holds is not among them), and the writer then
+// deletes them and the tombstone.
+func TestSQLitePurge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openTestStore(t, path)
+	// The drained jobs have the highest numbers: the numbers of dead rows
+	// must not be given again before the rows are deleted.
+	var kept []*Job
+	for i := range 20 {
+		kept = append(kept, mustJob(t, "kept", map[string]any{"data": int64(i)}))
+	}
+	b.pushJobs("kept", kept, nil)
+	var jobs []*Job
+	for i := range 300 {
+		jobs = append(jobs, mustJob(t, "gone", map[string]any{"data": int64(i)}))
+	}
+	b.pushJobs("gone", jobs, nil)
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The drain's changes, flushed by hand with the writer not started.
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.purgeMin = 50
+	b = NewBroker(2, st)
+	if _, err := st.Load(b); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := claimN(b, "gone", 1)
+	if len(held) != 1 {
+		t.Fatalf("claimed %d", len(held))
+	}
+	var drained int
+	b.withQueue("gone", false, func(s *Shard, q *Queue, now int64) { drained = s.drain(q) })
+	if drained != 299 {
+		t.Fatalf("drained %d, want 299", drained)
+	}
+	bt, _, _ := st.takePending()
+	if err := st.flush(bt); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowCount(t, st.db, "purges"); n != 1 {
+		t.Fatalf("%d tombstones after the flush, want 1", n)
+	}
+	if n := rowCount(t, st.db, "jobs"); n != 320 {
+		t.Fatalf("%d job rows after the flush, want the 320 still there", n)
+	}
+	if len(st.purging) != 1 || len(st.purging[0].seqs) != 299 || st.Purging() != 299 {
+		t.Fatalf("the writer holds %d lists (%d rows) to delete, want one of 299", len(st.purging), st.Purging())
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// As after a kill in the middle of the deletion. Jobs pushed before
+	// the writer starts, more than a flush's worth: their rows are written
+	// before the deletion goes on.
+	st, err = OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = NewBroker(2, st)
+	rs, err := st.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Waiting+rs.Active != 21 {
+		t.Fatalf("recovered %+v, want the 20 kept and the one held", rs)
+	}
+	if c := b.counts("gone"); c.Waiting+c.Active != 1 {
+		t.Fatalf("the drained queue came back with %+v, want the held job alone", c)
+	}
+	if !b.withJob(held[0].ID, func(j *Job, _ *Shard) {}) {
+		t.Fatalf("the held job %s is gone", held[0].ID)
+	}
+	var later []*Job
+	for i := range 2 * flushOps {
+		later = append(later, mustJob(t, "gone", map[string]any{"data": int64(1000 + i)}))
+	}
+	b.pushJobs("gone", later, nil)
+	st.Start()
+	if err := st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for st.Purging() > 0 || rowCount(t, st.db, "purges") > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d rows to delete after a minute", st.Purging())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := rowCount(t, st.db, "jobs"); n != 21+2*flushOps {
+		t.Fatalf("%d job rows once the deletion ended, want %d (20 kept, 1 held, %d pushed after the start)", n, 21+2*flushOps, 2*flushOps)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, st, _ = openTestStore(t, path)
+	defer st.Close()
+	defer b.Close()
+	if c := b.counts("gone"); c.Waiting+c.Active != 1+2*flushOps {
+		t.Fatalf("the drained queue holds %+v after a second start, want the held job and the %d pushed later", c, 2*flushOps)
+	}
+}
+
+func rowCount(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(fmt.Sprintf("SELECT count(*) FROM %s", table)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCrashBigRemovals: a queue obliterated, drained or cleaned of more
+// jobs than a flush deletes row by row is gone for good once the answer
+// came: a kill -9 right after it brings none back (it brought 5.67M back
+// when the deletion was one long transaction), and the restarted server
+// finishes deleting the rows.
+func TestCrashBigRemovals(t *testing.T) {
+	const n = purgeMin + 5000
+	for _, op := range []map[string]any{
+		{"cmd": "Obliterate", "queue": "big"},
+		{"cmd": "Drain", "queue": "big"},
+		{"cmd": "Clean", "queue": "big", "grace": 0, "state": "waiting", "limit": 2 * n},
+	} {
+		t.Run(op["cmd"].(string), func(t *testing.T) {
+			path, srv := crashServer(t)
+			c := dial(t, srv.addr())
+			pushMany(t, []*tclient{c}, "big", n, 1000)
+			pushMany(t, []*tclient{c}, "small", 5, 5)
+			c.ok(op)
+			srv.kill9(t)
+
+			srv = startBinary(t, "--data-path", path)
+			c = dial(t, srv.addr())
+			if got := countsOf(t, c, "big"); num(t, got["waiting"]) != 0 {
+				t.Fatalf("after %s and a kill: %v", op["cmd"], got)
+			}
+			if got := countsOf(t, c, "small"); num(t, got["waiting"]) != 5 {
+				t.Fatalf("the other queue: %v", got)
+			}
+			db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			deadline := time.Now().Add(2 * time.Minute)
+			for rowCount(t, db, "purges") > 0 || rowCount(t, db, "jobs") > 5 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d rows and %d tombstones left after 2 minutes", rowCount(t, db, "jobs"), rowCount(t, db, "purges"))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			srv.stop(t)
+		})
+	}
+}
+
+// BenchmarkObliterateBig: how long Obliterate holds its shard's lock over
+// 200,000 waiting jobs in SQLite mode (the writer idle: what the store
+// records, not what it writes).
+func BenchmarkObliterateBig(bm *testing.B) {
+	const n = 200000
+	st, err := OpenSQLite(filepath.Join(bm.TempDir(), "q.db"), "normal", quietLog())
+	if err != nil {
+		bm.Fatal(err)
+	}
+	defer st.Close()
+	b := NewBroker(2, st)
+	defer b.Close()
+	if _, err := st.Load(b); err != nil {
+		bm.Fatal(err)
+	}
+	jobs := make([]*Job, n)
+	for i := 0; bm.Loop(); i++ {
+		bm.StopTimer()
+		for k := range jobs {
+			jobs[k] = mustJob(bm, "big", map[string]any{"data": int64(k)})
+		}
+		b.pushJobs("big", jobs, nil)
+		bt, _, _ := st.takePending() // as a flush would: the jobs have rows
+		_ = bt
+		bm.StartTimer()
+		b.withQueue("big", false, func(s *Shard, q *Queue, now int64) { s.obliterate(q) })
+		bm.StopTimer()
+		st.takePending()
+		bm.StartTimer()
+	}
+}
