@@ -345,6 +345,7 @@ func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 		}
 		a.limit -= int64(len(ids))
 	}
+	fromHistory := len(ids) // written already: cleanHistory syncs
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil || a.none() {
 			return
@@ -361,7 +362,7 @@ func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 			ids = s.cleanFailed(q, cutoff, a.limit)
 		}
 	})
-	if len(ids) > 0 {
+	if len(ids) > fromHistory {
 		return ids, b.syncRemoval()
 	}
 	return ids, nil

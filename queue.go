@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"slices"
 )
 
@@ -99,15 +100,19 @@ func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
 }
 
 func (b *Broker) Obliterate(ctx context.Context, name string) error {
+	found := false
 	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
-		if q != nil {
+		if found = q != nil; found {
 			s.obliterate(q)
 		}
 	})
-	if err := b.syncRemoval(); err != nil {
-		return err
+	var err error
+	if found {
+		err = b.syncRemoval()
 	}
-	return b.obliterateHistory(ctx, name)
+	// The history goes whatever the sync said: memory has let the queue
+	// go, and history left on disk would bring it back after a restart.
+	return errors.Join(err, b.obliterateHistory(ctx, name))
 }
 
 // obliterate removes a queue and every job of it; s.mu is held.

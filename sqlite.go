@@ -437,13 +437,17 @@ func (s *SQLiteStore) Release() {
 	s.mu.Unlock()
 }
 
+// errStoreClosed is Sync's answer once Close has begun; Close writes what
+// was recorded before it.
+var errStoreClosed = errors.New("storage is closed")
+
 // Sync waits until everything recorded so far is committed.
 func (s *SQLiteStore) Sync() error {
 	ch := make(chan error, 1)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errors.New("storage is closed")
+		return errStoreClosed
 	}
 	s.barriers = append(s.barriers, ch)
 	s.mu.Unlock()
@@ -571,6 +575,14 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 	if err := s.loadQueues(ctx, b, &st); err != nil {
 		return st, err
 	}
+	// Numbers are never given twice: the highest on file may be a row
+	// that memory does not hold (completed history, an unreadable record),
+	// and a new job given it would overwrite that row.
+	var top sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT max(seq) FROM jobs`).Scan(&top); err != nil {
+		return st, fmt.Errorf("read jobs: %w", err)
+	}
+	b.seqAtLeast(top.Int64)
 	// The rows of big deletions not yet carried out are dead: skipped
 	// here, deleted by the writer once it starts.
 	dead, lists, err := deadSeqs(ctx, s)

@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +72,11 @@ func decodeSeqs(b []byte) ([]int64, error) {
 	var prev int64
 	for range n {
 		d, k := binary.Uvarint(b)
-		if k <= 0 || d > 1<<62 {
+		if k <= 0 {
 			return nil, errors.New("truncated")
+		}
+		if d > uint64(math.MaxInt64-prev) {
+			return nil, errors.New("number out of range")
 		}
 		b = b[k:]
 		prev += int64(d)
@@ -173,7 +177,6 @@ func deadSeqs(ctx context.Context, s *SQLiteStore) ([]int64, []purgeList, error)
 		return nil, nil, fmt.Errorf("read removals: %w", err)
 	}
 	defer rows.Close()
-	var all []int64
 	var lists []purgeList
 	for rows.Next() {
 		var id int64
@@ -183,17 +186,25 @@ func deadSeqs(ctx context.Context, s *SQLiteStore) ([]int64, []purgeList, error)
 		}
 		seqs, err := decodeSeqs(b)
 		if err != nil {
-			return nil, nil, fmt.Errorf("removals record %d unreadable: %w", id, err)
+			return nil, nil, fmt.Errorf("the list of removed jobs %d is unreadable (%w): the jobs it names cannot be told apart. "+
+				"To start anyway, with those jobs back, delete it: sqlite3 %s 'DELETE FROM purges WHERE id = %d'", id, err, s.path, id)
 		}
-		all = append(all, seqs...)
 		lists = append(lists, purgeList{id: id, seqs: seqs})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read removals: %w", err)
 	}
-	if len(lists) > 1 {
-		slices.Sort(all)
+	switch len(lists) {
+	case 0:
+		return nil, nil, nil
+	case 1:
+		return lists[0].seqs, lists, nil // read only: shared
 	}
+	var all []int64
+	for _, l := range lists {
+		all = append(all, l.seqs...)
+	}
+	slices.Sort(all)
 	return all, lists, nil
 }
 

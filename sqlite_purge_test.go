@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -19,7 +20,13 @@ func TestSeqsRoundTrip(t *testing.T) {
 			t.Fatalf("%v came back as %v", seqs, got)
 		}
 	}
-	for _, bad := range [][]byte{nil, {5, 1}, {1, 0x80}, {1, 1, 1}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}} {
+	// Gaps that add up past the largest int64 (found by review: they
+	// read as an unsorted list).
+	big := binary.AppendUvarint(nil, 3)
+	for range 3 {
+		big = binary.AppendUvarint(big, 1<<62)
+	}
+	for _, bad := range [][]byte{nil, {5, 1}, {1, 0x80}, {1, 1, 1}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, big} {
 		if seqs, err := decodeSeqs(bad); err == nil {
 			t.Fatalf("%x read as %v", bad, seqs)
 		}
@@ -156,6 +163,51 @@ func TestSQLitePurge(t *testing.T) {
 	defer b.Close()
 	if c := b.counts("gone"); c.Waiting+c.Active != 1+2*flushOps {
 		t.Fatalf("the drained queue holds %+v after a second start, want the held job and the %d pushed later", c, 2*flushOps)
+	}
+}
+
+// TestAwaitFlushWithPurges: background deletions never hold back a change
+// past its 10 ms (found by review: while rows were left to delete, a lone
+// change waited for all of them, 580 ms for 150,000), and a pause after a
+// failed step never leaves the writer waiting for a kick that may not come.
+func TestAwaitFlushWithPurges(t *testing.T) {
+	st, err := OpenSQLite(filepath.Join(t.TempDir(), "q.db"), "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	st.purging = []purgeList{{id: 1, seqs: []int64{1}}}
+	pend := func(age time.Duration) {
+		st.mu.Lock()
+		st.n, st.first = 1, time.Now().Add(-age)
+		st.mu.Unlock()
+	}
+	pend(2 * flushInterval)
+	if !st.awaitFlush(timer) {
+		t.Fatal("a deletion step went before a change past its deadline")
+	}
+	pend(-time.Hour) // a deadline far off, whatever the machine's pace
+	if st.awaitFlush(timer) {
+		t.Fatal("a change before its deadline was flushed though deletions wait")
+	}
+	// Paused deletions, a change pending, no kick: the change's deadline
+	// or the end of the pause ends the wait, whichever comes first; a
+	// pause longer than the test never ends it.
+	for _, pause := range []time.Duration{time.Microsecond, time.Millisecond, time.Hour} {
+		st.purgeRetry = time.Now().Add(pause)
+		pend(0)
+		done := make(chan bool, 1)
+		go func() { done <- st.awaitFlush(timer) }()
+		select {
+		case flush := <-done:
+			if pause == time.Hour && !flush {
+				t.Fatalf("pause %v: a deletion step though deletions are paused", pause)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("pause %v: awaitFlush still waiting after a minute", pause)
+		}
 	}
 }
 

@@ -657,3 +657,42 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 		t.Fatalf("%d rows once the job read back completed with removeOnComplete, want 0", n)
 	}
 }
+
+// TestSQLiteSeqPastFile: after a start, new jobs are numbered past every
+// row of the file, those memory does not hold included (found by review:
+// the rows of retired history above the jobs read back were overwritten
+// by new pushes, and that history was lost).
+func TestSQLiteSeqPastFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openTestStore(t, path)
+	var jobs []*Job
+	for i := range 5 {
+		jobs = append(jobs, mustJob(t, "q", map[string]any{"data": int64(i)}))
+	}
+	b.pushJobs("q", jobs, nil)
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The highest row marked as completed history, as retirement does.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top int64
+	if err := db.QueryRow(`SELECT max(seq) FROM jobs`).Scan(&top); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET id = 'old', queue = 'q', created_at = 1, done_at = 2 WHERE seq = ?`, top); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	b, st, _ = openTestStore(t, path)
+	defer st.Close()
+	defer b.Close()
+	j := mustJob(t, "q", map[string]any{"data": "new"})
+	b.pushJobs("q", []*Job{j}, nil)
+	if j.seq <= top {
+		t.Fatalf("a new job got number %d, at or under the file's highest %d", j.seq, top)
+	}
+}

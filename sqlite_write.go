@@ -39,6 +39,11 @@ func (s *SQLiteStore) writer() {
 		bt, bars, closed := s.takePending()
 		began := time.Now()
 		n := bt.len()
+		if len(bt.dels) >= s.purgeMin {
+			// Written as one tombstone: they would make the write rate
+			// (and with it the backlog allowed) look far higher than it is.
+			n -= len(bt.dels)
+		}
 		bt, dropped, err := s.writeOut(bt)
 		took := time.Since(began)
 		var barErr error
@@ -69,18 +74,20 @@ func (s *SQLiteStore) awaitFlush(timer *time.Timer) bool {
 		if closed || bars > 0 || n >= flushOps {
 			return true
 		}
-		if len(s.purging) > 0 && time.Now().After(s.purgeRetry) {
-			return false
-		}
+		now := time.Now()
 		wait := time.Duration(-1)
 		if n > 0 {
-			if wait = flushInterval - time.Since(first); wait <= 0 {
+			// The oldest change's deadline comes before deletions.
+			if wait = flushInterval - now.Sub(first); wait <= 0 {
 				return true
 			}
 		}
 		if len(s.purging) > 0 {
+			if !now.Before(s.purgeRetry) {
+				return false
+			}
 			// Deletions paused after a failure resume on their own.
-			if w := time.Until(s.purgeRetry); wait < 0 || w < wait {
+			if w := s.purgeRetry.Sub(now); wait < 0 || w < wait {
 				wait = w
 			}
 		}

@@ -115,7 +115,8 @@ func (b *Broker) syncRemoval() error {
 	if b.store == nil {
 		return nil
 	}
-	if err := b.store.Sync(); err != nil {
+	// Closed: the stop writes what is pending before it ends.
+	if err := b.store.Sync(); err != nil && !errors.Is(err, errStoreClosed) {
 		return errors.New("removed, but not yet on disk: " + err.Error())
 	}
 	return nil
