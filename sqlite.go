@@ -653,10 +653,21 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 // and the shards, a batch at a time. The index is sized from a count
 // first, so that it never grows (and rehashes) on the way.
 func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats, purged []int64) (bad int, err error) {
+	// The rows of a big deletion not yet carried out are passed over by
+	// their numbers, without reading them, when they lie in a few runs
+	// (a queue's jobs, pushed together): 1.5M of them took 2.6 s to read
+	// past at a start.
+	spans := liveSpans(purged)
 	var n int
 	var size, results int64
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs WHERE id IS NULL`).Scan(&n, &size); err != nil {
-		return 0, fmt.Errorf("count jobs: %w", err)
+	for _, sp := range spans {
+		var k int
+		var sz int64
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(record)), 0) FROM jobs WHERE id IS NULL AND seq BETWEEN ? AND ?`,
+			sp[0], sp[1]).Scan(&k, &sz); err != nil {
+			return 0, fmt.Errorf("count jobs: %w", err)
+		}
+		n, size = n+k, size+sz
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(length(result)), 0) FROM results`).Scan(&results); err != nil {
 		return 0, fmt.Errorf("count results: %w", err)
@@ -667,48 +678,60 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 		return 0, err
 	}
 	b.idxReserve(n)
-	// Completed history past the memory's cache stays on disk.
-	rows, err := s.db.QueryContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.id IS NULL`)
-	if err != nil {
-		return 0, fmt.Errorf("read jobs: %w", err)
-	}
 	batches := make(chan []loadedJob, 4)
 	var readErr error
 	go func() {
 		defer close(batches)
-		defer rows.Close()
 		var last recLast
 		batch := make([]loadedJob, 0, loadBatch)
 		var rec, res sql.RawBytes // outside the loop: Scan's pointers escape
 		var seq int64
-		for rows.Next() {
-			if err := rows.Scan(&seq, &rec, &res); err != nil {
-				readErr = err
+		// read reads one span's rows; false on an error (in readErr).
+		read := func(sp [2]int64) bool {
+			// Completed history past the memory's cache stays on disk.
+			rows, err := s.db.QueryContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
+				WHERE j.id IS NULL AND j.seq BETWEEN ? AND ?`, sp[0], sp[1])
+			if err != nil {
+				readErr = fmt.Errorf("read jobs: %w", err)
+				return false
+			}
+			defer rows.Close()
+			for rows.Next() {
+				if err := rows.Scan(&seq, &rec, &res); err != nil {
+					readErr = err
+					return false
+				}
+				if isDead(purged, seq) {
+					continue // a big deletion's row, not yet deleted
+				}
+				j, err := last.decode(rec)
+				if err != nil {
+					bad++
+					if bad <= 5 {
+						s.log.Error("job record unreadable, skipped", "err", err)
+					}
+					continue
+				}
+				var result Raw
+				if res != nil && j.state == StateCompleted {
+					result = clone(Raw(res))
+				}
+				batch = append(batch, loadedJob{j, result})
+				if len(batch) == loadBatch {
+					batches <- batch
+					batch = make([]loadedJob, 0, loadBatch)
+				}
+			}
+			if err := rows.Err(); err != nil {
+				readErr = fmt.Errorf("read jobs: %w", err)
+				return false
+			}
+			return true
+		}
+		for _, sp := range spans {
+			if !read(sp) {
 				return
 			}
-			if isDead(purged, seq) {
-				continue // a big deletion's row, not yet deleted
-			}
-			j, err := last.decode(rec)
-			if err != nil {
-				bad++
-				if bad <= 5 {
-					s.log.Error("job record unreadable, skipped", "err", err)
-				}
-				continue
-			}
-			var result Raw
-			if res != nil && j.state == StateCompleted {
-				result = clone(Raw(res))
-			}
-			batch = append(batch, loadedJob{j, result})
-			if len(batch) == loadBatch {
-				batches <- batch
-				batch = make([]loadedJob, 0, loadBatch)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			readErr = fmt.Errorf("read jobs: %w", err)
 		}
 		if len(batch) > 0 {
 			batches <- batch

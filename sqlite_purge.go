@@ -208,6 +208,36 @@ func deadSeqs(ctx context.Context, s *SQLiteStore) ([]int64, []purgeList, error)
 	return all, lists, nil
 }
 
+// maxSpans bounds how many ranges a start reads the jobs in; dead rows
+// in more runs than that are read past one by one (isDead).
+const maxSpans = 64
+
+// liveSpans are the ranges of job numbers to read at a start, around the
+// runs of dead numbers (sorted) when they are few: whole.
+func liveSpans(dead []int64) [][2]int64 {
+	all := [][2]int64{{math.MinInt64, math.MaxInt64}}
+	if len(dead) == 0 {
+		return all
+	}
+	var spans [][2]int64
+	lo := int64(math.MinInt64)
+	for i := 0; i < len(dead); {
+		k := i
+		for k+1 < len(dead) && dead[k+1] <= dead[k]+1 {
+			k++
+		}
+		if dead[i] > lo {
+			spans = append(spans, [2]int64{lo, dead[i] - 1})
+		}
+		if len(spans) > maxSpans || dead[k] == math.MaxInt64 {
+			return all
+		}
+		lo = dead[k] + 1
+		i = k + 1
+	}
+	return append(spans, [2]int64{lo, math.MaxInt64})
+}
+
 // isDead says whether seq is among dead (sorted).
 func isDead(dead []int64, seq int64) bool {
 	if len(dead) == 0 {

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -226,6 +227,7 @@ func rowCount(t *testing.T, db *sql.DB, table string) int {
 // when the deletion was one long transaction), and the restarted server
 // finishes deleting the rows.
 func TestCrashBigRemovals(t *testing.T) {
+	t.Parallel()
 	const n = purgeMin + 5000
 	for _, op := range []map[string]any{
 		{"cmd": "Obliterate", "queue": "big"},
@@ -233,6 +235,7 @@ func TestCrashBigRemovals(t *testing.T) {
 		{"cmd": "Clean", "queue": "big", "grace": 0, "state": "waiting", "limit": 2 * n},
 	} {
 		t.Run(op["cmd"].(string), func(t *testing.T) {
+			t.Parallel()
 			path, srv := crashServer(t)
 			c := dial(t, srv.addr())
 			pushMany(t, []*tclient{c}, "big", n, 1000)
@@ -294,5 +297,80 @@ func BenchmarkObliterateBig(bm *testing.B) {
 		bm.StopTimer()
 		st.takePending()
 		bm.StartTimer()
+	}
+}
+
+func TestLiveSpans(t *testing.T) {
+	const lo, hi = math.MinInt64, math.MaxInt64
+	whole := [][2]int64{{lo, hi}}
+	many := make([]int64, 0, 200)
+	for i := range int64(200) {
+		many = append(many, 2*i+1) // 200 runs of one
+	}
+	for _, c := range []struct {
+		dead []int64
+		want [][2]int64
+	}{
+		{nil, whole},
+		{[]int64{5}, [][2]int64{{lo, 4}, {6, hi}}},
+		{[]int64{22, 23, 24, 25}, [][2]int64{{lo, 21}, {26, hi}}},
+		{[]int64{1, 2, 7, 9, 9, 10}, [][2]int64{{lo, 0}, {3, 6}, {8, 8}, {11, hi}}},
+		{[]int64{3, hi}, whole},
+		{many, whole},
+	} {
+		if got := liveSpans(c.dead); !slices.Equal(got, c.want) {
+			t.Errorf("liveSpans(%v) = %v, want %v", c.dead, got, c.want)
+		}
+	}
+}
+
+// TestSQLitePurgeInterleaved: dead rows spread among live ones (two
+// queues pushed in turn, one drained) are read past one by one at a
+// start, and none comes back.
+func TestSQLitePurgeInterleaved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openTestStore(t, path)
+	for i := range 300 {
+		q := []string{"gone", "kept"}[i%2]
+		b.pushJobs(q, []*Job{mustJob(t, q, map[string]any{"data": int64(i)})}, nil)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.purgeMin = 50
+	b = NewBroker(2, st)
+	if _, err := st.Load(b); err != nil {
+		t.Fatal(err)
+	}
+	b.withQueue("gone", false, func(s *Shard, q *Queue, now int64) { s.drain(q) })
+	bt, _, _ := st.takePending()
+	if err := st.flush(bt); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b = NewBroker(2, st)
+	defer b.Close()
+	rs, err := st.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Waiting != 150 || b.counts("gone").Waiting != 0 || b.counts("kept").Waiting != 150 {
+		t.Fatalf("recovered %+v: gone %+v, kept %+v", rs, b.counts("gone"), b.counts("kept"))
+	}
+	if n := rowCount(t, st.db, "jobs"); n != 300 {
+		t.Fatalf("%d rows before the writer started, want the 300", n)
 	}
 }
