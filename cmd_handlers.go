@@ -34,9 +34,7 @@ func cmdHandlerSet(r *Req) error {
 	if hdrs, ok, err := r.m.Map("headers"); err != nil {
 		return errors.New("headers must be an object of strings")
 	} else if ok {
-		if len(hdrs.Fields) > maxHandlerHeaders {
-			return fmt.Errorf("a handler has at most %d headers (this one has %d)", maxHandlerHeaders, len(hdrs.Fields))
-		}
+		// The limits are checkHandler's, as for every other way in.
 		for _, f := range hdrs.Fields {
 			v, err := f.Val.Str()
 			if err != nil {
@@ -46,9 +44,6 @@ func cmdHandlerSet(r *Req) error {
 		}
 	}
 	if body := r.m.Get("body"); !absent(body) {
-		if len(body) > maxHandlerBody {
-			return fmt.Errorf("a handler's body is limited to %d bytes (this one has %d)", maxHandlerBody, len(body))
-		}
 		s.Body = json.RawMessage(rawJSON(body))
 	}
 	if s.TimeoutMs, _, err = r.m.Int("timeoutMs"); err != nil {

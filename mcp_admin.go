@@ -242,7 +242,7 @@ func mcpCronTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				if !okOf(m) {
+				if !answerOK(m) {
 					return failText(newJSONObj().str("error", "Cron not found").str("name", a.str("name")).close())
 				}
 				cron, err := mcpCron(m.Get("cron"))
@@ -257,7 +257,7 @@ func mcpCronTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("name", a.str("name")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("name", a.str("name")).close())
 			}},
 	}
 }
@@ -290,10 +290,10 @@ func mcpCron(r Raw) ([]byte, error) {
 	}
 	o := newJSONObj().str("name", name).str("queue", queue)
 	if !nullish(schedule) {
-		o.json("schedule", rawJSON(schedule))
+		o.raw("schedule", schedule)
 	}
 	if !nullish(every) {
-		o.json("repeatEvery", rawJSON(every))
+		o.raw("repeatEvery", every)
 	}
 	o.str("nextRun", isoMillis(next))
 	if f, err := m.Get("executions").Float(); err == nil {
@@ -397,7 +397,7 @@ func mcpWebhookTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("id", a.str("id")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("id", a.str("id")).close())
 			}},
 		{name: "bunqueue_list_webhooks", desc: "List the webhooks.", in: props(),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -414,7 +414,7 @@ func mcpWebhookTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("id", a.str("id")).boolean("enabled", a.boolean("enabled")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("id", a.str("id")).boolean("enabled", a.boolean("enabled")).close())
 			}},
 	}
 }
@@ -434,8 +434,8 @@ func (b *mcpBackend) webhooks(ctx context.Context) ([][]byte, error) {
 	out := make([][]byte, 0, len(raws))
 	for _, r := range raws {
 		w, _ := ParseMap(r, nil)
-		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).json("url", rawJSON(w.Get("url"))).
-			json("events", or(w.Get("events"), "[]")).json("queue", rawJSON(w.Get("queue"))).
+		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).raw("url", w.Get("url")).
+			json("events", or(w.Get("events"), "[]")).raw("queue", w.Get("queue")).
 			json("enabled", or(w.Get("enabled"), "true")).close())
 	}
 	return out, nil
@@ -470,7 +470,7 @@ func mcpWorkerTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("workerId", a.str("workerId")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("workerId", a.str("workerId")).close())
 			}},
 		{name: "bunqueue_worker_heartbeat", desc: "Tell the server a registered worker is alive.",
 			in: props(req("workerId", sStr("Worker ID"))),
@@ -479,7 +479,7 @@ func mcpWorkerTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("workerId", a.str("workerId")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("workerId", a.str("workerId")).close())
 			}},
 	}
 }
@@ -505,7 +505,7 @@ func (b *mcpBackend) workers(ctx context.Context) ([][]byte, error) {
 			}
 			return []byte(def)
 		}
-		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).json("name", rawJSON(w.Get("name"))).
+		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).raw("name", w.Get("name")).
 			json("queues", first("[]", "queues")).json("active", first("0", "activeJobs")).
 			json("processed", first("0", "processedJobs", "processed")).json("failed", first("0", "failedJobs", "failed")).
 			json("lastHeartbeat", first("0", "lastSeen", "lastHeartbeat")).close())
@@ -559,7 +559,7 @@ func mcpMonitorTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("jobId", a.str("jobId")).close())
 			}},
 		{name: "bunqueue_get_storage_status", desc: "Get the storage's health: whether the disk is full, and its error if any.", in: props(),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -641,7 +641,7 @@ func (b *mcpBackend) stats(ctx context.Context) ([]byte, error) {
 		if string(f.Key) == "reqId" {
 			continue
 		}
-		o.json(string(f.Key), rawJSON(f.Val))
+		o.raw(string(f.Key), f.Val)
 	}
 	return o.close(), nil
 }
@@ -669,7 +669,8 @@ func (b *mcpBackend) storageStatus(ctx context.Context) ([]byte, error) {
 // mcpHandlerTools register a queue's HTTP handler: the server then works
 // the queue's jobs by calling a URL (handlers.go). Unlike the reference's,
 // whose handler is a worker inside the MCP process, the handler lives in
-// the server: it survives the agent and a restart, in every mode.
+// the server: it survives the agent, and in SQLite mode a restart too (in
+// memory and PostgreSQL mode it lives in the broker's memory).
 func mcpHandlerTools() []*mcpTool {
 	queue := func(desc string) schemaProp { return req("queue", sStr(desc)) }
 	return []*mcpTool{

@@ -639,9 +639,6 @@ func (p *PG) failTx(ctx context.Context, tx pgx.Tx, id, token string, f failure)
 		return pgFailed{}, err
 	}
 	now := p.now()
-	if f.reason == "" {
-		f.reason = "max_attempts_exceeded"
-	}
 	set, err := p.settings(ctx, tx, []string{j.Queue})
 	if err != nil {
 		return pgFailed{}, pgErr(fmt.Errorf("fail: %w", err))

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -110,23 +109,14 @@ func (s *SQLiteStore) writePurge(ctx context.Context, bt *writeBatch, seqs []int
 func (s *SQLiteStore) purgeRows() error {
 	p := &s.purging[0]
 	n := min(len(p.seqs), purgeStep)
-	args := make([]any, n)
-	for i, seq := range p.seqs[:n] {
-		args[i] = seq
-	}
-	ctx := context.Background()
-	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	err := s.writeTx(func(ctx context.Context) error {
+		if err := s.deleteSeqs(ctx, p.seqs[:n]); err != nil || n < len(p.seqs) {
+			return err
+		}
+		_, err := s.wconn.ExecContext(ctx, `DELETE FROM purges WHERE id = ?`, p.id)
 		return err
-	}
-	err := s.deleteSeqs(ctx, args)
-	if err == nil && n == len(p.seqs) {
-		_, err = s.wconn.ExecContext(ctx, `DELETE FROM purges WHERE id = ?`, p.id)
-	}
-	if err == nil {
-		_, err = s.wconn.ExecContext(ctx, "COMMIT")
-	}
+	})
 	if err != nil {
-		s.wconn.ExecContext(ctx, "ROLLBACK")
 		return fmt.Errorf("delete removed jobs: %w", err)
 	}
 	if p.seqs = p.seqs[n:]; len(p.seqs) == 0 {
@@ -138,14 +128,18 @@ func (s *SQLiteStore) purgeRows() error {
 
 // deleteSeqs deletes the rows (record and result) of jobs by sequence
 // number, inside the caller's transaction.
-func (s *SQLiteStore) deleteSeqs(ctx context.Context, seqs []any) error {
-	if err := s.execChunks(ctx, "jobs-del", seqs, 1, func(n int) string {
-		return "DELETE FROM jobs WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+func (s *SQLiteStore) deleteSeqs(ctx context.Context, seqs []int64) error {
+	args := make([]any, len(seqs))
+	for i, seq := range seqs {
+		args[i] = seq
+	}
+	if err := s.execChunks(ctx, "jobs-del", args, 1, func(n int) string {
+		return "DELETE FROM jobs WHERE seq IN " + placeholders(1, n)
 	}); err != nil {
 		return err
 	}
-	return s.execChunks(ctx, "results-del", seqs, 1, func(n int) string {
-		return "DELETE FROM results WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	return s.execChunks(ctx, "results-del", args, 1, func(n int) string {
+		return "DELETE FROM results WHERE seq IN " + placeholders(1, n)
 	})
 }
 

@@ -63,31 +63,12 @@ func TestSQLitePurge(t *testing.T) {
 	b, st, _ := openTestStore(t, path)
 	// The drained jobs have the highest numbers: the numbers of dead rows
 	// must not be given again before the rows are deleted.
-	var kept []*Job
-	for i := range 20 {
-		kept = append(kept, mustJob(t, "kept", map[string]any{"data": int64(i)}))
-	}
-	b.pushJobs("kept", kept, nil)
-	var jobs []*Job
-	for i := range 300 {
-		jobs = append(jobs, mustJob(t, "gone", map[string]any{"data": int64(i)}))
-	}
-	b.pushJobs("gone", jobs, nil)
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	pushN(t, b, st, "kept", 20)
+	pushN(t, b, st, "gone", 300)
+	closeTestStore(t, b, st)
 
 	// The drain's changes, flushed by hand with the writer not started.
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.purgeMin = 50
-	b = NewBroker(2, st)
-	if _, err := st.Load(b); err != nil {
-		t.Fatal(err)
-	}
+	b, st, _ = openHeld(t, path, 50)
 	held, _ := claimN(b, "gone", 1)
 	if len(held) != 1 {
 		t.Fatalf("claimed %d", len(held))
@@ -97,10 +78,7 @@ func TestSQLitePurge(t *testing.T) {
 	if drained != 299 {
 		t.Fatalf("drained %d, want 299", drained)
 	}
-	bt, _, _ := st.takePending()
-	if err := st.flush(bt); err != nil {
-		t.Fatal(err)
-	}
+	flushByHand(t, st)
 	if n := rowCount(t, st.db, "purges"); n != 1 {
 		t.Fatalf("%d tombstones after the flush, want 1", n)
 	}
@@ -110,23 +88,12 @@ func TestSQLitePurge(t *testing.T) {
 	if len(st.purging) != 1 || len(st.purging[0].seqs) != 299 || st.Purging() != 299 {
 		t.Fatalf("the writer holds %d lists (%d rows) to delete, want one of 299", len(st.purging), st.Purging())
 	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
 
 	// As after a kill in the middle of the deletion. Jobs pushed before
 	// the writer starts, more than a flush's worth: their rows are written
 	// before the deletion goes on.
-	st, err = OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = NewBroker(2, st)
-	rs, err := st.Load(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, st, rs := openHeld(t, path, 0)
 	if rs.Waiting+rs.Active != 21 {
 		t.Fatalf("recovered %+v, want the 20 kept and the one held", rs)
 	}
@@ -136,9 +103,9 @@ func TestSQLitePurge(t *testing.T) {
 	if !b.withJob(held[0].ID, func(j *Job, _ *Shard) {}) {
 		t.Fatalf("the held job %s is gone", held[0].ID)
 	}
-	var later []*Job
-	for i := range 2 * flushOps {
-		later = append(later, mustJob(t, "gone", map[string]any{"data": int64(1000 + i)}))
+	later := make([]*Job, 2*flushOps)
+	for i := range later {
+		later[i] = mustJob(t, "gone", map[string]any{"data": int64(i)})
 	}
 	b.pushJobs("gone", later, nil)
 	st.Start()
@@ -155,10 +122,7 @@ func TestSQLitePurge(t *testing.T) {
 	if n := rowCount(t, st.db, "jobs"); n != 21+2*flushOps {
 		t.Fatalf("%d job rows once the deletion ended, want %d (20 kept, 1 held, %d pushed after the start)", n, 21+2*flushOps, 2*flushOps)
 	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
 	b, st, _ = openTestStore(t, path)
 	defer st.Close()
 	defer b.Close()
@@ -273,16 +237,8 @@ func TestCrashBigRemovals(t *testing.T) {
 // records, not what it writes).
 func BenchmarkObliterateBig(bm *testing.B) {
 	const n = 200000
-	st, err := OpenSQLite(filepath.Join(bm.TempDir(), "q.db"), "normal", quietLog())
-	if err != nil {
-		bm.Fatal(err)
-	}
-	defer st.Close()
-	b := NewBroker(2, st)
-	defer b.Close()
-	if _, err := st.Load(b); err != nil {
-		bm.Fatal(err)
-	}
+	b, st, _ := openHeld(bm, filepath.Join(bm.TempDir(), "q.db"), 0)
+	defer closeTestStore(bm, b, st)
 	jobs := make([]*Job, n)
 	for i := 0; bm.Loop(); i++ {
 		bm.StopTimer()
@@ -290,8 +246,7 @@ func BenchmarkObliterateBig(bm *testing.B) {
 			jobs[k] = mustJob(bm, "big", map[string]any{"data": int64(k)})
 		}
 		b.pushJobs("big", jobs, nil)
-		bt, _, _ := st.takePending() // as a flush would: the jobs have rows
-		_ = bt
+		st.takePending() // as a flush would: the jobs have rows
 		bm.StartTimer()
 		b.withQueue("big", false, func(s *Shard, q *Queue, now int64) { s.obliterate(q) })
 		bm.StopTimer()
@@ -334,39 +289,13 @@ func TestSQLitePurgeInterleaved(t *testing.T) {
 		q := []string{"gone", "kept"}[i%2]
 		b.pushJobs(q, []*Job{mustJob(t, q, map[string]any{"data": int64(i)})}, nil)
 	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.purgeMin = 50
-	b = NewBroker(2, st)
-	if _, err := st.Load(b); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
+	b, st, _ = openHeld(t, path, 50)
 	b.withQueue("gone", false, func(s *Shard, q *Queue, now int64) { s.drain(q) })
-	bt, _, _ := st.takePending()
-	if err := st.flush(bt); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st, err = OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	b = NewBroker(2, st)
-	defer b.Close()
-	rs, err := st.Load(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flushByHand(t, st)
+	closeTestStore(t, b, st)
+	b, st, rs := openHeld(t, path, 0)
+	defer closeTestStore(t, b, st)
 	if rs.Waiting != 150 || b.counts("gone").Waiting != 0 || b.counts("kept").Waiting != 150 {
 		t.Fatalf("recovered %+v: gone %+v, kept %+v", rs, b.counts("gone"), b.counts("kept"))
 	}

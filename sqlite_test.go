@@ -23,17 +23,48 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func openTestStore(t testing.TB, path string) (*Broker, *SQLiteStore, RecoveryStats) {
 	t.Helper()
+	b, st, rs := openHeld(t, path, 0)
+	st.Start()
+	return b, st, rs
+}
+
+// openHeld opens a store and loads a broker from it without starting the
+// writer: the test flushes by hand (flushByHand). A purgeMin other than 0
+// replaces the removals from which a flush writes a tombstone.
+func openHeld(t testing.TB, path string, purgeMin int) (*Broker, *SQLiteStore, RecoveryStats) {
+	t.Helper()
 	st, err := OpenSQLite(path, "normal", quietLog())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if purgeMin > 0 {
+		st.purgeMin = purgeMin
 	}
 	b := NewBroker(2, st)
 	rs, err := st.Load(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Start()
 	return b, st, rs
+}
+
+// flushByHand does what the writer does once: takes what is pending and
+// writes it.
+func flushByHand(t testing.TB, st *SQLiteStore) {
+	t.Helper()
+	bt, _, _ := st.takePending()
+	if err := st.flush(bt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closeTestStore stops a broker and closes its store.
+func closeTestStore(t testing.TB, b *Broker, st *SQLiteStore) {
+	t.Helper()
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func mustJob(t testing.TB, queue string, fields map[string]any) *Job {
@@ -588,22 +619,8 @@ func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
 // flush took (or that was read from the file) is deleted as before.
 func TestSQLiteUnwrittenRemoval(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := NewBroker(2, st)
-	if _, err := st.Load(b); err != nil {
-		t.Fatal(err)
-	}
-	// The writer is not started: the test takes and flushes by hand.
-	flush := func() {
-		t.Helper()
-		bt, _, _ := st.takePending()
-		if err := st.flush(bt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, st, _ := openHeld(t, path, 0)
+	flush := func() { flushByHand(t, st) }
 	pending := func() int {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -636,10 +653,7 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 	// Read back from the file, then removed.
 	b.pushJobs("q", []*Job{mustJob(t, "q", map[string]any{"data": 3, "removeOnComplete": true})}, nil)
 	flush()
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
 	b, st, _ = openTestStore(t, path)
 	defer st.Close()
 	defer b.Close()
@@ -665,15 +679,8 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 func TestSQLiteSeqPastFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
-	var jobs []*Job
-	for i := range 5 {
-		jobs = append(jobs, mustJob(t, "q", map[string]any{"data": int64(i)}))
-	}
-	b.pushJobs("q", jobs, nil)
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	pushN(t, b, st, "q", 5)
+	closeTestStore(t, b, st)
 	// The highest row marked as completed history, as retirement does.
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {

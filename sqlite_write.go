@@ -182,27 +182,33 @@ func (s *SQLiteStore) flush(bt *writeBatch) error {
 	if bt.len() == 0 {
 		return nil
 	}
-	// The transaction is driven with BEGIN/COMMIT on the writer's own
-	// connection rather than through database/sql's Tx, which would prepare
-	// every cached statement again for each transaction.
-	ctx := context.Background()
-	tx := s.wconn
-	if _, err := tx.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
 	bt.purge = nil
-	if err := s.writeChanges(ctx, bt); err != nil {
-		tx.ExecContext(ctx, "ROLLBACK")
+	if err := s.writeTx(func(ctx context.Context) error { return s.writeChanges(ctx, bt) }); err != nil {
 		return err
-	}
-	if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
-		tx.ExecContext(ctx, "ROLLBACK")
-		return fmt.Errorf("commit: %w", err)
 	}
 	// The tombstones are on disk: their rows are deleted from now on.
 	for _, p := range bt.purge {
 		s.purging = append(s.purging, p)
 		s.purgeLeft.Add(int64(len(p.seqs)))
+	}
+	return nil
+}
+
+// writeTx runs fn in one transaction on the writer's connection, driven
+// with BEGIN/COMMIT rather than through database/sql's Tx, which would
+// prepare every cached statement again for each transaction.
+func (s *SQLiteStore) writeTx(fn func(ctx context.Context) error) error {
+	ctx := context.Background()
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		s.wconn.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		s.wconn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
@@ -275,14 +281,8 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, bt *writeBatch) error {
 		if err := s.writePurge(ctx, bt, bt.dels); err != nil {
 			return err
 		}
-	} else if len(bt.dels) > 0 {
-		del := make([]any, len(bt.dels))
-		for i, seq := range bt.dels {
-			del[i] = seq
-		}
-		if err := s.deleteSeqs(ctx, del); err != nil {
-			return fmt.Errorf("delete jobs: %w", err)
-		}
+	} else if err := s.deleteSeqs(ctx, bt.dels); err != nil {
+		return fmt.Errorf("delete jobs: %w", err)
 	}
 	if err := s.writeRetired(ctx, retired); err != nil {
 		return fmt.Errorf("mark completed history: %w", err)
@@ -324,7 +324,7 @@ func (s *SQLiteStore) writeLogs(ctx context.Context, logs map[string][]LogEntry)
 		return fmt.Errorf("write logs: %w", err)
 	}
 	if err := s.execChunks(ctx, "logs-del", logDel, 1, func(n int) string {
-		return "DELETE FROM job_logs WHERE job_id IN (" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+		return "DELETE FROM job_logs WHERE job_id IN " + placeholders(1, n)
 	}); err != nil {
 		return fmt.Errorf("delete logs: %w", err)
 	}

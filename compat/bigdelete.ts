@@ -15,6 +15,7 @@ import { Queue } from 'bunqueue/client';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { healthy } from './lib';
 
 const bin = process.argv[2];
 const N = Number(process.argv[3] ?? 1_500_000);
@@ -34,23 +35,11 @@ function start(db: string) {
   });
 }
 
-async function healthy(deadlineMs: number): Promise<number> {
-  const t0 = performance.now();
-  while (performance.now() - t0 < deadlineMs) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${http}/health`);
-      if (r.ok) return performance.now() - t0;
-    } catch {}
-    await Bun.sleep(20);
-  }
-  throw new Error(`no /health within ${deadlineMs} ms`);
-}
-
 // Fills a new file with N jobs in 'big' and removes them; the server is
 // left running, the time the removal took returned.
 async function fillAndRemove(db: string) {
   const srv = start(db);
-  await healthy(60_000);
+  await healthy(http, 60_000);
   const big = new Queue('big', { connection: conn });
   for (let i = 0; i < N; i += 1000) {
     const batch = [];
@@ -82,7 +71,7 @@ const b = await fillAndRemove(join(dir, 'b.db'));
 b.srv.kill('SIGKILL');
 await b.srv.exited;
 const srv = start(join(dir, 'b.db'));
-const restartMs = await healthy(600_000);
+const restartMs = await healthy(http, 600_000);
 const big = new Queue('big', { connection: conn });
 const counts = await big.getJobCountsAsync();
 big.close?.();

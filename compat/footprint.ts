@@ -16,6 +16,7 @@ import { Queue } from 'bunqueue/client';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { healthy } from './lib';
 
 const kind = process.argv[2];
 const bin = kind === 'queued' ? process.argv[3] : '';
@@ -37,18 +38,6 @@ function start() {
     env: { ...process.env, TCP_PORT: String(tcp), HTTP_PORT: String(http) },
     stdout: 'ignore', stderr: 'ignore',
   });
-}
-
-async function healthy(deadlineMs: number): Promise<number> {
-  const t0 = performance.now();
-  while (performance.now() - t0 < deadlineMs) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${http}/health`);
-      if (r.ok) return performance.now() - t0;
-    } catch {}
-    await Bun.sleep(20);
-  }
-  throw new Error(`no /health within ${deadlineMs} ms`);
 }
 
 // The process and its descendants (the reference may run under a wrapper).
@@ -88,7 +77,7 @@ function cpuMs(pid: number): number {
 }
 
 let srv = start();
-await healthy(60_000);
+await healthy(http, 60_000);
 const q = new Queue(`footprint`, { connection: { host: '127.0.0.1', port: tcp } });
 const cpu0 = cpuMs(srv.pid);
 const t0 = performance.now();
@@ -107,7 +96,7 @@ q.close?.();
 srv.kill('SIGKILL');
 await srv.exited;
 srv = start();
-const restartMs = await healthy(600_000);
+const restartMs = await healthy(http, 600_000);
 const rssAtHealth = rssMB(srv.pid);
 await Bun.sleep(10_000);
 const rssSettled = rssMB(srv.pid);

@@ -11,6 +11,19 @@ export function uniq(prefix: string): string {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Waits until a server's GET /health answers on httpPort; the ms it took. */
+export async function healthy(httpPort: number, deadlineMs: number): Promise<number> {
+  const t0 = performance.now();
+  while (performance.now() - t0 < deadlineMs) {
+    try {
+      const r = await fetch(`http://127.0.0.1:${httpPort}/health`);
+      if (r.ok) return performance.now() - t0;
+    } catch {}
+    await sleep(20);
+  }
+  throw new Error(`no /health within ${deadlineMs} ms`);
+}
+
 export function check(cond: unknown, msg: string): asserts cond {
   if (!cond) throw new Error('check failed: ' + msg);
 }
