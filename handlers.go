@@ -331,11 +331,16 @@ func (h *Handlers) work(ctx context.Context, r *handlerRun) {
 		}
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if callErr != nil {
-			_, err = b.call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())
+			m, err = b.call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())
 		} else {
-			_, err = b.call(actx, "ACK", "id", id, "token", token, "result", json.RawMessage(result))
+			m, err = b.call(actx, "ACK", "id", id, "token", token, "result", json.RawMessage(result))
 		}
 		cancel()
+		if err == nil {
+			// A refusal (a lost lock, a result over its limit) is an answer
+			// too, and as worth a line in the log.
+			err = refusal(m, "outcome refused")
+		}
 		if err != nil {
 			h.log.Warn("handler: job outcome not recorded; its lease will return it", "queue", r.spec.Queue, "job", id, "err", err)
 		}

@@ -307,7 +307,8 @@ func mcpFlowTools() []*mcpTool {
 				if root == nil || rawString(root.Get("queue")) != a.str("queueName") {
 					return failText(errorText("Flow not found"))
 				}
-				tree, err := b.flowNode(ctx, *root, depth, maxChildren, map[string]bool{}, nil)
+				left := mcpFlowMaxJobs // a tree read repeats ids at will (childrenIds is data)
+				tree, err := b.flowNode(ctx, *root, depth, maxChildren, map[string]bool{}, nil, &left)
 				if err != nil {
 					return mcpResult{}, err
 				}
@@ -404,7 +405,12 @@ func (b *mcpBackend) flowJob(ctx context.Context, id string, root bool) (*Map, e
 // parentRef is the parent a flow's child must point back to.
 type parentRef struct{ id, queue string }
 
-func (b *mcpBackend) flowNode(ctx context.Context, job Map, depth, maxChildren float64, ancestors map[string]bool, parent *parentRef) ([]byte, error) {
+// flowNode renders a job and its children down to depth; left counts the
+// nodes the whole read may still render.
+func (b *mcpBackend) flowNode(ctx context.Context, job Map, depth, maxChildren float64, ancestors map[string]bool, parent *parentRef, left *int) ([]byte, error) {
+	if *left--; *left < 0 {
+		return nil, fmt.Errorf("flow exceeds the %d job limit", mcpFlowMaxJobs)
+	}
 	id := rawString(job.Get("id"))
 	queue := rawString(job.Get("queue"))
 	if ancestors[id] {
@@ -462,7 +468,7 @@ func (b *mcpBackend) flowNode(ctx context.Context, job Map, depth, maxChildren f
 		if err != nil {
 			return nil, err
 		}
-		out, err := b.flowNode(ctx, *child, depth-1, maxChildren, next, &parentRef{id: id, queue: queue})
+		out, err := b.flowNode(ctx, *child, depth-1, maxChildren, next, &parentRef{id: id, queue: queue}, left)
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // addMCPRoutes serves /mcp. GET (a stream for messages the server starts)
@@ -52,6 +53,9 @@ func (a *httpAPI) serveMCP(srv *mcpServer, w http.ResponseWriter, r *http.Reques
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	// A tool may have waited (wait_for_job, a pull): the write's deadline,
+	// set when the request came, starts now.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(httpWriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(ans)

@@ -197,8 +197,10 @@ func (s *schema) appendJSON(b []byte, top bool) []byte {
 // not fit the schema, naming where: "jobs[2].name: expected a string".
 func (t toolSchema) check(v any) error { return t.checkAt(t.top, v, "", 0) }
 
-// maxSchemaDepth bounds a recursive schema's walk (a flow's children).
-const maxSchemaDepth = 64
+// maxSchemaDepth bounds a recursive schema's walk (a flow's children):
+// three levels a flow level (the children array, its $ref, the node), so
+// that a flow is refused by its own depth limit, with its own message.
+const maxSchemaDepth = 3*mcpFlowMaxDepth + 8
 
 func (t toolSchema) checkAt(s *schema, v any, at string, depth int) error {
 	if depth > maxSchemaDepth {

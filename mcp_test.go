@@ -343,7 +343,7 @@ func TestHandlerAddressGuard(t *testing.T) {
 func TestToolSchemaCheck(t *testing.T) {
 	flow := mcpToolIndex["bunqueue_add_flow"].in
 	deep := `{"name":"a","queueName":"q"}`
-	for range 70 {
+	for range maxSchemaDepth { // past the check's bound, whatever the flow's own
 		deep = `{"name":"a","queueName":"q","children":[` + deep + `]}`
 	}
 	for args, want := range map[string]string{

@@ -102,33 +102,31 @@ func encVal(e *Enc, v any) error {
 // call sends cmd with the fields given as key, value pairs (an undef
 // value, or a nil JSON one, is left out) and answers the answer's map.
 func (b *mcpBackend) call(ctx context.Context, cmd string, kv ...any) (Map, error) {
-	var encErr error
-	body, err := b.send(ctx, cmd, func(e *Enc) int {
-		n := 0
-		for i := 0; i+1 < len(kv); i += 2 {
-			v := kv[i+1]
-			if _, skip := v.(undef); skip {
-				continue
-			}
-			if r, ok := v.(json.RawMessage); ok && r == nil {
-				continue
-			}
-			mark := len(e.B)
-			e.Str(kv[i].(string))
-			if err := encVal(e, v); err != nil {
-				e.B = e.B[:mark]
-				encErr = fmt.Errorf("%s: %w", kv[i], err)
-				continue
-			}
-			n++
+	// The fields are encoded before anything is sent: a field that cannot
+	// be (JSON nested too deep, say) must not leave a command sent without
+	// it (a job pushed with no data).
+	var fields Enc
+	n := 0
+	for i := 0; i+1 < len(kv); i += 2 {
+		v := kv[i+1]
+		if _, skip := v.(undef); skip {
+			continue
 		}
+		if r, ok := v.(json.RawMessage); ok && r == nil {
+			continue
+		}
+		fields.Str(kv[i].(string))
+		if err := encVal(&fields, v); err != nil {
+			return Map{}, fmt.Errorf("%s: %w", kv[i], err)
+		}
+		n++
+	}
+	body, err := b.send(ctx, cmd, func(e *Enc) int {
+		e.B = append(e.B, fields.B...)
 		return n
 	})
 	if err != nil {
 		return Map{}, err
-	}
-	if encErr != nil {
-		return Map{}, encErr
 	}
 	m, err := ParseMap(body, nil)
 	if err != nil {
@@ -179,13 +177,10 @@ func or(r Raw, def string) []byte {
 	return rawJSON(r)
 }
 
-// okOf is the answer's ok.
-func okOf(m Map) bool { v, _, _ := m.Bool("ok"); return v }
-
 // refusal is an ok:false answer as an error: its message, or def when it
 // has none; nil for an ok answer.
 func refusal(m Map, def string) error {
-	if okOf(m) {
+	if answerOK(m) {
 		return nil
 	}
 	if msg, _, _ := m.Str("error"); msg != "" {
@@ -252,7 +247,7 @@ func mcpJob(r Raw) ([]byte, error) {
 		str("id", rawString(m.Get("id"))).
 		str("name", name).
 		json("queue", or(m.Get("queue"), `""`)).
-		json("data", rawJSON(m.Get("data"))).
+		raw("data", m.Get("data")).
 		json("priority", or(m.Get("priority"), "0")).
 		json("progress", or(m.Get("progress"), "0")).
 		json("attempts", or(m.Get("attempts"), "0")).
@@ -466,7 +461,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return prettyText(newJSONObj().str("jobId", a.str("jobId")).json("result", rawJSON(m.Get("result"))).close())
+				return prettyText(newJSONObj().str("jobId", a.str("jobId")).raw("result", m.Get("result")).close())
 			}},
 		{name: "bunqueue_cancel_job", desc: "Cancel a job that is waiting or delayed.",
 			in:  props(req("jobId", sStr("Job ID to cancel"))),
@@ -485,7 +480,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).num("progress", progress).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("jobId", a.str("jobId")).num("progress", progress).close())
 			}},
 		{name: "bunqueue_get_children_values", desc: "Get what each child of a parent job returned (flows).",
 			in: props(req("parentJobId", sStr("Parent job ID"))),
@@ -511,7 +506,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", okOf(m)).close())
+				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", answerOK(m)).close())
 			}},
 	}
 }
@@ -540,7 +535,7 @@ func successTool(cmd, key, arg string) func(ctx context.Context, b *mcpBackend, 
 		if err != nil {
 			return mcpResult{}, err
 		}
-		return okText(newJSONObj().boolean("success", okOf(m)).str(arg, a.str(arg)).close())
+		return okText(newJSONObj().boolean("success", answerOK(m)).str(arg, a.str(arg)).close())
 	}
 }
 
@@ -557,7 +552,7 @@ func mcpJobMgmtTools() []*mcpTool {
 			if err != nil {
 				return mcpResult{}, err
 			}
-			return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).num(key, v).close())
+			return okText(newJSONObj().boolean("success", answerOK(m)).str("jobId", a.str("jobId")).num(key, v).close())
 		}
 	}
 	return []*mcpTool{
@@ -568,7 +563,7 @@ func mcpJobMgmtTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("jobId", a.str("jobId")).close())
 			}},
 		{name: "bunqueue_change_job_priority", desc: "Change a waiting job's priority (higher is processed first).",
 			in:  props(jobID, req("priority", sNum("New priority value"))),
@@ -680,7 +675,7 @@ func mcpConsumeTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", okOf(m)).str("jobId", a.str("jobId")).close())
+				return okText(newJSONObj().boolean("success", answerOK(m)).str("jobId", a.str("jobId")).close())
 			}},
 	}
 }
