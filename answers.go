@@ -351,7 +351,7 @@ func (r *Req) pullRoom() error {
 func jobWireBound(j *Job, rv Raw) int64 {
 	c := j.cold()
 	strs := len(c.Tags) + len(c.DependsOn) + len(c.Children) + len(c.Stack)
-	return j.size() + int64(len(j.Queue)+len(rv)) + 5*int64(strs) + 64*int64(len(j.Timeline)) + 2048
+	return j.size() + int64(len(j.Queue)+len(rv)) + 5*int64(strs) + 64*int64(j.timelineLen()) + 2048
 }
 
 // maxJobWire is the most jobWireBound can be for a job without a result:

@@ -941,7 +941,8 @@ func repeatSuccessor(j *Job, now int64) *Job {
 	n.CreatedAt, n.RunAt, n.Heartbeat = now, next, now
 	n.StartedAt, n.DoneAt, n.Attempts, n.warm().Stalls = 0, 0, 0, 0
 	n.warm().Progress, n.warm().ProgressMsg, n.warm().HasProgressMsg, n.warm().Stack = nil, "", false, nil
-	n.Timeline, n.warm().history, n.dlq = nil, nil, nil
+	n.resetTimeline()
+	n.warm().history, n.dlq = nil, nil
 	n.state, n.warm().failErr, n.warm().hasFail = StateNone, "", false
 	n.warm().childValues, n.warm().failedKids, n.warm().ignoredKids = nil, nil, nil
 	n.warm().Repeat = setDataKey(setDataKey(j.cold().Repeat, "count", intRaw(rs.count+1)), "prevMillis", intRaw(next))

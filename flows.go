@@ -531,7 +531,7 @@ func (s *Shard) placeNew(q *Queue, j *Job, now int64) {
 	} else {
 		s.enqueue(q, j, now)
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state, At: now})
+	j.addFirstEntry(now)
 }
 
 // ---------------------------------------------------------------------------
@@ -658,7 +658,7 @@ func setParent(c *Job, pid, pqueue string) {
 // markWaitingChildren notes on the timeline that p waits for children,
 // once.
 func markWaitingChildren(p *Job, now int64) {
-	if l := len(p.Timeline); l == 0 || p.Timeline[l-1].State != StateWaitingChildren {
+	if p.lastTimelineState() != StateWaitingChildren {
 		p.addTimeline(TimelineEntry{State: StateWaitingChildren, At: now})
 	}
 }

@@ -106,7 +106,10 @@ type Job struct {
 	StartedAt int64 // 0 = null
 	DoneAt    int64 // completedAt; 0 = null
 	Heartbeat int64
-	Timeline  []TimelineEntry
+	// Timeline is the job's history after its first entry when tl0 holds
+	// that entry (see timeline); read it through timeline(), timelineLen()
+	// and lastTimelineState(), add to it through addTimeline.
+	Timeline []TimelineEntry
 	// c holds what most jobs leave unset (jobCold): read through
 	// cold(), written through warm().
 	c *jobCold
@@ -128,7 +131,11 @@ type Job struct {
 	pending int32
 	flow    atomic.Uint32 // flowDep | flowDone
 
-	state       State
+	state State
+	// tl0, when set, is the first timeline entry's state, its time the
+	// job's CreatedAt: nearly every job starts so, and a waiting job's one
+	// entry then costs no 32-byte array of its own.
+	tl0         State
 	inHeap      [heapKinds]bool
 	concSlot    bool // holds one of its queue's concurrency slots
 	groupActive bool // counted in its group's active jobs
@@ -256,15 +263,76 @@ func (c *jobCold) isDefault() bool {
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {
-	if len(j.Timeline) < maxTimelineEntries {
-		if len(j.Timeline) == 1 && cap(j.Timeline) == 1 {
-			// Most jobs go waiting, active, completed: room for the
-			// three at once, rather than a copy at each step.
-			j.Timeline = append(make([]TimelineEntry, 0, 3), j.Timeline[0])
-		}
+	n := len(j.Timeline)
+	switch {
+	case n == 0 && j.tl0 == StateNone && e.State != StateNone && e.At == j.CreatedAt && !e.HasErr && e.Attempt == 0:
+		j.tl0 = e.State // the first entry, implied
+	case n+j.implied() >= maxTimelineEntries:
+	case n == 0 && j.tl0 != StateNone:
+		// Most jobs go on to active and completed: room for both at once.
+		j.Timeline = append(make([]TimelineEntry, 0, 2), e)
+	case n == 1 && cap(j.Timeline) == 1:
+		// The same when the first entry is kept (it had another time).
+		j.Timeline = append(make([]TimelineEntry, 0, 3), j.Timeline[0], e)
+	default:
 		j.Timeline = append(j.Timeline, e)
 	}
 }
+
+// addFirstEntry adds the timeline entry of a job's admission, in the
+// state it was given. A new job's entry carries its creation time, as the
+// reference's does (a batch is parsed a moment before it is admitted).
+func (j *Job) addFirstEntry(now int64) {
+	at := now
+	if j.timelineLen() == 0 && j.CreatedAt > 0 && j.CreatedAt <= now {
+		at = j.CreatedAt
+	}
+	j.addTimeline(TimelineEntry{State: j.state, At: at})
+}
+
+// implied is 1 when the first timeline entry is held by tl0.
+func (j *Job) implied() int {
+	if j.tl0 != StateNone {
+		return 1
+	}
+	return 0
+}
+
+// timelineLen is the number of entries in the job's timeline.
+func (j *Job) timelineLen() int { return len(j.Timeline) + j.implied() }
+
+// timeline is the whole timeline, the implied first entry included; a
+// new slice when there is one.
+func (j *Job) timeline() []TimelineEntry {
+	if j.tl0 == StateNone {
+		return j.Timeline
+	}
+	return append([]TimelineEntry{{State: j.tl0, At: j.CreatedAt}}, j.Timeline...)
+}
+
+// lastTimelineState is the state of the timeline's last entry; StateNone
+// when it is empty.
+func (j *Job) lastTimelineState() State {
+	if n := len(j.Timeline); n > 0 {
+		return j.Timeline[n-1].State
+	}
+	return j.tl0
+}
+
+// resetTimeline empties the timeline.
+func (j *Job) resetTimeline() { j.Timeline, j.tl0 = nil, StateNone }
+
+// timelineMark is where a timeline stood, for timelineBack.
+type timelineMark struct {
+	n   int
+	tl0 State
+}
+
+func (j *Job) timelineMark() timelineMark { return timelineMark{len(j.Timeline), j.tl0} }
+
+// timelineBack takes the timeline back to a mark: what was added since
+// (by a transaction that was rolled back) is dropped.
+func (j *Job) timelineBack(m timelineMark) { j.Timeline, j.tl0 = j.Timeline[:m.n], m.tl0 }
 
 // readyState is the state of a queued job that is not delayed.
 func (j *Job) readyState() State {
@@ -303,7 +371,7 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 	encodeJobState(e, j)   // 11
 	encodeJobOptions(e, j) // 24
 	e.Str("timeline")      // 1
-	encodeTimeline(e, j.Timeline)
+	encodeTimeline(e, j)
 	if mode == jobWithState {
 		e.Str("state")
 		e.Str(state)
@@ -454,10 +522,17 @@ func encodeJobOptions(e *Enc, j *Job) {
 
 // encodeTimeline writes the job's history as an array of maps, with error
 // and attempt only where present.
-func encodeTimeline(e *Enc, tl []TimelineEntry) {
-	e.ArrayHead(len(tl))
-	for i := range tl {
-		t := &tl[i]
+func encodeTimeline(e *Enc, j *Job) {
+	e.ArrayHead(j.timelineLen())
+	if j.tl0 != StateNone {
+		e.MapHead(2)
+		e.Str("state")
+		e.Str(j.tl0.String())
+		e.Str("timestamp")
+		e.Int(j.CreatedAt)
+	}
+	for i := range j.Timeline {
+		t := &j.Timeline[i]
 		k := 2
 		if t.HasErr {
 			k++
@@ -623,7 +698,7 @@ func (j *Job) readCopy() *Job {
 		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
 		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
 		Attempts: j.Attempts, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
-		state: j.state, seq: j.seq,
+		state: j.state, tl0: j.tl0, seq: j.seq,
 	}
 	if j.c != nil {
 		c := *j.c

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 	"unsafe"
@@ -155,5 +156,79 @@ func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
 func TestTimelineEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(TimelineEntry{}); n != 32 {
 		t.Errorf("a timeline entry is %d bytes, want 32", n)
+	}
+}
+
+// TestImpliedFirstTimelineEntry: a job's first timeline entry, at its
+// creation, is held by tl0 rather than an array of its own; the wire and
+// the record carry it as before, byte for byte, and a record read back
+// holds it the same way.
+func TestImpliedFirstTimelineEntry(t *testing.T) {
+	const created = 1796007115626
+	j := &Job{ID: "a", Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting}
+	j.addFirstEntry(created + 3) // admitted a moment after its batch was parsed
+	if j.tl0 != StateWaiting || j.Timeline != nil || j.timelineLen() != 1 {
+		t.Fatalf("first entry: tl0 %v, Timeline %+v", j.tl0, j.Timeline)
+	}
+	explicit := &Job{ID: "a", Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting,
+		Timeline: []TimelineEntry{{State: StateWaiting, At: created}}}
+	if !reflect.DeepEqual(j.timeline(), explicit.Timeline) {
+		t.Fatalf("timeline() = %+v", j.timeline())
+	}
+	same := func(step string) {
+		t.Helper()
+		var a, b Enc
+		encodeJob(&a, j, jobWithState, "waiting", nil)
+		encodeJob(&b, explicit, jobWithState, "waiting", nil)
+		if !bytes.Equal(a.B, b.B) {
+			t.Fatalf("%s: the wire differs:\n%x\n%x", step, a.B, b.B)
+		}
+		a.B, b.B = a.B[:0], b.B[:0]
+		encodeRecord(&a, j)
+		encodeRecord(&b, explicit)
+		if !bytes.Equal(a.B, b.B) {
+			t.Fatalf("%s: the record differs", step)
+		}
+		back, err := decodeRecord(a.B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.tl0 != StateWaiting || !reflect.DeepEqual(back.timeline(), j.timeline()) {
+			t.Fatalf("%s: read back as tl0 %v, %+v", step, back.tl0, back.Timeline)
+		}
+	}
+	same("waiting")
+
+	m := j.timelineMark()
+	for _, st := range []State{StateActive, StateCompleted} {
+		j.addTimeline(TimelineEntry{State: st, At: created + 10})
+		explicit.addTimeline(TimelineEntry{State: st, At: created + 10})
+		same(st.String())
+	}
+	if cap(j.Timeline) != 2 || j.lastTimelineState() != StateCompleted || j.timelineLen() != 3 {
+		t.Fatalf("after two steps: %+v (cap %d)", j.Timeline, cap(j.Timeline))
+	}
+	j.timelineBack(m)
+	if j.timelineLen() != 1 || j.lastTimelineState() != StateWaiting {
+		t.Fatalf("back to the mark: tl0 %v, %+v", j.tl0, j.Timeline)
+	}
+	j.timelineBack(timelineMark{})
+	if j.timelineLen() != 0 || j.lastTimelineState() != StateNone {
+		t.Fatal("back to an empty timeline: not empty")
+	}
+
+	// An entry at another time, or with an error, is kept as it is.
+	k := &Job{CreatedAt: created}
+	k.addTimeline(TimelineEntry{State: StateWaiting, At: created + 1})
+	if k.tl0 != StateNone || len(k.Timeline) != 1 {
+		t.Fatalf("an entry after creation was implied: %+v", k)
+	}
+
+	// The limit counts the implied entry.
+	for range 2 * maxTimelineEntries {
+		j.addTimeline(TimelineEntry{State: StateWaiting, At: created + 20})
+	}
+	if j.timelineLen() != maxTimelineEntries {
+		t.Fatalf("%d entries, the limit is %d", j.timelineLen(), maxTimelineEntries)
 	}
 }

@@ -224,14 +224,15 @@ func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) e
 // options, and answers their ids. batch holds jobs of the push others of
 // it may depend on, by id.
 func (p *PG) pushJobs(ctx context.Context, queue string, jobs []*Job, batch map[string]*Job) (ids []string, made int, err error) {
-	tl := make([]int, len(jobs))
+	tl := make([]timelineMark, len(jobs))
 	for i, j := range jobs {
-		tl[i] = len(j.Timeline)
+		tl[i] = j.timelineMark()
 	}
 	err = pgRetry(ctx, func() error {
 		// A run that was rolled back left its entries on the timelines.
 		for i, j := range jobs {
-			j.Timeline, j.pending = j.Timeline[:tl[i]], 0
+			j.timelineBack(tl[i])
+			j.pending = 0
 		}
 		ids, made, err = p.pushOnce(ctx, queue, jobs, batch)
 		return err
@@ -593,14 +594,14 @@ func (p *PG) PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error) {
 			waiters, deps = append(waiters, f.job.ID), append(deps, d)
 		}
 	}
-	tl := make([]int, len(jobs))
+	tl := make([]timelineMark, len(jobs))
 	for i, f := range jobs {
-		tl[i] = len(f.job.Timeline)
+		tl[i] = f.job.timelineMark()
 	}
 	err := p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		// A run that was rolled back left its entries on the timelines.
 		for i, fj := range jobs {
-			fj.job.Timeline = fj.job.Timeline[:tl[i]]
+			fj.job.timelineBack(tl[i])
 		}
 		if err := p.flowIDsFree(ctx, tx, ids); err != nil {
 			return err

@@ -63,7 +63,7 @@ func pgAdmit(j *Job, now int64) {
 	default:
 		j.state = j.readyState()
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: j.state, At: now})
+	j.addFirstEntry(now)
 }
 
 const (

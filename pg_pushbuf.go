@@ -352,10 +352,10 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 
 // insertPlain writes plain jobs in one transaction through insertJobs.
 func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted, refused map[string]error) error {
-	var tl []int
+	var tl []timelineMark
 	for _, r := range batch {
 		for _, j := range r.jobs {
-			tl = append(tl, len(j.Timeline))
+			tl = append(tl, j.timelineMark())
 		}
 	}
 	// Two brokers inserting the same unique keys in another order may
@@ -364,7 +364,7 @@ func (p *PG) insertPlain(ctx context.Context, batch []*pgPushReq, order []string
 		i := 0
 		for _, r := range batch {
 			for _, j := range r.jobs {
-				j.Timeline = j.Timeline[:tl[i]]
+				j.timelineBack(tl[i])
 				i++
 			}
 		}

@@ -144,7 +144,16 @@ func encRecordDedup(e *Enc, j *Job) {
 }
 
 func encRecordTimeline(e *Enc, j *Job) {
-	e.ArrayHead(len(j.Timeline))
+	// The record keeps every entry, the implied first one too: a reader
+	// need not know the rule.
+	e.ArrayHead(j.timelineLen())
+	if j.tl0 != StateNone {
+		e.ArrayHead(4)
+		e.Str(j.tl0.String())
+		recInt(e, j.CreatedAt)
+		recOptStr(e, "", false)
+		recInt(e, 0)
+	}
 	for _, t := range j.Timeline {
 		e.ArrayHead(4)
 		e.Str(t.State.String())
@@ -487,14 +496,15 @@ func decRecordDedup(r *recReader, j *Job) {
 }
 
 // decRecordTimeline reads the timeline; an empty one stays nil, as a new
-// job's is.
+// job's is, and a first entry at the job's creation is implied (tl0), as
+// addTimeline makes it.
 func decRecordTimeline(r *recReader, j *Job) {
 	tl, ok := r.sub()
 	if !ok || tl.n == 0 {
 		return
 	}
-	j.Timeline = make([]TimelineEntry, 0, tl.n)
-	for range tl.n {
+	total := tl.n // tl.n counts down as entries are read
+	for i := range total {
 		t, ok := tl.sub()
 		if !ok {
 			break
@@ -507,10 +517,14 @@ func decRecordTimeline(r *recReader, j *Job) {
 		if t.err != nil {
 			r.fail("timeline", t.err)
 		}
+		if i == 0 && e.State != StateNone && e.At == j.CreatedAt && !e.HasErr && e.Attempt == 0 {
+			j.tl0 = e.State
+			continue
+		}
+		if j.Timeline == nil {
+			j.Timeline = make([]TimelineEntry, 0, total-i)
+		}
 		j.Timeline = append(j.Timeline, e)
-	}
-	if len(j.Timeline) == 0 {
-		j.Timeline = nil
 	}
 }
 

@@ -672,7 +672,8 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 		}
 		n, size = n+k, size+sz
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(length(result)), 0) FROM results`).Scan(&results); err != nil {
+	var resultRows int64
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(result)), 0) FROM results`).Scan(&resultRows, &results); err != nil {
 		return 0, fmt.Errorf("count results: %w", err)
 	}
 	// A file the memory budget cannot hold is refused before it is
@@ -681,19 +682,32 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 		return 0, err
 	}
 	b.idxReserve(n)
+	// Three stages, so that two cores share a restart: SQLite's stepping
+	// with a copy of each row into a reused buffer, the decoding, and the
+	// restore below. The decoding had been on the reading goroutine, which
+	// then took three quarters of the time alone.
+	raws, free := make(chan *rawBatch, 4), make(chan *rawBatch, 6)
+	for range cap(free) {
+		free <- &rawBatch{}
+	}
 	batches := make(chan []loadedJob, 4)
 	var readErr error
 	go func() {
-		defer close(batches)
-		var last recLast
-		batch := make([]loadedJob, 0, loadBatch)
+		defer close(raws)
+		rb := <-free
 		var rec, res sql.RawBytes // outside the loop: Scan's pointers escape
 		var seq int64
 		// read reads one span's rows; false on an error (in readErr).
 		read := func(sp [2]int64) bool {
 			// Completed history past the memory's cache stays on disk.
-			rows, err := s.db.QueryContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
-				WHERE j.id IS NULL AND j.seq BETWEEN ? AND ?`, sp[0], sp[1])
+			// Without results (nothing completed is kept) the join is
+			// left out: a lookup per row for nothing.
+			q := `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
+				WHERE j.id IS NULL AND j.seq BETWEEN ? AND ?`
+			if resultRows == 0 {
+				q = `SELECT seq, record, NULL FROM jobs WHERE id IS NULL AND seq BETWEEN ? AND ?`
+			}
+			rows, err := s.db.QueryContext(ctx, q, sp[0], sp[1])
 			if err != nil {
 				readErr = fmt.Errorf("read jobs: %w", err)
 				return false
@@ -707,22 +721,10 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 				if isDead(purged, seq) {
 					continue // a big deletion's row, not yet deleted
 				}
-				j, err := last.decode(rec)
-				if err != nil {
-					bad++
-					if bad <= 5 {
-						s.log.Error("job record unreadable, skipped", "err", err)
-					}
-					continue
-				}
-				var result Raw
-				if res != nil && j.state == StateCompleted {
-					result = clone(Raw(res))
-				}
-				batch = append(batch, loadedJob{j, result})
-				if len(batch) == loadBatch {
-					batches <- batch
-					batch = make([]loadedJob, 0, loadBatch)
+				rb.add(rec, res)
+				if len(rb.rows) == loadBatch || len(rb.buf) >= loadBatchBytes {
+					raws <- rb
+					rb = <-free
 				}
 			}
 			if err := rows.Err(); err != nil {
@@ -736,7 +738,32 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 				return
 			}
 		}
-		if len(batch) > 0 {
+		if len(rb.rows) > 0 {
+			raws <- rb
+		}
+	}()
+	go func() {
+		defer close(batches)
+		var last recLast
+		for rb := range raws {
+			batch := make([]loadedJob, 0, len(rb.rows))
+			for _, r := range rb.rows {
+				j, err := last.decode(rb.buf[r.rec:r.res])
+				if err != nil {
+					bad++
+					if bad <= 5 {
+						s.log.Error("job record unreadable, skipped", "err", err)
+					}
+					continue
+				}
+				var result Raw
+				if r.hasRes && j.state == StateCompleted {
+					result = clone(Raw(rb.buf[r.res:r.end]))
+				}
+				batch = append(batch, loadedJob{j, result})
+			}
+			rb.reset()
+			free <- rb
 			batches <- batch
 		}
 	}()
@@ -781,6 +808,42 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 // loadBatch is how many decoded jobs the reading side of loadJobs hands
 // over at a time.
 const loadBatch = 512
+
+// loadBatchBytes ends a batch of rows early when their bytes reach it:
+// the load's buffers stay a few megabytes whatever the jobs hold.
+const loadBatchBytes = 1 << 20
+
+// rawBatch is rows read for loadJobs' decoding stage: their records and
+// results copied end to end into one buffer, reused batch after batch.
+type rawBatch struct {
+	buf  []byte
+	rows []rawRow
+}
+
+// rawRow is one row of a rawBatch: its record is buf[rec:res], its result
+// buf[res:end].
+type rawRow struct {
+	rec, res, end int
+	hasRes        bool
+}
+
+func (rb *rawBatch) add(rec, res []byte) {
+	r := rawRow{rec: len(rb.buf), hasRes: res != nil}
+	rb.buf = append(rb.buf, rec...)
+	r.res = len(rb.buf)
+	rb.buf = append(rb.buf, res...)
+	r.end = len(rb.buf)
+	rb.rows = append(rb.rows, r)
+}
+
+// reset empties the batch for the next rows; a buffer a few big jobs
+// grew is let go rather than kept for the rest of the load.
+func (rb *rawBatch) reset() {
+	if cap(rb.buf) > 2*loadBatchBytes {
+		rb.buf = nil
+	}
+	rb.buf, rb.rows = rb.buf[:0], rb.rows[:0]
+}
 
 // loadedJob is a job read back, with its result when it completed.
 type loadedJob struct {

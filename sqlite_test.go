@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -701,5 +702,84 @@ func TestSQLiteSeqPastFile(t *testing.T) {
 	b.pushJobs("q", []*Job{j}, nil)
 	if j.seq <= top {
 		t.Fatalf("a new job got number %d, at or under the file's highest %d", j.seq, top)
+	}
+}
+
+// TestSQLiteLoadStages: a start reads rows, decodes them and restores the
+// jobs in three stages. Batches cut by count and by bytes (jobs of 300 KB
+// among small ones), unreadable records and completed jobs' results all
+// come through: every readable job back, in its order, with its data, and
+// the unreadable ones counted.
+func TestSQLiteLoadStages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openTestStore(t, path)
+	big := strings.Repeat("x", 300<<10)
+	const n = 1500
+	var jobs []*Job
+	for i := range n {
+		data := map[string]any{"i": int64(i)}
+		if i%97 == 0 {
+			data["big"] = big
+		}
+		jobs = append(jobs, mustJob(t, "work", map[string]any{"name": "w", "data": data}))
+	}
+	b.pushJobs("work", jobs, nil)
+	claimed, tokens := claimN(b, "work", 10)
+	for i := range claimed {
+		if _, err := b.ackOne(AckItem{ID: claimed[i].ID, Token: tokens[i], Result: Raw{0xa1, byte('a' + i)}, HasResult: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeTestStore(t, b, st)
+
+	// Two records made unreadable: one among the waiting, one completed.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET record = x'0102' WHERE seq IN (?, ?)`, jobs[700].seq, claimed[3].seq); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	st2, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := NewBroker(2, st2)
+	defer closeTestStore(t, b2, st2)
+	rs, err := st2.Load(b2)
+	if err == nil || !strings.Contains(err.Error(), "2 job records could not be read") {
+		t.Fatalf("load: %v", err)
+	}
+	if rs.Completed != 9 || rs.Waiting != n-10-1 {
+		t.Fatalf("recovered %+v", rs)
+	}
+	for i, c := range claimed {
+		r, ok := b2.getResult(c.ID)
+		if i == 3 {
+			if ok {
+				t.Fatal("an unreadable completed job has a result")
+			}
+			continue
+		}
+		if !ok || string(r) != string(Raw{0xa1, byte('a' + i)}) {
+			t.Fatalf("job %d: result %x", i, r)
+		}
+	}
+	got, _ := claimN(b2, "work", n)
+	if len(got) != n-10-1 {
+		t.Fatalf("claimed %d after the start", len(got))
+	}
+	k := 10
+	for _, j := range got {
+		if k == 700 {
+			k++ // the unreadable one
+		}
+		want := jobs[k]
+		if j.ID != want.ID || !bytes.Equal(j.Data, want.Data) {
+			t.Fatalf("job %d came back as %s (%d bytes of data), want %s (%d)", k, j.ID, len(j.Data), want.ID, len(want.Data))
+		}
+		k++
 	}
 }
