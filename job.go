@@ -301,8 +301,9 @@ func (j *Job) implied() int {
 // timelineLen is the number of entries in the job's timeline.
 func (j *Job) timelineLen() int { return len(j.Timeline) + j.implied() }
 
-// timeline is the whole timeline, the implied first entry included; a
-// new slice when there is one.
+// timeline is the whole timeline, the implied first entry included: a
+// new slice when there is one, the job's own otherwise (not to be
+// changed).
 func (j *Job) timeline() []TimelineEntry {
 	if j.tl0 == StateNone {
 		return j.Timeline

@@ -647,11 +647,12 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 // failed by when they entered the DLQ). Records that cannot be decoded are
 // skipped and counted in bad.
 //
-// A restart of a million jobs is downtime, so the work is split in two:
-// one goroutine steps through the rows and decodes each record where the
-// driver left it (no copy), the other puts the jobs back into the index
-// and the shards, a batch at a time. The index is sized from a count
-// first, so that it never grows (and rehashes) on the way.
+// A restart of a million jobs is downtime, so the work runs in three
+// stages on their own goroutines: one steps through the rows and copies
+// them into reused buffers (rawBatch), one decodes them, and the caller
+// puts the jobs back into the index and the shards, a batch at a time.
+// The index is sized from a count first, so that it never grows (and
+// rehashes) on the way.
 func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats, purged []int64) (bad int, err error) {
 	// The rows of a big deletion not yet carried out are passed over by
 	// their numbers, without reading them, when they lie in a few runs
@@ -805,8 +806,7 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 	return bad, nil
 }
 
-// loadBatch is how many decoded jobs the reading side of loadJobs hands
-// over at a time.
+// loadBatch is how many rows a batch of loadJobs' stages holds at most.
 const loadBatch = 512
 
 // loadBatchBytes ends a batch of rows early when their bytes reach it:
