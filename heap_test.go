@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // model is the obvious implementation: a slice sorted on every pop.
@@ -214,4 +217,27 @@ func BenchmarkHeapFill1M(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2*n), "ns/heap-op")
+}
+
+// TestHentSize: a heap entry is 32 bytes, one for every waiting job; and
+// priorities past the 32 bits it keeps still order against the rest.
+func TestHentSize(t *testing.T) {
+	if n := unsafe.Sizeof(hent{}); n != 32 {
+		t.Errorf("a heap entry is %d bytes, want 32", n)
+	}
+	h := newHeap(heapPlace)
+	keys := []int64{math.MinInt64, -maxPriority, 0, maxPriority, math.MaxInt32 + 1, math.MaxInt64}
+	jobs := make([]*Job, len(keys))
+	for i, p := range keys {
+		jobs[i] = &Job{ID: fmt.Sprint(i)}
+		h.Push(jobs[i], p, 0, int64(i))
+	}
+	// Higher first; the two past MaxInt32 tie at the edge and fall back
+	// to their sequence numbers.
+	want := []int{4, 5, 3, 2, 1, 0}
+	for _, w := range want {
+		if j := h.Pop(); j != jobs[w] {
+			t.Fatalf("popped %v, want job %d", j, w)
+		}
+	}
 }

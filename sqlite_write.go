@@ -69,9 +69,9 @@ func (s *SQLiteStore) writer() {
 func (s *SQLiteStore) awaitFlush(timer *time.Timer) bool {
 	for {
 		s.mu.Lock()
-		n, first, closed, bars := s.n, s.first, s.closed, len(s.barriers)
+		n, first, closed, bars, at := s.n, s.first, s.closed, len(s.barriers), s.flushAt()
 		s.mu.Unlock()
-		if closed || bars > 0 || n >= flushOps {
+		if closed || bars > 0 || n >= at {
 			return true
 		}
 		now := time.Now()
@@ -141,7 +141,7 @@ func (s *SQLiteStore) writeOut(bt *writeBatch) (*writeBatch, int, error) {
 func (s *SQLiteStore) settle(bt *writeBatch, n int, took time.Duration, dropped int, err error, retry time.Duration) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil && dropped == 0 && n >= flushOps && took > 0 {
+	if err == nil && dropped == 0 && n >= rateBatch && took > 0 {
 		r := float64(n) / took.Seconds()
 		if s.rate == 0 {
 			s.rate = r
