@@ -6,8 +6,9 @@ package main
 // encodes the job's record there and files it in a pending set keyed by job
 // id, so that a job changed many times between two flushes is written once.
 // One writer goroutine commits the pending set as one transaction of
-// multi-row statements when 100 changes are pending or 10 ms after the
-// first, whichever comes first. A push marked durable waits for the commit
+// multi-row statements when 1,000 changes are pending (fewer while clients
+// wait on the backlog: flushAt) or 10 ms after the first, whichever comes
+// first. A push marked durable waits for the commit
 // that holds it before it is answered.
 //
 // Guarantees: with --sync normal (the default) a committed transaction
@@ -36,7 +37,7 @@ const (
 	// Changes that trigger a flush at once (or fewer, when clients wait
 	// on a smaller backlog: flushAt). Under load a commit carries this
 	// many: each commit writes every page it touched to the WAL again,
-	// and 1,000 rather than 100 took 7% off SQLite mode's CPU per job
+	// and 1,000 rather than 100 took about 7% off SQLite mode's CPU per job
 	// (docs/performance.md). A change still waits at most flushInterval
 	// for its flush, so what a crash can lose is as before.
 	flushOps = 1000
@@ -325,10 +326,10 @@ func (s *SQLiteStore) note() {
 	}
 }
 
-// flushAt is the backlog that starts a flush at once, under s.mu: never
-// more than the backlog at which clients wait (Throttle), which would
-// leave them waiting for the flush interval.
-func (s *SQLiteStore) flushAt() int { return min(flushOps, s.limit) }
+// flushAt is the backlog that starts a flush at once, under s.mu: half
+// the backlog at which clients wait (Throttle) when that is small, so
+// that a flush is under way before they would, as at 100.
+func (s *SQLiteStore) flushAt() int { return min(flushOps, s.limit/2) }
 
 func (s *SQLiteStore) JobChanged(j *Job, result Raw) {
 	e := recPool.Get().(*Enc)
@@ -357,6 +358,11 @@ func (s *SQLiteStore) JobRemoved(j *Job) {
 		// Never taken by a flush: no row to delete.
 		delete(s.jobs, j.seq)
 		s.n--
+		if s.n < s.limit {
+			// Clients waiting on the backlog (Throttle) have room now;
+			// no flush may come to tell them (nothing else pending).
+			s.room.Broadcast()
+		}
 	case p != nil:
 		// The removal takes the place of the change.
 		delete(s.jobs, j.seq)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -781,5 +782,43 @@ func TestSQLiteLoadStages(t *testing.T) {
 			t.Fatalf("job %d came back as %s (%d bytes of data), want %s (%d)", k, j.ID, len(j.Data), want.ID, len(want.Data))
 		}
 		k++
+	}
+}
+
+// TestSQLiteThrottleWokenByRemoval: a client waiting on the backlog
+// (Throttle) is let go when the removal of a job no flush took brings the
+// backlog under its bound; no flush may come to tell it (here none can:
+// the writer is not running).
+func TestSQLiteThrottleWokenByRemoval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	b, st, _ := openHeld(t, path, 0)
+	defer closeTestStore(t, b, st)
+	st.mu.Lock()
+	st.limit = 3
+	st.mu.Unlock()
+	jobs := []*Job{mustJob(t, "q", map[string]any{"data": 1}), mustJob(t, "q", map[string]any{"data": 2}), mustJob(t, "q", map[string]any{"data": 3})}
+	b.pushJobs("q", jobs, nil)
+	done := make(chan struct{})
+	go func() {
+		st.Throttle()
+		close(done)
+	}()
+	// Wait until the client waits (its goroutine parked in waitRoom).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*SQLiteStore).waitRoom") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client never waited on a full backlog")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st.JobRemoved(jobs[0])
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client waiting on the backlog was not let go when a removal made room")
 	}
 }
