@@ -571,16 +571,16 @@ func (c *conn) track(j *Job) {
 	}
 	c.held[j] = struct{}{}
 	c.hmu.Unlock()
-	j.owner = c
+	j.setOwner(c)
 }
 
 // untrack runs under the job's shard lock when it stops being active.
 func (j *Job) untrack() {
-	if c := j.owner; c != nil {
+	if c := j.owner(); c != nil {
 		c.hmu.Lock()
 		delete(c.held, j)
 		c.hmu.Unlock()
-		j.owner = nil
+		j.setOwner(nil)
 	}
 }
 

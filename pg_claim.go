@@ -295,8 +295,8 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 			if ttl <= 0 {
 				ttl = defaultLockTTL
 			}
-			j.lease = &Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl}
-			tok = j.lease.Token
+			j.setLease(&Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
+			tok = j.lease().Token
 		}
 		c.jobs = append(c.jobs, j)
 		c.tokens = append(c.tokens, tok)

@@ -161,7 +161,7 @@ func pgTakeActive(j *Job, token string) error {
 	if err := checkLease(j, token); err != nil {
 		return err
 	}
-	j.lease = nil
+	j.setLease(nil)
 	j.StartedAt = 0
 	return nil
 }

@@ -520,7 +520,7 @@ func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, l
 		j := l.j
 		finished[j.ID] = true
 		j.state = StateCompleted
-		j.lease = nil
+		j.setLease(nil)
 		j.DoneAt = a.now
 		if j.c != nil {
 			j.c.hasFail = false // not through warm(): see Shard.complete

@@ -140,7 +140,7 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 		if renewals[id] > 0 {
 			continue // trusted to be alive elsewhere until its lock runs out
 		}
-		j.lease = nil
+		j.setLease(nil)
 		j.StartedAt = 0
 		j.Heartbeat = now
 		j.state = j.readyState()

@@ -248,12 +248,12 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 		}
 		if j.state == StateActive && owner != nil {
 			l.owned = true
-			j.lease = &Lease{Token: l.token, Owner: *owner}
+			j.setLease(&Lease{Token: l.token, Owner: *owner})
 			if ttl != nil {
-				j.lease.TTL = *ttl
+				j.lease().TTL = *ttl
 			}
 			if exp != nil {
-				j.lease.ExpiresAt = *exp
+				j.lease().ExpiresAt = *exp
 			}
 		}
 		out[j.ID] = l

@@ -795,7 +795,7 @@ func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pg
 // backoff, or the end (the DLQ, or removal, which the caller handles).
 // It returns false when the job is to be removed.
 func pgFailJob(j *Job, f failure, dlq DLQConfig, now int64) bool {
-	j.lease = nil
+	j.setLease(nil)
 	retry, reason := failedAttempt(j, f, now)
 	if retry {
 		j.state = StateDelayed
@@ -816,7 +816,7 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	kept := j.dlq != nil && j.state != StateFailed
 	j.state = StateFailed
 	j.warm().failErr, j.warm().hasFail = err, hasErr
-	j.lease = nil
+	j.setLease(nil)
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 	// Announced by the first event told of it once committed (PG.emit).
 	j.dlqNew = true

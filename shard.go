@@ -362,8 +362,8 @@ func (s *Shard) deadline(q *Queue, j *Job) int64 { return stallDeadline(j, q.sta
 // stallDeadline is deadline under the stall policy c.
 func stallDeadline(j *Job, c StallConfig) int64 {
 	d := int64(math.MaxInt64)
-	if j.lease != nil {
-		d = j.lease.ExpiresAt
+	if j.lease() != nil {
+		d = j.lease().ExpiresAt
 	} else if c.Enabled {
 		d = j.Heartbeat + stallLimit(j, c)
 		if g := j.StartedAt + c.GracePeriod; g > d {
@@ -389,7 +389,7 @@ func stallLimit(j *Job, c StallConfig) int64 {
 
 func (s *Shard) watch(q *Queue, j *Job, now int64) {
 	d := s.deadline(q, j)
-	j.deadline = d
+	j.setDeadline(d)
 	// Every active job has an entry, even one with nothing to watch (its
 	// entry then sorts last and never comes due): the lease heap is also
 	// how a queue's active jobs are listed.
@@ -479,7 +479,7 @@ func (s *Shard) expire(now int64) {
 		d := s.deadline(q, j)
 		if d > now {
 			// Renewed since the entry was made: look again later.
-			j.deadline = d
+			j.setDeadline(d)
 			s.leases.Push(j, 0, d, 0)
 			continue
 		}
@@ -488,7 +488,7 @@ func (s *Shard) expire(now int64) {
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
 			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.cold().Timeout))
-		case j.lease != nil:
+		case j.lease() != nil:
 			s.lockExpired(q, j, now)
 		default:
 			s.stalled(q, j, now)
@@ -507,7 +507,7 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 		s.forget(j)
 		return
 	}
-	renewals := j.lease.Renewals
+	renewals := j.lease().Renewals
 	s.deactivate(q, j)
 	s.releaseUnique(q, j)
 	if reason, msg, ev := lockLapsed(j, q.stall, renewals, now); reason != "" {
@@ -533,7 +533,7 @@ func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, 
 	j.warm().Stalls++
 	j.Heartbeat = now
 	j.StartedAt = 0
-	j.lease = nil
+	j.setLease(nil)
 	if j.Attempts >= j.cold().MaxAttempts {
 		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.cold().MaxAttempts)) + ")", "Lock expired (max attempts reached)"
 	}
@@ -592,7 +592,7 @@ func (s *Shard) emitStalled(q *Queue, j *Job, now int64, action string) {
 func (s *Shard) deactivate(q *Queue, j *Job) {
 	s.leases.Remove(j)
 	q.nActive--
-	j.lease = nil
+	j.setLease(nil)
 	j.untrack()
 	if j.concSlot {
 		j.concSlot = false
