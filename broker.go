@@ -202,11 +202,11 @@ func (b *Broker) dropResult(id string) {
 }
 
 func (b *Broker) retire(j *Job) {
-	if j.lease() == nil {
+	if j.run().lease == nil {
 		return
 	}
 	locked(&b.tmu, func() {
-		b.retired.Put(j.lease().Token, struct{}{})
+		b.retired.Put(j.run().lease.Token, struct{}{})
 	})
 }
 
@@ -226,13 +226,13 @@ func (b *Broker) isRetired(token string) bool {
 // checkLease applies the reference's lease rules to an ACK or FAIL of an
 // active job: with a lock, the token must be given and match.
 func checkLease(j *Job, token string) error {
-	if j.lease() == nil {
+	if j.run().lease == nil {
 		return nil
 	}
 	if token == "" {
 		return errors.New("Lock token required for job " + j.ID)
 	}
-	if token != j.lease().Token {
+	if token != j.run().lease.Token {
 		return errors.New("Invalid or expired lock token for job " + j.ID)
 	}
 	return nil

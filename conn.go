@@ -576,7 +576,7 @@ func (c *conn) track(j *Job) {
 
 // untrack runs under the job's shard lock when it stops being active.
 func (j *Job) untrack() {
-	if c := j.owner(); c != nil {
+	if c := j.run().owner; c != nil {
 		c.hmu.Lock()
 		delete(c.held, j)
 		c.hmu.Unlock()

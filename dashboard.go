@@ -77,7 +77,7 @@ func (b *Broker) storeSizes() collectionSizes {
 	for _, s := range b.shards {
 		s.with(func() {
 			s.leases.Each(func(e *hent) bool {
-				if e.job.state == StateActive && e.job.lease() != nil {
+				if e.job.state == StateActive && e.job.run().lease != nil {
 					c.locks++
 				}
 				return true

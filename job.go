@@ -152,6 +152,19 @@ type jobRun struct {
 	deadline int64 // when the active job must be looked at again
 }
 
+// noRun is what a job never claimed reads (no lease, no owner); never
+// written, as noCold.
+var noRun jobRun
+
+// run is the job's claim part for reading, as cold is its cold part.
+func (j *Job) run() *jobRun {
+	if j.rt == nil {
+		return &noRun
+	}
+	return j.rt
+}
+
+// running is the job's claim part for writing, made the first time.
 func (j *Job) running() *jobRun {
 	if j.rt == nil {
 		j.rt = &jobRun{}
@@ -159,26 +172,12 @@ func (j *Job) running() *jobRun {
 	return j.rt
 }
 
-// lease is the job's lock, nil when it has none.
-func (j *Job) lease() *Lease {
-	if j.rt == nil {
-		return nil
-	}
-	return j.rt.lease
-}
-
+// setLease and setOwner make no claim part to clear a field it lacks:
+// a PostgreSQL job read for an ACK is cleared that way every time.
 func (j *Job) setLease(l *Lease) {
 	if l != nil || j.rt != nil {
 		j.running().lease = l
 	}
-}
-
-// owner is the connection that pulled the job, nil when none holds it.
-func (j *Job) owner() *conn {
-	if j.rt == nil {
-		return nil
-	}
-	return j.rt.owner
 }
 
 func (j *Job) setOwner(c *conn) {
@@ -186,17 +185,6 @@ func (j *Job) setOwner(c *conn) {
 		j.running().owner = c
 	}
 }
-
-// deadline is when the active job must be looked at again (0 before its
-// first claim).
-func (j *Job) deadline() int64 {
-	if j.rt == nil {
-		return 0
-	}
-	return j.rt.deadline
-}
-
-func (j *Job) setDeadline(d int64) { j.running().deadline = d }
 
 // The flow flags (Job.flow): someone registered as waiting for the job,
 // and the job completed. One word, so that the handshake in flows.go is
@@ -321,7 +309,7 @@ func (c *jobCold) isDefault() bool {
 func (j *Job) addTimeline(e TimelineEntry) {
 	n := len(j.Timeline)
 	switch {
-	case n == 0 && j.tl0 == StateNone && e.State != StateNone && e.At == j.CreatedAt && !e.HasErr && e.Attempt == 0:
+	case n == 0 && j.tl0 == StateNone && j.impliable(e):
 		j.tl0 = e.State // the first entry, implied
 	case n+j.implied() >= maxTimelineEntries:
 	case n == 0 && j.tl0 != StateNone:
@@ -346,6 +334,12 @@ func (j *Job) addFirstEntry(now int64) {
 	j.addTimeline(TimelineEntry{State: j.state, At: at})
 }
 
+// impliable reports whether e, as the job's first timeline entry, can be
+// held by tl0: a known state at the job's creation, no error, no attempt.
+func (j *Job) impliable(e TimelineEntry) bool {
+	return e.State != StateNone && e.At == j.CreatedAt && !e.HasErr && e.Attempt == 0
+}
+
 // implied is 1 when the first timeline entry is held by tl0.
 func (j *Job) implied() int {
 	if j.tl0 != StateNone {
@@ -356,16 +350,6 @@ func (j *Job) implied() int {
 
 // timelineLen is the number of entries in the job's timeline.
 func (j *Job) timelineLen() int { return len(j.Timeline) + j.implied() }
-
-// timeline is the whole timeline, the implied first entry included: a
-// new slice when there is one, the job's own otherwise (not to be
-// changed).
-func (j *Job) timeline() []TimelineEntry {
-	if j.tl0 == StateNone {
-		return j.Timeline
-	}
-	return append([]TimelineEntry{{State: j.tl0, At: j.CreatedAt}}, j.Timeline...)
-}
 
 // lastTimelineState is the state of the timeline's last entry; StateNone
 // when it is empty.

@@ -159,6 +159,14 @@ func TestTimelineEntrySize(t *testing.T) {
 	}
 }
 
+// timeline is the whole timeline, the implied first entry included.
+func (j *Job) timeline() []TimelineEntry {
+	if j.tl0 == StateNone {
+		return j.Timeline
+	}
+	return append([]TimelineEntry{{State: j.tl0, At: j.CreatedAt}}, j.Timeline...)
+}
+
 // TestImpliedFirstTimelineEntry: a job's first timeline entry, at its
 // creation, is held by tl0 rather than an array of its own; the wire and
 // the record carry it as before, byte for byte, and a record read back

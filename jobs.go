@@ -312,7 +312,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 				ttl = defaultLockTTL
 			}
 			j.setLease(&Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
-			tokens = append(tokens, j.lease().Token)
+			tokens = append(tokens, j.run().lease.Token)
 		}
 		if o.Conn != nil && !o.Detach {
 			o.Conn.track(j)
@@ -499,7 +499,7 @@ func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
 	switch j.state {
 	case StateActive:
 		if err := checkLease(j, it.Token); err != nil {
-			if j.lease() != nil && it.Token != "" && s.b.isRetired(it.Token) {
+			if j.run().lease != nil && it.Token != "" && s.b.isRetired(it.Token) {
 				return AlreadyFinalized, nil
 			}
 			return Applied, err
@@ -693,7 +693,7 @@ func (s *Shard) fail(q *Queue, j *Job, f failure, now int64) {
 
 // renew extends a job's lock; s.mu is held. ttl 0 keeps the lock's own.
 func (s *Shard) renew(j *Job, token string, ttl, now int64) bool {
-	l := j.lease()
+	l := j.run().lease
 	if l == nil || (token != "" && token != l.Token) || j.state != StateActive {
 		return false
 	}
@@ -711,7 +711,7 @@ func (s *Shard) renew(j *Job, token string, ttl, now int64) bool {
 // earlier; a later deadline is found lazily when the old entry comes due.
 func (s *Shard) rewatch(j *Job, now int64) {
 	q := s.queues[j.Queue]
-	if d := s.deadline(q, j); d < j.deadline() {
+	if d := s.deadline(q, j); d < j.run().deadline {
 		s.watch(q, j, now)
 	}
 }
@@ -742,11 +742,11 @@ func (b *Broker) extendLock(id, token string, duration int64) bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	if j.lease() == nil {
+	if j.run().lease == nil {
 		return false
 	}
 	if token == "" {
-		token = j.lease().Token
+		token = j.run().lease.Token
 	}
 	return s.renew(j, token, duration, b.now())
 }
@@ -785,11 +785,11 @@ func (b *Broker) Release(_ context.Context, c *conn) {
 	for _, j := range held {
 		s := b.shardOf(j.Queue)
 		s.with(func() {
-			if j.owner() != c || j.state != StateActive || b.idxGet(j.ID) != j {
+			if j.run().owner != c || j.state != StateActive || b.idxGet(j.ID) != j {
 				return // finished, or already back, in the meantime
 			}
 			j.setOwner(nil)
-			if j.lease() != nil && j.lease().Renewals > 0 {
+			if j.run().lease != nil && j.run().lease.Renewals > 0 {
 				return
 			}
 			q := s.queues[j.Queue]

@@ -296,7 +296,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 				ttl = defaultLockTTL
 			}
 			j.setLease(&Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
-			tok = j.lease().Token
+			tok = j.run().lease.Token
 		}
 		c.jobs = append(c.jobs, j)
 		c.tokens = append(c.tokens, tok)

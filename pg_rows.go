@@ -250,10 +250,10 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 			l.owned = true
 			j.setLease(&Lease{Token: l.token, Owner: *owner})
 			if ttl != nil {
-				j.lease().TTL = *ttl
+				j.run().lease.TTL = *ttl
 			}
 			if exp != nil {
-				j.lease().ExpiresAt = *exp
+				j.run().lease.ExpiresAt = *exp
 			}
 		}
 		out[j.ID] = l

@@ -65,7 +65,7 @@ func (p *PG) saveJobs(ctx context.Context, tx pgx.Tx, jobs []*Job, results map[i
 func (p *PG) unlockedSettings(ctx context.Context, tx pgx.Tx, jobs []*Job) (map[string]*pgSettings, error) {
 	var watched []string
 	for _, j := range jobs {
-		if j.state == StateActive && j.lease() == nil {
+		if j.state == StateActive && j.run().lease == nil {
 			watched = append(watched, j.Queue)
 		}
 	}
@@ -165,7 +165,7 @@ func (a *pgArena) record(j *Job) []byte {
 // without one how long it may go without a heartbeat; its timeout; and
 // when it is reclaimed.
 func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
-	if l := j.lease(); l != nil {
+	if l := j.run().lease; l != nil {
 		r.toks[i], r.owners[i], r.ttls[i] = ptr(l.Token), ptr(l.Owner), ptr(l.TTL)
 	} else if stall.Enabled {
 		r.ttls[i] = ptr(stallLimit(j, stall))

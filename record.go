@@ -517,7 +517,7 @@ func decRecordTimeline(r *recReader, j *Job) {
 		if t.err != nil {
 			r.fail("timeline", t.err)
 		}
-		if i == 0 && e.State != StateNone && e.At == j.CreatedAt && !e.HasErr && e.Attempt == 0 {
+		if i == 0 && j.impliable(e) {
 			j.tl0 = e.State
 			continue
 		}

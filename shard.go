@@ -362,8 +362,8 @@ func (s *Shard) deadline(q *Queue, j *Job) int64 { return stallDeadline(j, q.sta
 // stallDeadline is deadline under the stall policy c.
 func stallDeadline(j *Job, c StallConfig) int64 {
 	d := int64(math.MaxInt64)
-	if j.lease() != nil {
-		d = j.lease().ExpiresAt
+	if j.run().lease != nil {
+		d = j.run().lease.ExpiresAt
 	} else if c.Enabled {
 		d = j.Heartbeat + stallLimit(j, c)
 		if g := j.StartedAt + c.GracePeriod; g > d {
@@ -389,7 +389,7 @@ func stallLimit(j *Job, c StallConfig) int64 {
 
 func (s *Shard) watch(q *Queue, j *Job, now int64) {
 	d := s.deadline(q, j)
-	j.setDeadline(d)
+	j.running().deadline = d
 	// Every active job has an entry, even one with nothing to watch (its
 	// entry then sorts last and never comes due): the lease heap is also
 	// how a queue's active jobs are listed.
@@ -479,7 +479,7 @@ func (s *Shard) expire(now int64) {
 		d := s.deadline(q, j)
 		if d > now {
 			// Renewed since the entry was made: look again later.
-			j.setDeadline(d)
+			j.running().deadline = d
 			s.leases.Push(j, 0, d, 0)
 			continue
 		}
@@ -488,7 +488,7 @@ func (s *Shard) expire(now int64) {
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
 			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.cold().Timeout))
-		case j.lease() != nil:
+		case j.run().lease != nil:
 			s.lockExpired(q, j, now)
 		default:
 			s.stalled(q, j, now)
@@ -507,7 +507,7 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 		s.forget(j)
 		return
 	}
-	renewals := j.lease().Renewals
+	renewals := j.run().lease.Renewals
 	s.deactivate(q, j)
 	s.releaseUnique(q, j)
 	if reason, msg, ev := lockLapsed(j, q.stall, renewals, now); reason != "" {
