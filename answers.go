@@ -555,11 +555,11 @@ func kvsBytes(vals []childKV) int64 {
 func dashQueueBytes(d dashQueue) int64 {
 	n := int64(4096)
 	for _, j := range d.dlq {
-		n += int64(len(j.ID)+len(j.Data)) + 64
+		n += int64(j.idLen()+len(j.Data)) + 64
 	}
 	for _, l := range [][]*Job{d.ready, d.active, d.delayed} {
 		for _, j := range l {
-			n += int64(len(j.ID)+len(j.cold().Progress)) + 96
+			n += int64(j.idLen()+len(j.cold().Progress)) + 96
 		}
 	}
 	return n
@@ -572,7 +572,7 @@ func fitPreview(d dashQueue) []*Job {
 	rest.dlq = nil
 	fit := answerBytes{max: answerCap - dashQueueBytes(rest)}
 	for i, j := range d.dlq {
-		if !fit.fits(int64(len(j.ID)+len(j.Data)) + 64) {
+		if !fit.fits(int64(j.idLen()+len(j.Data)) + 64) {
 			return d.dlq[:i]
 		}
 	}

@@ -14,10 +14,10 @@ import (
 // jobAtLimits is a job with every list and string at its limit, and data
 // of n bytes.
 func jobAtLimits(n int) *Job {
-	j := &Job{ID: strings.Repeat("i", maxKeyBytes), Queue: strings.Repeat("q", maxQueueName), Name: strings.Repeat("n", 200),
-		Data: encodeString(strings.Repeat("d", n))}
+	j := withID(&Job{Queue: strings.Repeat("q", maxQueueName), Name: strings.Repeat("n", 200),
+		Data: encodeString(strings.Repeat("d", n))}, strings.Repeat("i", maxKeyBytes))
 	c := j.warm()
-	c.CustomID = j.ID
+	c.CustomID = j.ID()
 	c.UniqueKey = strings.Repeat("u", maxKeyBytes)
 	c.ParentID = strings.Repeat("p", maxKeyBytes)
 	c.GroupID = strings.Repeat("g", maxGroupID)
@@ -52,8 +52,8 @@ func encodeString(s string) Raw {
 func TestJobWireBound(t *testing.T) {
 	result := encodeString(strings.Repeat("r", 5000))
 	for _, j := range []*Job{
-		{ID: "a", Queue: "q", Name: "n", Data: Raw{0xc0}},
-		{ID: "b", Queue: "q", Name: "n", Data: encodeString(strings.Repeat("x", 9_900_000))},
+		withID(&Job{Queue: "q", Name: "n", Data: Raw{0xc0}}, "a"),
+		withID(&Job{Queue: "q", Name: "n", Data: encodeString(strings.Repeat("x", 9_900_000))}, "b"),
 		jobAtLimits(0),
 		jobAtLimits(maxDataBytes),
 	} {
@@ -62,12 +62,12 @@ func TestJobWireBound(t *testing.T) {
 				var e Enc
 				encodeJob(&e, j, mode, "waiting-children", rv)
 				if bound := jobWireBound(j, rv); int64(len(e.B)) > bound {
-					t.Errorf("job %.8s mode %d: encoded %d bytes, bound %d", j.ID, mode, len(e.B), bound)
+					t.Errorf("job %.8s mode %d: encoded %d bytes, bound %d", j.ID(), mode, len(e.B), bound)
 				}
 			}
 		}
 		if b := jobWireBound(j, nil); b > maxJobWire && j.size() <= maxJobBytes {
-			t.Errorf("job %.8s: bound %d over maxJobWire %d", j.ID, b, maxJobWire)
+			t.Errorf("job %.8s: bound %d over maxJobWire %d", j.ID(), b, maxJobWire)
 		}
 	}
 	if answerCap-maxJobWire < 4*maxJobWire {
@@ -77,7 +77,7 @@ func TestJobWireBound(t *testing.T) {
 
 // pullKeeps and the memory engine's claim stop at the same job.
 func TestPullKeeps(t *testing.T) {
-	big := &Job{ID: "b", Queue: "q", Data: encodeString(strings.Repeat("x", 9_900_000))}
+	big := withID(&Job{Queue: "q", Data: encodeString(strings.Repeat("x", 9_900_000))}, "b")
 	jobs := make([]*Job, 12)
 	for i := range jobs {
 		jobs[i] = big
@@ -89,7 +89,7 @@ func TestPullKeeps(t *testing.T) {
 	if got := int64(keep) * jobWireBound(big, nil); got > answerCap {
 		t.Fatalf("%d jobs kept: %d bytes, over answerCap %d", keep, got, answerCap)
 	}
-	small := &Job{ID: "s", Queue: "q", Data: Raw{0xc0}}
+	small := withID(&Job{Queue: "q", Data: Raw{0xc0}}, "s")
 	if n := pullKeeps([]*Job{small, small, small}); n != 3 {
 		t.Fatalf("pullKeeps kept %d of 3 small jobs", n)
 	}

@@ -61,7 +61,7 @@ func pushN(t *testing.T, b *Broker, st *SQLiteStore, queue string, n int) []stri
 		jobs := make([]*Job, min(500, n-i))
 		for k := range jobs {
 			jobs[k] = mustJob(t, queue, map[string]any{"data": map[string]any{"n": int64(i + k), "to": "someone@example.com"}})
-			ids = append(ids, jobs[k].ID)
+			ids = append(ids, jobs[k].ID())
 		}
 		b.pushJobs(queue, jobs, nil)
 	}

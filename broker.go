@@ -230,10 +230,10 @@ func checkLease(j *Job, token string) error {
 		return nil
 	}
 	if token == "" {
-		return errors.New("Lock token required for job " + j.ID)
+		return errors.New("Lock token required for job " + j.ID())
 	}
 	if token != j.run().lease.Token {
-		return errors.New("Invalid or expired lock token for job " + j.ID)
+		return errors.New("Invalid or expired lock token for job " + j.ID())
 	}
 	return nil
 }

@@ -19,8 +19,8 @@ func completeAll(t *testing.T, b *Broker, queue string, n int) []string {
 		got, tokens := claimN(b, queue, len(jobs))
 		items := make([]AckItem, len(got))
 		for i, j := range got {
-			items[i] = AckItem{ID: j.ID, Token: tokens[i]}
-			ids = append(ids, j.ID)
+			items[i] = AckItem{ID: j.ID(), Token: tokens[i]}
+			ids = append(ids, j.ID())
 		}
 		if ig, _ := b.AckBatch(context.Background(), items); len(ig) > 0 {
 			t.Fatalf("ack ignored %v", ig)

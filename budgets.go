@@ -86,9 +86,9 @@ func strsBytes(a []string) int64 {
 // size is what a job weighs against maxJobBytes: its data and every
 // string it carries.
 func (j *Job) size() int64 {
-	n := int64(len(j.Data) + len(j.Name) + len(j.ID) + len(j.cold().UniqueKey) + len(j.cold().ParentID) +
+	n := int64(len(j.Data) + len(j.Name) + j.idLen() + len(j.cold().UniqueKey) + len(j.cold().ParentID) +
 		len(j.cold().GroupID) + len(j.cold().DebounceID) + len(j.cold().Progress) + len(j.cold().ProgressMsg) + len(j.cold().Repeat) + len(j.cold().failErr))
-	if j.cold().CustomID != j.ID {
+	if !j.hasID(j.cold().CustomID) {
 		n += int64(len(j.cold().CustomID))
 	}
 	n += strsBytes(j.cold().Tags) + strsBytes(j.cold().DependsOn) + strsBytes(j.cold().Children) + strsBytes(j.cold().Stack)

@@ -151,7 +151,7 @@ func TestPageJobsSameAsSort(t *testing.T) {
 	var items []jobItem
 	for i := 0; i < 500; i++ {
 		// Few distinct times: the id decides among equals.
-		j := &Job{ID: newID(), CreatedAt: int64(rand.IntN(40))}
+		j := withID(&Job{CreatedAt: int64(rand.IntN(40))}, newID())
 		items = append(items, jobItem{j, "waiting"})
 	}
 	rand.Shuffle(len(items), func(a, b int) { items[a], items[b] = items[b], items[a] })
@@ -165,7 +165,7 @@ func TestPageJobsSameAsSort(t *testing.T) {
 		slices.SortFunc(sorted, func(a, b jobItem) int {
 			c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
 			if c == 0 {
-				c = cmpStr(a.j.ID, b.j.ID)
+				c = cmpStr(a.j.ID(), b.j.ID())
 			}
 			if !asc {
 				c = -c

@@ -138,7 +138,7 @@ func bqJobOf(m Map, state string, now int64) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %s of queue %s: %w", id, queue, err)
 	}
-	j.ID = id
+	j.setID(id)
 	j.warm().arrived = 0 // not a push that came late: see push_options.go
 	if err := bqJobState(m, j); err != nil {
 		return nil, fmt.Errorf("job %s of queue %s: %w", id, queue, err)
@@ -307,16 +307,16 @@ func bqAttempts(j *Job, dlq, retry Raw) error {
 	}
 	m, err := ParseMap(src, nil)
 	if err != nil {
-		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID, err)
+		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
 	}
 	items, _, err := m.Array("attempts")
 	if err != nil {
-		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID, err)
+		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
 	}
 	for _, it := range items {
 		a, err := ParseMap(it, nil)
 		if err != nil {
-			return fmt.Errorf("job %s: dead-letter attempts: %w", j.ID, err)
+			return fmt.Errorf("job %s: dead-letter attempts: %w", j.ID(), err)
 		}
 		n, _, _ := a.Int("attempt")
 		started, _, _ := a.Num("startedAt")
@@ -337,7 +337,7 @@ func bqAttempts(j *Job, dlq, retry Raw) error {
 		dst *int64
 	}{{"enteredAt", &e.EnteredAt}, {"lastRetryAt", &e.LastRetryAt}, {"nextRetryAt", &e.NextRetryAt}, {"expiresAt", &e.ExpiresAt}} {
 		if v, ok, err := m.Num(f.key); err != nil {
-			return fmt.Errorf("job %s: dead-letter entry: %w", j.ID, err)
+			return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
 		} else if ok {
 			*f.dst = int64(v)
 		}
@@ -388,7 +388,7 @@ func (src *bqSource) addCron(m Map, nextRun, executions int64) {
 func (src *bqSource) counted(now int64) {
 	done := map[string]bool{}
 	for _, bj := range src.jobs {
-		done[bj.j.ID] = bj.j.state == StateCompleted
+		done[bj.j.ID()] = bj.j.state == StateCompleted
 	}
 	for _, bj := range src.jobs {
 		if bj.j.state == StateActive {
@@ -404,16 +404,16 @@ func (src *bqSource) counted(now int64) {
 func (src *bqSource) linkFlows() {
 	byID := make(map[string]*bqJob, len(src.jobs))
 	for i := range src.jobs {
-		byID[src.jobs[i].j.ID] = &src.jobs[i]
+		byID[src.jobs[i].j.ID()] = &src.jobs[i]
 	}
 	for i := range src.jobs {
 		p := src.jobs[i].j
 		for _, kid := range p.cold().Children {
 			if c := byID[kid]; c != nil && c.j.state == StateCompleted && c.result != nil {
-				p.warm().childValues = setKV(p.cold().childValues, c.j.Queue+":"+c.j.ID, c.result)
+				p.warm().childValues = setKV(p.cold().childValues, c.j.Queue+":"+c.j.ID(), c.result)
 			}
 		}
-		for _, k := range src.kids[p.ID] {
+		for _, k := range src.kids[p.ID()] {
 			var e Enc
 			e.Str(k.err)
 			if k.mode == "ignore" {
@@ -482,7 +482,7 @@ func (src *bqSource) fill(path string) error {
 	// Jobs in the order they were made (ids break ties, as UUIDv7s sort by
 	// time): the sequence orders jobs of equal priority.
 	slices.SortStableFunc(src.jobs, func(x, y bqJob) int {
-		return cmp.Or(cmp.Compare(x.j.CreatedAt, y.j.CreatedAt), strings.Compare(x.j.ID, y.j.ID))
+		return cmp.Or(cmp.Compare(x.j.CreatedAt, y.j.CreatedAt), strings.Compare(x.j.ID(), y.j.ID()))
 	})
 	for i := range src.jobs {
 		bj := &src.jobs[i]

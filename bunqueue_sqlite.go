@@ -245,7 +245,7 @@ func bqSQLiteDLQ(ctx context.Context, db *sql.DB, src *bqSource, _ map[string][]
 	defer rows.Close()
 	inJobs := map[string]int{}
 	for i, bj := range src.jobs {
-		inJobs[bj.j.ID] = i
+		inJobs[bj.j.ID()] = i
 	}
 	for rows.Next() {
 		var id string
@@ -269,7 +269,7 @@ func bqSQLiteDLQ(ctx context.Context, db *sql.DB, src *bqSource, _ map[string][]
 			src.jobs = slices.Delete(src.jobs, i, i+1)
 			clear(inJobs)
 			for i, bj := range src.jobs {
-				inJobs[bj.j.ID] = i
+				inJobs[bj.j.ID()] = i
 			}
 		}
 		src.addJob(jm, "failed", Raw(entry), nil, nil, now)

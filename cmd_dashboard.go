@@ -330,7 +330,7 @@ func writeDashboardQueue(r *Req, a dashQueueArgs, d dashQueue) {
 	for _, j := range d.dlq {
 		e.MapHead(4)
 		e.Str("id")
-		e.Str(j.ID)
+		e.Str(j.ID())
 		e.Str("data")
 		e.Raw(j.Data)
 		e.Str("attempts")
@@ -362,7 +362,7 @@ func dashJobLists(e *Enc, d dashQueue) {
 		for _, j := range l.jobs {
 			e.MapHead(6)
 			e.Str("id")
-			e.Str(j.ID)
+			e.Str(j.ID())
 			e.Str("priority")
 			e.Int(j.Priority)
 			e.Str("createdAt")

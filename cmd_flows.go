@@ -211,7 +211,7 @@ func flowJobAt(i int, it Raw, seen map[string]bool, now int64) (flowJob, error) 
 	if err != nil {
 		return flowJob{}, err
 	}
-	j.ID = id
+	j.setID(id)
 	if cid, ok, _ := in.Str("customId"); ok {
 		j.warm().CustomID = cid
 	}
@@ -261,22 +261,22 @@ func flowPolicyAllowed(j *Job) error {
 func flowTopology(jobs []flowJob) error {
 	byID := make(map[string]*Job, len(jobs))
 	for _, f := range jobs {
-		byID[f.job.ID] = f.job
+		byID[f.job.ID()] = f.job
 	}
 	for _, f := range jobs {
 		j := f.job
 		if hasDup(j.cold().DependsOn) {
-			return errors.New("duplicate dependency in flow job: " + j.ID)
+			return errors.New("duplicate dependency in flow job: " + j.ID())
 		}
 		if hasDup(j.cold().Children) {
-			return errors.New("duplicate child in flow job: " + j.ID)
+			return errors.New("duplicate child in flow job: " + j.ID())
 		}
 		for _, d := range j.cold().DependsOn {
 			if byID[d] == nil {
 				return errors.New("flow dependency not found: " + d)
 			}
-			if d == j.ID {
-				return errors.New("flow job cannot depend on itself: " + j.ID)
+			if d == j.ID() {
+				return errors.New("flow job cannot depend on itself: " + j.ID())
 			}
 		}
 		for _, c := range j.cold().Children {
@@ -287,8 +287,8 @@ func flowTopology(jobs []flowJob) error {
 			if cj == nil {
 				return errors.New("flow child not found: " + c)
 			}
-			if cj.cold().ParentID != j.ID {
-				return errors.New("flow child " + c + " does not point back to parent " + j.ID)
+			if cj.cold().ParentID != j.ID() {
+				return errors.New("flow child " + c + " does not point back to parent " + j.ID())
 			}
 		}
 		if j.cold().ParentID != "" {
@@ -296,8 +296,8 @@ func flowTopology(jobs []flowJob) error {
 			if p == nil {
 				return errors.New("flow parent not found: " + j.cold().ParentID)
 			}
-			if !slices.Contains(p.cold().Children, j.ID) {
-				return errors.New("flow parent " + j.cold().ParentID + " does not own child " + j.ID)
+			if !slices.Contains(p.cold().Children, j.ID()) {
+				return errors.New("flow parent " + j.cold().ParentID + " does not own child " + j.ID())
 			}
 		}
 	}
@@ -310,10 +310,10 @@ func flowAcyclic(jobs []flowJob) error {
 	indeg := make(map[string]int, len(jobs))
 	next := map[string][]string{}
 	for _, f := range jobs {
-		indeg[f.job.ID] += 0
+		indeg[f.job.ID()] += 0
 		for _, d := range f.job.cold().DependsOn {
-			indeg[f.job.ID]++
-			next[d] = append(next[d], f.job.ID)
+			indeg[f.job.ID()]++
+			next[d] = append(next[d], f.job.ID())
 		}
 	}
 	var ready []string

@@ -332,7 +332,7 @@ func byCreated(a, b *Job) int {
 	if c := cmpInt(a.CreatedAt, b.CreatedAt); c != 0 {
 		return c
 	}
-	return cmpStr(a.ID, b.ID)
+	return cmpStr(a.ID(), b.ID())
 }
 
 func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
@@ -380,7 +380,7 @@ func (s *Shard) cleanQueued(q *Queue, cutoff, limit int64) []string {
 	for _, j := range list[:min(int64(len(list)), limit)] {
 		s.unqueue(q, j)
 		s.forget(j)
-		ids = append(ids, j.ID)
+		ids = append(ids, j.ID())
 	}
 	return ids
 }
@@ -398,14 +398,14 @@ func (s *Shard) cleanCompleted(q *Queue, cutoff, limit int64) []string {
 		if c := cmpInt(a.DoneAt, b.DoneAt); c != 0 {
 			return c
 		}
-		return cmpStr(a.ID, b.ID)
+		return cmpStr(a.ID(), b.ID())
 	})
 	var ids []string
 	for _, j := range list[:min(int64(len(list)), limit)] {
 		s.undone(q, j)
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
-		ids = append(ids, j.ID)
+		ids = append(ids, j.ID())
 	}
 	return ids
 }
@@ -425,9 +425,9 @@ func (s *Shard) cleanFailed(q *Queue, cutoff, limit int64) []string {
 	var ids []string
 	for _, j := range list {
 		q.removeDLQ(j)
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
-		ids = append(ids, j.ID)
+		ids = append(ids, j.ID())
 	}
 	return ids
 }
@@ -471,7 +471,7 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 		}
 	}
 	s.undone(q, j)
-	s.b.dropResult(j.ID)
+	s.b.dropResult(j.ID())
 	resetCompleted(j, now)
 	s.holdUnique(q, j)
 	s.enqueue(q, j, now)

@@ -936,7 +936,7 @@ func repeatSuccessor(j *Job, now int64) *Job {
 	if err != nil {
 		return nil
 	}
-	n.ID = newID()
+	n.setID(newID())
 	n.warm().CustomID = ""
 	n.CreatedAt, n.RunAt, n.Heartbeat = now, next, now
 	n.StartedAt, n.DoneAt, n.Attempts, n.warm().Stalls = 0, 0, 0, 0

@@ -98,7 +98,7 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 	case dedupReplace:
 		if removeHolder {
 			if s.hasLiveDependents(owner) {
-				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID + " because live jobs depend on it")
+				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID() + " because live jobs depend on it")
 			}
 			s.unqueue(q, owner)
 			delete(q.unique, j.cold().UniqueKey)
@@ -110,12 +110,12 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 		if err != nil {
 			return "", false, err
 		}
-		s.b.announce(noticeDeduplicated(q.name, owner.ID, "extend"))
-		return owner.ID, false, nil
+		s.b.announce(noticeDeduplicated(q.name, owner.ID(), "extend"))
+		return owner.ID(), false, nil
 	}
 	s.emit(q, evDuplicated, owner, now, evArgs{})
-	s.b.announce(noticeDeduplicated(q.name, owner.ID, "default"))
-	return owner.ID, false, nil
+	s.b.announce(noticeDeduplicated(q.name, owner.ID(), "default"))
+	return owner.ID(), false, nil
 }
 
 // hasLiveDependents: whether a job still waiting on this one would be left
@@ -126,7 +126,7 @@ func (s *Shard) hasLiveDependents(j *Job) bool {
 	}
 	s.b.depMu.Lock()
 	defer s.b.depMu.Unlock()
-	return len(s.b.deps[j.ID]) > 0
+	return len(s.b.deps[j.ID()]) > 0
 }
 
 // The memory engine's dedup key operations (DedupEngine)
@@ -136,7 +136,7 @@ func (b *Broker) DedupJobID(_ context.Context, queue, key string) (string, error
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			if e := q.holder(key, now); e != nil {
-				id = e.job.ID
+				id = e.job.ID()
 			}
 		}
 	})

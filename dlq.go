@@ -83,9 +83,9 @@ func (s *Shard) toDLQ(q *Queue, j *Job, reason, err string, hasErr bool, now int
 	j.warm().failErr, j.warm().hasFail = err, hasErr
 	j.notifyDone(waitOutcome{err: err})
 	j.dlq = dlqEntry(j.dlq, j.dlq != nil && j.dlq.kept, q.dlqCfg, reason, err, hasErr, now)
-	s.b.announce(noticeDLQAdded(q.name, j.ID, reason))
+	s.b.announce(noticeDLQAdded(q.name, j.ID(), reason))
 	if j.cold().ParentID != "" {
-		s.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID, q.name, err, "Max attempts exceeded"))
+		s.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID(), q.name, err, "Max attempts exceeded"))
 	}
 	s.childFailed(j, err)
 	q.dlq = append(q.dlq, j)
@@ -157,7 +157,7 @@ func (s *Shard) dlqDue(q *Queue, j *Job, now int64) {
 	switch dlqStep(j.dlq, q.dlqCfg, now) {
 	case dlqExpire:
 		q.removeDLQ(j)
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
 		s.b.announce(noticeQueueCount("dlq:expired", q.name, 1))
 		return
@@ -286,7 +286,7 @@ func (d dlqSelect) toRetry(dlq []*Job, cfg DLQConfig, now int64) []*Job {
 		return d.filter.applyList(dlq, cfg, now)
 	case d.jobID != "":
 		for _, j := range dlq {
-			if j.ID == d.jobID {
+			if j.ID() == d.jobID {
 				return []*Job{j}
 			}
 		}
@@ -378,7 +378,7 @@ func (b *Broker) PurgeDLQ(_ context.Context, queue string) (int64, error) {
 		gone := q.dlq
 		q.dlq = nil
 		for _, j := range gone {
-			s.b.dropLogs(j.ID)
+			s.b.dropLogs(j.ID())
 			s.forget(j)
 		}
 		n = len(gone)
@@ -393,8 +393,8 @@ func (b *Broker) RemoveDLQJob(_ context.Context, queue, id string) (bool, error)
 			return
 		}
 		for _, j := range slices.Clone(q.dlq) {
-			if j.ID == id && q.removeDLQ(j) {
-				s.b.dropLogs(j.ID)
+			if j.ID() == id && q.removeDLQ(j) {
+				s.b.dropLogs(j.ID())
 				s.forget(j)
 				removed = true
 			}

@@ -172,7 +172,7 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	}
 	jobID := ""
 	if j != nil {
-		jobID = j.ID
+		jobID = j.ID()
 	}
 	if taps != nil {
 		s.ev = Event{Type: t, Queue: q.name, JobID: jobID, At: now, Args: a}

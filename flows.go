@@ -141,7 +141,7 @@ func (b *Broker) flowApply(it *flowItem) {
 		for _, w := range it.waiters {
 			s := b.shardOf(w.Queue)
 			s.with(func() {
-				if w.state != StateWaitingChildren || b.idxGet(w.ID) != w {
+				if w.state != StateWaitingChildren || b.idxHolder(w) != w {
 					return
 				}
 				if w.pending > 0 {
@@ -196,7 +196,7 @@ func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
 // completed). batch holds jobs being admitted together.
 func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
 	for _, d := range j.cold().DependsOn {
-		if d == j.ID {
+		if d == j.ID() {
 			return errors.New("Job cannot depend on itself: " + d)
 		}
 		if batch[d] != nil || b.idxGet(d) != nil {
@@ -258,21 +258,21 @@ func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 	b := s.b
 	j.markDone()
 	if j.cold().ParentID != "" && result != nil {
-		b.flowPost(flowItem{kind: flowChildValue, parentID: j.cold().ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, val: result})
+		b.flowPost(flowItem{kind: flowChildValue, parentID: j.cold().ParentID, childID: j.ID(), key: j.Queue + ":" + j.ID(), val: result})
 	}
 	if !j.depWaited() && !removed {
 		return
 	}
 	var waiters []*Job
 	locked(&b.depMu, func() {
-		waiters = b.deps[j.ID]
-		delete(b.deps, j.ID)
+		waiters = b.deps[j.ID()]
+		delete(b.deps, j.ID())
 		if removed || j.depWaited() {
-			b.proofs.Put(j.ID, struct{}{})
+			b.proofs.Put(j.ID(), struct{}{})
 		}
 	})
 	if len(waiters) > 0 {
-		b.flowPost(flowItem{kind: flowResolve, dep: j.ID, waiters: waiters})
+		b.flowPost(flowItem{kind: flowResolve, dep: j.ID(), waiters: waiters})
 	}
 }
 
@@ -314,7 +314,7 @@ func childPolicy(j *Job, err string) (flowItem, bool) {
 	if err == "" {
 		err = "unknown error"
 	}
-	return flowItem{kind: flowPolicy, parentID: j.cold().ParentID, childID: j.ID, key: j.Queue + ":" + j.ID, mode: mode, err: err}, true
+	return flowItem{kind: flowPolicy, parentID: j.cold().ParentID, childID: j.ID(), key: j.Queue + ":" + j.ID(), mode: mode, err: err}, true
 }
 
 // policyRecord applies a child's policy to its parent's record (what both
@@ -359,7 +359,7 @@ func (b *Broker) applyPolicy(it *flowItem) {
 		}
 		s.releaseUnique(q, p)
 		msg := policyRecord(p, it, now)
-		b.announce(noticeFlowFailed(p.ID, it.childID, p.Queue, it.err, "Child job failed"))
+		b.announce(noticeFlowFailed(p.ID(), it.childID, p.Queue, it.err, "Child job failed"))
 		s.toDLQ(q, p, "unknown", msg, true, now)
 		p.warm().failErr, p.warm().hasFail = "", false // GetJob's failedReason comes from the timeline
 		s.emit(q, evFailed, p, now, evArgs{err: msg, hasErr: true})
@@ -427,7 +427,7 @@ func (b *Broker) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
 	}
 	out := make([]*Job, len(jobs))
 	for i, f := range jobs {
-		if !b.withJob(f.job.ID, func(j *Job, _ *Shard) { out[i] = j.readCopy() }) {
+		if !b.withJob(f.job.ID(), func(j *Job, _ *Shard) { out[i] = j.readCopy() }) {
 			// Already gone (completed with removeOnComplete, say): the
 			// answer is the admitted job as it was.
 			out[i] = f.job.readCopy()
@@ -467,7 +467,7 @@ func (b *Broker) admitFlow(jobs []flowJob) error {
 	now := b.now()
 	batch := make(map[string]*Job, len(jobs))
 	for _, f := range jobs {
-		batch[f.job.ID] = f.job
+		batch[f.job.ID()] = f.job
 	}
 	for _, f := range jobs {
 		j := f.job
@@ -492,13 +492,13 @@ func (b *Broker) flowRoom(jobs []flowJob) error {
 	groupCount := map[[2]string]int{}
 	for _, f := range jobs {
 		j := f.job
-		if b.idxGet(j.ID) != nil {
-			return errors.New("Flow job " + j.ID + " already exists")
+		if b.idxHolder(j) != nil {
+			return errors.New("Flow job " + j.ID() + " already exists")
 		}
 		var proven bool
-		locked(&b.depMu, func() { _, proven = b.proofs.Peek(j.ID) })
+		locked(&b.depMu, func() { _, proven = b.proofs.Peek(j.ID()) })
 		if proven {
-			return errors.New("Flow job " + j.ID + " already exists")
+			return errors.New("Flow job " + j.ID() + " already exists")
 		}
 		if j.cold().GroupID != "" && j.cold().groupMax > 0 && len(j.cold().DependsOn) == 0 {
 			s := b.shardOf(j.Queue)
@@ -603,7 +603,7 @@ func (b *Broker) linkChild(pid string, child *Job) bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	if slices.Contains(p.cold().Children, child.ID) {
+	if slices.Contains(p.cold().Children, child.ID()) {
 		return true
 	}
 	if !isQueued(p.state) {
@@ -611,8 +611,8 @@ func (b *Broker) linkChild(pid string, child *Job) bool {
 	}
 	q := s.queues[p.Queue]
 	now := b.now()
-	addChild(p, child.ID)
-	if n := b.registerOne(p, child.ID); n > 0 {
+	addChild(p, child.ID())
+	if n := b.registerOne(p, child.ID()); n > 0 {
 		if p.state != StateWaitingChildren {
 			s.unqueue(q, p)
 			p.state = StateWaitingChildren
@@ -854,7 +854,7 @@ func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
 			b.persist(p)
 		})
 	case plan.wait:
-		if !b.linkChild(pid, &Job{ID: cid}) {
+		if !b.linkChild(pid, withID(&Job{}, cid)) {
 			b.withJob(cid, func(c *Job, _ *Shard) {
 				c.warm().ParentID, c.Data = oldParent, oldData
 				c.settle()

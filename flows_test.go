@@ -207,7 +207,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 	defer b.Close()
 	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
 	b.pushJobs("pq", []*Job{p}, nil)
-	b.withJob(p.ID, func(j *Job, _ *Shard) { j.warm().Children = []string{"c"} })
+	b.withJob(p.ID(), func(j *Job, _ *Shard) { j.warm().Children = []string{"c"} })
 	// The parent's shard held: the flow goroutine takes the child's value
 	// and waits for the lock, mid-apply.
 	s := b.shardOf("pq")
@@ -218,7 +218,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 			s.mu.Unlock()
 		}
 	}()
-	b.flowPost(flowItem{kind: flowChildValue, parentID: p.ID, childID: "c", key: "cq:c", val: Raw(mustEnc(t, "v"))})
+	b.flowPost(flowItem{kind: flowChildValue, parentID: p.ID(), childID: "c", key: "cq:c", val: Raw(mustEnc(t, "v"))})
 	eventually(t, 10*time.Second, "the flow goroutine took the item", func() (bool, string) {
 		var n int
 		locked(&b.fmu, func() { n = len(b.fq) })
@@ -239,7 +239,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 		t.Fatal("flowSettle did not return within 10 s of the apply going on")
 	}
 	var vals []childKV
-	b.withJob(p.ID, func(j *Job, _ *Shard) { vals = j.cold().childValues })
+	b.withJob(p.ID(), func(j *Job, _ *Shard) { vals = j.cold().childValues })
 	if len(vals) != 1 || vals[0].key != "cq:c" {
 		t.Fatalf("the parent's children values after flowSettle: %v", vals)
 	}
@@ -255,10 +255,10 @@ func TestLinkChildRefusesParentGone(t *testing.T) {
 	parent := mustJob(t, "lc", map[string]any{"jobId": "P", "data": map[string]any{}})
 	child := mustJob(t, "lc", map[string]any{"jobId": "C", "data": map[string]any{}})
 	b.pushJobs("lc", []*Job{parent, child}, nil)
-	if got, _ := claimN(b, "lc", 1); len(got) != 1 || got[0].ID != "P" {
+	if got, _ := claimN(b, "lc", 1); len(got) != 1 || got[0].ID() != "P" {
 		t.Fatalf("claimed %v, want the parent", got)
 	}
-	if b.linkChild("P", &Job{ID: "C"}) {
+	if b.linkChild("P", withID(&Job{}, "C")) {
 		t.Fatal("a running parent took a child")
 	}
 	if err := b.UpdateParent(context.Background(), "C", "P"); err == nil || err.Error() != "Parent job P is not linkable" {

@@ -46,7 +46,7 @@ func churn(t testing.TB, b *Broker, queue string, n int, o *groupPull, grouped b
 			t.Fatalf("claimed %d of %d", len(claimed), len(jobs))
 		}
 		for k, j := range claimed {
-			if _, err := b.ackOne(AckItem{ID: j.ID, Token: tokens[k]}); err != nil {
+			if _, err := b.ackOne(AckItem{ID: j.ID(), Token: tokens[k]}); err != nil {
 				t.Fatalf("ack: %v", err)
 			}
 		}

@@ -48,7 +48,7 @@ func TestHeapMatchesModel(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 5: // push, with few distinct keys so ties are common
 				seq++
-				j := &Job{ID: itoa(seq)}
+				j := withID(&Job{}, itoa(seq))
 				e := modelEnt{pri: int64(rng.IntN(4)), t: int64(rng.IntN(5)), seq: seq, job: j}
 				h.Push(j, e.pri, e.t, e.seq)
 				model = append(model, e)
@@ -57,7 +57,7 @@ func TestHeapMatchesModel(t *testing.T) {
 				got := h.Pop()
 				if len(model) == 0 {
 					if got != nil {
-						t.Fatalf("seed %d step %d: pop from empty gave %s", seed, step, got.ID)
+						t.Fatalf("seed %d step %d: pop from empty gave %s", seed, step, got.ID())
 					}
 					continue
 				}
@@ -150,7 +150,7 @@ func TestHeapRepushAndRebuild(t *testing.T) {
 func TestReadyOrder(t *testing.T) {
 	h := newHeap(heapPlace)
 	mk := func(id string, pri, runAt, seq int64, lifo bool) *Job {
-		j := &Job{ID: id, Priority: pri, RunAt: runAt, seq: seq}
+		j := withID(&Job{Priority: pri, RunAt: runAt, seq: seq}, id)
 		if lifo {
 			j.warm().Lifo = true
 		}
@@ -169,7 +169,7 @@ func TestReadyOrder(t *testing.T) {
 	mk("none-early", 0, 50, 9, false)
 	var got []string
 	for j := h.Pop(); j != nil; j = h.Pop() {
-		got = append(got, j.ID)
+		got = append(got, j.ID())
 	}
 	want := []string{"high", "mid-lifo", "mid", "low", "none-lifo-2", "none-lifo-1", "none-early", "none-a", "neg"}
 	if !slices.Equal(got, want) {
@@ -229,7 +229,7 @@ func TestHentSize(t *testing.T) {
 	keys := []int64{math.MinInt64, -maxPriority, 0, maxPriority, math.MaxInt32 + 1, math.MaxInt64}
 	jobs := make([]*Job, len(keys))
 	for i, p := range keys {
-		jobs[i] = &Job{ID: fmt.Sprint(i)}
+		jobs[i] = withID(&Job{}, fmt.Sprint(i))
 		h.Push(jobs[i], p, 0, int64(i))
 	}
 	// Higher first; the two past MaxInt32 tie at the edge and fall back

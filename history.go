@@ -138,7 +138,7 @@ func (s *Shard) dropDone(cutoff int64, n int) int {
 			break
 		}
 		s.undone(q, j)
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
 		dropped++
 	}
@@ -150,7 +150,7 @@ func (s *Shard) dropDone(cutoff int64, n int) int {
 // shard's completed ones.
 func (s *Shard) retire(q *Queue, j *Job) {
 	s.b.idxDel(j)
-	s.b.dropResult(j.ID)
+	s.b.dropResult(j.ID())
 	s.b.hist.JobRetired(j)
 	if q != nil {
 		q.nCold++

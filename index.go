@@ -8,7 +8,7 @@ package main
 // pointer and, just after it doubles, is more than half empty: some 60
 // bytes per job, an eighth of what a waiting job costs. Here a slot is a
 // pointer and a 32-bit hash tag, 12 bytes, at a load between 3/8 and
-// 3/4: about 20 bytes per job. The id itself is the job's own string.
+// 3/4: about 20 bytes per job. The id itself is the job's own (jobid.go).
 //
 // The tag is the upper half of a seeded maphash of the id (so that ids
 // chosen to collide, custom ids being the client's to pick, cannot be
@@ -34,8 +34,13 @@ type idxPart struct {
 var idxSeed = maphash.MakeSeed()
 
 // idxHash gives the id's partition (low bits) and tag (high half).
-func idxHash(id string) (part uint32, tag uint32) {
-	h := maphash.String(idxSeed, id)
+func idxHash(k idKey) (part uint32, tag uint32) {
+	var h uint64
+	if k.u != ([16]byte{}) {
+		h = maphash.Bytes(idxSeed, k.u[:])
+	} else {
+		h = maphash.String(idxSeed, k.s)
+	}
 	tag = uint32(h >> 32)
 	if tag == 0 {
 		tag = 1
@@ -43,24 +48,35 @@ func idxHash(id string) (part uint32, tag uint32) {
 	return uint32(h) & (idxParts - 1), tag
 }
 
-func (b *Broker) idxPart(id string) (*idxPart, uint32) {
-	part, tag := idxHash(id)
+func (b *Broker) idxPart(k idKey) (*idxPart, uint32) {
+	part, tag := idxHash(k)
 	return &b.idx[part], tag
 }
 
 func (b *Broker) idxGet(id string) *Job {
-	p, tag := b.idxPart(id)
+	return b.idxGetKey(keyOf(id))
+}
+
+// idxHolder is the job the index holds under j's id: j itself, another
+// job with its id, or nil.
+func (b *Broker) idxHolder(j *Job) *Job {
+	return b.idxGetKey(j.key())
+}
+
+func (b *Broker) idxGetKey(k idKey) *Job {
+	p, tag := b.idxPart(k)
 	p.mu.Lock()
-	j := p.t.get(id, tag)
+	j := p.t.get(k, tag)
 	p.mu.Unlock()
 	return j
 }
 
 // idxPut stores j unless another job holds the id; it returns the holder.
 func (b *Broker) idxPut(j *Job) *Job {
-	p, tag := b.idxPart(j.ID)
+	k := j.key()
+	p, tag := b.idxPart(k)
 	p.mu.Lock()
-	old := p.t.put(j, tag)
+	old := p.t.put(j, k, tag)
 	p.mu.Unlock()
 	return old
 }
@@ -80,7 +96,7 @@ func (b *Broker) idxReserve(n int) {
 
 // idxDel forgets j, if the id is still j's.
 func (b *Broker) idxDel(j *Job) {
-	p, tag := b.idxPart(j.ID)
+	p, tag := b.idxPart(j.key())
 	p.mu.Lock()
 	p.t.del(j, tag)
 	p.mu.Unlock()
@@ -106,7 +122,7 @@ type jobTable struct {
 
 const jobTableMin = 8
 
-func (t *jobTable) get(id string, tag uint32) *Job {
+func (t *jobTable) get(k idKey, tag uint32) *Job {
 	if t.n == 0 {
 		return nil
 	}
@@ -116,7 +132,7 @@ func (t *jobTable) get(id string, tag uint32) *Job {
 		case 0:
 			return nil
 		case tag:
-			if j := t.jobs[i]; j.ID == id {
+			if j := t.jobs[i]; j.idIs(k) {
 				return j
 			}
 		}
@@ -124,14 +140,14 @@ func (t *jobTable) get(id string, tag uint32) *Job {
 }
 
 // put adds j unless a job with its id is there; it returns that job.
-func (t *jobTable) put(j *Job, tag uint32) *Job {
+func (t *jobTable) put(j *Job, k idKey, tag uint32) *Job {
 	if (t.n+1)*4 > len(t.tags)*3 {
 		t.resize(max(2*len(t.tags), jobTableMin))
 	}
 	mask := uint32(len(t.tags) - 1)
 	i := tag & mask
 	for ; t.tags[i] != 0; i = (i + 1) & mask {
-		if t.tags[i] == tag && t.jobs[i].ID == j.ID {
+		if t.tags[i] == tag && t.jobs[i].idIs(k) {
 			return t.jobs[i]
 		}
 	}

@@ -21,31 +21,31 @@ func TestJobTableAgreesWithMap(t *testing.T) {
 		tagOf := func(id string) uint32 { return uint32(fnv1a(id))%tags + 1 }
 		jobs := make([]*Job, 1000)
 		for i := range jobs {
-			jobs[i] = &Job{ID: "id-" + strconv.Itoa(i)}
+			jobs[i] = withID(&Job{}, "id-"+strconv.Itoa(i))
 		}
 		for step := 0; step < 40000; step++ {
 			j := jobs[rng.IntN(len(jobs))]
-			tag := tagOf(j.ID)
+			tag := tagOf(j.ID())
 			switch rng.IntN(3) {
 			case 0:
-				old := tb.put(j, tag)
-				if w := want[j.ID]; old != w {
-					t.Fatalf("tags %d step %d: put %s returned %p, want %p", tags, step, j.ID, old, w)
+				old := tb.put(j, j.key(), tag)
+				if w := want[j.ID()]; old != w {
+					t.Fatalf("tags %d step %d: put %s returned %p, want %p", tags, step, j.ID(), old, w)
 				}
-				if want[j.ID] == nil {
-					want[j.ID] = j
+				if want[j.ID()] == nil {
+					want[j.ID()] = j
 				}
 			case 1:
-				if got := tb.get(j.ID, tag); got != want[j.ID] {
-					t.Fatalf("tags %d step %d: get %s = %p, want %p", tags, step, j.ID, got, want[j.ID])
+				if got := tb.get(j.key(), tag); got != want[j.ID()] {
+					t.Fatalf("tags %d step %d: get %s = %p, want %p", tags, step, j.ID(), got, want[j.ID()])
 				}
 			case 2:
 				// A different job with the same id must not remove it.
 				if rng.IntN(4) == 0 {
-					tb.del(&Job{ID: j.ID}, tag)
+					tb.del(withID(&Job{}, j.ID()), tag)
 				} else {
 					tb.del(j, tag)
-					delete(want, j.ID)
+					delete(want, j.ID())
 				}
 			}
 			if tb.n != len(want) {
@@ -53,7 +53,7 @@ func TestJobTableAgreesWithMap(t *testing.T) {
 			}
 		}
 		for id, j := range want {
-			if got := tb.get(id, tagOf(id)); got != j {
+			if got := tb.get(keyOf(id), tagOf(id)); got != j {
 				t.Fatalf("tags %d: %s lost at the end", tags, id)
 			}
 		}
@@ -66,42 +66,42 @@ func TestJobTableGrowsAndShrinks(t *testing.T) {
 	var tb jobTable
 	jobs := make([]*Job, 100000)
 	for i := range jobs {
-		jobs[i] = &Job{ID: newID()}
-		_, tag := idxHash(jobs[i].ID)
-		if old := tb.put(jobs[i], tag); old != nil {
-			t.Fatalf("put %d found %s", i, old.ID)
+		jobs[i] = withID(&Job{}, newID())
+		_, tag := idxHash(jobs[i].key())
+		if old := tb.put(jobs[i], jobs[i].key(), tag); old != nil {
+			t.Fatalf("put %d found %s", i, old.ID())
 		}
 	}
 	if tb.n*4 > len(tb.tags)*3 || tb.n*8 < len(tb.tags)*3 {
 		t.Fatalf("%d entries in %d slots: load outside 3/8..3/4", tb.n, len(tb.tags))
 	}
 	for _, j := range jobs {
-		_, tag := idxHash(j.ID)
-		if tb.get(j.ID, tag) != j {
-			t.Fatalf("%s not found", j.ID)
+		_, tag := idxHash(j.key())
+		if tb.get(j.key(), tag) != j {
+			t.Fatalf("%s not found", j.ID())
 		}
 	}
 	big := len(tb.tags)
 	for _, j := range jobs[:99000] {
-		_, tag := idxHash(j.ID)
+		_, tag := idxHash(j.key())
 		tb.del(j, tag)
 	}
 	if len(tb.tags) >= big/8 {
 		t.Fatalf("after emptying, %d slots of %d remain for %d entries", len(tb.tags), big, tb.n)
 	}
 	for _, j := range jobs[99000:] {
-		_, tag := idxHash(j.ID)
-		if tb.get(j.ID, tag) != j {
-			t.Fatalf("%s lost by the shrink", j.ID)
+		_, tag := idxHash(j.key())
+		if tb.get(j.key(), tag) != j {
+			t.Fatalf("%s lost by the shrink", j.ID())
 		}
 	}
 	var r jobTable
 	r.reserve(1000)
 	size := len(r.tags)
 	for i := 0; i < 1000; i++ {
-		j := &Job{ID: strconv.Itoa(i)}
-		_, tag := idxHash(j.ID)
-		r.put(j, tag)
+		j := withID(&Job{}, strconv.Itoa(i))
+		_, tag := idxHash(j.key())
+		r.put(j, j.key(), tag)
 	}
 	if len(r.tags) != size {
 		t.Fatalf("a table reserved for 1000 grew from %d to %d slots", size, len(r.tags))
@@ -122,7 +122,7 @@ func BenchmarkIndex(b *testing.B) {
 	const n = 1000000
 	jobs := make([]*Job, n)
 	for i := range jobs {
-		jobs[i] = &Job{ID: newID()}
+		jobs[i] = withID(&Job{}, newID())
 	}
 	b.Run("index", func(b *testing.B) {
 		br := &Broker{}
@@ -132,7 +132,7 @@ func BenchmarkIndex(b *testing.B) {
 		b.ResetTimer()
 		for i := range b.N {
 			j := jobs[(i*7919)%n]
-			if br.idxGet(j.ID) != j {
+			if br.idxGet(j.ID()) != j {
 				b.Fatal("lost")
 			}
 			br.idxDel(j)
@@ -149,22 +149,22 @@ func BenchmarkIndex(b *testing.B) {
 		}
 		part := func(id string) int { return int(fnv1a(id) & (idxParts - 1)) }
 		for _, j := range jobs {
-			parts[part(j.ID)].m[j.ID] = j
+			parts[part(j.ID())].m[j.ID()] = j
 		}
 		b.ResetTimer()
 		for i := range b.N {
 			j := jobs[(i*7919)%n]
-			p := &parts[part(j.ID)]
+			p := &parts[part(j.ID())]
 			p.mu.Lock()
-			if p.m[j.ID] != j {
+			if p.m[j.ID()] != j {
 				b.Fatal("lost")
 			}
 			p.mu.Unlock()
 			p.mu.Lock()
-			delete(p.m, j.ID)
+			delete(p.m, j.ID())
 			p.mu.Unlock()
 			p.mu.Lock()
-			p.m[j.ID] = j
+			p.m[j.ID()] = j
 			p.mu.Unlock()
 		}
 	})

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -96,7 +95,8 @@ type Lease struct {
 // Job is the broker's record of one job. All fields are guarded by the lock
 // of the shard that owns the job's queue.
 type Job struct {
-	ID        string
+	// id is the job's id, read through ID() and set through setID (jobid.go).
+	id        [16]byte
 	Queue     string
 	Name      string
 	Data      Raw
@@ -243,6 +243,7 @@ type jobCold struct {
 	// broker (admission only): in PostgreSQL mode a push may be written
 	// late, and it frees no custom id whose job finished after it came.
 	arrived     int64
+	rawID       string // the job's id when it is not a canonical UUID (jobid.go)
 	failErr     string
 	hasFail     bool
 	history     []AttemptRec
@@ -302,7 +303,7 @@ func (c *jobCold) isDefault() bool {
 		c.KeepLogs == d.KeepLogs && c.SizeLimit == d.SizeLimit && !c.Lifo && !c.RemoveOnComplete && !c.RemoveOnFail &&
 		!c.FailParent && !c.RemoveDepOnFail && !c.ContinueParent && !c.IgnoreDepOnFail &&
 		c.DedupTTL == d.DedupTTL && !c.DedupExtend && !c.DedupReplace && c.DebounceID == "" &&
-		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.arrived == 0 && c.failErr == "" && !c.hasFail &&
+		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.arrived == 0 && c.rawID == "" && c.failErr == "" && !c.hasFail &&
 		c.history == nil && c.waiters == nil && c.childValues == nil && c.failedKids == nil && c.ignoredKids == nil
 }
 
@@ -425,7 +426,7 @@ func encodeJob(e *Enc, j *Job, mode int, state string, rv Raw) {
 // encodeJobCore writes who the job is, its times, attempts and backoff.
 func encodeJobCore(e *Enc, j *Job) {
 	e.Str("id")
-	e.Str(j.ID)
+	e.JobID(j)
 	e.Str("queue")
 	e.Str(j.Queue)
 	e.Str("name")
@@ -681,10 +682,13 @@ var ids idGen
 
 func nowMs() int64 { return time.Now().UnixMilli() }
 
-// newID returns a UUIDv7 string. The 12-bit rand_a field counts within a
+// newID returns a UUIDv7 string, for the ids that are not a job's (a
+// job keeps its id as 16 bytes, see jobid.go).
+func newID() string { return string(appendUUID(nil, newUUID())) }
+
+// newUUID returns a UUIDv7. The 12-bit rand_a field counts within a
 // millisecond so that ids sort in creation order.
-func newID() string {
-	var u [16]byte
+func newUUID() (u [16]byte) {
 	ids.mu.Lock()
 	ms := uint64(time.Now().UnixMilli())
 	t := ms << 12
@@ -716,17 +720,7 @@ func newID() string {
 	u[7] = byte(ctr)
 	binary.BigEndian.PutUint64(u[8:], r)
 	u[8] = 0x80 | (u[8] & 0x3f)
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	return string(s[:])
+	return u
 }
 
 // readCopy copies what readers of a job see (its wire fields, its state
@@ -736,7 +730,7 @@ func newID() string {
 // TestReadCopyHasEveryField keeps the list whole.
 func (j *Job) readCopy() *Job {
 	cp := &Job{
-		ID: j.ID, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
+		id: j.id, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
 		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
 		Attempts: j.Attempts, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
 		state: j.state, tl0: j.tl0, seq: j.seq,

@@ -173,13 +173,13 @@ func (j *Job) timeline() []TimelineEntry {
 // holds it the same way.
 func TestImpliedFirstTimelineEntry(t *testing.T) {
 	const created = 1796007115626
-	j := &Job{ID: "a", Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting}
+	j := withID(&Job{Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting}, "a")
 	j.addFirstEntry(created + 3) // admitted a moment after its batch was parsed
 	if j.tl0 != StateWaiting || j.Timeline != nil || j.timelineLen() != 1 {
 		t.Fatalf("first entry: tl0 %v, Timeline %+v", j.tl0, j.Timeline)
 	}
-	explicit := &Job{ID: "a", Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting,
-		Timeline: []TimelineEntry{{State: StateWaiting, At: created}}}
+	explicit := withID(&Job{Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting,
+		Timeline: []TimelineEntry{{State: StateWaiting, At: created}}}, "a")
 	if !reflect.DeepEqual(j.timeline(), explicit.Timeline) {
 		t.Fatalf("timeline() = %+v", j.timeline())
 	}

@@ -105,7 +105,7 @@ func (b *Broker) pushChecks(jobs []*Job, byID map[string]*Job) ([]string, error)
 			return nil, &jobErr{i, err}
 		}
 		if pid, pq, ok := parentLink(j); ok {
-			if err := b.checkLinkable(pid, pq, j.ID); err != nil {
+			if err := b.checkLinkable(pid, pq, j.ID()); err != nil {
 				return nil, &jobErr{i, err}
 			}
 			if parents == nil {
@@ -161,16 +161,16 @@ func (b *Broker) pushJobs(queue string, jobs []*Job, batch map[string]*Job) []Pu
 
 func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushResult {
 	if j.cold().CustomID != "" {
-		if h := s.b.idxGet(j.ID); h != nil {
+		if h := s.b.idxHolder(j); h != nil {
 			if s.b.shardOf(h.Queue) != s {
 				// Held in another shard; it was live a moment ago.
-				return PushResult{ID: h.ID, Dup: true}
+				return PushResult{ID: h.ID(), Dup: true}
 			}
 			switch h.state {
 			case StateCompleted, StateFailed:
 				s.dropRecord(s.queues[h.Queue], h)
 			default:
-				return PushResult{ID: h.ID, Dup: true}
+				return PushResult{ID: h.ID(), Dup: true}
 			}
 		}
 	}
@@ -188,7 +188,7 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 	}
 	j.seq = s.b.seq.Add(1)
 	if prev := s.b.idxPut(j); prev != nil {
-		return PushResult{ID: prev.ID, Dup: true}
+		return PushResult{ID: prev.ID(), Dup: true}
 	}
 	s.holdUnique(q, j)
 	if len(j.cold().DependsOn) > 0 {
@@ -201,7 +201,7 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 		s.b.announce(noticeWaitingChildren(q.name, j))
 	}
 	s.b.persist(j)
-	return PushResult{ID: j.ID}
+	return PushResult{ID: j.ID()}
 }
 
 // freeCustomID removes a finished job that still holds id, so that a new
@@ -510,7 +510,7 @@ func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
 			return AlreadyFinalized, nil
 		}
 		if j.Attempts == 0 {
-			return Applied, errors.New(errNotProcessing + j.ID)
+			return Applied, errors.New(errNotProcessing + j.ID())
 		}
 		// A worker whose lease ran out (or whose failure was retried)
 		// finished the job after all: its work is kept, as the reference
@@ -520,7 +520,7 @@ func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
 		if s.b.isRetired(it.Token) {
 			return AlreadyFinalized, nil
 		}
-		return Applied, errors.New(errNotProcessing + j.ID)
+		return Applied, errors.New(errNotProcessing + j.ID())
 	}
 	s.complete(q, j, it, now)
 	return Applied, nil
@@ -547,7 +547,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	} else {
 		j.addTimeline(TimelineEntry{State: StateCompleted, At: now})
 		if it.HasResult {
-			s.b.setResult(j.ID, it.Result)
+			s.b.setResult(j.ID(), it.Result)
 		}
 		s.addDone(q, j)
 		if s.b.store != nil {
@@ -785,7 +785,7 @@ func (b *Broker) Release(_ context.Context, c *conn) {
 	for _, j := range held {
 		s := b.shardOf(j.Queue)
 		s.with(func() {
-			if j.run().owner != c || j.state != StateActive || b.idxGet(j.ID) != j {
+			if j.run().owner != c || j.state != StateActive || b.idxHolder(j) != j {
 				return // finished, or already back, in the meantime
 			}
 			j.setOwner(nil)

@@ -387,7 +387,7 @@ func noticeLockExpired(queue, id string, renewals int32) *note {
 // noticeExpired is job:expired: a job whose ttl ran out while it waited,
 // dropped when a pull came to it.
 func noticeExpired(queue string, j *Job, now int64) *note {
-	return noticeQueueJob("job:expired", queue, j.ID).int("ttl", j.cold().TTL).int("age", now-j.CreatedAt)
+	return noticeQueueJob("job:expired", queue, j.ID()).int("ttl", j.cold().TTL).int("age", now-j.CreatedAt)
 }
 
 // noticeDeduplicated is job:deduplicated: a push whose unique key a live
@@ -399,7 +399,7 @@ func noticeDeduplicated(queue, id, strategy string) *note {
 // noticeWaitingChildren is job:waiting-children as the reference
 // announces a job admitted to wait for its dependencies.
 func noticeWaitingChildren(queue string, j *Job) *note {
-	return newNote("job:waiting-children").str("jobId", j.ID).str("queue", queue).strs("dependsOn", j.cold().DependsOn)
+	return newNote("job:waiting-children").str("jobId", j.ID()).str("queue", queue).strs("dependsOn", j.cold().DependsOn)
 }
 
 // noticeResolved is what a job released by its last dependency announces:
@@ -407,9 +407,9 @@ func noticeWaitingChildren(queue string, j *Job) *note {
 // that named others in dependsOn.
 func noticeResolved(j *Job) *note {
 	if len(j.cold().Children) > 0 {
-		return noticeFlowCompleted(j.ID, j.Queue, len(j.cold().Children))
+		return noticeFlowCompleted(j.ID(), j.Queue, len(j.cold().Children))
 	}
-	return newNote("job:dependencies-resolved").str("jobId", j.ID).str("queue", j.Queue)
+	return newNote("job:dependencies-resolved").str("jobId", j.ID()).str("queue", j.Queue)
 }
 
 // cronOutcome is what a run's push announces: cron:fired, or cron:missed

@@ -272,7 +272,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 	r, taken := 0, 0
 	for _, j := range jobs {
 		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
-			expired = append(expired, j.ID)
+			expired = append(expired, j.ID())
 			c.expired = append(c.expired, j)
 			continue
 		}
@@ -345,7 +345,7 @@ func (p *PG) saveClaimed(ctx context.Context, tx pgx.Tx, jobs []*Job, set map[st
 	r := pgSavedRows{toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n),
 		ttls: make([]*int64, n), touts: make([]*int64, n)}
 	for i, j := range jobs {
-		ids[i] = j.ID
+		ids[i] = j.ID()
 		r.setLease(i, j, set[j.Queue].stallConfig())
 	}
 	return pgLater(ctx, tx, "postgres: save claimed jobs", p.sql(pgClaimedSQL), ids, now, p.broker,

@@ -53,8 +53,8 @@ func (p *PG) moveJob(ctx context.Context, tx pgx.Tx, j *Job, m JobMove, step mov
 	case stepKeep:
 		return nil, nil
 	case stepRemove:
-		if err := p.deleteIDs(ctx, tx, []string{j.ID}); err != nil {
-			return nil, pgErr(fmt.Errorf("move job %s: %w", j.ID, err))
+		if err := p.deleteIDs(ctx, tx, []string{j.ID()}); err != nil {
+			return nil, pgErr(fmt.Errorf("move job %s: %w", j.ID(), err))
 		}
 		return func() { p.emit(j.Queue, evRemoved, j, now, evArgs{prev: "waiting"}) }, nil
 	case stepDLQ:
@@ -128,7 +128,7 @@ func (p *PG) setData(ctx context.Context, tx pgx.Tx, j *Job, data Raw) error {
 		return err
 	}
 	if err := p.saveRecord(ctx, tx, j); err != nil {
-		return pgErr(fmt.Errorf("update job %s: %w", j.ID, err))
+		return pgErr(fmt.Errorf("update job %s: %w", j.ID(), err))
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (p *PG) setData(ctx context.Context, tx pgx.Tx, j *Job, data Raw) error {
 func (p *PG) saveMoved(ctx context.Context, tx pgx.Tx, j *Job, forget bool, dlq *DLQConfig) error {
 	err := p.saveJobs(ctx, tx, []*Job{j}, nil)
 	if err == nil && forget {
-		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET lease_token = NULL WHERE id = $1`), j.ID)
+		_, err = tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET lease_token = NULL WHERE id = $1`), j.ID())
 	}
 	if err == nil && dlq != nil {
 		err = p.trimDLQ(ctx, tx, j.Queue, *dlq)
@@ -150,7 +150,7 @@ func (p *PG) saveMoved(ctx context.Context, tx pgx.Tx, j *Job, forget bool, dlq 
 		err = p.notify(ctx, tx, j.Queue)
 	}
 	if err != nil {
-		return pgErr(fmt.Errorf("move job %s: %w", j.ID, err))
+		return pgErr(fmt.Errorf("move job %s: %w", j.ID(), err))
 	}
 	return nil
 }

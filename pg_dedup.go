@@ -164,7 +164,7 @@ func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]
 		}
 		h := held[j.cold().UniqueKey]
 		if h == nil {
-			held[j.cold().UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.cold().UniqueKey] = &keyHolder{id: j.ID(), state: StateWaiting, idx: i}
 			continue
 		}
 		act, removeHolder, refused := dedupPolicy(j, h.state)
@@ -184,7 +184,7 @@ func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]
 			default:
 				w.release = append(w.release, h.id)
 			}
-			held[j.cold().UniqueKey] = &keyHolder{id: j.ID, state: StateWaiting, idx: i}
+			held[j.cold().UniqueKey] = &keyHolder{id: j.ID(), state: StateWaiting, idx: i}
 			continue
 		case dedupExtend:
 			exp := now + j.cold().DedupTTL

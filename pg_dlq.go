@@ -114,7 +114,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 			cfg := set[j.Queue].dlqConfig()
 			switch dlqStep(j.dlq, cfg, now) {
 			case dlqExpire:
-				expired = append(expired, j.ID)
+				expired = append(expired, j.ID())
 				expiredIn[j.Queue]++
 				continue
 			case dlqRetry:
@@ -134,7 +134,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 			// Not due after all (the policy changed), or its unique key is
 			// held: look again when the policy says.
 			if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, dlq_due = $3, plain = $4 WHERE id = $1`),
-				j.ID, encodeRec(j), pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j)); err != nil {
+				j.ID(), encodeRec(j), pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j)); err != nil {
 				return err
 			}
 		}

@@ -159,7 +159,7 @@ func encodeRemoteEvent(e *Enc, queue string, t evType, j *Job, now int64, a evAr
 		}
 	}
 	if j != nil {
-		str("j", j.ID)
+		str("j", j.ID())
 		if t == evFailed {
 			raw("jd", j.Data)
 		}
@@ -240,7 +240,7 @@ func remoteEventOf(m Map) (remoteEvent, error) {
 		return ev, err
 	}
 	if hasID {
-		ev.job = &Job{ID: id, Data: clone(m.Get("jd"))}
+		ev.job = withID(&Job{Data: clone(m.Get("jd"))}, id)
 	}
 	a := &ev.args
 	a.remote = true
@@ -444,9 +444,9 @@ func (p *PG) deadLettered(j *Job) {
 		return
 	}
 	j.dlqNew = false
-	p.b.announce(noticeDLQAdded(j.Queue, j.ID, j.dlq.Reason))
+	p.b.announce(noticeDLQAdded(j.Queue, j.ID(), j.dlq.Reason))
 	if j.cold().ParentID != "" {
-		p.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID, j.Queue, j.cold().failErr, "Max attempts exceeded"))
+		p.b.announce(noticeFlowFailed(j.cold().ParentID, j.ID(), j.Queue, j.cold().failErr, "Max attempts exceeded"))
 	}
 }
 

@@ -78,11 +78,11 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 	var lock []string
 	for _, j := range jobs {
 		for _, d := range j.cold().DependsOn {
-			if batch[d] == nil && d != j.ID {
+			if batch[d] == nil && d != j.ID() {
 				lock = append(lock, d)
 			}
 		}
-		if pid, _, ok := parentLink(j); ok && pid != j.ID {
+		if pid, _, ok := parentLink(j); ok && pid != j.ID() {
 			lock = append(lock, pid)
 		}
 	}
@@ -97,7 +97,7 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 	for i, j := range jobs {
 		var waits []string
 		for _, d := range j.cold().DependsOn {
-			if d == j.ID {
+			if d == j.ID() {
 				return nil, &jobErr{i, errors.New("Job cannot depend on itself: " + d)}
 			}
 			if batch[d] != nil {
@@ -121,7 +121,7 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 			if l := rows[pid]; l != nil {
 				par = l.j
 			}
-			if err := linkable(par, pid, pq, j.ID); err != nil {
+			if err := linkable(par, pid, pq, j.ID()); err != nil {
 				return nil, &jobErr{i, err}
 			}
 		}
@@ -152,7 +152,7 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 	var linked []*Job
 	for _, j := range made {
 		for _, d := range plan.waits[j] {
-			waiters, deps = append(waiters, j.ID), append(deps, d)
+			waiters, deps = append(waiters, j.ID()), append(deps, d)
 		}
 		if plan.links[j] != "" {
 			linked = append(linked, j)
@@ -165,7 +165,7 @@ func (p *PG) admitted(ctx context.Context, tx pgx.Tx, plan *pgPushPlan, made []*
 	var parents []*Job
 	for _, c := range linked {
 		par := plan.parents[plan.links[c]].j
-		if !isQueued(par.state) || slices.Contains(par.cold().Children, c.ID) {
+		if !isQueued(par.state) || slices.Contains(par.cold().Children, c.ID()) {
 			continue
 		}
 		if err := p.linkChild(ctx, tx, par, c, now); err != nil {
@@ -208,11 +208,11 @@ func (p *PG) addDeps(ctx context.Context, tx pgx.Tx, waiters, deps []string, fre
 // linkChild makes the locked parent par wait for child c, as the memory
 // engine's linkChild does; the caller saves par.
 func (p *PG) linkChild(ctx context.Context, tx pgx.Tx, par, c *Job, now int64) error {
-	addChild(par, c.ID)
+	addChild(par, c.ID())
 	if c.state == StateCompleted {
 		return nil
 	}
-	if err := p.addDeps(ctx, tx, []string{par.ID}, []string{c.ID}, false); err != nil {
+	if err := p.addDeps(ctx, tx, []string{par.ID()}, []string{c.ID()}, false); err != nil {
 		return err
 	}
 	par.state = StateWaitingChildren
@@ -289,7 +289,7 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 	var want []string
 	for _, d := range done {
 		if d.waited {
-			waitedOn = append(waitedOn, d.j.ID)
+			waitedOn = append(waitedOn, d.j.ID())
 		}
 		if d.j.cold().ParentID != "" && d.result != nil {
 			want = append(want, d.j.cold().ParentID)
@@ -328,10 +328,10 @@ func (p *PG) completed(ctx context.Context, tx pgx.Tx, done []pgDoneJob, inHand 
 	changed := map[*Job]bool{}
 	for _, d := range done {
 		par := jobs[d.j.cold().ParentID]
-		if d.j.cold().ParentID == "" || d.result == nil || par == nil || !slices.Contains(par.cold().Children, d.j.ID) {
+		if d.j.cold().ParentID == "" || d.result == nil || par == nil || !slices.Contains(par.cold().Children, d.j.ID()) {
 			continue
 		}
-		par.warm().childValues = setKV(par.cold().childValues, d.j.Queue+":"+d.j.ID, d.result)
+		par.warm().childValues = setKV(par.cold().childValues, d.j.Queue+":"+d.j.ID(), d.result)
 		changed[par] = true
 	}
 	if len(waiting) > 0 {
@@ -374,7 +374,7 @@ func (p *PG) repeated(ctx context.Context, tx pgx.Tx, f *pgFlowTx, done []pgDone
 		}
 		_, made, err := p.insertTx(ctx, tx, d.j.Queue, []*Job{n})
 		if err != nil {
-			return fmt.Errorf("push the next run of %s: %w", d.j.ID, err)
+			return fmt.Errorf("push the next run of %s: %w", d.j.ID(), err)
 		}
 		// Waiting pulls learn when it comes due.
 		if err := p.notify(ctx, tx, d.j.Queue); err != nil {
@@ -427,14 +427,14 @@ func (p *PG) lockMore(ctx context.Context, tx pgx.Tx, ids []string, inHand map[s
 func (p *PG) saveChanged(ctx context.Context, tx pgx.Tx, changed map[*Job]bool, saving map[string]bool) error {
 	var save []*Job
 	for j := range changed {
-		if !saving[j.ID] {
+		if !saving[j.ID()] {
 			save = append(save, j)
 		}
 	}
 	if len(save) == 0 {
 		return nil
 	}
-	slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
+	slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID(), b.ID()) })
 	return p.saveFlow(ctx, tx, save)
 }
 
@@ -453,7 +453,7 @@ func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 		}
 		var e Enc
 		encodeRecord(&e, j)
-		ids, recs, plain = append(ids, j.ID), append(recs, e.B), append(plain, pgPlainDone(j))
+		ids, recs, plain = append(ids, j.ID()), append(recs, e.B), append(plain, pgPlainDone(j))
 	}
 	if len(ids) > 0 {
 		// plain with the record: a running job given a parent here is no
@@ -483,7 +483,7 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 		}
 		locked, lerr := p.lockRows(ctx, tx, []string{it.parentID})
 		if lerr != nil {
-			return fmt.Errorf("lock the parent of %s: %w", j.ID, lerr)
+			return fmt.Errorf("lock the parent of %s: %w", j.ID(), lerr)
 		}
 		l := locked[it.parentID]
 		if l == nil || !isQueued(l.j.state) {
@@ -492,11 +492,11 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 		par := l.j
 		switch it.mode {
 		case policyFail:
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID); err != nil {
-				return fmt.Errorf("fail parent %s: %w", par.ID, err)
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID()); err != nil {
+				return fmt.Errorf("fail parent %s: %w", par.ID(), err)
 			}
 			msg := policyRecord(par, &it, now)
-			f.notes = append(f.notes, noticeFlowFailed(par.ID, it.childID, par.Queue, it.err, "Child job failed"))
+			f.notes = append(f.notes, noticeFlowFailed(par.ID(), it.childID, par.Queue, it.err, "Child job failed"))
 			set, serr := p.settings(ctx, tx, []string{par.Queue})
 			if serr != nil {
 				return serr
@@ -516,20 +516,20 @@ func (p *PG) childFailed(ctx context.Context, tx pgx.Tx, f *pgFlowTx, j *Job, er
 			j, err = par, msg
 			continue
 		case policyContinue:
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID); err != nil {
-				return fmt.Errorf("continue parent %s: %w", par.ID, err)
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1`), par.ID()); err != nil {
+				return fmt.Errorf("continue parent %s: %w", par.ID(), err)
 			}
 			policyRecord(par, &it, now)
 		case policyIgnore, policyRemove:
-			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2`), par.ID, it.childID); err != nil {
-				return fmt.Errorf("drop a dependency of %s: %w", par.ID, err)
+			if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.deps WHERE job_id = $1 AND dep_id = $2`), par.ID(), it.childID); err != nil {
+				return fmt.Errorf("drop a dependency of %s: %w", par.ID(), err)
 			}
 			policyRecord(par, &it, now)
 		}
 		if par.state == StateWaitingChildren {
 			var left bool
-			if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1)`), par.ID).Scan(&left); err != nil {
-				return fmt.Errorf("count dependencies of %s: %w", par.ID, err)
+			if err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.deps WHERE job_id = $1)`), par.ID()).Scan(&left); err != nil {
+				return fmt.Errorf("count dependencies of %s: %w", par.ID(), err)
 			}
 			if !left {
 				if err := p.releaseWaiting(ctx, tx, f, par, now); err != nil {
@@ -583,7 +583,7 @@ func (p *PG) PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error) {
 	byQueue := map[string][]*Job{}
 	var waiters, deps []string
 	for i, f := range jobs {
-		ids[i] = f.job.ID
+		ids[i] = f.job.ID()
 		if byQueue[f.queue] == nil {
 			queues = append(queues, f.queue)
 		}
@@ -591,7 +591,7 @@ func (p *PG) PushFlow(ctx context.Context, jobs []flowJob) ([]*Job, error) {
 		// Every dependency is in the flow, admitted with it.
 		f.job.pending = int32(len(f.job.cold().DependsOn))
 		for _, d := range f.job.cold().DependsOn {
-			waiters, deps = append(waiters, f.job.ID), append(deps, d)
+			waiters, deps = append(waiters, f.job.ID()), append(deps, d)
 		}
 	}
 	tl := make([]timelineMark, len(jobs))
@@ -664,7 +664,7 @@ func (p *PG) insertFlow(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		}
 		for _, j := range jobs {
 			if !in[j] {
-				return nil, errors.New("Flow job " + j.ID + " already exists")
+				return nil, errors.New("Flow job " + j.ID() + " already exists")
 			}
 		}
 	}
@@ -806,7 +806,7 @@ func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error
 		setParent(c, "", "")
 		removed = true
 		save := []*Job{c, par}
-		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID, b.ID) })
+		slices.SortFunc(save, func(a, b *Job) int { return cmpStr(a.ID(), b.ID()) })
 		return pgErr(p.saveFlow(ctx, tx, save))
 	})
 	return removed, err

@@ -19,7 +19,7 @@ func (p *PG) inserted(queue string, res pgInserted) {
 	p.pushed(queue, res.made)
 	now := p.now()
 	for _, id := range res.dups {
-		p.emit(queue, evDuplicated, &Job{ID: id, Queue: queue}, now, evArgs{})
+		p.emit(queue, evDuplicated, withID(&Job{Queue: queue}, id), now, evArgs{})
 		p.b.announce(noticeDeduplicated(queue, id, "default"))
 	}
 	for _, id := range res.extends {
@@ -93,7 +93,7 @@ type pgRows struct {
 }
 
 func (r *pgRows) add(j *Job, uexp *int64) {
-	r.ids, r.prios, r.keys = append(r.ids, j.ID), append(r.prios, j.Priority), append(r.keys, sortKey(j))
+	r.ids, r.prios, r.keys = append(r.ids, j.ID()), append(r.prios, j.Priority), append(r.keys, sortKey(j))
 	r.runAts, r.created, r.states = append(r.runAts, j.RunAt), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
 	var uk *string
 	if j.cold().UniqueKey != "" {
@@ -240,14 +240,14 @@ func (p *PG) insertRows(ctx context.Context, tx pgx.Tx, queue string, rows *pgRo
 func (p *PG) answerInserted(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job, plan dedupPlan, made map[string]bool, res *pgInserted) error {
 	res.ids = make([]string, len(jobs))
 	for i, j := range jobs {
-		res.ids[i] = j.ID
+		res.ids[i] = j.ID()
 		if id, dup := plan.dup[i]; dup {
 			res.ids[i] = id
 			continue
 		}
-		if made[j.ID] && !plan.dropped[i] {
+		if made[j.ID()] && !plan.dropped[i] {
 			res.made = append(res.made, j)
-			made[j.ID] = false // a second job of the batch with this id is a duplicate
+			made[j.ID()] = false // a second job of the batch with this id is a duplicate
 			continue
 		}
 		if j.cold().UniqueKey != "" && j.cold().CustomID == "" && !plan.dropped[i] {

@@ -406,7 +406,7 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 			a = &pgAcked{now: now}
 			fastIDs := make([]string, 0, len(done))
 			for _, d := range done {
-				fastIDs = append(fastIDs, d.j.ID)
+				fastIDs = append(fastIDs, d.j.ID())
 			}
 			for _, i := range rest {
 				outs[i], errs[i] = Applied, err
@@ -496,7 +496,7 @@ func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) ([]*Job, e
 		if queue != string(q) {
 			queue = string(q)
 		}
-		j := &Job{ID: id, Queue: queue, StartedAt: started.Int64, state: StateCompleted, DoneAt: now}
+		j := withID(&Job{Queue: queue, StartedAt: started.Int64, state: StateCompleted, DoneAt: now}, id)
 		fast[seen[id]] = j
 	}
 	return fast, rows.Err()
@@ -518,7 +518,7 @@ func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, l
 			continue
 		}
 		j := l.j
-		finished[j.ID] = true
+		finished[j.ID()] = true
 		j.state = StateCompleted
 		j.setLease(nil)
 		j.DoneAt = a.now
@@ -534,7 +534,7 @@ func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, l
 			a.flows = append(a.flows, d)
 		}
 		if j.cold().RemoveOnComplete || it.Remove {
-			a.remove = append(a.remove, j.ID)
+			a.remove = append(a.remove, j.ID())
 			continue
 		}
 		j.addTimeline(TimelineEntry{State: StateCompleted, At: a.now})
@@ -550,7 +550,7 @@ func (p *PG) writeAcked(ctx context.Context, tx pgx.Tx, a *pgAcked, locked map[s
 	if len(a.flows) > 0 {
 		saving := make(map[string]bool, len(a.save))
 		for _, j := range a.save {
-			saving[j.ID] = true
+			saving[j.ID()] = true
 		}
 		var err error
 		if a.fl, err = p.completed(ctx, tx, a.flows, locked, saving, a.now); err != nil {

@@ -145,7 +145,7 @@ func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	}
 	var e Enc
 	encodeRecord(&e, j)
-	return []any{j.ID, j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, uexp,
+	return []any{j.ID(), j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, uexp,
 		group, dlqAt, dlqDue, e.B, result, pgPlainDone(j)}
 }
 
@@ -219,7 +219,7 @@ func (src *sqliteSource) readJobs(ctx context.Context, sq *SQLiteStore, now int6
 	bad, err := sqliteJobs(ctx, sq, func(j *Job, _ []byte) error {
 		seq++
 		src.before.add(j.Queue, j.stateAt(now))
-		src.done[j.ID] = j.state == StateCompleted
+		src.done[j.ID()] = j.state == StateCompleted
 		if _, ok := src.firstSeq[j.Queue]; !ok {
 			src.firstSeq[j.Queue] = seq
 		}
@@ -245,7 +245,7 @@ func (src *sqliteSource) readJobs(ctx context.Context, sq *SQLiteStore, now int6
 	for _, j := range waiting {
 		waits := migrateJob(j, now, src.done)
 		for _, d := range waits {
-			src.waiters, src.deps = append(src.waiters, j.ID), append(src.deps, d)
+			src.waiters, src.deps = append(src.waiters, j.ID()), append(src.deps, d)
 		}
 		if j.state != StateWaitingChildren {
 			src.released++

@@ -550,7 +550,7 @@ func dropJob(t *testing.T, path, id, saveAs string) {
 		if err := rows.Scan(&s, &rec); err != nil {
 			t.Fatal(err)
 		}
-		if j, err := decodeRecord(rec); err == nil && j.ID == id {
+		if j, err := decodeRecord(rec); err == nil && j.ID() == id {
 			seq = s
 		}
 	}

@@ -122,7 +122,7 @@ func admitRound(reqs []*pgPushReq, now int64, res *pgInserted, row func(*Job)) (
 			pgAdmit(j, now)
 			ready = ready || j.state == StateWaiting || j.state == StatePrioritized
 			row(j)
-			r.ids = append(r.ids, j.ID)
+			r.ids = append(r.ids, j.ID())
 			res.made = append(res.made, j)
 		}
 	}
@@ -331,7 +331,7 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		var res pgInserted
 		var arena pgArena
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
-			rows = append(rows, []any{j.ID, q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, arena.record(j), pgPlainDone(j)})
+			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, arena.record(j), pgPlainDone(j)})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)

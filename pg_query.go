@@ -118,7 +118,7 @@ func (p *PG) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, er
 		if paused && len(a.want) > 0 && (st == StateWaiting || st == StatePrioritized) {
 			label = "paused"
 		}
-		out[i] = JobView{Job: j, State: label, Result: results[j.ID]}
+		out[i] = JobView{Job: j, State: label, Result: results[j.ID()]}
 	}
 	return out, nil
 }
@@ -206,7 +206,7 @@ func (p *PG) results(ctx context.Context, jobs []*Job) (map[string]Raw, error) {
 	var ids []string
 	for _, j := range jobs {
 		if j.state == StateCompleted {
-			ids = append(ids, j.ID)
+			ids = append(ids, j.ID())
 		}
 	}
 	if len(ids) == 0 {

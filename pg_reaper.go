@@ -59,7 +59,7 @@ func (p *PG) reapLeases(ctx context.Context) error {
 			return err
 		}
 		for _, j := range jobs {
-			renewals, owned := leased[j.ID]
+			renewals, owned := leased[j.ID()]
 			r.decide(j, renewals, owned)
 		}
 		return p.saveReaped(ctx, tx, r)
@@ -129,7 +129,7 @@ func (r *leaseReap) decide(j *Job, renewals int32, owned bool) {
 		r.timedOut(j, dlq)
 	case isCronJob(j):
 		// A cron job is not run late: its next run comes anyway.
-		r.remove = append(r.remove, j.ID)
+		r.remove = append(r.remove, j.ID())
 	case owned:
 		r.lockLapsed(j, stall, dlq, renewals)
 	default:
@@ -149,7 +149,7 @@ func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
 	if pgFailJob(j, f, dlq, r.now) {
 		r.keep = append(r.keep, j)
 	} else {
-		r.remove = append(r.remove, j.ID)
+		r.remove = append(r.remove, j.ID())
 	}
 	r.event(j, evFailed, evArgs{err: f.err, hasErr: true, terminal: j.state != StateDelayed, hasTerminal: true})
 	if j.state == StateDelayed {
@@ -157,7 +157,7 @@ func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
 	} else {
 		r.gaveUp = append(r.gaveUp, reapedJob{j, f.err})
 	}
-	r.notes = append(r.notes, noticeQueueJob("job:timeout", j.Queue, j.ID).int("timeout", j.cold().Timeout))
+	r.notes = append(r.notes, noticeQueueJob("job:timeout", j.Queue, j.ID()).int("timeout", j.cold().Timeout))
 }
 
 // lockLapsed puts back a job whose lock ran out, or dead-letters it past
@@ -172,7 +172,7 @@ func (r *leaseReap) lockLapsed(j *Job, stall StallConfig, dlq DLQConfig, renewal
 		j.state = j.readyState()
 		r.event(j, evStalled, evArgs{})
 	}
-	r.notes = append(r.notes, noticeLockExpired(j.Queue, j.ID, renewals))
+	r.notes = append(r.notes, noticeLockExpired(j.Queue, j.ID(), renewals))
 	r.keep = append(r.keep, j)
 }
 

@@ -43,7 +43,7 @@ func (p *PG) hold(c *conn, jobs []*Job, tokens []string) {
 		if i < len(tokens) {
 			tok = tokens[i]
 		}
-		h.m[j.ID] = pgHold{c: c, token: tok, started: j.StartedAt}
+		h.m[j.ID()] = pgHold{c: c, token: tok, started: j.StartedAt}
 	}
 	h.mu.Unlock()
 }
@@ -96,12 +96,12 @@ func (p *PG) unclaim(jobs []*Job, tokens []string) {
 	ids := make([]string, len(jobs))
 	claims := make(map[string]pgHold, len(jobs))
 	for i, j := range jobs {
-		ids[i] = j.ID
+		ids[i] = j.ID()
 		hd := pgHold{started: j.StartedAt}
 		if i < len(tokens) {
 			hd.token = tokens[i]
 		}
-		claims[j.ID] = hd
+		claims[j.ID()] = hd
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

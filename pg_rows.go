@@ -256,7 +256,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 				j.run().lease.ExpiresAt = *exp
 			}
 		}
-		out[j.ID] = l
+		out[j.ID()] = l
 	}
 	return out, rows.Err()
 }
@@ -275,7 +275,7 @@ func encodeRec(j *Job) []byte {
 // record given a parent or a repeat is no longer completed by the ACK
 // that writes its columns only): its lease and deadline stay as they are.
 func (p *PG) saveRecord(ctx context.Context, tx pgx.Tx, j *Job) error {
-	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID, encodeRec(j), pgPlainDone(j))
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID(), encodeRec(j), pgPlainDone(j))
 	return err
 }
 
@@ -287,7 +287,7 @@ func (p *PG) uniqueHeld(ctx context.Context, tx pgx.Tx, j *Job) (bool, error) {
 	}
 	var held bool
 	err := tx.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND unique_key = $2
-		AND state IN ({queued}, {active}, {children}) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID).Scan(&held)
+		AND state IN ({queued}, {active}, {children}) AND id <> $3)`), j.Queue, j.cold().UniqueKey, j.ID()).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("unique key %q: %w", j.cold().UniqueKey, err)
 	}

@@ -120,7 +120,7 @@ func newPGSavedRows(n int) *pgSavedRows {
 // set fills row i from job j; set is its queue's settings, when it is
 // active without a lock.
 func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
-	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID, pgState(j.state), j.Priority, sortKey(j), j.RunAt
+	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID(), pgState(j.state), j.Priority, sortKey(j), j.RunAt
 	if j.DoneAt != 0 {
 		r.doneAts[i] = ptr(j.DoneAt)
 	}

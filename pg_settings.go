@@ -121,7 +121,7 @@ func (p *PG) settingsOf(ctx context.Context, q pgQuerier, jobs []*Job) (map[stri
 func (p *PG) leaseRenewals(ctx context.Context, q pgQuerier, jobs []*Job) (map[string]int32, error) {
 	ids := make([]string, len(jobs))
 	for i, j := range jobs {
-		ids[i] = j.ID
+		ids[i] = j.ID()
 	}
 	rows, err := q.Query(ctx, p.sql(`SELECT id, lease_renewals FROM {s}.jobs WHERE id = ANY($1) AND lease_owner IS NOT NULL`), ids)
 	if err != nil {

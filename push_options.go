@@ -216,10 +216,10 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 		return nil, err
 	}
 	if j.cold().CustomID != "" {
-		j.ID = j.cold().CustomID
+		j.setID(j.cold().CustomID)
 		j.warm().arrived = now
 	} else {
-		j.ID = newID()
+		j.setID(newID())
 	}
 	if err := checkJobFields(j, customKey); err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ func (b *Broker) resultOf(j *Job) Raw {
 	if j.state != StateCompleted {
 		return nil
 	}
-	r, _ := b.getResult(j.ID)
+	r, _ := b.getResult(j.ID())
 	return r
 }
 
@@ -295,7 +295,7 @@ func pageOf(every func(fn func(it jobItem)), n int, offset, limit int64, asc boo
 	less := func(a, b jobItem) bool {
 		c := cmpInt(a.j.CreatedAt, b.j.CreatedAt)
 		if c == 0 {
-			c = cmpStr(a.j.ID, b.j.ID)
+			c = cmpStr(a.j.ID(), b.j.ID())
 		}
 		if !asc {
 			c = -c

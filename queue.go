@@ -80,7 +80,7 @@ func (s *Shard) drain(q *Queue) int {
 			s.unqueue(q, j) // grouped, or in the shard's delayed heap
 		}
 		s.releaseUnique(q, j)
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
 	}
 	return len(gone)
@@ -137,7 +137,7 @@ func (s *Shard) obliterate(q *Queue) {
 	gone = append(gone, q.dlq...)
 	q.dlq = nil
 	for _, j := range gone {
-		s.b.dropLogs(j.ID)
+		s.b.dropLogs(j.ID())
 		s.forget(j)
 	}
 	q.wakeAll()

@@ -65,7 +65,7 @@ func encodeRecord(e *Enc, j *Job) {
 // encRecordCore writes who the job is, its times, attempts, retry
 // settings, ttl and timeout.
 func encRecordCore(e *Enc, j *Job) {
-	e.Str(j.ID)
+	e.JobID(j)
 	e.Str(j.Queue)
 	e.Str(j.Name)
 	e.Raw(j.Data)
@@ -417,7 +417,7 @@ func (l *recLast) decode(b []byte) (*Job, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	if j.ID == "" || j.Queue == "" {
+	if j.idLen() == 0 || j.Queue == "" {
 		return nil, errors.New("job record without id or queue")
 	}
 	j.settle()
@@ -425,7 +425,7 @@ func (l *recLast) decode(b []byte) (*Job, error) {
 }
 
 func decRecordCore(r *recReader, j *Job, l *recLast) {
-	j.ID = r.str()
+	j.setIDBytes(r.strBytes())
 	j.Queue = r.strLike(&l.queue)
 	j.Name = r.strLike(&l.name)
 	j.Data = r.raw()

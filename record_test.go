@@ -11,7 +11,7 @@ import (
 // zero value.
 func fullJob() *Job {
 	j := &Job{
-		ID: "j-1", Queue: "q", Name: "n", Data: Raw{0x81, 0xa1, 0x61, 0x01}, Priority: -3,
+		Queue: "q", Name: "n", Data: Raw{0x81, 0xa1, 0x61, 0x01}, Priority: -3,
 		CreatedAt: 1796007115626, RunAt: 1796007116626, StartedAt: 1796007117000, DoneAt: 1796007118000,
 		Attempts: 2, Heartbeat: 1796007117500,
 		Timeline: []TimelineEntry{{State: StateWaiting, At: 1}, {State: StateFailed, At: 2, Error: "boom", HasErr: true, Attempt: 1}},
@@ -21,7 +21,7 @@ func fullJob() *Job {
 	j.c = &jobCold{
 		MaxAttempts: 5, Backoff: 250, TTL: 60000, Timeout: 3000,
 		BackoffObj: &Backoff{Exponential: true, Delay: 250, MaxDelay: 9000},
-		UniqueKey:  "u", CustomID: "j-1", DependsOn: []string{"a", "b"}, ParentID: "p",
+		UniqueKey:  "u", CustomID: "j-1", rawID: "j-1", DependsOn: []string{"a", "b"}, ParentID: "p",
 		Children: []string{"c1"}, ChildDone: 1, Tags: []string{"t"}, GroupID: "g", Progress: Raw{0x32},
 		ProgressMsg: "half", HasProgressMsg: true, Stack: []string{"Error: x", "at y"}, Repeat: Raw{0x80}, Durable: true,
 		StallTimeout: 7000, Stalls: 1, StackTraceLimit: 4, KeepLogs: 10, SizeLimit: 1024,
@@ -34,19 +34,19 @@ func fullJob() *Job {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
-	for _, j := range []*Job{fullJob(), {ID: "minimal", Queue: "q", Data: rawUndefined,
-		state: StateWaiting}} {
+	for _, j := range []*Job{fullJob(), withID(&Job{Queue: "q", Data: rawUndefined,
+		state: StateWaiting}, "minimal")} {
 		var e Enc
 		encodeRecord(&e, j)
 		if err := Validate(e.B, true); err != nil {
-			t.Fatalf("%s: record is not one MessagePack value: %v", j.ID, err)
+			t.Fatalf("%s: record is not one MessagePack value: %v", j.ID(), err)
 		}
 		got, err := decodeRecord(e.B)
 		if err != nil {
-			t.Fatalf("%s: %v", j.ID, err)
+			t.Fatalf("%s: %v", j.ID(), err)
 		}
 		if !reflect.DeepEqual(got, j) {
-			t.Fatalf("%s: round trip changed the job:\n got %+v\nwant %+v", j.ID, got, j)
+			t.Fatalf("%s: round trip changed the job:\n got %+v\nwant %+v", j.ID(), got, j)
 		}
 	}
 }
@@ -84,8 +84,8 @@ func FuzzDecodeRecord(f *testing.F) {
 // know reads as StateNone rather than failing the record.
 func TestRecordUnknownTimelineState(t *testing.T) {
 	var e Enc
-	encodeRecord(&e, &Job{ID: "1", Queue: "q", Data: rawUndefined,
-		state: StateWaiting, Timeline: []TimelineEntry{{State: StateWaiting, At: 5}}})
+	encodeRecord(&e, withID(&Job{Queue: "q", Data: rawUndefined,
+		state: StateWaiting, Timeline: []TimelineEntry{{State: StateWaiting, At: 5}}}, "1"))
 	at := bytes.Index(e.B, []byte("\xa7waiting"))
 	if at < 0 {
 		t.Fatal("no timeline state in the record")
@@ -105,8 +105,8 @@ func TestRecordUnknownTimelineState(t *testing.T) {
 // neighbours with the same queue and name share one string of each.
 func TestRecordRunSharesStrings(t *testing.T) {
 	mk := func(id, queue, name string, state State) *Job {
-		return &Job{ID: id, Queue: queue, Name: name, Data: rawUndefined,
-			state: StateWaiting, Timeline: []TimelineEntry{{State: state, At: 5}}}
+		return withID(&Job{Queue: queue, Name: name, Data: rawUndefined,
+			state: StateWaiting, Timeline: []TimelineEntry{{State: state, At: 5}}}, id)
 	}
 	want := []*Job{mk("1", "mail", "send", StateWaiting), mk("2", "mail", "send", StateDelayed),
 		mk("3", "mail", "other", StateWaitingChildren), mk("4", "sms", "other", StateWaiting), mk("5", "mail", "", StateActive)}
@@ -117,10 +117,10 @@ func TestRecordRunSharesStrings(t *testing.T) {
 		encodeRecord(&e, j)
 		d, err := last.decode(e.B)
 		if err != nil {
-			t.Fatalf("%s: %v", j.ID, err)
+			t.Fatalf("%s: %v", j.ID(), err)
 		}
 		if !reflect.DeepEqual(d, j) {
-			t.Fatalf("%s: got %+v\nwant %+v", j.ID, d, j)
+			t.Fatalf("%s: got %+v\nwant %+v", j.ID(), d, j)
 		}
 		got = append(got, d)
 	}

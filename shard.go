@@ -487,7 +487,7 @@ func (s *Shard) expire(now int64) {
 		case j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt+j.cold().Timeout <= now:
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
-			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID).int("timeout", j.cold().Timeout))
+			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID()).int("timeout", j.cold().Timeout))
 		case j.run().lease != nil:
 			s.lockExpired(q, j, now)
 		default:
@@ -515,13 +515,13 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 		s.toDLQ(q, j, reason, msg, true, now)
 		s.emit(q, evFailed, j, now, evArgs{err: ev, hasErr: true, noData: true})
 		s.b.stats.failed.Add(1)
-		s.b.announce(noticeLockExpired(q.name, j.ID, renewals))
+		s.b.announce(noticeLockExpired(q.name, j.ID(), renewals))
 		return
 	}
 	s.enqueue(q, j, now)
 	s.emit(q, evStalled, j, now, evArgs{})
 	s.b.persist(j)
-	s.b.announce(noticeLockExpired(q.name, j.ID, renewals))
+	s.b.announce(noticeLockExpired(q.name, j.ID(), renewals))
 }
 
 // lockLapsed counts a lapsed lock against a job. When the job has used
@@ -752,7 +752,7 @@ func (s *Shard) forget(j *Job) {
 	s.leases.Remove(j)
 	j.state = StateNone
 	s.b.idxDel(j)
-	s.b.dropResult(j.ID)
+	s.b.dropResult(j.ID())
 	s.b.unpersist(j)
 }
 

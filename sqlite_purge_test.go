@@ -100,8 +100,8 @@ func TestSQLitePurge(t *testing.T) {
 	if c := b.counts("gone"); c.Waiting+c.Active != 1 {
 		t.Fatalf("the drained queue came back with %+v, want the held job alone", c)
 	}
-	if !b.withJob(held[0].ID, func(j *Job, _ *Shard) {}) {
-		t.Fatalf("the held job %s is gone", held[0].ID)
+	if !b.withJob(held[0].ID(), func(j *Job, _ *Shard) {}) {
+		t.Fatalf("the held job %s is gone", held[0].ID())
 	}
 	later := make([]*Job, 2*flushOps)
 	for i := range later {

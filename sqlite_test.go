@@ -119,12 +119,12 @@ func TestSQLiteRestart(t *testing.T) {
 	b.pushJobs("work", []*Job{mustJob(t, "work", map[string]any{"data": "prio", "priority": int64(7), "uniqueKey": "uk"})}, nil)
 	// 200 complete with a result, 50 fail for good, 50 stay active.
 	for i := 0; i < 200; i++ {
-		if _, err := b.ackOne(AckItem{ID: claimed[i].ID, Token: tokens[i], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
+		if _, err := b.ackOne(AckItem{ID: claimed[i].ID(), Token: tokens[i], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 200; i < 250; i++ {
-		if _, err := b.Fail(context.Background(), claimed[i].ID, tokens[i], failure{err: "bad", hasErr: true}); err != nil {
+		if _, err := b.Fail(context.Background(), claimed[i].ID(), tokens[i], failure{err: "bad", hasErr: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,8 +133,8 @@ func TestSQLiteRestart(t *testing.T) {
 		b.queueChanged(q)
 	})
 	b.lmu.Lock()
-	b.logs.Put(claimed[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw{0xa1, 0x78}}})
-	b.logsChanged(claimed[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw{0xa1, 0x78}}})
+	b.logs.Put(claimed[0].ID(), []LogEntry{{At: 1, Level: "info", Message: Raw{0xa1, 0x78}}})
+	b.logsChanged(claimed[0].ID(), []LogEntry{{At: 1, Level: "info", Message: Raw{0xa1, 0x78}}})
 	b.lmu.Unlock()
 	before := b.counts("work")
 	b.Close()
@@ -154,20 +154,20 @@ func TestSQLiteRestart(t *testing.T) {
 		after.Paused != before.Paused+50 || after.Active != 0 {
 		t.Fatalf("counts before %+v after %+v", before, after)
 	}
-	j, s := b2.lockJob(claimed[0].ID)
+	j, s := b2.lockJob(claimed[0].ID())
 	if j == nil || j.state != StateCompleted {
 		t.Fatal("completed job not recovered")
 	}
 	s.mu.Unlock()
-	if r, ok := b2.getResult(claimed[0].ID); !ok || string(r) != string(Raw{0xa2, 0x6f, 0x6b}) {
+	if r, ok := b2.getResult(claimed[0].ID()); !ok || string(r) != string(Raw{0xa2, 0x6f, 0x6b}) {
 		t.Fatalf("result not recovered: %x", r)
 	}
-	j, s = b2.lockJob(claimed[260].ID)
+	j, s = b2.lockJob(claimed[260].ID())
 	if j.state != StateWaiting || j.Attempts != 0 || j.StartedAt != 0 {
 		t.Fatalf("active job recovered as %v attempts %d", j.state, j.Attempts)
 	}
 	s.mu.Unlock()
-	j, s = b2.lockJob(claimed[220].ID)
+	j, s = b2.lockJob(claimed[220].ID())
 	if j.state != StateFailed || j.dlq == nil || j.dlq.Reason != "max_attempts_exceeded" || j.cold().failErr != "bad" {
 		t.Fatalf("dead-lettered job recovered as %v %+v", j.state, j.dlq)
 	}
@@ -181,7 +181,7 @@ func TestSQLiteRestart(t *testing.T) {
 		t.Fatal("unique key not recovered")
 	}
 	b2.lmu.Lock()
-	logs, _ := b2.logs.Peek(claimed[0].ID)
+	logs, _ := b2.logs.Peek(claimed[0].ID())
 	b2.lmu.Unlock()
 	if len(logs) != 1 || logs[0].Level != "info" {
 		t.Fatalf("logs %+v", logs)
@@ -466,8 +466,8 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	b.pushJobs("good", jobs, nil)
 	// A job's logs over the limit too, and a good job's logs within it.
 	b.lmu.Lock()
-	b.logsChanged(jobs[0].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, secret))}})
-	b.logsChanged(jobs[1].ID, []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, "fine"))}})
+	b.logsChanged(jobs[0].ID(), []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, secret))}})
+	b.logsChanged(jobs[1].ID(), []LogEntry{{At: 1, Level: "info", Message: Raw(mustEnc(t, "fine"))}})
 	b.lmu.Unlock()
 	synced := make(chan error, 1)
 	go func() { synced <- st.Sync() }()
@@ -497,7 +497,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 		t.Fatalf("the metric does not count the dropped changes:\n%s", text)
 	}
 	logged := logBuf.String()
-	if !strings.Contains(logged, "job_id="+poison.ID) || !strings.Contains(logged, "job_id="+jobs[0].ID) || strings.Contains(logged, "SECRET") {
+	if !strings.Contains(logged, "job_id="+poison.ID()) || !strings.Contains(logged, "job_id="+jobs[0].ID()) || strings.Contains(logged, "SECRET") {
 		t.Fatalf("the log must name the dropped changes' jobs and never their data:\n%.2000s", logged)
 	}
 	b.Close()
@@ -508,12 +508,12 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	b2, st2, rs := openTestStore(t, path)
 	defer st2.Close()
 	defer b2.Close()
-	if rs.Waiting != 400 || b2.idxGet(poison.ID) != nil || b2.idxGet(jobs[299].ID) == nil {
-		t.Fatalf("recovered %d waiting jobs (want the 400 good ones), poisoned job there: %v", rs.Waiting, b2.idxGet(poison.ID) != nil)
+	if rs.Waiting != 400 || b2.idxGet(poison.ID()) != nil || b2.idxGet(jobs[299].ID()) == nil {
+		t.Fatalf("recovered %d waiting jobs (want the 400 good ones), poisoned job there: %v", rs.Waiting, b2.idxGet(poison.ID()) != nil)
 	}
 	b2.lmu.Lock()
-	_, bad := b2.logs.Peek(jobs[0].ID)
-	good, _ := b2.logs.Peek(jobs[1].ID)
+	_, bad := b2.logs.Peek(jobs[0].ID())
+	good, _ := b2.logs.Peek(jobs[1].ID())
 	b2.lmu.Unlock()
 	if bad || len(good) != 1 {
 		t.Fatalf("logs after the restart: poisoned ones there %v, good ones %v", bad, good)
@@ -588,7 +588,7 @@ func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
 	for i := range 3 {
 		j := mustJob(t, "q", map[string]any{"name": "n", "data": int64(i)})
 		b.pushJobs("q", []*Job{j}, nil)
-		ids = append(ids, j.ID)
+		ids = append(ids, j.ID())
 	}
 	for i, id := range ids {
 		j := b.idxGet(id)
@@ -630,7 +630,7 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 	}
 	b.pushJobs("q", []*Job{mustJob(t, "q", map[string]any{"data": 1, "removeOnComplete": true})}, nil)
 	js, toks := claimN(b, "q", 1)
-	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+	if _, err := b.ackOne(AckItem{ID: js[0].ID(), Token: toks[0]}); err != nil {
 		t.Fatal(err)
 	}
 	if n := pending(); n != 0 {
@@ -644,7 +644,7 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 		t.Fatalf("%d rows, want 1", n)
 	}
 	js, toks = claimN(b, "q", 1)
-	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+	if _, err := b.ackOne(AckItem{ID: js[0].ID(), Token: toks[0]}); err != nil {
 		t.Fatal(err)
 	}
 	flush()
@@ -663,7 +663,7 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 	if len(js) != 1 {
 		t.Fatalf("claimed %d after the restart", len(js))
 	}
-	if _, err := b.ackOne(AckItem{ID: js[0].ID, Token: toks[0]}); err != nil {
+	if _, err := b.ackOne(AckItem{ID: js[0].ID(), Token: toks[0]}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Sync(); err != nil {
@@ -727,7 +727,7 @@ func TestSQLiteLoadStages(t *testing.T) {
 	b.pushJobs("work", jobs, nil)
 	claimed, tokens := claimN(b, "work", 10)
 	for i := range claimed {
-		if _, err := b.ackOne(AckItem{ID: claimed[i].ID, Token: tokens[i], Result: Raw{0xa1, byte('a' + i)}, HasResult: true}); err != nil {
+		if _, err := b.ackOne(AckItem{ID: claimed[i].ID(), Token: tokens[i], Result: Raw{0xa1, byte('a' + i)}, HasResult: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -757,7 +757,7 @@ func TestSQLiteLoadStages(t *testing.T) {
 		t.Fatalf("recovered %+v", rs)
 	}
 	for i, c := range claimed {
-		r, ok := b2.getResult(c.ID)
+		r, ok := b2.getResult(c.ID())
 		if i == 3 {
 			if ok {
 				t.Fatal("an unreadable completed job has a result")
@@ -778,8 +778,8 @@ func TestSQLiteLoadStages(t *testing.T) {
 			k++ // the unreadable one
 		}
 		want := jobs[k]
-		if j.ID != want.ID || !bytes.Equal(j.Data, want.Data) {
-			t.Fatalf("job %d came back as %s (%d bytes of data), want %s (%d)", k, j.ID, len(j.Data), want.ID, len(want.Data))
+		if j.ID() != want.ID() || !bytes.Equal(j.Data, want.Data) {
+			t.Fatalf("job %d came back as %s (%d bytes of data), want %s (%d)", k, j.ID(), len(j.Data), want.ID(), len(want.Data))
 		}
 		k++
 	}

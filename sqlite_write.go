@@ -561,7 +561,7 @@ func jobIDOfRecord(rec []byte) string {
 	if err != nil {
 		return "(unreadable)"
 	}
-	return j.ID
+	return j.ID()
 }
 
 func placeholders(rows, width int) string {

@@ -681,7 +681,17 @@ func (e *Enc) Float32(f float32) {
 }
 
 func (e *Enc) Str(s string) {
-	l := len(s)
+	e.strHead(len(s))
+	e.B = append(e.B, s...)
+}
+
+// JobID writes the job's id as a string, without making its text.
+func (e *Enc) JobID(j *Job) {
+	e.strHead(j.idLen())
+	e.B = j.appendID(e.B)
+}
+
+func (e *Enc) strHead(l int) {
 	switch {
 	case l <= 31:
 		e.B = append(e.B, 0xa0|byte(l))
@@ -693,7 +703,6 @@ func (e *Enc) Str(s string) {
 		e.B = append(e.B, 0xdb)
 		e.B = binary.BigEndian.AppendUint32(e.B, uint32(l))
 	}
-	e.B = append(e.B, s...)
 }
 
 func (e *Enc) Bin(b []byte) {

@@ -673,7 +673,7 @@ func TestEncodersWellFormed(t *testing.T) {
 		for _, mode := range []int{jobPlain, jobWithRead, jobWithState} {
 			var e Enc
 			encodeJob(&e, j, mode, "waiting", Raw{0xc3})
-			check(fmt.Sprintf("job %s, mode %d", j.ID, mode), e.B)
+			check(fmt.Sprintf("job %s, mode %d", j.ID(), mode), e.B)
 		}
 	}
 	w := &worker{ID: "w1", Name: "n", Queues: []string{"a"}}
