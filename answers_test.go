@@ -35,8 +35,8 @@ func jobAtLimits(n int) *Job {
 	c.Progress = encodeString(strings.Repeat("r", 1000))
 	c.ProgressMsg, c.HasProgressMsg = strings.Repeat("m", 1000), true
 	for i := range maxTimelineEntries {
-		j.Timeline = append(j.Timeline, TimelineEntry{State: StateFailed, At: int64(i) * 1e12, HasErr: true,
-			Error: strings.Repeat("e", 100), Attempt: int32(i + 1)})
+		j.setTimeline(append(j.Timeline(), TimelineEntry{State: StateFailed, At: int64(i) * 1e12, HasErr: true,
+			Error: strings.Repeat("e", 100), Attempt: int32(i + 1)}))
 	}
 	return j
 }

@@ -92,8 +92,8 @@ func (j *Job) size() int64 {
 		n += int64(len(j.cold().CustomID))
 	}
 	n += strsBytes(j.cold().Tags) + strsBytes(j.cold().DependsOn) + strsBytes(j.cold().Children) + strsBytes(j.cold().Stack)
-	for i := range j.Timeline {
-		n += int64(len(j.Timeline[i].Error))
+	for i := range j.Timeline() {
+		n += int64(len(j.Timeline()[i].Error))
 	}
 	for i := range j.cold().history {
 		n += int64(len(j.cold().history[i].Error))

@@ -191,14 +191,14 @@ func bqID(r Raw) (string, error) {
 func bqJobState(m Map, j *Job) error {
 	for _, f := range []struct {
 		key string
-		dst *int64
-	}{{"runAt", &j.RunAt}, {"startedAt", &j.StartedAt}, {"completedAt", &j.DoneAt}, {"lastHeartbeat", &j.Heartbeat}} {
+		set func(int64)
+	}{{"runAt", func(v int64) { j.RunAt = v }}, {"startedAt", j.setStartedAt}, {"completedAt", j.setDoneAt}, {"lastHeartbeat", j.setHeartbeat}} {
 		v, ok, err := m.Num(f.key)
 		if err != nil {
 			return err
 		}
 		if ok {
-			*f.dst = int64(v)
+			f.set(int64(v))
 		}
 	}
 	if a, _, err := m.Int("attempts"); err != nil {

@@ -191,16 +191,16 @@ func (s *Shard) moveJob(q *Queue, j *Job, m JobMove, step moveStep, now int64) e
 	case stepDLQ:
 		if active {
 			// The attempt the DLQ records is the one the move ended.
-			startedAt := j.StartedAt
+			startedAt := j.StartedAt()
 			if err := s.takeActive(q, j, m.Token); err != nil {
 				return err
 			}
-			j.StartedAt = startedAt
+			j.setStartedAt(startedAt)
 		} else {
 			s.unqueue(q, j)
 			s.releaseUnique(q, j)
 		}
-		j.recordAttempt(j.StartedAt, now, "unknown", "", false)
+		j.recordAttempt(j.StartedAt(), now, "unknown", "", false)
 		s.toDLQ(q, j, "unknown", "", false, now)
 	case stepQueue:
 		if active {
@@ -235,7 +235,7 @@ func (s *Shard) takeActive(q *Queue, j *Job, token string) error {
 	}
 	s.deactivate(q, j)
 	s.releaseUnique(q, j)
-	j.StartedAt = 0
+	j.setStartedAt(0)
 	return nil
 }
 
@@ -390,12 +390,12 @@ func (s *Shard) cleanQueued(q *Queue, cutoff, limit int64) []string {
 func (s *Shard) cleanCompleted(q *Queue, cutoff, limit int64) []string {
 	var list []*Job
 	for i := s.doneHead; i < len(s.done); i++ {
-		if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == q.name && d.j.DoneAt <= cutoff {
+		if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == q.name && d.j.DoneAt() <= cutoff {
 			list = append(list, d.j)
 		}
 	}
 	slices.SortFunc(list, func(a, b *Job) int {
-		if c := cmpInt(a.DoneAt, b.DoneAt); c != 0 {
+		if c := cmpInt(a.DoneAt(), b.DoneAt()); c != 0 {
 			return c
 		}
 		return cmpStr(a.ID(), b.ID())
@@ -447,7 +447,7 @@ func (b *Broker) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64,
 		limit := a.limit()
 		var list []*Job
 		for i := s.doneHead; i < len(s.done); i++ {
-			if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == a.queue && a.takes(d.j.DoneAt) {
+			if d := &s.done[i]; s.doneLiveEnt(d) && d.j.Queue == a.queue && a.takes(d.j.DoneAt()) {
 				list = append(list, d.j)
 			}
 		}
@@ -481,8 +481,11 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 
 // resetCompleted clears a completed job's run for another one.
 func resetCompleted(j *Job, now int64) {
-	j.Attempts, j.StartedAt, j.DoneAt = 0, 0, 0
-	j.RunAt, j.Heartbeat = now, now
+	j.Attempts = 0
+	j.setStartedAt(0)
+	j.setDoneAt(0)
+	j.RunAt = now
+	j.setHeartbeat(now)
 	if j.c != nil { // through warm(), a plain job would get a cold part of defaults
 		j.c.Progress, j.c.ProgressMsg, j.c.HasProgressMsg = nil, "", false
 	}

@@ -938,8 +938,11 @@ func repeatSuccessor(j *Job, now int64) *Job {
 	}
 	n.setID(newID())
 	n.warm().CustomID = ""
-	n.CreatedAt, n.RunAt, n.Heartbeat = now, next, now
-	n.StartedAt, n.DoneAt, n.Attempts, n.warm().Stalls = 0, 0, 0, 0
+	n.CreatedAt, n.RunAt = now, next
+	n.setHeartbeat(now)
+	n.setStartedAt(0)
+	n.setDoneAt(0)
+	n.Attempts, n.warm().Stalls = 0, 0
 	n.warm().Progress, n.warm().ProgressMsg, n.warm().HasProgressMsg, n.warm().Stack = nil, "", false, nil
 	n.resetTimeline()
 	n.warm().history, n.dlq = nil, nil

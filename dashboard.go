@@ -171,7 +171,7 @@ func (s *Shard) dashJobs(q *Queue, k int, d *dashQueue) {
 
 // byStart orders active jobs by when they started.
 func byStart(a, b *Job) bool {
-	return a.StartedAt < b.StartedAt || a.StartedAt == b.StartedAt && a.seq < b.seq
+	return a.StartedAt() < b.StartedAt() || a.StartedAt() == b.StartedAt() && a.seq < b.seq
 }
 
 // firstK returns the k first jobs in less order among those each yields,

@@ -44,7 +44,7 @@ type AttemptRec struct {
 // when it does not, the reason it is given up with. The engine then does
 // the rest: the queue it goes back to, the DLQ or its removal.
 func failedAttempt(j *Job, f failure, now int64) (retry bool, reason string) {
-	startedAt := j.StartedAt
+	startedAt := j.StartedAt()
 	j.Attempts++
 	if len(f.stack) > 0 {
 		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackTraceLimit))
@@ -64,7 +64,7 @@ func failedAttempt(j *Job, f failure, now int64) (retry bool, reason string) {
 	j.recordAttempt(startedAt, now, attempt, f.err, f.hasErr)
 	if retry {
 		j.RunAt = now + backoffDelay(j)
-		j.StartedAt = 0
+		j.setStartedAt(0)
 		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
 	}
 	return retry, reason
@@ -348,8 +348,10 @@ func resetDLQ(j *Job, auto bool, now int64) {
 	} else {
 		j.dlq = nil
 	}
-	j.Attempts, j.warm().Stalls, j.StartedAt = 0, 0, 0
-	j.Heartbeat, j.RunAt = now, now
+	j.Attempts, j.warm().Stalls = 0, 0
+	j.setStartedAt(0)
+	j.setHeartbeat(now)
+	j.RunAt = now
 	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }
 

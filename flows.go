@@ -324,7 +324,7 @@ func policyRecord(p *Job, it *flowItem, now int64) string {
 	switch it.mode {
 	case policyFail:
 		msg := "Child job " + it.childID + " failed: " + it.err
-		p.warm().history = append(p.cold().history, AttemptRec{Attempt: p.Attempts, StartedAt: p.StartedAt, FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
+		p.warm().history = append(p.cold().history, AttemptRec{Attempt: p.Attempts, StartedAt: p.StartedAt(), FailedAt: now, Reason: "unknown", Error: msg, HasErr: true})
 		return msg
 	case policyContinue:
 		p.warm().failedKids = setKV(p.cold().failedKids, it.key, strRaw(it.err))

@@ -103,21 +103,14 @@ type Job struct {
 	Priority  int64
 	CreatedAt int64
 	RunAt     int64
-	StartedAt int64 // 0 = null
-	DoneAt    int64 // completedAt; 0 = null
-	Heartbeat int64
-	// Timeline is the job's history after its first entry when tl0 holds
-	// that entry (see timeline); read it through timeline(), timelineLen()
-	// and lastTimelineState(), add to it through addTimeline.
-	Timeline []TimelineEntry
 	// c holds what most jobs leave unset (jobCold): read through
 	// cold(), written through warm().
 	c *jobCold
 
 	// Broker bookkeeping, never on the wire. The fields are ordered by
-	// size, so that a Job is 208 bytes and fits that size class.
+	// size, so that a Job is 160 bytes and fits that size class.
 	seq      int64
-	rt       *jobRun // what only a claimed job needs; nil until its first claim
+	rt       *jobRun // what a job that has run needs; nil until then
 	dlq      *DLQEntry
 	hgen     [heapKinds]uint32
 	dgen     uint32 // generation of the job's entry in the completed list
@@ -140,16 +133,67 @@ type Job struct {
 	dlqNew      bool // PostgreSQL mode: dead-lettered, dlq:added not yet announced
 }
 
-// jobRun is what only a claimed job needs: its lease, the connection that
-// pulled it and when it must be looked at again. A job that never ran
-// (most of a backlog) carries one nil pointer instead of the three
-// fields: 16 bytes of every Job, the size class below. Once made it stays
-// (a completed job keeps it, empty but for the deadline), so that no
-// path that ends a claim has to agree on when to let it go.
+// jobRun is what only a job that has run (or moved on from its first
+// state) needs: its lease, the connection that pulled it, when it must be
+// looked at again, its start, completion and heartbeat times and its
+// timeline past the first entry. A job that never ran (most of a
+// backlog) carries one nil pointer instead of these 72 bytes, which puts
+// a Job two size classes lower (160 bytes, not 208); a job that ran costs
+// the same as with the fields in Job. Once made it stays, so that no path
+// that ends a claim has to agree on when to let it go.
 type jobRun struct {
 	lease    *Lease
 	owner    *conn // connection that pulled it, for release on disconnect
 	deadline int64 // when the active job must be looked at again
+
+	// Wire fields, read and written through the methods of the same
+	// names (StartedAt, setStartedAt, ...).
+	startedAt int64 // 0 = null
+	doneAt    int64 // completedAt; 0 = null
+	heartbeat int64
+	// timeline is the job's history after its first entry when tl0 holds
+	// that entry (see timeline); read it through Timeline(), timelineLen()
+	// and lastTimelineState(), add to it through addTimeline.
+	timeline []TimelineEntry
+}
+
+func (j *Job) StartedAt() int64 { return j.run().startedAt }
+func (j *Job) DoneAt() int64    { return j.run().doneAt }
+
+func (j *Job) Timeline() []TimelineEntry { return j.run().timeline }
+
+// The setters make no part to clear a field a job lacks, as setLease.
+func (j *Job) setStartedAt(v int64) {
+	if v != 0 || j.rt != nil {
+		j.running().startedAt = v
+	}
+}
+
+func (j *Job) setDoneAt(v int64) {
+	if v != 0 || j.rt != nil {
+		j.running().doneAt = v
+	}
+}
+
+// A job that never ran has its creation time as its last heartbeat (the
+// reference sets it so at a push): it takes no run part to say so.
+func (j *Job) Heartbeat() int64 {
+	if j.rt == nil {
+		return j.CreatedAt
+	}
+	return j.rt.heartbeat
+}
+
+func (j *Job) setHeartbeat(v int64) {
+	if j.rt != nil || v != j.CreatedAt {
+		j.running().heartbeat = v
+	}
+}
+
+func (j *Job) setTimeline(t []TimelineEntry) {
+	if t != nil || j.rt != nil {
+		j.running().timeline = t
+	}
 }
 
 // noRun is what a job never claimed reads (no lease, no owner); never
@@ -167,7 +211,7 @@ func (j *Job) run() *jobRun {
 // running is the job's claim part for writing, made the first time.
 func (j *Job) running() *jobRun {
 	if j.rt == nil {
-		j.rt = &jobRun{}
+		j.rt = &jobRun{heartbeat: j.CreatedAt} // as Heartbeat read it
 	}
 	return j.rt
 }
@@ -308,19 +352,19 @@ func (c *jobCold) isDefault() bool {
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {
-	n := len(j.Timeline)
+	n := len(j.Timeline())
 	switch {
 	case n == 0 && j.tl0 == StateNone && j.impliable(e):
 		j.tl0 = e.State // the first entry, implied
 	case n+j.implied() >= maxTimelineEntries:
 	case n == 0 && j.tl0 != StateNone:
 		// Most jobs go on to active and completed: room for both at once.
-		j.Timeline = append(make([]TimelineEntry, 0, 2), e)
-	case n == 1 && cap(j.Timeline) == 1:
+		j.setTimeline(append(make([]TimelineEntry, 0, 2), e))
+	case n == 1 && cap(j.Timeline()) == 1:
 		// The same when the first entry is kept (it had another time).
-		j.Timeline = append(make([]TimelineEntry, 0, 3), j.Timeline[0], e)
+		j.setTimeline(append(make([]TimelineEntry, 0, 3), j.Timeline()[0], e))
 	default:
-		j.Timeline = append(j.Timeline, e)
+		j.setTimeline(append(j.Timeline(), e))
 	}
 }
 
@@ -350,19 +394,19 @@ func (j *Job) implied() int {
 }
 
 // timelineLen is the number of entries in the job's timeline.
-func (j *Job) timelineLen() int { return len(j.Timeline) + j.implied() }
+func (j *Job) timelineLen() int { return len(j.Timeline()) + j.implied() }
 
 // lastTimelineState is the state of the timeline's last entry; StateNone
 // when it is empty.
 func (j *Job) lastTimelineState() State {
-	if n := len(j.Timeline); n > 0 {
-		return j.Timeline[n-1].State
+	if n := len(j.Timeline()); n > 0 {
+		return j.Timeline()[n-1].State
 	}
 	return j.tl0
 }
 
 // resetTimeline empties the timeline.
-func (j *Job) resetTimeline() { j.Timeline, j.tl0 = nil, StateNone }
+func (j *Job) resetTimeline() { j.setTimeline(nil); j.tl0 = StateNone }
 
 // timelineMark is where a timeline stood, for timelineBack.
 type timelineMark struct {
@@ -370,11 +414,11 @@ type timelineMark struct {
 	tl0 State
 }
 
-func (j *Job) timelineMark() timelineMark { return timelineMark{len(j.Timeline), j.tl0} }
+func (j *Job) timelineMark() timelineMark { return timelineMark{len(j.Timeline()), j.tl0} }
 
 // timelineBack takes the timeline back to a mark: what was added since
 // (by a transaction that was rolled back) is dropped.
-func (j *Job) timelineBack(m timelineMark) { j.Timeline, j.tl0 = j.Timeline[:m.n], m.tl0 }
+func (j *Job) timelineBack(m timelineMark) { j.setTimeline(j.Timeline()[:m.n]); j.tl0 = m.tl0 }
 
 // readyState is the state of a queued job that is not delayed.
 func (j *Job) readyState() State {
@@ -438,9 +482,9 @@ func encodeJobCore(e *Enc, j *Job) {
 	e.Str("runAt")
 	e.Int(j.RunAt)
 	e.Str("startedAt")
-	optTime(e, j.StartedAt)
+	optTime(e, j.StartedAt())
 	e.Str("completedAt")
-	optTime(e, j.DoneAt)
+	optTime(e, j.DoneAt())
 	e.Str("attempts")
 	e.Int(int64(j.Attempts))
 	e.Str("backoff")
@@ -503,7 +547,7 @@ func encodeJobState(e *Enc, j *Job) {
 	e.Str("durable")
 	e.Bool(j.cold().Durable)
 	e.Str("lastHeartbeat")
-	e.Int(j.Heartbeat)
+	e.Int(j.Heartbeat())
 	e.Str("stallCount")
 	e.Int(int64(j.cold().Stalls))
 }
@@ -573,8 +617,8 @@ func encodeTimeline(e *Enc, j *Job) {
 		e.Str("timestamp")
 		e.Int(j.CreatedAt)
 	}
-	for i := range j.Timeline {
-		t := &j.Timeline[i]
+	for i := range j.Timeline() {
+		t := &j.Timeline()[i]
 		k := 2
 		if t.HasErr {
 			k++
@@ -629,9 +673,9 @@ func (j *Job) failedReason() (string, bool) {
 	if j.cold().hasFail {
 		return j.cold().failErr, true
 	}
-	for i := len(j.Timeline) - 1; i >= 0; i-- {
-		if j.Timeline[i].State == StateFailed && j.Timeline[i].HasErr {
-			return j.Timeline[i].Error, true
+	for i := len(j.Timeline()) - 1; i >= 0; i-- {
+		if j.Timeline()[i].State == StateFailed && j.Timeline()[i].HasErr {
+			return j.Timeline()[i].Error, true
 		}
 	}
 	return "", false
@@ -731,9 +775,13 @@ func newUUID() (u [16]byte) {
 func (j *Job) readCopy() *Job {
 	cp := &Job{
 		id: j.id, Queue: j.Queue, Name: j.Name, Data: j.Data, Priority: j.Priority,
-		CreatedAt: j.CreatedAt, RunAt: j.RunAt, StartedAt: j.StartedAt, DoneAt: j.DoneAt,
-		Attempts: j.Attempts, Heartbeat: j.Heartbeat, Timeline: slices.Clone(j.Timeline),
+		CreatedAt: j.CreatedAt, RunAt: j.RunAt, Attempts: j.Attempts,
 		state: j.state, tl0: j.tl0, seq: j.seq,
+	}
+	if j.rt != nil {
+		// The run part's wire fields; the claim itself stays with the job.
+		cp.rt = &jobRun{startedAt: j.rt.startedAt, doneAt: j.rt.doneAt, heartbeat: j.rt.heartbeat,
+			timeline: slices.Clone(j.rt.timeline)}
 	}
 	if j.c != nil {
 		c := *j.c

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -38,7 +39,21 @@ func TestReadCopyHasEveryField(t *testing.T) {
 	}
 	fill(reflect.ValueOf(j).Elem())
 	fill(reflect.ValueOf(j.c).Elem())
+	j.setID("a text id") // kept in the cold part
+	// The run part's wire fields; its claim (lease, owner) is the job's own.
+	j.rt = &jobRun{startedAt: 11, doneAt: 12, heartbeat: 13, timeline: make([]TimelineEntry, 2),
+		lease: &Lease{Token: "t"}, owner: &conn{}, deadline: 14}
 	c := j.readCopy()
+	if c.ID() != j.ID() || c.StartedAt() != 11 || c.DoneAt() != 12 || c.Heartbeat() != 13 || len(c.Timeline()) != 2 {
+		t.Errorf("id or run part not copied: %q %+v", c.ID(), c.run())
+	}
+	if c.run().lease != nil || c.run().owner != nil {
+		t.Error("the claim went with the copy")
+	}
+	// A field added to jobRun is one more to think about here.
+	if n := reflect.TypeOf(jobRun{}).NumField(); n != 7 {
+		t.Errorf("jobRun has %d fields; readCopy copies the wire ones (4 of 7 when this was written)", n)
+	}
 	same := func(v, cv reflect.Value) {
 		for i := 0; i < v.NumField(); i++ {
 			sf := v.Type().Field(i)
@@ -61,7 +76,7 @@ func TestReadCopyHasEveryField(t *testing.T) {
 	for name, pair := range map[string][2]any{
 		"DependsOn": {&j.cold().DependsOn[0], &c.cold().DependsOn[0]}, "Children": {&j.cold().Children[0], &c.cold().Children[0]},
 		"Tags": {&j.cold().Tags[0], &c.cold().Tags[0]}, "Stack": {&j.cold().Stack[0], &c.cold().Stack[0]},
-		"Timeline": {&j.Timeline[0], &c.Timeline[0]},
+		"Timeline": {&j.Timeline()[0], &c.Timeline()[0]},
 	} {
 		if pair[0] == pair[1] {
 			t.Errorf("%s shared with the job", name)
@@ -127,8 +142,8 @@ func TestPlainJobHasNoColdPart(t *testing.T) {
 // costs every job 16 bytes more (the next class is 224), so it belongs
 // in jobCold (or jobRun, for a claimed job's) unless most jobs set it.
 func TestJobSize(t *testing.T) {
-	if n := unsafe.Sizeof(Job{}); n > 208 {
-		t.Errorf("a Job is %d bytes, over its 208-byte size class", n)
+	if n := unsafe.Sizeof(Job{}); n > 160 {
+		t.Errorf("a Job is %d bytes, over its 160-byte size class", n)
 	}
 }
 
@@ -162,9 +177,9 @@ func TestTimelineEntrySize(t *testing.T) {
 // timeline is the whole timeline, the implied first entry included.
 func (j *Job) timeline() []TimelineEntry {
 	if j.tl0 == StateNone {
-		return j.Timeline
+		return j.Timeline()
 	}
-	return append([]TimelineEntry{{State: j.tl0, At: j.CreatedAt}}, j.Timeline...)
+	return append([]TimelineEntry{{State: j.tl0, At: j.CreatedAt}}, j.Timeline()...)
 }
 
 // TestImpliedFirstTimelineEntry: a job's first timeline entry, at its
@@ -175,12 +190,12 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 	const created = 1796007115626
 	j := withID(&Job{Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting}, "a")
 	j.addFirstEntry(created + 3) // admitted a moment after its batch was parsed
-	if j.tl0 != StateWaiting || j.Timeline != nil || j.timelineLen() != 1 {
-		t.Fatalf("first entry: tl0 %v, Timeline %+v", j.tl0, j.Timeline)
+	if j.tl0 != StateWaiting || j.Timeline() != nil || j.timelineLen() != 1 {
+		t.Fatalf("first entry: tl0 %v, Timeline %+v", j.tl0, j.Timeline())
 	}
 	explicit := withID(&Job{Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting,
-		Timeline: []TimelineEntry{{State: StateWaiting, At: created}}}, "a")
-	if !reflect.DeepEqual(j.timeline(), explicit.Timeline) {
+		rt: &jobRun{heartbeat: created, timeline: []TimelineEntry{{State: StateWaiting, At: created}}}}, "a")
+	if !reflect.DeepEqual(j.timeline(), explicit.Timeline()) {
 		t.Fatalf("timeline() = %+v", j.timeline())
 	}
 	same := func(step string) {
@@ -202,7 +217,7 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 		if back.tl0 != StateWaiting || !reflect.DeepEqual(back.timeline(), j.timeline()) {
-			t.Fatalf("%s: read back as tl0 %v, %+v", step, back.tl0, back.Timeline)
+			t.Fatalf("%s: read back as tl0 %v, %+v", step, back.tl0, back.Timeline())
 		}
 	}
 	same("waiting")
@@ -213,12 +228,12 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 		explicit.addTimeline(TimelineEntry{State: st, At: created + 10})
 		same(st.String())
 	}
-	if cap(j.Timeline) != 2 || j.lastTimelineState() != StateCompleted || j.timelineLen() != 3 {
-		t.Fatalf("after two steps: %+v (cap %d)", j.Timeline, cap(j.Timeline))
+	if cap(j.Timeline()) != 2 || j.lastTimelineState() != StateCompleted || j.timelineLen() != 3 {
+		t.Fatalf("after two steps: %+v (cap %d)", j.Timeline(), cap(j.Timeline()))
 	}
 	j.timelineBack(m)
 	if j.timelineLen() != 1 || j.lastTimelineState() != StateWaiting {
-		t.Fatalf("back to the mark: tl0 %v, %+v", j.tl0, j.Timeline)
+		t.Fatalf("back to the mark: tl0 %v, %+v", j.tl0, j.Timeline())
 	}
 	j.timelineBack(timelineMark{})
 	if j.timelineLen() != 0 || j.lastTimelineState() != StateNone {
@@ -228,7 +243,7 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 	// An entry at another time, or with an error, is kept as it is.
 	k := &Job{CreatedAt: created}
 	k.addTimeline(TimelineEntry{State: StateWaiting, At: created + 1})
-	if k.tl0 != StateNone || len(k.Timeline) != 1 {
+	if k.tl0 != StateNone || len(k.Timeline()) != 1 {
 		t.Fatalf("an entry after creation was implied: %+v", k)
 	}
 
@@ -238,5 +253,58 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 	}
 	if j.timelineLen() != maxTimelineEntries {
 		t.Fatalf("%d entries, the limit is %d", j.timelineLen(), maxTimelineEntries)
+	}
+}
+
+// TestWaitingJobIsCompact: a plain job pushed with a UUID id carries no
+// cold part, no run part and no id text, after the push and after its
+// record is read back (as at a start); its last heartbeat reads as its
+// creation time, as the reference sets it. A claim makes the run part,
+// with the start, heartbeat, completion and timeline a reader sees.
+func TestWaitingJobIsCompact(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	j := mustJob(t, "q", map[string]any{"data": int64(1)})
+	b.pushJobs("q", []*Job{j}, nil)
+	var e Enc
+	encodeRecord(&e, j)
+	back, err := decodeRecord(e.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range map[string]*Job{"pushed": j, "read back": back} {
+		if w.c != nil || w.rt != nil || w.id == ([16]byte{}) || w.Timeline() != nil {
+			t.Fatalf("%s: cold %v, run %v, id %x, timeline %v", name, w.c, w.rt, w.id, w.Timeline())
+		}
+		if w.Heartbeat() != w.CreatedAt || w.StartedAt() != 0 || w.DoneAt() != 0 || w.ID() != j.ID() {
+			t.Fatalf("%s: heartbeat %d (created %d), started %d, done %d, id %s", name, w.Heartbeat(), w.CreatedAt, w.StartedAt(), w.DoneAt(), w.ID())
+		}
+	}
+	got, tokens := claimN(b, "q", 1)
+	if len(got) != 1 || got[0] != j {
+		t.Fatalf("claimed %v", got)
+	}
+	s := b.shardOf("q")
+	s.mu.Lock()
+	started, beat := j.StartedAt(), j.Heartbeat()
+	s.mu.Unlock()
+	if started == 0 || beat != started {
+		t.Fatalf("claimed: started %d, heartbeat %d", started, beat)
+	}
+	if _, err := b.ackOne(AckItem{ID: j.ID(), Token: tokens[0]}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.idxGet(j.ID())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.DoneAt() < started || c.StartedAt() != started {
+		t.Fatalf("completed: started %d, done %d", c.StartedAt(), c.DoneAt())
+	}
+	var states []State
+	for _, e := range c.timeline() {
+		states = append(states, e.State)
+	}
+	if !slices.Equal(states, []State{StateWaiting, StateActive, StateCompleted}) {
+		t.Fatalf("timeline %v", states)
 	}
 }

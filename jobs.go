@@ -302,8 +302,8 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			s.b.lat.wait.ObserveMs(now - j.CreatedAt)
 		}
 		j.state = StateActive
-		j.StartedAt = now
-		j.Heartbeat = now
+		j.setStartedAt(now)
+		j.setHeartbeat(now)
 		j.addTimeline(TimelineEntry{State: StateActive, At: now})
 		q.nActive++
 		if o.Owner != "" {
@@ -529,10 +529,10 @@ func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
 func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	s.releaseUnique(q, j)
 	s.b.stats.completed.Add(1)
-	if j.StartedAt > 0 {
-		s.b.lat.proc.ObserveMs(now - j.StartedAt)
+	if j.StartedAt() > 0 {
+		s.b.lat.proc.ObserveMs(now - j.StartedAt())
 	}
-	j.DoneAt = now
+	j.setDoneAt(now)
 	if j.c != nil {
 		j.c.hasFail = false // through warm(), every completed job would carry a cold part
 	}
@@ -702,7 +702,7 @@ func (s *Shard) renew(j *Job, token string, ttl, now int64) bool {
 	}
 	l.ExpiresAt = now + ttl
 	l.Renewals++
-	j.Heartbeat = now
+	j.setHeartbeat(now)
 	s.rewatch(j, now)
 	return true
 }
@@ -731,7 +731,7 @@ func (b *Broker) heartbeat(id, token string, duration int64) bool {
 	if token != "" {
 		return s.renew(j, token, duration, now)
 	}
-	j.Heartbeat = now
+	j.setHeartbeat(now)
 	return true
 }
 
@@ -797,8 +797,8 @@ func (b *Broker) Release(_ context.Context, c *conn) {
 			s.leases.Remove(j)
 			q.nActive--
 			j.setLease(nil)
-			j.StartedAt = 0
-			j.Heartbeat = now
+			j.setStartedAt(0)
+			j.setHeartbeat(now)
 			s.releaseUnique(q, j)
 			s.enqueue(q, j, now)
 			b.persist(j)

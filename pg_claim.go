@@ -287,7 +287,8 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		taken++
 		o := reqs[r].o
 		j.state = StateActive
-		j.StartedAt, j.Heartbeat = now, now
+		j.setStartedAt(now)
+		j.setHeartbeat(now)
 		j.addTimeline(TimelineEntry{State: StateActive, At: now})
 		tok := ""
 		if o.Owner != "" {

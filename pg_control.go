@@ -86,18 +86,18 @@ func (p *PG) moveJob(ctx context.Context, tx pgx.Tx, j *Job, m JobMove, step mov
 func (p *PG) discard(ctx context.Context, tx pgx.Tx, j *Job, token string, now int64) error {
 	if j.state == StateActive {
 		// The attempt the DLQ records is the one the move ended.
-		startedAt := j.StartedAt
+		startedAt := j.StartedAt()
 		if err := pgTakeActive(j, token); err != nil {
 			return err
 		}
-		j.StartedAt = startedAt
+		j.setStartedAt(startedAt)
 	}
 	set, err := p.settings(ctx, tx, []string{j.Queue})
 	if err != nil {
 		return pgErr(err)
 	}
 	cfg := set[j.Queue].dlqConfig()
-	j.recordAttempt(j.StartedAt, now, "unknown", "", false)
+	j.recordAttempt(j.StartedAt(), now, "unknown", "", false)
 	pgDeadLetter(j, "unknown", "", false, cfg, now)
 	return p.saveMoved(ctx, tx, j, true, &cfg)
 }
@@ -162,7 +162,7 @@ func pgTakeActive(j *Job, token string) error {
 		return err
 	}
 	j.setLease(nil)
-	j.StartedAt = 0
+	j.setStartedAt(0)
 	return nil
 }
 
@@ -299,7 +299,7 @@ func (p *PG) requeueCompleted(ctx context.Context, tx pgx.Tx, a retryCompletedAr
 			if float64(len(save)) >= limit {
 				break
 			}
-			if !a.takes(j.DoneAt) {
+			if !a.takes(j.DoneAt()) {
 				continue
 			}
 		}

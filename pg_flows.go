@@ -724,7 +724,7 @@ func (p *PG) MoveToWaitingChildren(ctx context.Context, id, token string) error 
 		// Parked until a child is linked to it; it does not check for
 		// children of its own, as in the reference.
 		j.setLease(nil)
-		j.StartedAt = 0
+		j.setStartedAt(0)
 		j.state = StateWaitingChildren
 		j.addTimeline(TimelineEntry{State: StateWaitingChildren, At: now})
 		f.events = append(f.events, pgFlowEvent{j, evWaitingChildren, evArgs{prev: "active"}})

@@ -421,8 +421,8 @@ func (p *PG) ackRound(ctx context.Context, items []AckItem) ([]Outcome, []error,
 	}
 	p.b.stats.completed.Add(int64(len(done)))
 	for _, d := range done {
-		if d.j.StartedAt > 0 {
-			p.b.lat.proc.ObserveMs(d.at - d.j.StartedAt)
+		if d.j.StartedAt() > 0 {
+			p.b.lat.proc.ObserveMs(d.at - d.j.StartedAt())
 		}
 		p.emit(d.j.Queue, evCompleted, d.j, d.at, evArgs{data: d.data, undefData: d.undef})
 	}
@@ -496,7 +496,9 @@ func (p *PG) ackFast(ctx context.Context, items []AckItem, now int64) ([]*Job, e
 		if queue != string(q) {
 			queue = string(q)
 		}
-		j := withID(&Job{Queue: queue, StartedAt: started.Int64, state: StateCompleted, DoneAt: now}, id)
+		j := withID(&Job{Queue: queue, state: StateCompleted}, id)
+		j.setStartedAt(started.Int64)
+		j.setDoneAt(now)
 		fast[seen[id]] = j
 	}
 	return fast, rows.Err()
@@ -521,7 +523,7 @@ func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, l
 		finished[j.ID()] = true
 		j.state = StateCompleted
 		j.setLease(nil)
-		j.DoneAt = a.now
+		j.setDoneAt(a.now)
 		if j.c != nil {
 			j.c.hasFail = false // not through warm(): see Shard.complete
 		}

@@ -89,7 +89,7 @@ func migrateJob(j *Job, now int64, done map[string]bool) []string {
 	switch j.state {
 	case StateActive, StateWaiting, StatePrioritized, StateDelayed:
 		if j.state == StateActive {
-			j.StartedAt = 0
+			j.setStartedAt(0)
 		}
 		if j.RunAt > now {
 			j.state = StateDelayed
@@ -124,8 +124,8 @@ var pgMigrateCols = []string{"id", "queue", "state", "priority", "sort_key", "ru
 // jobs table is filled here too.
 func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	var doneAt *int64
-	if j.DoneAt != 0 {
-		doneAt = ptr(j.DoneAt)
+	if j.DoneAt() != 0 {
+		doneAt = ptr(j.DoneAt())
 	}
 	var uk *string
 	var uexp *int64

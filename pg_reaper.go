@@ -117,7 +117,7 @@ func (r *leaseReap) event(j *Job, t evType, a evArgs) {
 // lock's, when it holds one.
 func (r *leaseReap) decide(j *Job, renewals int32, owned bool) {
 	stall, dlq := r.set[j.Queue].stallConfig(), r.set[j.Queue].dlqConfig()
-	timedOut := j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt+j.cold().Timeout <= r.now
+	timedOut := j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt()+j.cold().Timeout <= r.now
 	if !owned && !stall.Enabled && !timedOut {
 		// Stall detection was turned off since the claim.
 		r.unwatched = append(r.unwatched, j)

@@ -43,7 +43,7 @@ func (p *PG) hold(c *conn, jobs []*Job, tokens []string) {
 		if i < len(tokens) {
 			tok = tokens[i]
 		}
-		h.m[j.ID()] = pgHold{c: c, token: tok, started: j.StartedAt}
+		h.m[j.ID()] = pgHold{c: c, token: tok, started: j.StartedAt()}
 	}
 	h.mu.Unlock()
 }
@@ -97,7 +97,7 @@ func (p *PG) unclaim(jobs []*Job, tokens []string) {
 	claims := make(map[string]pgHold, len(jobs))
 	for i, j := range jobs {
 		ids[i] = j.ID()
-		hd := pgHold{started: j.StartedAt}
+		hd := pgHold{started: j.StartedAt()}
 		if i < len(tokens) {
 			hd.token = tokens[i]
 		}
@@ -133,7 +133,7 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 	queues := map[string]bool{}
 	for _, id := range ids {
 		l, hd := locked[id], claims[id]
-		if l == nil || l.j.state != StateActive || l.j.StartedAt != hd.started || hd.token != "" && l.token != hd.token {
+		if l == nil || l.j.state != StateActive || l.j.StartedAt() != hd.started || hd.token != "" && l.token != hd.token {
 			continue // finished, or claimed again, meanwhile
 		}
 		j := l.j
@@ -141,8 +141,8 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 			continue // trusted to be alive elsewhere until its lock runs out
 		}
 		j.setLease(nil)
-		j.StartedAt = 0
-		j.Heartbeat = now
+		j.setStartedAt(0)
+		j.setHeartbeat(now)
 		j.state = j.readyState()
 		back = append(back, j)
 		queues[j.Queue] = true

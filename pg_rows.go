@@ -161,12 +161,13 @@ func pgOverlay(j *Job, state int16, started, done pgtype.Int8) {
 	}
 	if pgState(j.state) == pgQueued && started.Valid {
 		j.state = StateActive
-		j.StartedAt, j.Heartbeat = started.Int64, started.Int64
+		j.setStartedAt(started.Int64)
+		j.setHeartbeat(started.Int64)
 		j.addTimeline(TimelineEntry{State: StateActive, At: started.Int64})
 	}
 	if state == pgDone && j.state == StateActive && done.Valid {
 		j.state = StateCompleted
-		j.DoneAt = done.Int64
+		j.setDoneAt(done.Int64)
 		if j.c != nil {
 			j.c.hasFail = false // as settle does
 		}

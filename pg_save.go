@@ -121,8 +121,8 @@ func newPGSavedRows(n int) *pgSavedRows {
 // active without a lock.
 func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID(), pgState(j.state), j.Priority, sortKey(j), j.RunAt
-	if j.DoneAt != 0 {
-		r.doneAts[i] = ptr(j.DoneAt)
+	if j.DoneAt() != 0 {
+		r.doneAts[i] = ptr(j.DoneAt())
 	}
 	if j.cold().UniqueKey != "" && j.state != StateCompleted && j.state != StateFailed {
 		r.uks[i] = ptr(j.cold().UniqueKey)
@@ -171,7 +171,7 @@ func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
 		r.ttls[i] = ptr(stallLimit(j, stall))
 	}
 	if j.cold().Timeout != none && j.cold().Timeout > 0 {
-		r.touts[i] = ptr(j.StartedAt + j.cold().Timeout)
+		r.touts[i] = ptr(j.StartedAt() + j.cold().Timeout)
 	}
 	if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
 		r.exps[i] = ptr(exp)

@@ -443,7 +443,7 @@ func parseJobTimes(m Map, j *Job, now int64, delay float64) error {
 		j.CreatedAt = int64(ts)
 	}
 	j.RunAt = j.CreatedAt + int64(delay)
-	j.Heartbeat = j.CreatedAt
+	j.setHeartbeat(j.CreatedAt)
 	return nil
 }
 

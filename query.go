@@ -437,7 +437,7 @@ func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 	if u.msgKey {
 		j.warm().ProgressMsg, j.warm().HasProgressMsg = u.msg, u.msgSet
 	}
-	j.Heartbeat = now
+	j.setHeartbeat(now)
 	return evArgs{progress: u.prog, progMsg: j.cold().ProgressMsg, hasProgMsg: j.cold().HasProgressMsg}, nil
 }
 

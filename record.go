@@ -72,8 +72,8 @@ func encRecordCore(e *Enc, j *Job) {
 	recInt(e, j.Priority)
 	recInt(e, j.CreatedAt)
 	recInt(e, j.RunAt)
-	recInt(e, j.StartedAt)
-	recInt(e, j.DoneAt)
+	recInt(e, j.StartedAt())
+	recInt(e, j.DoneAt())
 	recInt(e, int64(j.Attempts))
 	recInt(e, int64(j.cold().MaxAttempts))
 	recInt(e, j.cold().Backoff)
@@ -109,7 +109,7 @@ func encRecordProgress(e *Enc, j *Job) {
 	e.Str(j.cold().ProgressMsg)
 	recStrs(e, j.cold().Stack)
 	e.Raw(j.cold().Repeat)
-	recInt(e, j.Heartbeat)
+	recInt(e, j.Heartbeat())
 	recInt(e, j.cold().StallTimeout)
 	recInt(e, int64(j.cold().Stalls))
 	recInt(e, int64(j.cold().StackTraceLimit))
@@ -154,7 +154,7 @@ func encRecordTimeline(e *Enc, j *Job) {
 		recOptStr(e, "", false)
 		recInt(e, 0)
 	}
-	for _, t := range j.Timeline {
+	for _, t := range j.Timeline() {
 		e.ArrayHead(4)
 		e.Str(t.State.String())
 		recInt(e, t.At)
@@ -435,8 +435,8 @@ func decRecordCore(r *recReader, j *Job, l *recLast) {
 	j.Priority = r.i64()
 	j.CreatedAt = r.i64()
 	j.RunAt = r.i64()
-	j.StartedAt = r.i64()
-	j.DoneAt = r.i64()
+	j.setStartedAt(r.i64())
+	j.setDoneAt(r.i64())
 	j.Attempts = int32(r.i64())
 	j.warm().MaxAttempts = int32(r.i64())
 	j.warm().Backoff = r.i64()
@@ -467,7 +467,7 @@ func decRecordProgress(r *recReader, j *Job) {
 	j.warm().ProgressMsg = r.str()
 	j.warm().Stack = r.strs()
 	j.warm().Repeat = r.raw()
-	j.Heartbeat = r.i64()
+	j.setHeartbeat(r.i64())
 	j.warm().StallTimeout = r.i64()
 	j.warm().Stalls = int32(r.i64())
 	j.warm().StackTraceLimit = int32(r.i64())
@@ -521,10 +521,10 @@ func decRecordTimeline(r *recReader, j *Job) {
 			j.tl0 = e.State
 			continue
 		}
-		if j.Timeline == nil {
-			j.Timeline = make([]TimelineEntry, 0, total-i)
+		if j.Timeline() == nil {
+			j.setTimeline(make([]TimelineEntry, 0, total-i))
 		}
-		j.Timeline = append(j.Timeline, e)
+		j.setTimeline(append(j.Timeline(), e))
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 func fullJob() *Job {
 	j := &Job{
 		Queue: "q", Name: "n", Data: Raw{0x81, 0xa1, 0x61, 0x01}, Priority: -3,
-		CreatedAt: 1796007115626, RunAt: 1796007116626, StartedAt: 1796007117000, DoneAt: 1796007118000,
-		Attempts: 2, Heartbeat: 1796007117500,
-		Timeline: []TimelineEntry{{State: StateWaiting, At: 1}, {State: StateFailed, At: 2, Error: "boom", HasErr: true, Attempt: 1}},
-		state:    StateFailed, seq: 1 << 40,
+		CreatedAt: 1796007115626, RunAt: 1796007116626, Attempts: 2,
+		rt: &jobRun{startedAt: 1796007117000, doneAt: 1796007118000, heartbeat: 1796007117500,
+			timeline: []TimelineEntry{{State: StateWaiting, At: 1}, {State: StateFailed, At: 2, Error: "boom", HasErr: true, Attempt: 1}}},
+		state: StateFailed, seq: 1 << 40,
 		dlq: &DLQEntry{EnteredAt: 3, Reason: "max_attempts_exceeded", Error: "boom", HasErr: true, RetryCount: 2, LastRetryAt: 4, NextRetryAt: 5, ExpiresAt: 6},
 	}
 	j.c = &jobCold{
@@ -85,7 +85,7 @@ func FuzzDecodeRecord(f *testing.F) {
 func TestRecordUnknownTimelineState(t *testing.T) {
 	var e Enc
 	encodeRecord(&e, withID(&Job{Queue: "q", Data: rawUndefined,
-		state: StateWaiting, Timeline: []TimelineEntry{{State: StateWaiting, At: 5}}}, "1"))
+		state: StateWaiting, rt: &jobRun{timeline: []TimelineEntry{{State: StateWaiting, At: 5}}}}, "1"))
 	at := bytes.Index(e.B, []byte("\xa7waiting"))
 	if at < 0 {
 		t.Fatal("no timeline state in the record")
@@ -95,8 +95,8 @@ func TestRecordUnknownTimelineState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(j.Timeline) != 1 || j.Timeline[0].State != StateNone || j.Timeline[0].At != 5 {
-		t.Fatalf("timeline read back as %+v", j.Timeline)
+	if len(j.Timeline()) != 1 || j.Timeline()[0].State != StateNone || j.Timeline()[0].At != 5 {
+		t.Fatalf("timeline read back as %+v", j.Timeline())
 	}
 }
 
@@ -106,7 +106,7 @@ func TestRecordUnknownTimelineState(t *testing.T) {
 func TestRecordRunSharesStrings(t *testing.T) {
 	mk := func(id, queue, name string, state State) *Job {
 		return withID(&Job{Queue: queue, Name: name, Data: rawUndefined,
-			state: StateWaiting, Timeline: []TimelineEntry{{State: state, At: 5}}}, id)
+			state: StateWaiting, rt: &jobRun{timeline: []TimelineEntry{{State: state, At: 5}}}}, id)
 	}
 	want := []*Job{mk("1", "mail", "send", StateWaiting), mk("2", "mail", "send", StateDelayed),
 		mk("3", "mail", "other", StateWaitingChildren), mk("4", "sms", "other", StateWaiting), mk("5", "mail", "", StateActive)}

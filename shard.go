@@ -365,13 +365,13 @@ func stallDeadline(j *Job, c StallConfig) int64 {
 	if j.run().lease != nil {
 		d = j.run().lease.ExpiresAt
 	} else if c.Enabled {
-		d = j.Heartbeat + stallLimit(j, c)
-		if g := j.StartedAt + c.GracePeriod; g > d {
+		d = j.Heartbeat() + stallLimit(j, c)
+		if g := j.StartedAt() + c.GracePeriod; g > d {
 			d = g
 		}
 	}
 	if j.cold().Timeout != none && j.cold().Timeout > 0 {
-		if t := j.StartedAt + j.cold().Timeout; t < d {
+		if t := j.StartedAt() + j.cold().Timeout; t < d {
 			d = t
 		}
 	}
@@ -484,7 +484,7 @@ func (s *Shard) expire(now int64) {
 			continue
 		}
 		switch {
-		case j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt+j.cold().Timeout <= now:
+		case j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt()+j.cold().Timeout <= now:
 			s.b.retire(j)
 			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
 			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID()).int("timeout", j.cold().Timeout))
@@ -531,8 +531,8 @@ func (s *Shard) lockExpired(q *Queue, j *Job, now int64) {
 func lockLapsed(j *Job, c StallConfig, renewals int32, now int64) (reason, msg, ev string) {
 	j.Attempts++
 	j.warm().Stalls++
-	j.Heartbeat = now
-	j.StartedAt = 0
+	j.setHeartbeat(now)
+	j.setStartedAt(0)
 	j.setLease(nil)
 	if j.Attempts >= j.cold().MaxAttempts {
 		return "max_attempts_exceeded", "Lock expired at max attempts (" + itoa(int64(j.cold().MaxAttempts)) + ")", "Lock expired (max attempts reached)"
@@ -570,8 +570,8 @@ func stallLapsed(j *Job, c StallConfig, now int64) (reason, msg string) {
 	toDLQ := (c.MaxStalls > 0 && j.cold().Stalls+1 >= c.MaxStalls) || j.Attempts+1 >= j.cold().MaxAttempts
 	j.warm().Stalls++
 	j.Attempts++
-	j.StartedAt = 0
-	j.Heartbeat = now
+	j.setStartedAt(0)
+	j.setHeartbeat(now)
 	if toDLQ {
 		if j.Attempts >= j.cold().MaxAttempts {
 			return "max_attempts_exceeded", "Job stalled at max attempts (" + itoa(int64(j.cold().MaxAttempts)) + ")"
@@ -669,7 +669,7 @@ func (b *Broker) trimmer() {
 func (s *Shard) oldestDone() (int64, bool) {
 	for s.doneHead < len(s.done) {
 		if e := &s.done[s.doneHead]; s.doneLiveEnt(e) {
-			return e.j.DoneAt, true
+			return e.j.DoneAt(), true
 		}
 		s.done[s.doneHead] = doneEnt{}
 		s.doneHead++
@@ -691,7 +691,7 @@ func (s *Shard) evictDone(n int, until int64) {
 			s.doneHead++
 			continue
 		}
-		if evicted > 0 && e.j.DoneAt > until {
+		if evicted > 0 && e.j.DoneAt() > until {
 			break
 		}
 		s.done[s.doneHead] = doneEnt{}

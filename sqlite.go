@@ -814,7 +814,7 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 	if readErr != nil {
 		return bad, readErr
 	}
-	slices.SortFunc(done, func(x, y loadedJob) int { return cmpInt(x.j.DoneAt, y.j.DoneAt) })
+	slices.SortFunc(done, func(x, y loadedJob) int { return cmpInt(x.j.DoneAt(), y.j.DoneAt()) })
 	slices.SortFunc(dead, func(x, y loadedJob) int { return cmpInt(x.j.dlq.EnteredAt, y.j.dlq.EnteredAt) })
 	for _, lj := range done {
 		b.restoreDone(lj.j, lj.result)

@@ -32,7 +32,7 @@ type retiredRef struct {
 func (s *SQLiteStore) JobRetired(j *Job) {
 	s.mu.Lock()
 	p := s.pendingOf(j.seq)
-	p.retire = &retireInfo{id: j.ID(), queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt}
+	p.retire = &retireInfo{id: j.ID(), queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt()}
 	s.retiring[j.ID()] = j.seq
 	s.mu.Unlock()
 }

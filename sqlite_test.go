@@ -163,7 +163,7 @@ func TestSQLiteRestart(t *testing.T) {
 		t.Fatalf("result not recovered: %x", r)
 	}
 	j, s = b2.lockJob(claimed[260].ID())
-	if j.state != StateWaiting || j.Attempts != 0 || j.StartedAt != 0 {
+	if j.state != StateWaiting || j.Attempts != 0 || j.StartedAt() != 0 {
 		t.Fatalf("active job recovered as %v attempts %d", j.state, j.Attempts)
 	}
 	s.mu.Unlock()
@@ -594,7 +594,8 @@ func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
 		j := b.idxGet(id)
 		s := b.shardOf("q")
 		s.mu.Lock()
-		j.state, j.DoneAt, j.dlq = StateFailed, int64(1000+i), nil
+		j.state, j.dlq = StateFailed, nil
+		j.setDoneAt(int64(1000 + i))
 		s.mu.Unlock()
 		st.JobChanged(j, nil)
 	}

@@ -365,7 +365,7 @@ func (b *Broker) restoreQueued(j *Job) {
 	}
 	b.noteSeq(j)
 	if j.state == StateActive {
-		j.StartedAt = 0
+		j.setStartedAt(0)
 	}
 	s.holdUnique(q, j)
 	if j.state == StateWaitingChildren {
@@ -418,7 +418,7 @@ func (b *Broker) restoreDead(j *Job) {
 // entry its record lacks (one written before entries were kept).
 func (j *Job) ensureDLQEntry() {
 	if j.dlq == nil {
-		j.dlq = &DLQEntry{EnteredAt: j.DoneAt, Reason: "unknown"}
+		j.dlq = &DLQEntry{EnteredAt: j.DoneAt(), Reason: "unknown"}
 	}
 }
 

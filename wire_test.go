@@ -639,8 +639,8 @@ func BenchmarkEncodeJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	j.Timeline = append(j.Timeline, TimelineEntry{State: StateWaiting, At: 1796007115626}, TimelineEntry{State: StateActive, At: 1796007115700})
-	j.StartedAt = 1796007115700
+	j.setTimeline(append(j.Timeline(), TimelineEntry{State: StateWaiting, At: 1796007115626}, TimelineEntry{State: StateActive, At: 1796007115700}))
+	j.setStartedAt(1796007115700)
 	e := Enc{B: make([]byte, 0, 4096)}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
