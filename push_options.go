@@ -219,7 +219,7 @@ func parseJob(m Map, queue, customKey string, now int64) (*Job, error) {
 		j.setID(j.cold().CustomID)
 		j.warm().arrived = now
 	} else {
-		j.setID(newID())
+		j.id = newUUID()
 	}
 	if err := checkJobFields(j, customKey); err != nil {
 		return nil, err
