@@ -62,10 +62,22 @@ type evArgs struct {
 type Event struct {
 	Type  evType
 	Queue string
+	// JobID is the job's id; for an event a shard emits it is made from
+	// job on first use (ID), as most events meet no tap that reads it.
 	JobID string
+	job   *Job
 	At    int64
 	Args  evArgs
 	Data  Raw // the job's data, for failed events
+}
+
+// ID is the event's job id. A tap that keeps the event past its call
+// calls it first: job is read under the shard lock only.
+func (ev *Event) ID() string {
+	if ev.JobID == "" && ev.job != nil {
+		ev.JobID = ev.job.ID()
+	}
+	return ev.JobID
 }
 
 // Name is the event's wire name.
@@ -79,7 +91,7 @@ func (ev *Event) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `,"queue":`...)
 	dst = appendJSONString(dst, []byte(ev.Queue))
 	dst = append(dst, `,"jobId":`...)
-	dst = appendJSONString(dst, []byte(ev.JobID))
+	dst = appendJSONString(dst, []byte(ev.ID()))
 	dst = append(dst, `,"timestamp":`...)
 	dst = strconv.AppendInt(dst, ev.At, 10)
 	raw := func(key string, r Raw) {
@@ -170,12 +182,8 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	if len(subs) == 0 && taps == nil {
 		return
 	}
-	jobID := ""
-	if j != nil {
-		jobID = j.ID()
-	}
 	if taps != nil {
-		s.ev = Event{Type: t, Queue: q.name, JobID: jobID, At: now, Args: a}
+		s.ev = Event{Type: t, Queue: q.name, job: j, At: now, Args: a}
 		if j != nil && t == evFailed {
 			s.ev.Data = j.Data
 		}
@@ -187,7 +195,7 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 	if len(subs) == 0 {
 		return
 	}
-	s.frame = encodeEventFrame(s.frame[:0], q.name, t, jobID, j, now, a)
+	s.frame = encodeEventFrame(s.frame[:0], q.name, t, j, now, a)
 	for _, c := range subs {
 		c.pushEvent(s.frame)
 	}
@@ -199,7 +207,7 @@ func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
 // encodeEventFrame appends to dst the frame subscribers receive: {type:
 // "event", event: {eventType, queue, jobId, timestamp, ...}}, encoded
 // once for all of them.
-func encodeEventFrame(dst []byte, queue string, t evType, jobID string, j *Job, now int64, a evArgs) []byte {
+func encodeEventFrame(dst []byte, queue string, t evType, j *Job, now int64, a evArgs) []byte {
 	e := Enc{B: dst}
 	at := e.BeginFrame()
 	e.MapHead(2)
@@ -213,7 +221,11 @@ func encodeEventFrame(dst []byte, queue string, t evType, jobID string, j *Job, 
 	e.Str("queue")
 	e.Str(queue)
 	e.Str("jobId")
-	e.Str(jobID)
+	if j != nil {
+		e.JobID(j)
+	} else {
+		e.Str("")
+	}
 	e.Str("timestamp")
 	e.Int(now)
 	n += appendEventFields(&e, t, j, a)

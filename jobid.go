@@ -18,7 +18,8 @@ func (j *Job) ID() string {
 	if j.id == ([16]byte{}) {
 		return j.cold().rawID
 	}
-	return string(appendUUID(nil, j.id))
+	var b [36]byte // one allocation, the string's
+	return string(appendUUID(b[:0], j.id))
 }
 
 // setID gives the job its id, kept in whichever form fits (see above).

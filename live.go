@@ -138,7 +138,10 @@ func (l *live) tap(ev *Event) {
 	if l.hub.Subscribers() == 0 {
 		return
 	}
-	l.queue(liveItem{ev: *ev})
+	ev.ID() // the copy is read after the shard lock is let go
+	it := liveItem{ev: *ev}
+	it.ev.job = nil
+	l.queue(it)
 }
 
 // liveItem is a job event or a notice: one channel for both keeps the
@@ -233,7 +236,7 @@ func (l *live) publishJobEvent(ev *Event) {
 	d := jsonObj{}
 	d.open()
 	d.str("queue", ev.Queue)
-	d.str("jobId", ev.JobID)
+	d.str("jobId", ev.ID())
 	extra(&d)
 	wsData := d.close()
 
@@ -246,7 +249,7 @@ func (l *live) publishJobEvent(ev *Event) {
 	s := jsonObj{}
 	s.open()
 	s.str("queue", ev.Queue)
-	s.str("jobId", ev.JobID)
+	s.str("jobId", ev.ID())
 	s.int("timestamp", ev.At)
 	extra(&s)
 

@@ -157,7 +157,7 @@ func TestPGListensBeforeServing(t *testing.T) {
 	heard := make(chan string, 8)
 	b.addTap(func(ev *Event) {
 		select {
-		case heard <- ev.Name() + " " + ev.JobID:
+		case heard <- ev.Name() + " " + ev.ID():
 		default:
 		}
 	})

@@ -409,9 +409,10 @@ func (w *pgJobWaits) tap(ev *Event) {
 	default:
 		return
 	}
+	id := ev.ID()
 	w.mu.Lock()
-	list := w.m[ev.JobID]
-	delete(w.m, ev.JobID)
+	list := w.m[id]
+	delete(w.m, id)
 	w.mu.Unlock()
 	for _, ch := range list {
 		ch <- o

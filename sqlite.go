@@ -157,8 +157,9 @@ type SQLiteStore struct {
 	// refuses): each was logged and left out so the rest could be written.
 	dropped atomic.Uint64
 
-	stmts map[string]*sql.Stmt // on the writer connection
-	wconn *sql.Conn
+	stmts  map[string]*sql.Stmt // on the writer connection
+	wconn  *sql.Conn
+	seqBuf []int64 // the writer's, reused by each flush (writeJobs)
 
 	// arena is the chunk pending job records are copied into, under mu
 	// (see keepRecord).

@@ -431,6 +431,41 @@ func BenchmarkStoreWrite(b *testing.B) {
 	st.Close()
 }
 
+// BenchmarkStoreLifecycle: jobs pushed, claimed and completed with a
+// result through the SQLite store, a thousand at a time, with a history of
+// 5,000 completed jobs in memory so that older ones retire to disk, as
+// under a steady load; until committed. What SQLite mode adds to each job.
+func BenchmarkStoreLifecycle(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "l.db")
+	st, err := OpenSQLite(path, "normal", quietLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := NewBroker(0, st)
+	br.SetCompletedLimits(5000, -1)
+	st.Start()
+	data := map[string]any{"to": "someone@example.com", "n": int64(1)}
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 1000 {
+		jobs := make([]*Job, 1000)
+		for k := range jobs {
+			jobs[k] = mustJob(b, "l", map[string]any{"name": "j", "data": data})
+		}
+		br.admit()
+		br.pushJobs("l", jobs, nil)
+		claimed, tokens := claimN(br, "l", 1000)
+		for k, j := range claimed {
+			if _, err := br.ackOne(AckItem{ID: j.ID(), Token: tokens[k], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	st.Sync()
+	b.StopTimer()
+	br.Close()
+	st.Close()
+}
+
 // TestSQLitePoisonedRowDropped: a change SQLite refuses (here a row over a
 // lowered length limit on the writer's connection, as a value over
 // SQLITE_MAX_LENGTH would be) is left out with an error log naming the job

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -252,8 +253,19 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, bt *writeBatch) error {
 	}
 	up := make([]any, 0, 2*nUp)
 	resUp := make([]any, 0, 2*nRes)
-	var retired []any // rare: completed jobs leaving memory (history.go)
-	for seq, p := range jobs {
+	var retired []any // completed jobs leaving memory (history.go)
+	// In the order of their rows: new jobs are then appended to the
+	// table's B-tree and every other row is reached as its neighbour was,
+	// where the map's order split a page and sought from the root for
+	// each.
+	seqs := s.seqBuf[:0]
+	for seq := range jobs {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	s.seqBuf = seqs
+	for _, seq := range seqs {
+		p := jobs[seq]
 		if p.retire != nil {
 			r := p.retire
 			retired = append(retired, seq, r.id, r.queue, r.created, r.doneAt)

@@ -138,7 +138,7 @@ func (h *Webhooks) tap(ev *Event) {
 	if len(on) == 0 {
 		return
 	}
-	d := delivery{kind: ev.Type, queue: ev.Queue, jobID: ev.JobID, at: ev.At}
+	d := delivery{kind: ev.Type, queue: ev.Queue, jobID: ev.ID(), at: ev.At}
 	switch ev.Type {
 	case evCompleted:
 		if !ev.Args.undefData {

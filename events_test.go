@@ -1,0 +1,44 @@
+package main
+
+import "testing"
+
+// TestEventIDMadeForTaps: a shard's event names its job's id only when a
+// tap asks (Event.ID), for a UUID id kept as bytes and for a custom id
+// alike; a copy a tap keeps after asking still names it once the shard
+// has moved on, and an event no tap asked about never made the text.
+func TestEventIDMadeForTaps(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	var asked, kept []Event
+	var unasked []string
+	b.addTap(func(ev *Event) {
+		if ev.Type != evPushed {
+			return
+		}
+		unasked = append(unasked, ev.JobID) // before anyone asked
+		ev.ID()
+		kept = append(kept, *ev)
+		asked = append(asked, Event{JobID: ev.ID()})
+	})
+	uuidJob := mustJob(t, "ev", map[string]any{"name": "a", "data": int64(1)})
+	customJob := mustJob(t, "ev", map[string]any{"name": "b", "data": int64(2), "jobId": "order-42"})
+	res := b.pushJobs("ev", []*Job{uuidJob, customJob}, nil)
+	if len(res) != 2 || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("push: %+v", res)
+	}
+	want := []string{res[0].ID, "order-42"}
+	if len(asked) != 2 || len(kept) != 2 {
+		t.Fatalf("the tap saw %d pushed events, want 2", len(asked))
+	}
+	for i, w := range want {
+		if asked[i].JobID != w || kept[i].JobID != w {
+			t.Fatalf("event %d named %q (kept copy %q), want %q", i, asked[i].JobID, kept[i].JobID, w)
+		}
+		if unasked[i] != "" {
+			t.Fatalf("event %d carried its id text %q before a tap asked", i, unasked[i])
+		}
+	}
+	if len(want[0]) != 36 || uuidJob.id == ([16]byte{}) {
+		t.Fatalf("the broker's id %q is not kept as 16 bytes", want[0])
+	}
+}
