@@ -28,7 +28,7 @@ type Broker struct {
 	trimDone  chan struct{}
 
 	rmu     sync.Mutex
-	results *LRU[string, Raw]
+	results *LRU[idKey, Raw] // by id, in the form the index keeps it (no text made)
 	lmu     sync.Mutex
 	logs    *LRU[string, []LogEntry]
 	tmu     sync.Mutex
@@ -109,7 +109,7 @@ func NewBroker(shards int, store Store) *Broker {
 	b := &Broker{
 		shards:    make([]*Shard, shards),
 		mask:      uint32(shards - 1),
-		results:   NewLRU[string, Raw](maxResults, nil),
+		results:   NewLRU[idKey, Raw](maxResults, nil),
 		retired:   NewLRU[string, struct{}](maxRetired, nil),
 		store:     store,
 		now:       nowMs,
@@ -183,19 +183,19 @@ func (b *Broker) Close() {
 // ---------------------------------------------------------------------------
 // Results, logs, retired tokens
 
-func (b *Broker) setResult(id string, r Raw) {
+func (b *Broker) setResult(id idKey, r Raw) {
 	locked(&b.rmu, func() {
 		b.results.Put(id, r)
 	})
 }
 
-func (b *Broker) getResult(id string) (Raw, bool) {
+func (b *Broker) getResult(id idKey) (Raw, bool) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	return b.results.Get(id)
 }
 
-func (b *Broker) dropResult(id string) {
+func (b *Broker) dropResult(id idKey) {
 	locked(&b.rmu, func() {
 		b.results.Delete(id)
 	})

@@ -471,7 +471,7 @@ func (s *Shard) requeueCompleted(q *Queue, j *Job, now int64) bool {
 		}
 	}
 	s.undone(q, j)
-	s.b.dropResult(j.ID())
+	s.b.dropResult(j.key())
 	resetCompleted(j, now)
 	s.holdUnique(q, j)
 	s.enqueue(q, j, now)

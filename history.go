@@ -150,7 +150,7 @@ func (s *Shard) dropDone(cutoff int64, n int) int {
 // shard's completed ones.
 func (s *Shard) retire(q *Queue, j *Job) {
 	s.b.idxDel(j)
-	s.b.dropResult(j.ID())
+	s.b.dropResult(j.key())
 	s.b.hist.JobRetired(j)
 	if q != nil {
 		q.nCold++
@@ -169,7 +169,7 @@ func (b *Broker) forgetRetired(gone []retiredRef) {
 		s.mu.Unlock()
 		if b.idxGet(r.id) == nil {
 			b.dropLogs(r.id)
-			b.dropResult(r.id)
+			b.dropResult(keyOf(r.id))
 		}
 	}
 }

@@ -547,7 +547,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	} else {
 		j.addTimeline(TimelineEntry{State: StateCompleted, At: now})
 		if it.HasResult {
-			s.b.setResult(j.ID(), it.Result)
+			s.b.setResult(j.key(), it.Result)
 		}
 		s.addDone(q, j)
 		if s.b.store != nil {

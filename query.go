@@ -32,7 +32,7 @@ func (b *Broker) resultOf(j *Job) Raw {
 	if j.state != StateCompleted {
 		return nil
 	}
-	r, _ := b.getResult(j.ID())
+	r, _ := b.getResult(j.key())
 	return r
 }
 

@@ -752,7 +752,7 @@ func (s *Shard) forget(j *Job) {
 	s.leases.Remove(j)
 	j.state = StateNone
 	s.b.idxDel(j)
-	s.b.dropResult(j.ID())
+	s.b.dropResult(j.key())
 	s.b.unpersist(j)
 }
 

@@ -159,7 +159,8 @@ type SQLiteStore struct {
 
 	stmts  map[string]*sql.Stmt // on the writer connection
 	wconn  *sql.Conn
-	seqBuf []int64 // the writer's, reused by each flush (writeJobs)
+	seqBuf []int64      // the writer's, reused by each flush (writeJobs)
+	slab   []pendingJob // under mu: where pendingOf takes new changes from
 
 	// arena is the chunk pending job records are copied into, under mu
 	// (see keepRecord).
@@ -382,7 +383,11 @@ func (s *SQLiteStore) JobRemoved(j *Job) {
 func (s *SQLiteStore) pendingOf(seq int64) *pendingJob {
 	p := s.jobs[seq]
 	if p == nil {
-		p = &pendingJob{}
+		// From a chunk: one allocation for many changes, not one each.
+		if len(s.slab) == 0 {
+			s.slab = make([]pendingJob, 128)
+		}
+		p, s.slab = &s.slab[0], s.slab[1:]
 		s.jobs[seq] = p
 		s.note()
 		s.noted = max(s.noted, seq)

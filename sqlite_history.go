@@ -30,10 +30,10 @@ type retiredRef struct {
 // JobRetired records that j leaves memory and its row stays, as history;
 // it is called under the job's shard lock, like JobChanged.
 func (s *SQLiteStore) JobRetired(j *Job) {
+	r := &retireInfo{id: j.ID(), queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt()}
 	s.mu.Lock()
-	p := s.pendingOf(j.seq)
-	p.retire = &retireInfo{id: j.ID(), queue: j.Queue, created: j.CreatedAt, doneAt: j.DoneAt()}
-	s.retiring[j.ID()] = j.seq
+	s.pendingOf(j.seq).retire = r
+	s.retiring[r.id] = j.seq
 	s.mu.Unlock()
 }
 

@@ -159,7 +159,7 @@ func TestSQLiteRestart(t *testing.T) {
 		t.Fatal("completed job not recovered")
 	}
 	s.mu.Unlock()
-	if r, ok := b2.getResult(claimed[0].ID()); !ok || string(r) != string(Raw{0xa2, 0x6f, 0x6b}) {
+	if r, ok := b2.getResult(claimed[0].key()); !ok || string(r) != string(Raw{0xa2, 0x6f, 0x6b}) {
 		t.Fatalf("result not recovered: %x", r)
 	}
 	j, s = b2.lockJob(claimed[260].ID())
@@ -793,7 +793,7 @@ func TestSQLiteLoadStages(t *testing.T) {
 		t.Fatalf("recovered %+v", rs)
 	}
 	for i, c := range claimed {
-		r, ok := b2.getResult(c.ID())
+		r, ok := b2.getResult(c.key())
 		if i == 3 {
 			if ok {
 				t.Fatal("an unreadable completed job has a result")

@@ -114,7 +114,11 @@ func (s *SQLiteStore) takePending() (bt *writeBatch, bars []chan error, closed b
 	s.taken = max(s.taken, s.noted)
 	bars = s.barriers
 	s.crons = map[string][]byte{}
-	s.jobs, s.queues, s.logs, s.barriers = map[int64]*pendingJob{}, map[string][]byte{}, map[string][]LogEntry{}, nil
+	// Sized as the last batch was, up to a bound: a steady load fills
+	// one about as full as the last, and a map grown from empty rehashes
+	// all along the way.
+	s.jobs = make(map[int64]*pendingJob, min(len(bt.jobs), 4096))
+	s.queues, s.logs, s.barriers = map[string][]byte{}, map[string][]LogEntry{}, nil
 	s.dels = nil
 	s.n = 0
 	closed = s.closed

@@ -395,7 +395,7 @@ func (b *Broker) restoreDone(j *Job, result Raw) {
 	j.markDone()
 	s.addDone(q, j)
 	if result != nil {
-		b.setResult(j.ID(), result)
+		b.setResult(j.key(), result)
 	}
 }
 
