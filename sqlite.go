@@ -159,8 +159,7 @@ type SQLiteStore struct {
 
 	stmts  map[string]*sql.Stmt // on the writer connection
 	wconn  *sql.Conn
-	seqBuf []int64      // the writer's, reused by each flush (writeJobs)
-	slab   []pendingJob // under mu: where pendingOf takes new changes from
+	seqBuf []int64 // the writer's, reused by each flush (writeJobs)
 
 	// arena is the chunk pending job records are copied into, under mu
 	// (see keepRecord).
@@ -383,11 +382,10 @@ func (s *SQLiteStore) JobRemoved(j *Job) {
 func (s *SQLiteStore) pendingOf(seq int64) *pendingJob {
 	p := s.jobs[seq]
 	if p == nil {
-		// From a chunk: one allocation for many changes, not one each.
-		if len(s.slab) == 0 {
-			s.slab = make([]pendingJob, 128)
-		}
-		p, s.slab = &s.slab[0], s.slab[1:]
+		// One allocation each: changes taken from shared chunks would keep
+		// the records and results of flushed ones reachable (up to a
+		// chunk of big results) while a neighbour is pending.
+		p = &pendingJob{}
 		s.jobs[seq] = p
 		s.note()
 		s.noted = max(s.noted, seq)
