@@ -408,12 +408,35 @@ func TestBackupNeedsSQLite(t *testing.T) {
 
 // BenchmarkStoreWrite: pushes through the SQLite store, until committed.
 func BenchmarkStoreWrite(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "w.db")
-	st, err := OpenSQLite(path, "normal", quietLog())
+	benchStore(b, 0, nil)
+}
+
+// BenchmarkStoreLifecycle: jobs pushed, claimed and completed with a
+// result through the SQLite store, with a history of 5,000 completed jobs
+// in memory so that older ones retire to disk, as under a steady load;
+// until committed. What SQLite mode adds to each job.
+func BenchmarkStoreLifecycle(b *testing.B) {
+	benchStore(b, 5000, func(br *Broker, queue string) {
+		claimed, tokens := claimN(br, queue, 1000)
+		for k, j := range claimed {
+			if _, err := br.ackOne(AckItem{ID: j.ID(), Token: tokens[k], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// benchStore pushes b.N jobs through a new SQLite store, a thousand at a
+// time, each thousand followed by then (if given); maxDone bounds the
+// completed jobs kept in memory (0: the default). Timed until everything
+// is committed.
+func benchStore(b *testing.B, maxDone int64, then func(br *Broker, queue string)) {
+	st, err := OpenSQLite(filepath.Join(b.TempDir(), "b.db"), "normal", quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}
 	br := NewBroker(0, st)
+	br.SetCompletedLimits(maxDone, -1)
 	st.Start()
 	data := map[string]any{"to": "someone@example.com", "n": int64(1)}
 	b.ResetTimer()
@@ -424,40 +447,8 @@ func BenchmarkStoreWrite(b *testing.B) {
 		}
 		br.admit()
 		br.pushJobs("w", jobs, nil)
-	}
-	st.Sync()
-	b.StopTimer()
-	br.Close()
-	st.Close()
-}
-
-// BenchmarkStoreLifecycle: jobs pushed, claimed and completed with a
-// result through the SQLite store, a thousand at a time, with a history of
-// 5,000 completed jobs in memory so that older ones retire to disk, as
-// under a steady load; until committed. What SQLite mode adds to each job.
-func BenchmarkStoreLifecycle(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "l.db")
-	st, err := OpenSQLite(path, "normal", quietLog())
-	if err != nil {
-		b.Fatal(err)
-	}
-	br := NewBroker(0, st)
-	br.SetCompletedLimits(5000, -1)
-	st.Start()
-	data := map[string]any{"to": "someone@example.com", "n": int64(1)}
-	b.ResetTimer()
-	for i := 0; i < b.N; i += 1000 {
-		jobs := make([]*Job, 1000)
-		for k := range jobs {
-			jobs[k] = mustJob(b, "l", map[string]any{"name": "j", "data": data})
-		}
-		br.admit()
-		br.pushJobs("l", jobs, nil)
-		claimed, tokens := claimN(br, "l", 1000)
-		for k, j := range claimed {
-			if _, err := br.ackOne(AckItem{ID: j.ID(), Token: tokens[k], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
-				b.Fatal(err)
-			}
+		if then != nil {
+			then(br, "w")
 		}
 	}
 	st.Sync()

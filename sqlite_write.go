@@ -241,10 +241,16 @@ func (s *SQLiteStore) writeChanges(ctx context.Context, bt *writeBatch) error {
 // multi-row statements.
 func (s *SQLiteStore) writeJobs(ctx context.Context, bt *writeBatch) error {
 	jobs := bt.jobs
+	// Written in the order of their rows: new jobs are then appended to
+	// the table's B-tree and every other row is reached as its neighbour
+	// was, where the map's order split a page and sought from the root
+	// for each.
+	seqs := s.seqBuf[:0]
 	// Sized once: growing these by appending was most of what a flush
 	// allocated.
 	nUp, nRes := 0, 0
-	for _, p := range jobs {
+	for seq, p := range jobs {
+		seqs = append(seqs, seq)
 		switch {
 		case p.record == nil:
 			// Only retired (writeRetired): the row is there.
@@ -258,14 +264,6 @@ func (s *SQLiteStore) writeJobs(ctx context.Context, bt *writeBatch) error {
 	up := make([]any, 0, 2*nUp)
 	resUp := make([]any, 0, 2*nRes)
 	var retired []any // completed jobs leaving memory (history.go)
-	// In the order of their rows: new jobs are then appended to the
-	// table's B-tree and every other row is reached as its neighbour was,
-	// where the map's order split a page and sought from the root for
-	// each.
-	seqs := s.seqBuf[:0]
-	for seq := range jobs {
-		seqs = append(seqs, seq)
-	}
 	slices.Sort(seqs)
 	s.seqBuf = seqs
 	for _, seq := range seqs {
