@@ -42,9 +42,10 @@ const (
 	// for its flush, so what a crash can lose is as before.
 	flushOps = 1000
 	// rateBatch is the smallest flush that measures the write rate.
-	rateBatch     = 100
-	flushInterval = 10 * time.Millisecond // the longest a change waits for a flush
-	rowsPerStmt   = 100                   // rows per multi-row statement
+	rateBatch      = 100
+	flushInterval  = 10 * time.Millisecond // the longest a change waits for a flush
+	rowsPerStmt    = 100                   // rows per multi-row statement
+	sqlitePageSize = 16384                 // bytes a page, for a new file
 	// When clients change state faster than the disk takes it, they wait
 	// once the backlog is what the writer commits in backlogTarget, so an
 	// answered change is on disk within a few tens of ms whatever the disk
@@ -229,7 +230,17 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 			return nil, fmt.Errorf("data path %s: cannot create its folder: %w", path, err)
 		}
 	}
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + strings.ToUpper(syncMode) +
+	// A new file gets 16 KB pages: a flush writes its rows in their order
+	// (sqlite_write.go), and with pages four times as large it touches a
+	// quarter as many, each written to the WAL as one frame and checkpointed
+	// once (BenchmarkStoreLifecycle: 13.3 -> 10.7 us a job). The page size
+	// is fixed once WAL mode is set, so journal mode goes by the driver's
+	// _journal_mode key, which it applies after every _pragma (those it
+	// sorts by name, which would put journal_mode first). A file made with
+	// smaller pages keeps them. The WAL is checkpointed every 256 pages,
+	// 4 MB, as it was with 4 KB pages and SQLite's default of 1,000.
+	dsn := "file:" + path + "?_pragma=page_size(" + itoa(sqlitePageSize) + ")&_journal_mode=WAL&_pragma=wal_autocheckpoint(256)" +
+		"&_pragma=synchronous(" + strings.ToUpper(syncMode) +
 		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)&_txlock=immediate" + extra
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

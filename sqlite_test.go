@@ -849,3 +849,64 @@ func TestSQLiteThrottleWokenByRemoval(t *testing.T) {
 		t.Fatal("a client waiting on the backlog was not let go when a removal made room")
 	}
 }
+
+// TestSQLitePageSize: a new file is made with 16 KB pages in WAL mode (the
+// page size must be set before WAL mode fixes it); a file made with 4 KB
+// pages keeps them, and its jobs come back and new ones are written.
+func TestSQLitePageSize(t *testing.T) {
+	pragmas := func(path string) (pageSize int, mode string) {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.QueryRow(`PRAGMA page_size`).Scan(&pageSize); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		return pageSize, mode
+	}
+	dir := t.TempDir()
+	fresh := filepath.Join(dir, "new.db")
+	b, st, _ := openTestStore(t, fresh)
+	b.pushJobs("ps", []*Job{mustJob(t, "ps", map[string]any{"data": 1})}, nil)
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if size, mode := pragmas(fresh); size != sqlitePageSize || mode != "wal" {
+		t.Fatalf("new file: page size %d, journal mode %q; want %d, wal", size, mode, sqlitePageSize)
+	}
+
+	old := filepath.Join(dir, "old.db")
+	db, err := sql.Open("sqlite", "file:"+old+"?_pragma=page_size(4096)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE other (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	b, st, _ = openTestStore(t, old)
+	jobs := make([]*Job, 500)
+	for i := range jobs {
+		jobs[i] = mustJob(t, "ps", map[string]any{"data": i})
+	}
+	b.pushJobs("ps", jobs, nil)
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, st, rs := openTestStore(t, old)
+	defer st.Close()
+	defer b.Close()
+	if rs.Waiting != len(jobs) {
+		t.Fatalf("a 4 KB-page file gave back %d jobs of %d", rs.Waiting, len(jobs))
+	}
+	if size, _ := pragmas(old); size != 4096 {
+		t.Fatalf("a 4 KB-page file has %d-byte pages after queued opened it", size)
+	}
+}
