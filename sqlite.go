@@ -42,10 +42,11 @@ const (
 	// for its flush, so what a crash can lose is as before.
 	flushOps = 1000
 	// rateBatch is the smallest flush that measures the write rate.
-	rateBatch      = 100
-	flushInterval  = 10 * time.Millisecond // the longest a change waits for a flush
-	rowsPerStmt    = 100                   // rows per multi-row statement
-	sqlitePageSize = 16384                 // bytes a page, for a new file
+	rateBatch          = 100
+	flushInterval      = 10 * time.Millisecond // the longest a change waits for a flush
+	rowsPerStmt        = 100                   // rows per multi-row statement
+	sqlitePageSize     = 16384                 // bytes a page, for a new file
+	walCheckpointBytes = 4 << 20               // the WAL's size at which the writer checkpoints it
 	// When clients change state faster than the disk takes it, they wait
 	// once the backlog is what the writer commits in backlogTarget, so an
 	// answered change is on disk within a few tens of ms whatever the disk
@@ -237,9 +238,8 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	// is fixed once WAL mode is set, so journal mode goes by the driver's
 	// _journal_mode key, which it applies after every _pragma (those it
 	// sorts by name, which would put journal_mode first). A file made with
-	// smaller pages keeps them. The WAL is checkpointed every 256 pages,
-	// 4 MB, as it was with 4 KB pages and SQLite's default of 1,000.
-	dsn := "file:" + path + "?_pragma=page_size(" + itoa(sqlitePageSize) + ")&_journal_mode=WAL&_pragma=wal_autocheckpoint(256)" +
+	// smaller pages keeps them.
+	dsn := "file:" + path + "?_pragma=page_size(" + itoa(sqlitePageSize) + ")&_journal_mode=WAL" +
 		"&_pragma=synchronous(" + strings.ToUpper(syncMode) +
 		")&_pragma=busy_timeout(10000)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)&_txlock=immediate" + extra
 	db, err := sql.Open("sqlite", dsn)
@@ -261,6 +261,19 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 	}
 	ctx := context.Background()
 	if s.wconn, err = db.Conn(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("data path %s: %w", path, err)
+	}
+	// The writer checkpoints the WAL at about 4 MB whatever the file's
+	// page size, as SQLite's default of 1,000 pages did with 4 KB ones.
+	var pageSize int64
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil || pageSize <= 0 {
+		s.wconn.Close()
+		db.Close()
+		return nil, fmt.Errorf("data path %s: read the page size: %w", path, err)
+	}
+	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = "+itoa(walCheckpointBytes/pageSize)); err != nil {
+		s.wconn.Close()
 		db.Close()
 		return nil, fmt.Errorf("data path %s: %w", path, err)
 	}

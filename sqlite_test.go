@@ -869,9 +869,21 @@ func TestSQLitePageSize(t *testing.T) {
 		}
 		return pageSize, mode
 	}
+	// The writer checkpoints at 4 MB of WAL whatever the page size.
+	checkpointPages := func(st *SQLiteStore) int64 {
+		t.Helper()
+		var n int64
+		if err := st.wconn.QueryRowContext(context.Background(), `PRAGMA wal_autocheckpoint`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	dir := t.TempDir()
 	fresh := filepath.Join(dir, "new.db")
 	b, st, _ := openTestStore(t, fresh)
+	if n := checkpointPages(st); n != walCheckpointBytes/sqlitePageSize {
+		t.Fatalf("a new file is checkpointed every %d pages, want %d", n, walCheckpointBytes/sqlitePageSize)
+	}
 	b.pushJobs("ps", []*Job{mustJob(t, "ps", map[string]any{"data": 1})}, nil)
 	b.Close()
 	if err := st.Close(); err != nil {
@@ -903,6 +915,9 @@ func TestSQLitePageSize(t *testing.T) {
 	b, st, rs := openTestStore(t, old)
 	defer st.Close()
 	defer b.Close()
+	if n := checkpointPages(st); n != walCheckpointBytes/4096 {
+		t.Fatalf("a 4 KB-page file is checkpointed every %d pages, want %d", n, walCheckpointBytes/4096)
+	}
 	if rs.Waiting != len(jobs) {
 		t.Fatalf("a 4 KB-page file gave back %d jobs of %d", rs.Waiting, len(jobs))
 	}
