@@ -264,20 +264,29 @@ func openSQLite(path, syncMode string, log *slog.Logger, extra string) (*SQLiteS
 		db.Close()
 		return nil, fmt.Errorf("data path %s: %w", path, err)
 	}
-	// The writer checkpoints the WAL at about 4 MB whatever the file's
-	// page size, as SQLite's default of 1,000 pages did with 4 KB ones.
-	var pageSize int64
-	if err := s.wconn.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil || pageSize <= 0 {
-		s.wconn.Close()
-		db.Close()
-		return nil, fmt.Errorf("data path %s: read the page size: %w", path, err)
-	}
-	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = "+itoa(walCheckpointBytes/pageSize)); err != nil {
+	if err := s.checkpointAt(ctx, walCheckpointBytes); err != nil {
 		s.wconn.Close()
 		db.Close()
 		return nil, fmt.Errorf("data path %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// checkpointAt has the writer checkpoint the WAL once it holds about size
+// bytes, whatever the file's page size (SQLite counts pages: its default
+// of 1,000 was 4 MB with 4 KB pages).
+func (s *SQLiteStore) checkpointAt(ctx context.Context, size int64) error {
+	var pageSize int64
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
+		return fmt.Errorf("read the page size: %w", err)
+	}
+	if pageSize <= 0 {
+		return fmt.Errorf("the file reports a page size of %d bytes", pageSize)
+	}
+	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = "+itoa(max(size/pageSize, 1))); err != nil {
+		return fmt.Errorf("set the WAL checkpoint: %w", err)
+	}
+	return nil
 }
 
 func (s *SQLiteStore) migrate() error {

@@ -885,10 +885,7 @@ func TestSQLitePageSize(t *testing.T) {
 		t.Fatalf("a new file is checkpointed every %d pages, want %d", n, walCheckpointBytes/sqlitePageSize)
 	}
 	b.pushJobs("ps", []*Job{mustJob(t, "ps", map[string]any{"data": 1})}, nil)
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
 	if size, mode := pragmas(fresh); size != sqlitePageSize || mode != "wal" {
 		t.Fatalf("new file: page size %d, journal mode %q; want %d, wal", size, mode, sqlitePageSize)
 	}
@@ -908,13 +905,9 @@ func TestSQLitePageSize(t *testing.T) {
 		jobs[i] = mustJob(t, "ps", map[string]any{"data": i})
 	}
 	b.pushJobs("ps", jobs, nil)
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeTestStore(t, b, st)
 	b, st, rs := openTestStore(t, old)
-	defer st.Close()
-	defer b.Close()
+	defer closeTestStore(t, b, st)
 	if n := checkpointPages(st); n != walCheckpointBytes/4096 {
 		t.Fatalf("a 4 KB-page file is checkpointed every %d pages, want %d", n, walCheckpointBytes/4096)
 	}
