@@ -5,7 +5,8 @@ package main
 // third, while the subscriber, the webhook or the dashboard that wants to
 // hear of it is connected to a fourth. Each broker therefore delivers its
 // own events at once, as in the other modes, and forwards them to the
-// others through NOTIFY on the namespace's event channel. Forwarding is
+// others through NOTIFY on the namespace's event channel, when there are
+// others listening (pg_peers.go). Forwarding is
 // batched off the command path: a command never waits for it, and a burst
 // of events costs a few NOTIFYs rather than one round trip each.
 //
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,8 +46,10 @@ type pgEvents struct {
 	pending [][]byte // encoded events, oldest first
 	size    int
 	wakes   map[string]bool // queues to wake on the other brokers
+	reply   bool            // a reply to another broker's hello is due (pg_peers.go)
 	dropped int64
 	kick    chan struct{}
+	sent    atomic.Int64 // notifications sent: events, wake-ups, replies
 }
 
 // forward queues an event for the other brokers.
@@ -89,8 +93,13 @@ func (p *PG) pend(item []byte) {
 		ev.dropped++
 	}
 	ev.mu.Unlock()
+	p.kickForwarder()
+}
+
+// kickForwarder tells the forwarder there is something to send.
+func (p *PG) kickForwarder() {
 	select {
-	case ev.kick <- struct{}{}:
+	case p.ev.kick <- struct{}{}:
 	default:
 	}
 }
@@ -113,6 +122,9 @@ func (p *PG) wakeEverywhere(queues []string) {
 	for _, q := range queues {
 		p.wake(q)
 	}
+	if !p.forwarding() {
+		return
+	}
 	ev := &p.ev
 	ev.mu.Lock()
 	if ev.wakes == nil {
@@ -122,10 +134,7 @@ func (p *PG) wakeEverywhere(queues []string) {
 		ev.wakes[q] = true
 	}
 	ev.mu.Unlock()
-	select {
-	case ev.kick <- struct{}{}:
-	default:
-	}
+	p.kickForwarder()
 }
 
 // encodeRemoteEvent writes an event as a map with short keys. Without
@@ -301,10 +310,7 @@ func (p *PG) forwarder() {
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			select {
-			case p.ev.kick <- struct{}{}:
-			default:
-			}
+			p.kickForwarder()
 		}
 	}
 }
@@ -319,7 +325,21 @@ func (p *PG) flushEvents() error {
 		wakes = append(wakes, q)
 	}
 	clear(ev.wakes)
+	reply := ev.reply
+	ev.reply = false
 	ev.mu.Unlock()
+	if reply {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, p.broker+" "+pgReply)
+		cancel()
+		if err != nil {
+			ev.mu.Lock()
+			ev.reply = true
+			ev.mu.Unlock()
+			return fmt.Errorf("reply to another broker's hello: %w", err)
+		}
+		ev.sent.Add(1)
+	}
 	if len(wakes) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, p.chName, wakes)
@@ -327,6 +347,8 @@ func (p *PG) flushEvents() error {
 		if err != nil {
 			// Pulls elsewhere find the jobs on their next look (within a second).
 			p.log.Debug("wake-ups not sent to other brokers", "err", err)
+		} else {
+			ev.sent.Add(int64(len(wakes)))
 		}
 	}
 	for {
@@ -373,6 +395,7 @@ func (p *PG) flushEvents() error {
 		if err != nil {
 			return fmt.Errorf("forward events: %w", err)
 		}
+		ev.sent.Add(int64(len(payloads)))
 		ev.mu.Lock()
 		// Only this goroutine removes from the front, so the items are still there.
 		for i := range taken {
@@ -389,6 +412,9 @@ func (p *PG) flushEvents() error {
 func (p *PG) received(payload string) {
 	from, body, ok := strings.Cut(payload, " ")
 	if !ok || from == p.broker {
+		return
+	}
+	if from != pgAnySender && p.heardPeer(from, body) {
 		return
 	}
 	b, err := base64.StdEncoding.DecodeString(body)
@@ -434,7 +460,9 @@ func (p *PG) emit(queue string, t evType, j *Job, now int64, a evArgs) {
 		p.deadLettered(j)
 	}
 	p.emitLocal(queue, t, j, now, a)
-	p.forward(queue, t, j, now, a)
+	if p.forwarding() {
+		p.forward(queue, t, j, now, a)
+	}
 }
 
 // deadLettered announces dlq:added (and flow:failed for a flow's child)

@@ -166,12 +166,7 @@ func TestPGListensBeforeServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var e Enc
-	e.ArrayHead(1)
-	encodeRemoteEvent(&e, "q", evPushed, withID(&Job{}, "j1"), nowMs(), evArgs{}, false)
-	if _, err := other.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, "another-broker "+base64.StdEncoding.EncodeToString(e.B)); err != nil {
-		t.Fatal(err)
-	}
+	notifyPushed(t, ctx, other, p.evName, "another-broker", "q", "j1")
 	select {
 	case got := <-heard:
 		if got != "pushed j1" {
@@ -179,5 +174,17 @@ func TestPGListensBeforeServing(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("an event another broker sent right after this one opened was not heard")
+	}
+}
+
+// notifyPushed sends, as broker from would, the pushed event of job id
+// on queue to the brokers listening on channel.
+func notifyPushed(t *testing.T, ctx context.Context, conn *pgx.Conn, channel, from, queue, id string) {
+	t.Helper()
+	var e Enc
+	e.ArrayHead(1)
+	encodeRemoteEvent(&e, queue, evPushed, withID(&Job{}, id), nowMs(), evArgs{}, false)
+	if _, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, from+" "+base64.StdEncoding.EncodeToString(e.B)); err != nil {
+		t.Fatal(err)
 	}
 }

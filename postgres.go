@@ -237,6 +237,7 @@ type PG struct {
 	wg         sync.WaitGroup
 
 	ev    pgEvents                // pg_events.go
+	peers pgPeers                 // pg_peers.go
 	push  [pgPushLanes]pgPushLane // pg_pushbuf.go
 	holds pgHolds                 // pg_release.go
 
@@ -244,7 +245,8 @@ type PG struct {
 	down      error // the database is unreachable (for /health)
 	downSince time.Time
 
-	// listening is closed once the first LISTEN is in place.
+	// listening is closed once the first LISTEN is in place and the other
+	// brokers listening answered this one's hello (pg_peers.go).
 	listening chan struct{}
 	listened  sync.Once
 
@@ -258,9 +260,10 @@ type PG struct {
 // pgOptions are an engine's settings beyond the URL and namespace; the
 // zero value is the default (tests lower the retention).
 type pgOptions struct {
-	keepCompleted int        // completed jobs kept; 0: all (tests bound them)
-	retention     *int64     // completed jobs older than this many ms go; nil: none
-	session       *pgSession // nil: defaultPGSession
+	keepCompleted int           // completed jobs kept; 0: all (tests bound them)
+	retention     *int64        // completed jobs older than this many ms go; nil: none
+	session       *pgSession    // nil: defaultPGSession
+	helloWait     time.Duration // 0: pgHelloWait (pg_peers.go)
 }
 
 // pgNamespace turns a namespace into a schema name: queued_<ns>, of
@@ -307,8 +310,13 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	} else if err != nil {
 		p.log.Warn("database clock", "err", err)
 	}
+	p.peers.key, p.peers.quiet, p.peers.helloWait = peerKey(p.schema), pgPeerQuiet, pgHelloWait
+	if o.helloWait > 0 {
+		p.peers.helloWait = o.helloWait
+	}
 	p.wg.Go(p.listen)
 	p.wg.Go(p.forwarder)
+	p.every(pgPeerCheck, nil, p.peerRound)
 	p.every(250*time.Millisecond, nil, p.reapRound)
 	p.every(pgCronTick, nil, p.cronRound)
 	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
@@ -362,7 +370,9 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	// migrate connects with no broker: it serves no WaitJob, so no tap.
 	if b != nil {
 		b.addTap(p.jobWaits.tap)
-		b.addNoticeTap(NoticeTap{wants: func() bool { return true }, take: p.forwardNotice})
+		// Notices go to the other brokers when there are any: alone, a
+		// broker builds none for want of a listener of its own.
+		b.addNoticeTap(NoticeTap{wants: p.forwarding, take: p.forwardNotice})
 	}
 	return p, nil
 }
@@ -658,7 +668,10 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	if again {
 		p.log.Info("postgres wake-ups listening again")
 	}
-	p.listened.Do(func() { close(p.listening) })
+	defer p.lostPresence()
+	if err := p.holdPresence(ctx, conn, func() { p.listened.Do(func() { close(p.listening) }) }); err != nil {
+		return err
+	}
 	p.setDown(nil)
 	// A notification may have been missed while not listening.
 	p.wakeAll()

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// openTestPG opens an in-process broker on namespace ns, with a tap that
+// reports the ids of the pushed events it hears.
+func openTestPG(t *testing.T, ctx context.Context, ns string, o pgOptions) (*PG, chan string) {
+	t.Helper()
+	b := NewBroker(1, nil)
+	t.Cleanup(b.Close)
+	heard := make(chan string, 256)
+	b.addTap(func(ev *Event) {
+		if ev.Name() == "pushed" {
+			select {
+			case heard <- ev.ID():
+			default:
+			}
+		}
+	})
+	p, err := openPG(ctx, testPGURL(), ns, b, quietLog(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, heard
+}
+
+// hear waits for the pushed event of id on a tap.
+func hear(t *testing.T, heard chan string, id, who string) {
+	t.Helper()
+	for deadline := time.After(20 * time.Second); ; {
+		select {
+		case got := <-heard:
+			if got == id {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s did not hear job %s pushed", who, id)
+		}
+	}
+}
+
+// TestPGPeersForwardOnlyToListeners: a broker alone on its namespace sends
+// no notification for what it does; a second broker that opens is
+// answered before it serves, so it hears the first one's events from its
+// first moment; once it is gone, the first is alone again. A broker of an
+// older version (no presence lock) is noticed by the events it sends.
+func TestPGPeersForwardOnlyToListeners(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The hello waits for its replies as long as the test runs, so that a
+	// loaded machine cannot turn a late reply into a missed event.
+	o := pgOptions{helloWait: time.Minute}
+	a, heardA := openTestPG(t, ctx, ns, o)
+	a.peers.mu.Lock()
+	a.peers.quiet = 0
+	a.peers.mu.Unlock()
+	eventually(t, 20*time.Second, "alone", func() (bool, string) { return !a.forwarding(), "forwarding" })
+
+	push := func(p *PG) string {
+		t.Helper()
+		j := mustJob(t, "pe", map[string]any{"data": 1})
+		ids, _, err := p.Push(ctx, "pe", []*Job{j}, false).Wait()
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("push: %v %v", ids, err)
+		}
+		return ids[0]
+	}
+	sent := a.ev.sent.Load()
+	for range 20 {
+		hear(t, heardA, push(a), "the broker itself")
+	}
+	a.ev.mu.Lock()
+	pending := len(a.ev.pending) + len(a.ev.wakes)
+	a.ev.mu.Unlock()
+	if got := a.ev.sent.Load(); got != sent || pending != 0 {
+		t.Fatalf("alone, the broker sent %d notifications and has %d pending for 20 pushes", got-sent, pending)
+	}
+
+	// B opens: A forwards before B serves.
+	b, heardB := openTestPG(t, ctx, ns, o)
+	if !a.forwarding() {
+		t.Fatal("a second broker opened and the first still thinks it is alone")
+	}
+	b.peers.mu.Lock()
+	replied := len(b.peers.replied)
+	b.peers.mu.Unlock()
+	if replied != 1 {
+		t.Fatalf("the second broker had %d replies to its hello, want 1", replied)
+	}
+	id := push(a)
+	hear(t, heardB, id, "the second broker")
+	if a.ev.sent.Load() == sent {
+		t.Fatal("with a second broker listening, the first sent no notification")
+	}
+
+	// B goes: A is alone again at its next count.
+	b.Close()
+	eventually(t, 20*time.Second, "alone once the second broker closed", func() (bool, string) { return !a.forwarding(), "forwarding" })
+
+	// A broker of an older version holds no lock; an event from it turns
+	// forwarding on, and it stays on for pgPeerQuiet after the last one.
+	a.peers.mu.Lock()
+	a.peers.quiet = time.Hour
+	a.peers.mu.Unlock()
+	_, conn := pgTestConn(t)
+	notifyPushed(t, ctx, conn, a.evName, "old-broker", "pe", "old-1")
+	hear(t, heardA, "old-1", "the broker")
+	if !a.forwarding() {
+		t.Fatal("an event from a broker that holds no lock left this one alone")
+	}
+	// Its next count still finds it the only holder: it keeps forwarding.
+	a.peers.mu.Lock()
+	held := a.peers.held
+	a.peers.mu.Unlock()
+	if !held {
+		t.Fatal("the broker's listener holds no presence lock")
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	a.peerRound(rctx)
+	rcancel()
+	if !a.forwarding() {
+		t.Fatal("a count of the lock holders ended forwarding within pgPeerQuiet of an older broker's event")
+	}
+}
+
+// TestPGPeersListenerLost: a broker whose listener connection is gone
+// cannot tell who listens, and forwards until it is back.
+func TestPGPeersListenerLost(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a, _ := openTestPG(t, ctx, ns, pgOptions{})
+	a.peers.mu.Lock()
+	a.peers.quiet = 0
+	a.peers.mu.Unlock()
+	eventually(t, 20*time.Second, "alone", func() (bool, string) { return !a.forwarding(), "forwarding" })
+	// End the listener's session from outside, as a database restart or
+	// a broken connection would.
+	_, conn := pgTestConn(t)
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1`, a.peers.key); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "forwarding with the listener gone", func() (bool, string) { return a.forwarding(), "alone" })
+	// It listens again, holds the lock again, and is alone again.
+	eventually(t, 20*time.Second, "alone once the listener is back", func() (bool, string) { return !a.forwarding(), "forwarding" })
+}
