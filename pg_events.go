@@ -46,7 +46,7 @@ type pgEvents struct {
 	pending [][]byte // encoded events, oldest first
 	size    int
 	wakes   map[string]bool // queues to wake on the other brokers
-	reply   bool            // a reply to another broker's hello is due (pg_peers.go)
+	replies []string        // brokers whose hello this one owes a reply (pg_peers.go)
 	dropped int64
 	kick    chan struct{}
 	sent    atomic.Int64 // notifications sent: events, wake-ups, replies
@@ -116,8 +116,8 @@ func encodeRemoteNotice(e *Enc, name string, at int64, data []byte) {
 	e.Str(string(data))
 }
 
-// wakeEverywhere wakes this broker's pulls on queues at once and the other
-// brokers' with the next batch.
+// wakeEverywhere wakes this broker's pulls on queues at once and, when
+// others listen, the other brokers' with the next batch.
 func (p *PG) wakeEverywhere(queues []string) {
 	for _, q := range queues {
 		p.wake(q)
@@ -315,43 +315,16 @@ func (p *PG) forwarder() {
 	}
 }
 
-// flushEvents sends the pending wake-ups, then the pending events, oldest
-// first, a payload at a time.
+// flushEvents sends what is pending, oldest first, a statement at a time:
+// replies to hellos first (a starting broker waits for them), then
+// wake-ups, then events; replies and wake-ups that come meanwhile go
+// before the next statement of events.
 func (p *PG) flushEvents() error {
 	ev := &p.ev
-	ev.mu.Lock()
-	var wakes []string
-	for q := range ev.wakes {
-		wakes = append(wakes, q)
-	}
-	clear(ev.wakes)
-	reply := ev.reply
-	ev.reply = false
-	ev.mu.Unlock()
-	if reply {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, p.broker+" "+pgReply)
-		cancel()
-		if err != nil {
-			ev.mu.Lock()
-			ev.reply = true
-			ev.mu.Unlock()
-			return fmt.Errorf("reply to another broker's hello: %w", err)
-		}
-		ev.sent.Add(1)
-	}
-	if len(wakes) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, p.chName, wakes)
-		cancel()
-		if err != nil {
-			// Pulls elsewhere find the jobs on their next look (within a second).
-			p.log.Debug("wake-ups not sent to other brokers", "err", err)
-		} else {
-			ev.sent.Add(int64(len(wakes)))
-		}
-	}
 	for {
+		if err := p.flushControl(); err != nil {
+			return err
+		}
 		ev.mu.Lock()
 		if d := ev.dropped; d > 0 {
 			ev.dropped = 0
@@ -407,11 +380,54 @@ func (p *PG) flushEvents() error {
 	}
 }
 
+// flushControl sends the pending replies to hellos, then wake-ups.
+func (p *PG) flushControl() error {
+	ev := &p.ev
+	ev.mu.Lock()
+	var wakes []string
+	for q := range ev.wakes {
+		wakes = append(wakes, q)
+	}
+	clear(ev.wakes)
+	replies := ev.replies
+	ev.replies = nil
+	ev.mu.Unlock()
+	if len(replies) > 0 {
+		payloads := make([]string, len(replies))
+		for i, to := range replies {
+			payloads[i] = p.replyPayload(to)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x`, p.evName, payloads)
+		cancel()
+		if err != nil {
+			ev.mu.Lock()
+			ev.replies = append(replies, ev.replies...)
+			ev.mu.Unlock()
+			return fmt.Errorf("reply to other brokers' hellos: %w", err)
+		}
+		ev.sent.Add(int64(len(payloads)))
+	}
+	if len(wakes) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, p.chName, wakes)
+		cancel()
+		if err != nil {
+			// Pulls elsewhere find the jobs on their next look (within a second).
+			p.log.Debug("wake-ups not sent to other brokers", "err", err)
+		} else {
+			ev.sent.Add(int64(len(wakes)))
+		}
+	}
+	return nil
+}
+
 // received delivers another broker's events to this broker's subscribers
 // and taps.
 func (p *PG) received(payload string) {
 	from, body, ok := strings.Cut(payload, " ")
-	if !ok || from == p.broker {
+	// A reply's sender field names its sender first (pg_peers.go).
+	if sender, _, _ := strings.Cut(from, "@"); !ok || sender == p.broker {
 		return
 	}
 	if from != pgAnySender && p.heardPeer(from, body) {

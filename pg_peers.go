@@ -9,20 +9,24 @@ package main
 //
 // Each broker's listener connection holds a shared advisory lock of the
 // namespace for as long as it is connected, so the holders are the
-// brokers that listen. A broker counts them every few seconds and is
-// alone when it is the only one. Forwarding is the safe side of every
-// doubt: a broker that has not counted yet, whose own listener is down,
+// brokers that listen. A broker counts them at its start and every few
+// seconds and is alone when its own listener's session is the only one.
+// Forwarding is the safe side of every doubt: a broker whose listener is
+// down (or whose session the database no longer shows holding the lock),
 // or whose count failed, forwards.
 //
 // A broker that starts must not miss what the others do once it serves.
 // It takes the lock, says hello on the event channel and waits, before it
-// serves, for a reply from each other holder (up to pgHelloWait); a
-// broker that hears a hello forwards from then on and replies. A broker
-// of an older version holds no lock: hearing any event from another
-// broker also turns forwarding on, for pgPeerQuiet after the last one.
+// serves, for a reply from each holder its count found (by the listener
+// session's pid, up to pgHelloWait); a broker that hears a hello forwards
+// from then on and replies to that broker. A broker of an older version
+// holds no lock: hearing anything from another broker turns forwarding on
+// for pgPeerQuiet after the last of it.
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,95 +37,143 @@ import (
 const (
 	// pgPeerCheck is how often a broker counts the brokers listening.
 	pgPeerCheck = 2 * time.Second
-	// pgPeerQuiet is how long a broker forwards after it last heard an
-	// event from another broker, whatever the count says (that broker
-	// may be of a version that holds no lock).
+	// pgPeerQuiet is how long a broker forwards after it last heard
+	// another broker, whatever the count says (that broker may be of a
+	// version that holds no lock).
 	pgPeerQuiet = time.Minute
 	// pgHelloWait bounds how long a starting broker waits for the others
 	// to reply to its hello before it serves.
 	pgHelloWait = 2 * time.Second
+	// pgPeerClass is the first key of the listeners' advisory lock (the
+	// two-key form, apart from the single-key locks of migrations, DLQ
+	// trims and dedup); the second is the namespace's (peerKey).
+	pgPeerClass int32 = 0x71756564 // "qued"
 	// The hello and its reply, as the body of an event notification:
 	// an empty MessagePack array, once as fixarray and once as array16,
 	// so that a broker of an older version decodes an empty batch and
-	// delivers nothing.
+	// delivers nothing. A reply's sender is "replier@hello-sender@pid",
+	// pid the replier's listener session (broker ids have no '@').
 	pgHello = "kA=="
 	pgReply = "3AAA"
-	// pgPeersSQL counts the listeners of the namespace: the holders of
-	// its advisory lock (pg_advisory_lock_shared of one bigint key under
-	// 2^31 is classid 0, objid key, objsubid 1).
-	pgPeersSQL = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+	// pgPeersSQL finds the listeners of the namespace, the holders of its
+	// advisory lock: the sessions other than $3, and whether $3 is one.
+	pgPeersSQL = `SELECT coalesce(array_agg(pid) FILTER (WHERE pid <> $3), '{}'), coalesce(bool_or(pid = $3), false)
+		FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1`
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2`
 )
 
 // pgPeers is what a broker knows of the other brokers listening.
 type pgPeers struct {
-	key   int64       // the namespace's advisory lock key
+	key   int32       // the namespace's advisory lock key (peerKey)
 	alone atomic.Bool // no other broker listens: forward nothing
 
 	mu        sync.Mutex
-	held      bool                // this broker's listener holds the lock
-	heard     int64               // count of events heard from other brokers
-	lastAt    time.Time           // when the last of them was heard
-	quiet     time.Duration       // pgPeerQuiet
-	helloWait time.Duration       // pgHelloWait
-	waitFor   int                 // replies the first hello waits for
-	replied   map[string]struct{} // brokers that replied to it
-	ready     func()              // called once the replies are in
+	pid       int32          // the listener's session while it holds the lock, as this broker believes; 0: none
+	gen       int64          // counts what may change the answer: anything heard from another broker, the lock taken or lost
+	lastAt    time.Time      // when another broker was last heard
+	quiet     time.Duration  // pgPeerQuiet
+	helloWait time.Duration  // pgHelloWait
+	waiting   map[int32]bool // before serving: the holders whose reply the hello waits for
+	answered  int            // replies the first hello had from them
+	timer     *time.Timer    // serves after helloWait whatever the replies
 }
 
 // peerKey is the advisory lock key of a namespace's listeners.
-func peerKey(schema string) int64 {
-	return int64(fnv1a("queued-brokers:"+schema) & 0x7fffffff)
+func peerKey(schema string) int32 {
+	return int32(fnv1a("queued-brokers:"+schema) & 0x7fffffff)
 }
 
-// forwarding says whether events and wake-ups go to other brokers.
+// forwarding says whether events, notices and wake-ups go to other
+// brokers.
 func (p *PG) forwarding() bool { return !p.peers.alone.Load() }
 
+// serving reports whether the broker serves already (listening closed).
+func (p *PG) serving() bool {
+	select {
+	case <-p.listening:
+		return true
+	default:
+		return false
+	}
+}
+
+// serve lets OpenPG return: the hello had its replies, or waited enough.
+func (p *PG) serve() {
+	p.peers.mu.Lock()
+	p.peers.waiting = nil
+	p.peers.mu.Unlock()
+	p.listened.Do(func() { close(p.listening) })
+}
+
+// countPeers finds the other sessions holding the listeners' lock, and
+// whether pid (this broker's listener) holds it.
+func (p *PG) countPeers(ctx context.Context, q pgQuerier, pid int32) (others []int32, mine bool, err error) {
+	err = q.QueryRow(ctx, pgPeersSQL, pgPeerClass, p.peers.key, pid).Scan(&others, &mine)
+	return others, mine, err
+}
+
 // holdPresence takes the namespace's listener lock on the listener's
-// connection (held until it closes), counts the holders, and says hello.
-// ready is called once every other holder replied, or after pgHelloWait.
-func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn, ready func()) error {
-	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock_shared($1)`, p.peers.key); err != nil {
-		return err
-	}
-	var n int
-	if err := c.QueryRow(ctx, pgPeersSQL, p.peers.key).Scan(&n); err != nil {
-		return err
-	}
+// connection (held until it closes), counts the other holders and says
+// hello. Before the broker serves, it waits for their replies (serve).
+func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 	ps := &p.peers
+	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock_shared($1, $2)`, pgPeerClass, ps.key); err != nil {
+		return err
+	}
+	var pid int32
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return err
+	}
+	others, _, err := p.countPeers(ctx, c, pid)
+	if err != nil {
+		return err
+	}
+	first := !p.serving()
 	ps.mu.Lock()
-	ps.held = true
-	ps.waitFor = n - 1
-	ps.replied = map[string]struct{}{}
-	once := sync.OnceFunc(ready)
-	ps.ready = once
+	ps.pid = pid
+	ps.gen++
 	// As peerRound decides, at once: a broker alone from its start sends
 	// nothing for its first moments either.
-	ps.alone.Store(n == 1 && time.Since(ps.lastAt) > ps.quiet)
+	ps.alone.Store(len(others) == 0 && time.Since(ps.lastAt) > ps.quiet)
+	if first {
+		ps.waiting = make(map[int32]bool, len(others))
+		for _, o := range others {
+			ps.waiting[o] = true
+		}
+		ps.answered = 0
+	}
 	ps.mu.Unlock()
 	if _, err := c.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, p.broker+" "+pgHello); err != nil {
 		return err
 	}
-	if n <= 1 {
-		once()
-	} else {
-		time.AfterFunc(ps.helloWait, func() {
-			select {
-			case <-p.stop:
-				return
-			default:
-			}
-			ps.mu.Lock()
-			late := len(ps.replied) < ps.waitFor
-			ps.mu.Unlock()
-			if late {
-				p.log.Warn("serving before every other broker replied; events they make at once may not reach this broker's subscribers",
-					"brokers", n-1)
-			}
-			once()
-		})
+	if !first {
+		return nil
 	}
+	if len(others) == 0 {
+		p.serve()
+		return nil
+	}
+	ps.mu.Lock()
+	if ps.timer != nil {
+		ps.timer.Stop() // a hello before a reconnect
+	}
+	ps.timer = time.AfterFunc(ps.helloWait, func() {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		ps.mu.Lock()
+		late := len(ps.waiting)
+		ps.mu.Unlock()
+		if late > 0 {
+			p.log.Warn("serving before every other broker replied; events they make at once may not reach this broker's subscribers",
+				"brokers", len(others), "silent", late)
+		}
+		p.serve()
+	})
+	ps.mu.Unlock()
 	return nil
 }
 
@@ -129,25 +181,32 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn, ready func()) error 
 // lock) is gone: until it is back, this broker cannot tell who listens.
 func (p *PG) lostPresence() {
 	p.peers.mu.Lock()
-	p.peers.held = false
+	p.peers.pid = 0
+	p.peers.gen++
 	p.peers.mu.Unlock()
 	p.peers.alone.Store(false)
 }
 
 // heardPeer handles a notification on the event channel from another
-// broker (from is its id, body the payload's rest), before its events
-// are delivered; true when it was a hello or a reply, which carry none.
+// broker (from its sender field, body the rest), before its events are
+// delivered; true when it was a hello or a reply, which carry none.
 func (p *PG) heardPeer(from, body string) bool {
 	ps := &p.peers
 	ps.mu.Lock()
-	ps.heard++
+	ps.gen++
 	ps.lastAt = time.Now()
 	ps.alone.Store(false)
-	var done func()
-	if body == pgReply && ps.replied != nil {
-		ps.replied[from] = struct{}{}
-		if len(ps.replied) >= ps.waitFor {
-			done = ps.ready
+	done := false
+	if body == pgReply {
+		// replier@hello-sender@pid: only a reply to this broker's hello,
+		// from a holder it waits for, counts.
+		parts := strings.Split(from, "@")
+		if len(parts) == 3 && parts[1] == p.broker && ps.waiting != nil {
+			if pid, err := strconv.ParseInt(parts[2], 10, 32); err == nil && ps.waiting[int32(pid)] {
+				delete(ps.waiting, int32(pid))
+				ps.answered++
+				done = len(ps.waiting) == 0
+			}
 		}
 	}
 	ps.mu.Unlock()
@@ -156,40 +215,50 @@ func (p *PG) heardPeer(from, body string) bool {
 		// Forwarding is on before the reply goes: once the new broker has
 		// it, what this one does reaches it.
 		p.ev.mu.Lock()
-		p.ev.reply = true
+		p.ev.replies = append(p.ev.replies, from)
 		p.ev.mu.Unlock()
 		p.kickForwarder()
 		return true
 	case pgReply:
-		if done != nil {
-			done()
+		if done {
+			p.serve()
 		}
 		return true
 	}
 	return false
 }
 
+// replyPayload is this broker's reply to the hello of broker to.
+func (p *PG) replyPayload(to string) string {
+	p.peers.mu.Lock()
+	pid := p.peers.pid
+	p.peers.mu.Unlock()
+	return p.broker + "@" + to + "@" + strconv.Itoa(int(pid)) + " " + pgReply
+}
+
 // peerRound counts the brokers listening and decides whether this one is
-// alone. An event heard from another broker while it counted keeps it
-// forwarding.
+// alone. Anything heard from another broker while it counted, or the
+// lock taken or lost meanwhile, leaves the decision to the next round.
 func (p *PG) peerRound(ctx context.Context) {
 	ps := &p.peers
 	ps.mu.Lock()
-	heard, held := ps.heard, ps.held
+	gen, pid := ps.gen, ps.pid
 	ps.mu.Unlock()
-	if !held {
+	if pid == 0 {
 		return
 	}
-	var n int
-	if err := p.pool.QueryRow(ctx, pgPeersSQL, ps.key).Scan(&n); err != nil {
+	others, mine, err := p.countPeers(ctx, p.pool, pid)
+	if err != nil {
 		p.log.Debug("counting the brokers listening", "err", err)
 		ps.alone.Store(false)
 		return
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.heard != heard || !ps.held {
+	if ps.gen != gen {
 		return
 	}
-	ps.alone.Store(n == 1 && time.Since(ps.lastAt) > ps.quiet)
+	// Not holding it as far as the database knows (a session cut off and
+	// not yet noticed): the count says nothing of who listens.
+	ps.alone.Store(mine && len(others) == 0 && time.Since(ps.lastAt) > ps.quiet)
 }

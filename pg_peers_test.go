@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -89,10 +91,10 @@ func TestPGPeersForwardOnlyToListeners(t *testing.T) {
 		t.Fatal("a second broker opened and the first still thinks it is alone")
 	}
 	b.peers.mu.Lock()
-	replied := len(b.peers.replied)
+	answered := b.peers.answered
 	b.peers.mu.Unlock()
-	if replied != 1 {
-		t.Fatalf("the second broker had %d replies to its hello, want 1", replied)
+	if answered != 1 {
+		t.Fatalf("the second broker had %d replies to its hello, want 1", answered)
 	}
 	id := push(a)
 	hear(t, heardB, id, "the second broker")
@@ -116,22 +118,30 @@ func TestPGPeersForwardOnlyToListeners(t *testing.T) {
 		t.Fatal("an event from a broker that holds no lock left this one alone")
 	}
 	// Its next count still finds it the only holder: it keeps forwarding.
-	a.peers.mu.Lock()
-	held := a.peers.held
-	a.peers.mu.Unlock()
-	if !held {
-		t.Fatal("the broker's listener holds no presence lock")
-	}
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	a.peerRound(rctx)
-	rcancel()
+	peerRound(t, ctx, a)
 	if !a.forwarding() {
 		t.Fatal("a count of the lock holders ended forwarding within pgPeerQuiet of an older broker's event")
 	}
 }
 
+// peerRound runs one count of the brokers listening, as the loop does.
+func peerRound(t *testing.T, ctx context.Context, p *PG) {
+	t.Helper()
+	p.peers.mu.Lock()
+	pid := p.peers.pid
+	p.peers.mu.Unlock()
+	if pid == 0 {
+		t.Fatal("the broker's listener holds no presence lock")
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	p.peerRound(rctx)
+}
+
 // TestPGPeersListenerLost: a broker whose listener connection is gone
-// cannot tell who listens, and forwards until it is back.
+// cannot tell who listens, and forwards until it is back; so does one
+// whose listener's session the database does not show holding the lock
+// (cut off, and not noticed yet).
 func TestPGPeersListenerLost(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
@@ -142,14 +152,78 @@ func TestPGPeersListenerLost(t *testing.T) {
 	a.peers.quiet = 0
 	a.peers.mu.Unlock()
 	eventually(t, 20*time.Second, "alone", func() (bool, string) { return !a.forwarding(), "forwarding" })
-	// End the listener's session from outside, as a database restart or
-	// a broken connection would.
-	_, conn := pgTestConn(t)
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1`, a.peers.key); err != nil {
+
+	// The database shows another session where this broker believes its
+	// listener is: the count proves nothing, it forwards.
+	a.peers.mu.Lock()
+	pid := a.peers.pid
+	a.peers.pid = -1
+	a.peers.mu.Unlock()
+	peerRound(t, ctx, a)
+	if !a.forwarding() {
+		t.Fatal("alone by a count that did not find this broker's own listener")
+	}
+	a.peers.mu.Lock()
+	if a.peers.pid == -1 {
+		a.peers.pid = pid
+	}
+	a.peers.mu.Unlock()
+	peerRound(t, ctx, a)
+	if a.forwarding() {
+		t.Fatal("not alone again by a count that found its listener alone")
+	}
+
+	// The test takes the lock exclusively as soon as the listener's
+	// session ends, so that the listener cannot take it again until the
+	// test lets it: meanwhile the broker forwards.
+	_, locker := pgTestConn(t)
+	_, killer := pgTestConn(t)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := locker.Exec(ctx, `SELECT pg_advisory_lock($1, $2)`, pgPeerClass, a.peers.key)
+		locked <- err
+	}()
+	eventually(t, 20*time.Second, "the test's lock request waiting", func() (bool, string) {
+		var n int
+		err := killer.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2`, pgPeerClass, a.peers.key).Scan(&n)
+		return err == nil && n == 1, fmt.Sprint(n, err)
+	})
+	if _, err := killer.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2`, pgPeerClass, a.peers.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "forwarding with the listener gone", func() (bool, string) { return a.forwarding(), "alone" })
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	a.peerRound(rctx) // a round while the listener cannot take its lock changes nothing
+	rcancel()
+	if !a.forwarding() {
+		t.Fatal("alone while its listener holds no lock")
+	}
+	if _, err := locker.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, pgPeerClass, a.peers.key); err != nil {
+		t.Fatal(err)
+	}
 	// It listens again, holds the lock again, and is alone again.
-	eventually(t, 20*time.Second, "alone once the listener is back", func() (bool, string) { return !a.forwarding(), "forwarding" })
+	eventually(t, 30*time.Second, "alone once the listener is back", func() (bool, string) { return !a.forwarding(), "forwarding" })
+}
+
+// TestPeerPayloadsAreEmptyBatches: a hello and its reply read, to a
+// broker of an older version, as batches of no events.
+func TestPeerPayloadsAreEmptyBatches(t *testing.T) {
+	for _, body := range []string{pgHello, pgReply} {
+		b, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		items, err := Raw(b).Array()
+		if err != nil || len(items) != 0 {
+			t.Fatalf("%q reads as %v, %v; want an empty array", body, items, err)
+		}
+	}
+	if pgHello == pgReply {
+		t.Fatal("a hello and a reply look the same")
+	}
 }

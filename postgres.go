@@ -246,7 +246,8 @@ type PG struct {
 	downSince time.Time
 
 	// listening is closed once the first LISTEN is in place and the other
-	// brokers listening answered this one's hello (pg_peers.go).
+	// brokers listening answered this one's hello, or did not within
+	// pgHelloWait (pg_peers.go).
 	listening chan struct{}
 	listened  sync.Once
 
@@ -669,7 +670,7 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 		p.log.Info("postgres wake-ups listening again")
 	}
 	defer p.lostPresence()
-	if err := p.holdPresence(ctx, conn, func() { p.listened.Do(func() { close(p.listening) }) }); err != nil {
+	if err := p.holdPresence(ctx, conn); err != nil {
 		return err
 	}
 	p.setDown(nil)
