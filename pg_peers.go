@@ -99,11 +99,23 @@ func (p *PG) serving() bool {
 }
 
 // serve lets OpenPG return: the hello had its replies, or waited enough.
+// listening is closed under p.peers.mu, so that holdPresence, which asks
+// under it, sees the wait either under way or over.
 func (p *PG) serve() {
 	p.peers.mu.Lock()
-	p.peers.waiting = nil
-	p.peers.mu.Unlock()
+	defer p.peers.mu.Unlock()
+	p.endHelloWait()
 	p.listened.Do(func() { close(p.listening) })
+}
+
+// endHelloWait ends the first hello's wait: it is over, or the broker is
+// closing. p.peers.mu is held.
+func (p *PG) endHelloWait() {
+	p.peers.waiting = nil
+	if p.peers.timer != nil {
+		p.peers.timer.Stop()
+		p.peers.timer = nil
+	}
 }
 
 // countPeers finds the other sessions holding the listeners' lock, and
@@ -129,8 +141,10 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	first := !p.serving()
 	ps.mu.Lock()
+	// Under ps.mu, as serve clears the wait under it: a hello timed out
+	// meanwhile leaves nothing to wait for.
+	first := !p.serving()
 	ps.pid = pid
 	ps.gen++
 	// As peerRound decides, at once: a broker alone from its start sends
@@ -155,6 +169,10 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 		return nil
 	}
 	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.waiting == nil {
+		return nil // served meanwhile
+	}
 	if ps.timer != nil {
 		ps.timer.Stop() // a hello before a reconnect
 	}
@@ -173,7 +191,6 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 		}
 		p.serve()
 	})
-	ps.mu.Unlock()
 	return nil
 }
 

@@ -539,6 +539,9 @@ func (p *PG) Close() {
 	}
 	close(p.stop)
 	p.stopCancel()
+	p.peers.mu.Lock()
+	p.endHelloWait()
+	p.peers.mu.Unlock()
 	p.wg.Wait()
 	// The pool waits for every connection to be closed, and pgx closes a
 	// connection whose statement was cancelled (the background rounds' at
