@@ -362,13 +362,9 @@ func (p *PG) flushEvents() error {
 		if len(payloads) == 0 {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n`, p.evName, payloads)
-		cancel()
-		if err != nil {
+		if err := p.notifyAll(p.evName, payloads); err != nil {
 			return fmt.Errorf("forward events: %w", err)
 		}
-		ev.sent.Add(int64(len(payloads)))
 		ev.mu.Lock()
 		// Only this goroutine removes from the front, so the items are still there.
 		for i := range taken {
@@ -397,28 +393,31 @@ func (p *PG) flushControl() error {
 		for i, to := range replies {
 			payloads[i] = p.replyPayload(to)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x`, p.evName, payloads)
-		cancel()
-		if err != nil {
+		if err := p.notifyAll(p.evName, payloads); err != nil {
 			ev.mu.Lock()
 			ev.replies = append(replies, ev.replies...)
 			ev.mu.Unlock()
 			return fmt.Errorf("reply to other brokers' hellos: %w", err)
 		}
-		ev.sent.Add(int64(len(payloads)))
 	}
 	if len(wakes) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := p.pool.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, p.chName, wakes)
-		cancel()
-		if err != nil {
+		if err := p.notifyAll(p.chName, wakes); err != nil {
 			// Pulls elsewhere find the jobs on their next look (within a second).
 			p.log.Debug("wake-ups not sent to other brokers", "err", err)
-		} else {
-			ev.sent.Add(int64(len(wakes)))
 		}
 	}
+	return nil
+}
+
+// notifyAll sends payloads on channel, in their order, in one statement
+// (one transaction: one commit that notifies for all of them).
+func (p *PG) notifyAll(channel string, payloads []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n`, channel, payloads); err != nil {
+		return err
+	}
+	p.ev.sent.Add(int64(len(payloads)))
 	return nil
 }
 

@@ -25,6 +25,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,15 +133,15 @@ func (p *PG) countPeers(ctx context.Context, q pgQuerier, pid int32) (others []i
 func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 	ps := &p.peers
 	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock_shared($1, $2)`, pgPeerClass, ps.key); err != nil {
-		return err
+		return fmt.Errorf("take the brokers' presence lock: %w", err)
 	}
 	var pid int32
 	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		return err
+		return fmt.Errorf("read the listener's session: %w", err)
 	}
 	others, _, err := p.countPeers(ctx, c, pid)
 	if err != nil {
-		return err
+		return fmt.Errorf("count the brokers listening: %w", err)
 	}
 	ps.mu.Lock()
 	// Under ps.mu, as serve clears the wait under it: a hello timed out
@@ -149,7 +151,7 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 	ps.gen++
 	// As peerRound decides, at once: a broker alone from its start sends
 	// nothing for its first moments either.
-	ps.alone.Store(len(others) == 0 && time.Since(ps.lastAt) > ps.quiet)
+	ps.decide(others, true)
 	if first {
 		ps.waiting = make(map[int32]bool, len(others))
 		for _, o := range others {
@@ -159,7 +161,7 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 	}
 	ps.mu.Unlock()
 	if _, err := c.Exec(ctx, `SELECT pg_notify($1, $2)`, p.evName, p.broker+" "+pgHello); err != nil {
-		return err
+		return fmt.Errorf("say hello to the other brokers: %w", err)
 	}
 	if !first {
 		return nil
@@ -231,8 +233,12 @@ func (p *PG) heardPeer(from, body string) bool {
 	case pgHello:
 		// Forwarding is on before the reply goes: once the new broker has
 		// it, what this one does reaches it.
+		// One reply a broker however many hellos it sent meanwhile: what
+		// waits is bounded by the brokers, not by the notifications.
 		p.ev.mu.Lock()
-		p.ev.replies = append(p.ev.replies, from)
+		if !slices.Contains(p.ev.replies, from) {
+			p.ev.replies = append(p.ev.replies, from)
+		}
 		p.ev.mu.Unlock()
 		p.kickForwarder()
 		return true
@@ -275,7 +281,13 @@ func (p *PG) peerRound(ctx context.Context) {
 	if ps.gen != gen {
 		return
 	}
-	// Not holding it as far as the database knows (a session cut off and
-	// not yet noticed): the count says nothing of who listens.
+	ps.decide(others, mine)
+}
+
+// decide sets alone from a count of the lock's holders: others, and
+// whether this broker's listener is among them (not, as far as the
+// database knows, when its session was cut off and that is not noticed
+// yet: the count then says nothing of who listens). ps.mu is held.
+func (ps *pgPeers) decide(others []int32, mine bool) {
 	ps.alone.Store(mine && len(others) == 0 && time.Since(ps.lastAt) > ps.quiet)
 }
