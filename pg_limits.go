@@ -81,7 +81,7 @@ func (p *PG) allowance(ctx context.Context, tx pgx.Tx, queue string, l pgLimits,
 	}
 	if l.conc != nil {
 		var active int64
-		if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {active}`), queue).Scan(&active); err != nil {
+		if err := tx.QueryRow(ctx, p.sql(pgActiveCountSQL), queue).Scan(&active); err != nil {
 			return 0, 0, nil, fmt.Errorf("count active jobs: %w", err)
 		}
 		if left := *l.conc - active; left < int64(n) {
@@ -167,7 +167,7 @@ func (p *PG) QueueLimits(ctx context.Context, queue string) (QueueLimits, error)
 		out = QueueLimits{Rate: l.bucket(now), Concurrency: l.conc, At: now}
 		if l.conc != nil {
 			var active int64
-			if err := tx.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {active}`), queue).Scan(&active); err != nil {
+			if err := tx.QueryRow(ctx, p.sql(pgActiveCountSQL), queue).Scan(&active); err != nil {
 				return pgErr(fmt.Errorf("count active jobs of %s: %w", queue, err))
 			}
 			out.Maxed = active >= *l.conc
@@ -176,3 +176,7 @@ func (p *PG) QueueLimits(ctx context.Context, queue string) (QueueLimits, error)
 	})
 	return out, err
 }
+
+// pgActiveCountSQL counts queue $1's active jobs, from jobs_lease (the
+// active rows, which the workers bound).
+const pgActiveCountSQL = `SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {active}`

@@ -79,7 +79,7 @@ var pgStateWhere = map[string]string{
 // ready jobs are listed as paused when states are named, as in memory.
 func jobsWhere(a jobsQuery, paused bool) string {
 	if len(a.want) == 0 {
-		return "true"
+		return pgAnyState
 	}
 	where := "false"
 	for _, st := range a.want {
@@ -123,6 +123,12 @@ func (p *PG) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, er
 	return out, nil
 }
 
+// pgJobsPageFrom is the FROM clause of a page of queue $1's jobs matching
+// where ($2 is now), in creation order (ASC or DESC).
+func pgJobsPageFrom(where, order string) string {
+	return ` FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+}
+
 // jobsPage reads the page of a queue's jobs matching where, sliced as
 // JavaScript's slice(offset, offset+limit) would (in the database when
 // both are not negative).
@@ -131,7 +137,7 @@ func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where stri
 	if !a.asc {
 		order = "DESC"
 	}
-	from := ` FROM {s}.jobs WHERE queue = $1 AND $2::bigint IS NOT NULL AND (` + where + `) ORDER BY created_at ` + order + `, id ` + order
+	from := pgJobsPageFrom(where, order)
 	q := `SELECT ` + pgJobCols + from
 	args := []any{queue, p.now()}
 	sliced := false
@@ -547,14 +553,26 @@ func (c *JobCounts) pgDest() []any {
 	return []any{&c.Waiting, &c.Prioritized, &c.Delayed, &c.Active, &c.Completed, &c.Failed, &c.WaitingChildren}
 }
 
+// pgCountsSQL counts a queue's jobs ($1) by state, in the order of
+// pgDest, with whether the queue is paused; $2 is now. Each state is
+// counted from its own index (pgAnyState).
+const pgCountsSQL = `SELECT w.waiting, w.prioritized, w.delayed,
+		(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {active}),
+		(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {done}),
+		(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {dlq}),
+		(SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = {children}),
+		COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
+	FROM (SELECT count(*) FILTER (WHERE run_at <= $2 AND priority <= 0) AS waiting,
+			count(*) FILTER (WHERE run_at <= $2 AND priority > 0) AS prioritized,
+			count(*) FILTER (WHERE run_at > $2) AS delayed
+		FROM {s}.jobs WHERE queue = $1 AND state = {queued}) AS w`
+
 // countsTx counts a queue's jobs by state through q (Counts, the
 // dashboard), with whether the queue is paused.
 func (p *PG) countsTx(ctx context.Context, q pgQuerier, queue string, now int64) (JobCounts, bool, error) {
 	var c JobCounts
 	var paused bool
-	err := q.QueryRow(ctx, p.sql(`SELECT `+pgCountCols("$2")+`,
-			COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)
-		FROM {s}.jobs WHERE queue = $1`), queue, now).Scan(append(c.pgDest(), &paused)...)
+	err := q.QueryRow(ctx, p.sql(pgCountsSQL), queue, now).Scan(append(c.pgDest(), &paused)...)
 	if err != nil {
 		return c, false, pgErr(fmt.Errorf("count jobs: %w", err))
 	}

@@ -51,13 +51,19 @@ func (p *PG) IsPaused(ctx context.Context, queue string) (bool, error) {
 	return paused, pgErr(err)
 }
 
+// pgDeleteJobsSQL deletes the jobs of queue $1 matching where, and their
+// logs, and counts them.
+func pgDeleteJobsSQL(where string) string {
+	return `WITH gone AS (DELETE FROM {s}.jobs WHERE queue = $1 AND (` + where + `) RETURNING id),
+		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
+		SELECT count(*) FROM gone`
+}
+
 // deleteJobs deletes a queue's jobs matching where, and their logs, and
 // answers how many jobs went.
 func (p *PG) deleteJobs(ctx context.Context, queue, where string) (int64, error) {
 	var n int64
-	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (DELETE FROM {s}.jobs WHERE queue = $1 AND (`+where+`) RETURNING id),
-		logs AS (DELETE FROM {s}.job_logs WHERE job_id IN (SELECT id FROM gone))
-		SELECT count(*) FROM gone`), queue).Scan(&n)
+	err := p.pool.QueryRow(ctx, p.sql(pgDeleteJobsSQL(where)), queue).Scan(&n)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("delete jobs of %s: %w", queue, err))
 	}
@@ -73,7 +79,7 @@ func (p *PG) Drain(ctx context.Context, queue string) (int64, error) {
 func (p *PG) Obliterate(ctx context.Context, queue string) error {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	if _, err := p.deleteJobs(ctx, queue, "true"); err != nil {
+	if _, err := p.deleteJobs(ctx, queue, pgAnyState); err != nil {
 		return err
 	}
 	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.queues WHERE name = $1`), queue); err != nil {

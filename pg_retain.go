@@ -108,8 +108,7 @@ func (p *PG) retainCount(ctx context.Context) (int, error) {
 	keep := p.keepCompleted
 	// Over the bound when a completed job comes after the newest keep.
 	var at, seq int64
-	find := p.sql(`SELECT done_at, seq FROM {s}.jobs WHERE state = {done} AND done_at IS NOT NULL
-		ORDER BY done_at DESC, seq DESC OFFSET $1 LIMIT 1`)
+	find := p.sql(pgRetainNthSQL)
 	if err := p.pool.QueryRow(ctx, find, keep).Scan(&at, &seq); errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	} else if err != nil {
@@ -124,46 +123,91 @@ func (p *PG) retainCount(ctx context.Context) (int, error) {
 	return removed, err
 }
 
+// pgRetainNthSQL finds the completed job that comes after the newest $1
+// of the namespace: the completed rows are indexed by queue (jobs_done),
+// so the newest $1 + 1 of each queue are merged.
+const pgRetainNthSQL = `WITH RECURSIVE ` + pgDoneQueues + `
+	SELECT x.done_at, x.seq FROM qs CROSS JOIN LATERAL (
+		SELECT done_at, seq FROM {s}.jobs WHERE queue = qs.queue AND state = {done} AND done_at IS NOT NULL
+		ORDER BY done_at DESC, seq DESC LIMIT $1 + 1) AS x
+	WHERE qs.queue IS NOT NULL
+	ORDER BY x.done_at DESC, x.seq DESC OFFSET $1 LIMIT 1`
+
+// pgDoneQueuesSQL lists the queues that have completed jobs.
+const pgDoneQueuesSQL = `WITH RECURSIVE ` + pgDoneQueues + ` SELECT queue FROM qs WHERE queue IS NOT NULL`
+
+// pgDoneQueues is the recursive CTE qs of the queues that have completed
+// jobs, each found from the last in jobs_done (a skip scan); it ends with
+// a NULL row.
+const pgDoneQueues = `qs(queue) AS (
+		(SELECT queue FROM {s}.jobs WHERE state = {done} ORDER BY queue LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.queue FROM {s}.jobs AS j WHERE j.state = {done} AND j.queue > qs.queue ORDER BY j.queue LIMIT 1)
+		FROM qs WHERE qs.queue IS NOT NULL)`
+
 // retainUpTo deletes the completed jobs that completed no later than
-// (at, seq), a batch at a time, holding the chore meanwhile.
+// (at, seq), queue by queue and a batch at a time, holding the chore
+// meanwhile.
 func (p *PG) retainUpTo(at, seq int64) (int, error) {
+	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
+	rows, err := p.pool.Query(ctx, p.sql(pgDoneQueuesSQL))
+	var queues []string
+	if err == nil {
+		queues, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("list the queues with completed jobs: %w", err)
+	}
 	removed := 0
-	for !p.closing() {
-		n, err := p.retainBatch(at, seq)
-		removed += n
-		if err != nil {
-			return removed, err
-		}
-		if n < pgRetainBatch {
-			break
-		}
-		hctx, hcancel := context.WithTimeout(p.stopCtx, 10*time.Second)
-		err = p.holdChore(hctx, "retain", pgRetainEvery)
-		hcancel()
-		if err != nil {
-			return removed, fmt.Errorf("hold chore retain: %w", err)
+	held := time.Now()
+	for _, queue := range queues {
+		for !p.closing() {
+			n, err := p.retainBatch(queue, at, seq)
+			removed += n
+			if err != nil {
+				return removed, err
+			}
+			// Held on while there is more of this queue, or many queues
+			// have taken a while.
+			if n == pgRetainBatch || time.Since(held) > pgRetainEvery/2 {
+				hctx, hcancel := context.WithTimeout(p.stopCtx, 10*time.Second)
+				err = p.holdChore(hctx, "retain", pgRetainEvery)
+				hcancel()
+				if err != nil {
+					return removed, fmt.Errorf("hold chore retain: %w", err)
+				}
+				held = time.Now()
+			}
+			if n < pgRetainBatch {
+				break
+			}
 		}
 	}
 	return removed, nil
 }
 
-// retainBatch deletes up to pgRetainBatch completed jobs that completed
-// no later than (at, seq), oldest first, with their logs.
-func (p *PG) retainBatch(at, seq int64) (int, error) {
+// pgRetainBatchSQL deletes up to $3 of queue $4's completed jobs that
+// completed no later than ($1, $2), oldest first, with their logs. =
+// ANY(ARRAY(...)): the rows are found by their key, where IN lets the
+// planner join against the whole table.
+const pgRetainBatchSQL = `WITH gone AS (
+		DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(
+			SELECT id FROM {s}.jobs WHERE queue = $4 AND state = {done} AND (done_at, seq) <= ($1, $2)
+			ORDER BY done_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED))
+		AND state = {done} RETURNING id),
+	logs AS (DELETE FROM {s}.job_logs WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
+	SELECT count(*) FROM gone`
+
+// retainBatch deletes up to pgRetainBatch of a queue's completed jobs
+// that completed no later than (at, seq), oldest first, with their logs.
+func (p *PG) retainBatch(queue string, at, seq int64) (int, error) {
 	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
 	defer cancel()
 	var n int
-	// = ANY(ARRAY(...)): the rows are found by their key, where IN lets
-	// the planner join against the whole table.
-	err := p.pool.QueryRow(ctx, p.sql(`WITH gone AS (
-			DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(
-				SELECT id FROM {s}.jobs WHERE state = {done} AND (done_at, seq) <= ($1, $2)
-				ORDER BY done_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED))
-			AND state = {done} RETURNING id),
-		logs AS (DELETE FROM {s}.job_logs WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
-		SELECT count(*) FROM gone`), at, seq, pgRetainBatch).Scan(&n)
+	err := p.pool.QueryRow(ctx, p.sql(pgRetainBatchSQL), at, seq, pgRetainBatch, queue).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("delete the oldest completed jobs: %w", err)
+		return 0, fmt.Errorf("delete the oldest completed jobs of %s: %w", queue, err)
 	}
 	return n, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -75,5 +76,64 @@ func TestPGCompletedRetention(t *testing.T) {
 	}
 	if l := list(t, sub(t, clients[1].ok(M{"cmd": "GetLogs", "id": done[250]}), "data"), "logs"); len(l) != 1 {
 		t.Fatalf("the logs of a kept job: %v", l)
+	}
+}
+
+// TestPGRetainEveryQueue: one trim deletes the completed jobs of every
+// queue up to its bound (the completed rows are indexed by queue, and the
+// trim walks the queues), batch after batch in a queue with more than a
+// batch of them, and no others.
+func TestPGRetainEveryQueue(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	c := dial(t, b.addr)
+	sizes := map[string]int{"age-a": pgRetainBatch + 100, "age-b": 10, "age-c": 3}
+	complete := func(queue string, n int) {
+		for left := n; left > 0; left -= 500 {
+			k := min(left, 500)
+			jobs := make([]any, k)
+			for i := range jobs {
+				jobs[i] = M{"name": "j", "data": M{"i": i}}
+			}
+			c.ok(M{"cmd": "PUSHB", "queue": queue, "jobs": jobs})
+			a := c.ok(M{"cmd": "PULLB", "queue": queue, "count": k, "owner": "w"})
+			got, toks := list(t, a, "jobs"), list(t, a, "tokens")
+			if len(got) != k {
+				t.Fatalf("%s: pulled %d jobs of %d", queue, len(got), k)
+			}
+			ids := make([]any, len(got))
+			for i, j := range got {
+				ids[i] = j.(M)["id"]
+			}
+			c.ok(M{"cmd": "ACKB", "ids": ids, "tokens": toks})
+		}
+	}
+	total := 0
+	for queue, n := range sizes {
+		complete(queue, n)
+		total += n
+	}
+	cutoff := b.pg.now()
+	for b.pg.now() <= cutoff {
+		time.Sleep(time.Millisecond) // the jobs kept complete after the cutoff
+	}
+	complete("age-b", 5)
+	removed, err := b.pg.retainUpTo(cutoff, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed != total {
+		t.Fatalf("one trim removed %d completed jobs, want %d", removed, total)
+	}
+	for queue := range sizes {
+		counts := sub(t, c.ok(M{"cmd": "GetJobCounts", "queue": queue}), "counts")
+		want := 0
+		if queue == "age-b" {
+			want = 5
+		}
+		if n := int(num(t, counts["completed"])); n != want {
+			t.Errorf("%s: %d completed jobs left, want %d", queue, n, want)
+		}
 	}
 }

@@ -203,7 +203,31 @@ var pgMigrations = []string{
 	-- than misreading it, until it is restarted with this version.
 	ALTER TABLE {s}.jobs RENAME COLUMN record TO body;
 	ALTER TABLE {s}.jobs ADD COLUMN started_at BIGINT, ADD COLUMN plain BOOLEAN NOT NULL DEFAULT false;`,
+	`-- MIGRATION indexes by state
+	-- No index over every row: an UPDATE that changes a row's state
+	-- enters the new version in every index whose predicate it meets, so
+	-- the (queue, state) index cost each job three entries (pushed,
+	-- claimed, completed), a third of the entries a job made, for the
+	-- counts alone: without it a drain cost the database 13% less CPU.
+	-- Each state's rows are found by queue in that state's own index:
+	-- waiting in jobs_claim, failed in jobs_dlq, and now active in
+	-- jobs_lease (the queue second: the reaper reads it by expiry, a
+	-- queue's count scans the active rows, which the workers bound),
+	-- completed in jobs_done (by queue: the retention walks the queues)
+	-- and waiting for children in jobs_children. A query over all of a
+	-- queue's rows names each state (pgAnyState).
+	DROP INDEX {s}.jobs_queue_state;
+	DROP INDEX {s}.jobs_lease;
+	CREATE INDEX jobs_lease ON {s}.jobs (lease_expires, queue) WHERE state = 4;
+	DROP INDEX {s}.jobs_done;
+	CREATE INDEX jobs_done ON {s}.jobs (queue, done_at, seq) WHERE state = 5;
+	CREATE INDEX jobs_children ON {s}.jobs (queue) WHERE state = 7;`,
 }
+
+// pgAnyState is the condition of a row in any state, written as one arm
+// for each state's index, so that the planner reads a queue's rows from
+// those indexes (there is no index over every row).
+const pgAnyState = `(state = {queued} OR state = {active} OR state = {done} OR state = {dlq} OR state = {children})`
 
 // PG is the PostgreSQL engine of one broker.
 type PG struct {

@@ -684,7 +684,13 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 	}
 
 	// Back to version 7, as an older queued left it.
-	if _, err := conn.Exec(ctx, `ALTER TABLE `+schema+`.jobs ALTER COLUMN id TYPE text COLLATE "default",
+	if _, err := conn.Exec(ctx, `DROP INDEX `+schema+`.jobs_children;
+		DROP INDEX `+schema+`.jobs_lease;
+		CREATE INDEX jobs_lease ON `+schema+`.jobs (lease_expires) WHERE state = 4;
+		DROP INDEX `+schema+`.jobs_done;
+		CREATE INDEX jobs_done ON `+schema+`.jobs (done_at, seq) WHERE state = 5;
+		CREATE INDEX jobs_queue_state ON `+schema+`.jobs (queue, state);
+		ALTER TABLE `+schema+`.jobs ALTER COLUMN id TYPE text COLLATE "default",
 			ALTER COLUMN queue TYPE text COLLATE "default", ALTER COLUMN group_id TYPE text COLLATE "default",
 			ALTER COLUMN unique_key TYPE text COLLATE "default";
 		ALTER TABLE `+schema+`.deps ALTER COLUMN dep_id TYPE text COLLATE "default", ALTER COLUMN job_id TYPE text COLLATE "default";
@@ -718,6 +724,61 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 		c.ok(M{"cmd": "ACK", "id": ids[i]})
 		if st := c.ok(M{"cmd": "GetState", "id": ids[i]}); st["state"] != "completed" {
 			t.Fatalf("job %s after ACK: %v", ids[i], st)
+		}
+	}
+}
+
+// TestPGQueueReadsUseIndexes: there is no index over every job row (a
+// row's state changes enter each new version in every index whose
+// predicate it meets), so each read of a queue's jobs must find them in
+// the indexes of their states. With sequential scans priced out, a plan
+// that still scans the table is one no index serves: counts, listings,
+// deletions and retention, for every state they name.
+func TestPGQueueReadsUseIndexes(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	ctx := context.Background()
+	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	stmts := map[string][]any{
+		pgCountsSQL:                  {"q", int64(1)},
+		pgDeleteJobsSQL(pgAnyState):  {"q"},
+		pgActiveCountSQL:             {"q"},
+		pgRetainBatchSQL:             {int64(1), int64(2), 1000, "q"},
+		pgRetainNthSQL:               {100},
+		pgDoneQueuesSQL:              nil,
+		pgDeleteJobsSQL("state = 1"): {"q"},
+	}
+	for _, st := range []string{"", "waiting", "delayed", "active", "completed", "failed", "waiting-children"} {
+		where := jobsWhere(jobsQuery{want: []string{st}}, false)
+		if st == "" {
+			where = jobsWhere(jobsQuery{}, false)
+		}
+		stmts[`SELECT id`+pgJobsPageFrom(where, "ASC")+` OFFSET 0 LIMIT 10`] = []any{"q", int64(1)}
+	}
+	stmts[`SELECT id`+pgJobsPageFrom(jobsWhere(jobsQuery{want: []string{"waiting", "completed", "failed"}}, false), "DESC")] = []any{"q", int64(1)}
+	for _, where := range pgCleanWhere {
+		stmts[`SELECT id FROM {s}.jobs WHERE queue = $1 AND `+where+` LIMIT $3 FOR UPDATE SKIP LOCKED`] = []any{"q", int64(1), 10}
+	}
+	for sql, args := range stmts {
+		tx, err := p.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN "+p.sql(sql), args...)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		tx.Rollback(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "Seq Scan on jobs") {
+			t.Errorf("no index serves\n%s\nplan:\n%s", sql, plan)
 		}
 	}
 }
