@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -456,14 +457,22 @@ func (p *PG) groupRoom(ctx context.Context, tx pgx.Tx, queue, group string) erro
 	return nil
 }
 
+// pgGroupJobsSQL counts queue $1's jobs in a state, of group $2 or of all
+// groups when $2 is "". The state is written into the statement, not a
+// parameter: a generic plan could not match the state's partial index
+// (jobs_group_claim, jobs_group_active) and would scan the table.
+func pgGroupJobsSQL(state int16) string {
+	return `SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = ` + strconv.Itoa(int(state)) + `
+		AND group_id IS NOT NULL AND ($2 = '' OR group_id = $2)`
+}
+
 // groupJobs counts a queue's jobs in a state: of one group, or of all
 // groups when group is "".
 func (p *PG) groupJobs(ctx context.Context, queue, group string, state int16) (int64, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	var n int64
-	err := p.pool.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = $2
-		AND group_id IS NOT NULL AND ($3 = '' OR group_id = $3)`), queue, state, group).Scan(&n)
+	err := p.pool.QueryRow(ctx, p.sql(pgGroupJobsSQL(state)), queue, group).Scan(&n)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("count group jobs: %w", err))
 	}

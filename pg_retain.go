@@ -133,8 +133,11 @@ const pgRetainNthSQL = `WITH RECURSIVE ` + pgDoneQueues + `
 	WHERE qs.queue IS NOT NULL
 	ORDER BY x.done_at DESC, x.seq DESC OFFSET $1 LIMIT 1`
 
-// pgDoneQueuesSQL lists the queues that have completed jobs.
-const pgDoneQueuesSQL = `WITH RECURSIVE ` + pgDoneQueues + ` SELECT queue FROM qs WHERE queue IS NOT NULL`
+// pgDoneQueuesSQL lists the queues that have completed jobs that
+// completed no later than ($1, $2): one statement, with an index probe a
+// queue, so that a round with nothing to delete sends no more.
+const pgDoneQueuesSQL = `WITH RECURSIVE ` + pgDoneQueues + ` SELECT queue FROM qs WHERE queue IS NOT NULL
+	AND EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = qs.queue AND state = {done} AND (done_at, seq) <= ($1, $2))`
 
 // pgDoneQueues is the recursive CTE qs of the queues that have completed
 // jobs, each found from the last in jobs_done (a skip scan); it ends with
@@ -146,11 +149,11 @@ const pgDoneQueues = `qs(queue) AS (
 		FROM qs WHERE qs.queue IS NOT NULL)`
 
 // retainUpTo deletes the completed jobs that completed no later than
-// (at, seq), queue by queue and a batch at a time, holding the chore
-// meanwhile.
+// (at, seq), queue by queue (in the order of their names, each oldest
+// first) and a batch at a time, holding the chore meanwhile.
 func (p *PG) retainUpTo(at, seq int64) (int, error) {
 	ctx, cancel := context.WithTimeout(p.stopCtx, 10*time.Second)
-	rows, err := p.pool.Query(ctx, p.sql(pgDoneQueuesSQL))
+	rows, err := p.pool.Query(ctx, p.sql(pgDoneQueuesSQL), at, seq)
 	var queues []string
 	if err == nil {
 		queues, err = pgx.CollectRows(rows, pgx.RowTo[string])

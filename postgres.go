@@ -204,7 +204,7 @@ var pgMigrations = []string{
 	ALTER TABLE {s}.jobs RENAME COLUMN record TO body;
 	ALTER TABLE {s}.jobs ADD COLUMN started_at BIGINT, ADD COLUMN plain BOOLEAN NOT NULL DEFAULT false;`,
 	`-- MIGRATION indexes by state
-	-- No index over every row: an UPDATE that changes a row's state
+	-- No index over every row but the key: an UPDATE that changes a row's state
 	-- enters the new version in every index whose predicate it meets, so
 	-- the (queue, state) index cost each job three entries (pushed,
 	-- claimed, completed), a third of the entries a job made, for the
@@ -216,11 +216,12 @@ var pgMigrations = []string{
 	-- completed in jobs_done (by queue: the retention walks the queues)
 	-- and waiting for children in jobs_children. A query over all of a
 	-- queue's rows names each state (pgAnyState).
-	DROP INDEX {s}.jobs_queue_state;
-	DROP INDEX {s}.jobs_lease;
+	DROP INDEX IF EXISTS {s}.jobs_queue_state;
+	DROP INDEX IF EXISTS {s}.jobs_lease;
 	CREATE INDEX jobs_lease ON {s}.jobs (lease_expires, queue) WHERE state = 4;
-	DROP INDEX {s}.jobs_done;
+	DROP INDEX IF EXISTS {s}.jobs_done;
 	CREATE INDEX jobs_done ON {s}.jobs (queue, done_at, seq) WHERE state = 5;
+	DROP INDEX IF EXISTS {s}.jobs_children;
 	CREATE INDEX jobs_children ON {s}.jobs (queue) WHERE state = 7;`,
 }
 
@@ -508,6 +509,9 @@ func sqlReplacer(schema string) *strings.Replacer {
 		"{dlq}", n(pgDLQ), "{children}", n(pgChildren))
 }
 
+// pgMigrateTimeout bounds the migration of an existing namespace's schema.
+const pgMigrateTimeout = 30 * time.Minute
+
 func (p *PG) migrate(ctx context.Context, schema string) error {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -534,10 +538,30 @@ func (p *PG) migrate(ctx context.Context, schema string) error {
 	if v > len(pgMigrations) {
 		return fmt.Errorf("postgres namespace %s has schema version %d, newer than this queued knows (%d); use a newer queued", schema, v, len(pgMigrations))
 	}
+	if v < len(pgMigrations) && v > 0 {
+		// An older schema with its jobs: a migration may build indexes over
+		// the whole table, which can take longer than a start's deadline
+		// and a statement's limit. It has its own bound, and is still
+		// cancelled when the start is (a stop).
+		p.log.Info("migrating the namespace's schema", "namespace", schema, "from", v, "to", len(pgMigrations))
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgMigrateTimeout)
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				cancel()
+			}
+		})
+		defer stop()
+		ctx = mctx
+	}
 	for ; v < len(pgMigrations); v++ {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			tx.Rollback(ctx)
+			return fmt.Errorf("postgres: migration to schema version %d: %w", v+1, err)
 		}
 		if _, err := tx.Exec(ctx, p.sql(pgMigrations[v])); err != nil {
 			tx.Rollback(ctx)

@@ -745,8 +745,11 @@ func TestPGQueueReadsUseIndexes(t *testing.T) {
 		pgActiveCountSQL:             {"q"},
 		pgRetainBatchSQL:             {int64(1), int64(2), 1000, "q"},
 		pgRetainNthSQL:               {100},
-		pgDoneQueuesSQL:              nil,
+		pgDoneQueuesSQL:              {int64(1), int64(2)},
 		pgDeleteJobsSQL("state = 1"): {"q"},
+	}
+	for _, state := range []int{pgQueued, pgActive} {
+		stmts[pgGroupJobsSQL(int16(state))] = []any{"q", ""}
 	}
 	for _, st := range []string{"", "waiting", "delayed", "active", "completed", "failed", "waiting-children"} {
 		where := jobsWhere(jobsQuery{want: []string{st}}, false)
