@@ -515,7 +515,7 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 	go func() {
 		defer c.async.Done()
 		defer c.nAsync.Add(-1)
-		e := asyncEncs.Get().(*Enc)
+		e := asyncEncs.get()
 		reserved := c.run(func(ar *Req) error {
 			ar.reqID = reqID
 			return fn(ar)
@@ -531,10 +531,9 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 		c.unreserve(reserved)
 		// A socket's write is done with the bytes when it returns; a
 		// virtual connection's out may keep them, so its buffer is not
-		// reused. Nor is a big one kept.
-		if c.out == nil && cap(e.B) <= keepBig {
-			e.B = e.B[:0]
-			asyncEncs.Put(e)
+		// reused.
+		if c.out == nil {
+			asyncEncs.put(e)
 		}
 	}()
 	return errAsync
@@ -543,8 +542,54 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 // asyncEncs are the buffers asynchronous answers are encoded into. In
 // PostgreSQL mode every PULLB and ACKB is answered that way, and an
 // encoder grown from nothing for each answer of a hundred jobs was a
-// fifth of what the server allocated in a drain.
-var asyncEncs = sync.Pool{New: func() any { return &Enc{B: make([]byte, 0, 4096)} }}
+// fifth of what the server allocated in a drain. A free list of its own,
+// not a sync.Pool: a pool is emptied by the collections, which came ten
+// times a second in a drain, and its buffers were grown again from 4 KB
+// for every answer. It keeps buffers of at most asyncEncKeepBytes, and
+// asyncEncsKeptBytes of them in all: a drain through 4 connections with
+// 16 requests in flight each had up to 64 answers under way, most of
+// them 128 KB.
+var asyncEncs encFreeList
+
+const (
+	asyncEncKeepBytes   = 256 << 10
+	asyncEncsKeptBytes  = 8 << 20
+	asyncEncInitialSize = 4096
+)
+
+// encFreeList is a bounded stack of encoders for reuse.
+type encFreeList struct {
+	mu    sync.Mutex
+	free  []*Enc
+	bytes int // the capacity of the kept buffers
+}
+
+func (l *encFreeList) get() *Enc {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		e := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		l.bytes -= cap(e.B)
+		return e
+	}
+	return &Enc{B: make([]byte, 0, asyncEncInitialSize)}
+}
+
+// put keeps e for reuse unless it is too big to keep or enough is kept.
+func (l *encFreeList) put(e *Enc) {
+	if cap(e.B) > asyncEncKeepBytes {
+		return
+	}
+	e.B = e.B[:0]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bytes+cap(e.B) <= asyncEncsKeptBytes {
+		l.free = append(l.free, e)
+		l.bytes += cap(e.B)
+	}
+}
 
 func splitTokens(s string) []string {
 	var out []string

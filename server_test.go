@@ -1527,3 +1527,35 @@ func TestServeAfterClose(t *testing.T) {
 		t.Fatal("the listener is still open")
 	}
 }
+
+// TestEncFreeListBounded: the encoders kept for asynchronous answers are
+// reused, emptied, and bounded: none bigger than asyncEncKeepBytes, and
+// no more than asyncEncsKeptBytes of them in all.
+func TestEncFreeListBounded(t *testing.T) {
+	var l encFreeList
+	e := l.get()
+	e.B = append(e.B, "answer"...)
+	l.put(e)
+	if got := l.get(); got != e || len(got.B) != 0 {
+		t.Fatalf("a kept encoder is not handed back empty: %p %p %q", got, e, got.B)
+	}
+	l.put(&Enc{B: make([]byte, 0, asyncEncKeepBytes+1)})
+	if l.bytes != 0 || len(l.free) != 0 {
+		t.Fatalf("an encoder over %d bytes was kept (%d bytes kept)", asyncEncKeepBytes, l.bytes)
+	}
+	for range 2 * asyncEncsKeptBytes / asyncEncKeepBytes {
+		l.put(&Enc{B: make([]byte, 0, asyncEncKeepBytes)})
+	}
+	if l.bytes != asyncEncsKeptBytes || len(l.free) != asyncEncsKeptBytes/asyncEncKeepBytes {
+		t.Fatalf("%d encoders of %d bytes kept, want %d bytes in all", len(l.free), l.bytes, asyncEncsKeptBytes)
+	}
+	for len(l.free) > 0 {
+		l.get()
+	}
+	if l.bytes != 0 {
+		t.Fatalf("%d bytes counted with nothing kept", l.bytes)
+	}
+	if e := l.get(); cap(e.B) != asyncEncInitialSize {
+		t.Fatalf("a new encoder has %d bytes, want %d", cap(e.B), asyncEncInitialSize)
+	}
+}
