@@ -91,14 +91,7 @@ func peerKey(schema string) int32 {
 func (p *PG) forwarding() bool { return !p.peers.alone.Load() }
 
 // serving reports whether the broker serves already (listening closed).
-func (p *PG) serving() bool {
-	select {
-	case <-p.listening:
-		return true
-	default:
-		return false
-	}
-}
+func (p *PG) serving() bool { return isClosed(p.listening) }
 
 // serve lets OpenPG return: the hello had its replies, or waited enough.
 // listening is closed under p.peers.mu, so that holdPresence, which asks
@@ -179,10 +172,8 @@ func (p *PG) holdPresence(ctx context.Context, c *pgx.Conn) error {
 		ps.timer.Stop() // a hello before a reconnect
 	}
 	ps.timer = time.AfterFunc(ps.helloWait, func() {
-		select {
-		case <-p.stop:
+		if p.closing() {
 			return
-		default:
 		}
 		ps.mu.Lock()
 		late := len(ps.waiting)
@@ -232,9 +223,9 @@ func (p *PG) heardPeer(from, body string) bool {
 	switch body {
 	case pgHello:
 		// Forwarding is on before the reply goes: once the new broker has
-		// it, what this one does reaches it.
-		// One reply a broker however many hellos it sent meanwhile: what
-		// waits is bounded by the brokers, not by the notifications.
+		// it, what this one does reaches it. One reply a broker, however
+		// many hellos it sent meanwhile: what waits is bounded by the
+		// brokers, not by the notifications.
 		p.ev.mu.Lock()
 		if !slices.Contains(p.ev.replies, from) {
 			p.ev.replies = append(p.ev.replies, from)

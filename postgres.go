@@ -930,9 +930,12 @@ func (p *PG) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // closing reports that the engine is stopping.
-func (p *PG) closing() bool {
+func (p *PG) closing() bool { return isClosed(p.stop) }
+
+// isClosed reports whether ch, a channel only ever closed, is.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-p.stop:
+	case <-ch:
 		return true
 	default:
 		return false
