@@ -194,13 +194,17 @@ func parseMap(b Raw, fields []Field, maxFields int, ext extRule) (Map, error) {
 		// ext, and such data is passed through untouched. A field the
 		// server reads refuses what is not its type, naming the field.
 		ve, err := skip(b, ke, 1, ext)
-		var xe *ExtError
-		if errors.As(err, &xe) && extErr == nil {
-			extErr = &ExtError{Type: xe.Type, Field: string(b[ks:ke])}
-			ve, err = skip(b, ke, 1, extAny)
-		}
 		if err != nil {
-			return Map{Fields: fields}, err
+			// Declared here, not for every field: errors.As takes its
+			// address, which puts it on the heap, an allocation a field.
+			var xe *ExtError
+			if errors.As(err, &xe) && extErr == nil {
+				extErr = &ExtError{Type: xe.Type, Field: string(b[ks:ke])}
+				ve, err = skip(b, ke, 1, extAny)
+			}
+			if err != nil {
+				return Map{Fields: fields}, err
+			}
 		}
 		fields = append(fields, Field{Key: b[ks:ke], Val: b[ke:ve]})
 		i = ve
