@@ -273,3 +273,58 @@ func (p *PG) clockSkew() (time.Duration, bool) {
 	}
 	return time.Duration(r.db/1000-r.wall) * time.Millisecond, true
 }
+
+// TestPGRunNowAcrossBrokers: a job made ready to run now through one
+// broker is ready on every other at once, though each knows the
+// database's time only to within its reading (here one broker's is taken
+// 400 ms ahead, inside what a broker tolerates before it refuses
+// claims): pulled without a wait, its state, the counts. Each broker had
+// compared the writer's time with its own, so a job pushed through a
+// broker slightly ahead looked delayed, and could not be pulled, on the
+// others for as long as the difference.
+func TestPGRunNowAcrossBrokers(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	// B's reading, 400 ms ahead, with no round trip, so that no later
+	// reading replaces it during the test.
+	r := *b.pg.clock.cur.Load()
+	r.db += 400_000
+	r.rtt = 0
+	b.pg.clock.cur.Store(&r)
+	if d := b.pg.now() - a.pg.now(); d < 390 {
+		t.Fatalf("B is %d ms ahead of A, want 400", d)
+	}
+	ca, cb := dial(t, a.addr), dial(t, b.addr)
+	ready := func(id, how string) {
+		t.Helper()
+		if st := state(t, ca, id); st != "waiting" {
+			t.Fatalf("%s through B: %s through A, want waiting", how, st)
+		}
+		counts := sub(t, ca.ok(M{"cmd": "GetJobCounts", "queue": "runnow"}), "counts")
+		if num(t, counts["waiting"]) != 1 || num(t, counts["delayed"]) != 0 {
+			t.Fatalf("%s through B: counts through A %v, want one waiting", how, counts)
+		}
+		got := ca.ok(M{"cmd": "PULL", "queue": "runnow", "timeout": 0})
+		if j, _ := got["job"].(map[string]any); j == nil || j["id"] != id {
+			t.Fatalf("%s through B: a PULL through A without a wait answered %v, want %s", how, got, id)
+		}
+		ca.ok(M{"cmd": "ACK", "id": id})
+	}
+	ready(push(t, cb, "runnow", nil), "pushed")
+	// Written again through B: a delayed job promoted.
+	later := push(t, cb, "runnow", M{"delay": 600000})
+	if st := state(t, ca, later); st != "delayed" {
+		t.Fatalf("a job delayed 10 minutes is %s, want delayed", st)
+	}
+	cb.ok(M{"cmd": "Promote", "id": later})
+	ready(later, "promoted")
+	// A job delayed past the skew stays delayed on both.
+	soon := push(t, cb, "runnow", M{"delay": 5000})
+	for _, c := range []*tclient{ca, cb} {
+		if st := state(t, c, soon); st != "delayed" {
+			t.Fatalf("a job delayed 5 s is %s, want delayed", st)
+		}
+	}
+}

@@ -92,9 +92,9 @@ type pgRows struct {
 	arena                        pgArena
 }
 
-func (r *pgRows) add(j *Job, uexp *int64) {
+func (r *pgRows) add(j *Job, uexp *int64, now int64) {
 	r.ids, r.prios, r.keys = append(r.ids, j.ID()), append(r.prios, j.Priority), append(r.keys, sortKey(j))
-	r.runAts, r.created, r.states = append(r.runAts, j.RunAt), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
+	r.runAts, r.created, r.states = append(r.runAts, pgRunAt(j, now)), append(r.created, j.CreatedAt), append(r.states, pgState(j.state))
 	var uk *string
 	if j.cold().UniqueKey != "" {
 		uk = ptr(j.cold().UniqueKey)
@@ -145,7 +145,7 @@ func (p *PG) insertJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 			continue
 		}
 		ready = ready || j.state == StateWaiting || j.state == StatePrioritized
-		rows.add(j, plan.expires[i])
+		rows.add(j, plan.expires[i], now)
 	}
 	made, err := p.insertRows(ctx, tx, queue, &rows)
 	if err != nil {

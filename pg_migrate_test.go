@@ -203,7 +203,7 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 		t.Fatalf("RetryDlq retried %v", n)
 	}
 	a = p1.ok(map[string]any{"cmd": "PULL", "queue": "fin", "owner": "pg"})
-	if j := a["job"].(map[string]any); j["id"] != dead {
+	if j, _ := a["job"].(map[string]any); j == nil || j["id"] != dead {
 		t.Fatalf("after RetryDlq: %v", j)
 	}
 	p1.ok(map[string]any{"cmd": "ACK", "id": dead, "token": a["token"]})

@@ -256,7 +256,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
-		ready := admitRound(byQueue[q], now, &res, func(j *Job) { rows.add(j, nil) })
+		ready := admitRound(byQueue[q], now, &res, func(j *Job) { rows.add(j, nil, now) })
 		jobs[i] = int64(len(rows.ids))
 		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
@@ -331,7 +331,7 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		var res pgInserted
 		var arena pgArena
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
-			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, arena.record(j), pgPlainDone(j)})
+			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now), j.CreatedAt, arena.record(j), pgPlainDone(j)})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)

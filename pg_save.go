@@ -7,6 +7,7 @@ import (
 	"context"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -35,6 +36,26 @@ func sortKey(j *Job) int64 {
 	}
 	return j.RunAt
 }
+
+// pgRunAt is a job's run_at column, from when a claim may take it. A job
+// ready when it is written gets a time already past on every broker:
+// each compares the column with its own reading of the database's clock,
+// and a broker's reading may be off by up to pgClockBound while it still
+// claims, so two brokers' by twice that. Written as the writer's time, a
+// job pushed to run now through a broker ahead of another was delayed on
+// that other for the difference: not pulled, counted as delayed. A
+// delayed job's column is its run time; its record keeps the true run
+// time either way (the column is only compared, never read back).
+func pgRunAt(j *Job, now int64) int64 {
+	if j.RunAt > now {
+		return j.RunAt
+	}
+	return min(j.RunAt, now-pgReadyMargin)
+}
+
+// pgReadyMargin is how far pgRunAt puts a ready job's column before the
+// writer's time, in ms: twice pgClockBound.
+const pgReadyMargin = int64(2 * pgClockBound / time.Millisecond)
 
 // lifoSeq orders LIFO jobs of the same millisecond, newest first.
 var lifoSeq atomic.Int64
@@ -120,7 +141,7 @@ func newPGSavedRows(n int) *pgSavedRows {
 // set fills row i from job j; set is its queue's settings, when it is
 // active without a lock.
 func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
-	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID(), pgState(j.state), j.Priority, sortKey(j), j.RunAt
+	r.ids[i], r.states[i], r.prios[i], r.keys[i], r.runAts[i] = j.ID(), pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now)
 	if j.DoneAt() != 0 {
 		r.doneAts[i] = ptr(j.DoneAt())
 	}
