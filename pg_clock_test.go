@@ -287,12 +287,14 @@ func TestPGRunNowAcrossBrokers(t *testing.T) {
 	ns := pgTestNamespace(t)
 	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
-	// B's reading, 400 ms ahead, with no round trip, so that no later
-	// reading replaces it during the test.
+	// B's reading, 400 ms ahead; B looks again no sooner than an hour
+	// from now, so that no new reading replaces it during the test.
+	b.pg.clock.mu.Lock()
 	r := *b.pg.clock.cur.Load()
 	r.db += 400_000
-	r.rtt = 0
 	b.pg.clock.cur.Store(&r)
+	b.pg.clock.lookedAt = time.Now().Add(time.Hour)
+	b.pg.clock.mu.Unlock()
 	if d := b.pg.now() - a.pg.now(); d < 390 {
 		t.Fatalf("B is %d ms ahead of A, want 400", d)
 	}
@@ -320,11 +322,27 @@ func TestPGRunNowAcrossBrokers(t *testing.T) {
 	}
 	cb.ok(M{"cmd": "Promote", "id": later})
 	ready(later, "promoted")
+	// A batch large enough to be copied in (pgCopyMin).
+	var jobs []any
+	for i := range pgCopyMin {
+		jobs = append(jobs, M{"data": i})
+	}
+	ids := list(t, cb.ok(M{"cmd": "PUSHB", "queue": "runcopy", "jobs": jobs}), "ids")
+	counts := sub(t, ca.ok(M{"cmd": "GetJobCounts", "queue": "runcopy"}), "counts")
+	if num(t, counts["waiting"]) != float64(len(ids)) || num(t, counts["delayed"]) != 0 {
+		t.Fatalf("a PUSHB of %d through B: counts through A %v, want all waiting", len(ids), counts)
+	}
+	if got := ca.ok(M{"cmd": "PULLB", "queue": "runcopy", "count": len(ids), "timeout": 0}); len(list(t, got, "jobs")) != len(ids) {
+		t.Fatalf("a PULLB through A without a wait took %d of %d jobs", len(list(t, got, "jobs")), len(ids))
+	}
 	// A job delayed past the skew stays delayed on both.
 	soon := push(t, cb, "runnow", M{"delay": 5000})
 	for _, c := range []*tclient{ca, cb} {
 		if st := state(t, c, soon); st != "delayed" {
 			t.Fatalf("a job delayed 5 s is %s, want delayed", st)
 		}
+	}
+	if d := b.pg.now() - a.pg.now(); d < 390 {
+		t.Fatalf("B's reading was replaced during the test: %d ms ahead of A", d)
 	}
 }

@@ -145,7 +145,7 @@ func pgMigrateRow(j *Job, result []byte, now int64) []any {
 	}
 	var e Enc
 	encodeRecord(&e, j)
-	return []any{j.ID(), j.Queue, pgState(j.state), j.Priority, sortKey(j), j.RunAt, j.CreatedAt, doneAt, uk, uexp,
+	return []any{j.ID(), j.Queue, pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now), j.CreatedAt, doneAt, uk, uexp,
 		group, dlqAt, dlqDue, e.B, result, pgPlainDone(j)}
 }
 

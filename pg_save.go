@@ -46,8 +46,13 @@ func sortKey(j *Job) int64 {
 // that other for the difference: not pulled, counted as delayed. A
 // delayed job's column is its run time; its record keeps the true run
 // time either way (the column is only compared, never read back).
+//
+// Delayed is a job due after now that was put off (StateDelayed), or
+// one due after the margin: a job made ready, whose run time another
+// broker ahead of this one wrote, or whose state was decided at a
+// moment before now was read for the write, is due a few ms past now.
 func pgRunAt(j *Job, now int64) int64 {
-	if j.RunAt > now {
+	if j.RunAt > now && (j.state == StateDelayed || j.RunAt > now+pgReadyMargin) {
 		return j.RunAt
 	}
 	return min(j.RunAt, now-pgReadyMargin)
