@@ -585,11 +585,8 @@ func (b *benchRun) tally(jobs []Raw, ids []string, h *hist, jf *jobFields) ([]st
 		}
 		id, _, _ := jm.Str("id")
 		ids = append(ids, id)
-		data := jm.Get("data")
-		if data.IsNil() {
-			return ids, fmt.Errorf("PULLB job %s: data is not the bench's", id)
-		}
-		dm, err := ParseMap(data, jf.data[:0])
+		// Absent or nil data fails to parse as a map too.
+		dm, err := ParseMap(jm.Get("data"), jf.data[:0])
 		jf.data = dm.Fields
 		if err != nil {
 			return ids, fmt.Errorf("PULLB job %s: data is not the bench's", id)
