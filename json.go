@@ -22,155 +22,342 @@ import (
 // string, as JSON.stringify renders a Date; undefined is null inside arrays
 // and left out of objects; NaN and infinities are null.
 func appendJSON(dst []byte, r Raw) ([]byte, error) {
-	out, _, err := jsonAt(dst, r, 0, 0)
-	return out, err
+	o := jsonOut{b: dst}
+	err := o.raw(r)
+	return o.b, err
 }
 
-// jsonAt renders the value at b[i] and returns the offset past it. Numbers,
-// strings and constants are rendered here; containers, binary and ext
-// values each by a step of their own.
-func jsonAt(dst []byte, b []byte, i, depth int) ([]byte, int, error) {
-	if depth > maxDepth {
-		return dst, 0, errTooDeep
+// jsonPiece is about how much JSON a jsonOut with a sink holds before it
+// hands it on.
+const jsonPiece = 32 << 10
+
+// jsonGrowth bounds how many times longer than its MessagePack a value's
+// JSON is (FuzzAppendJSON holds it): two bytes, a map key that is an empty
+// map and a false, make 24 ("[object Object]":false,); binary takes four
+// for each byte ("255,"), a string six for each control character.
+const jsonGrowth = 12
+
+// jsonOut is where JSON is rendered: appended to b and, when it has a
+// sink, handed to the sink in pieces of about jsonPiece bytes as b fills,
+// so that JSON of any length is held a piece at a time (an answer streamed
+// to its client, or measured by a sink that only counts).
+type jsonOut struct {
+	b    []byte
+	sink func([]byte) error
+	// piece is how much b holds before it is handed on (0: jsonPiece; the
+	// tests use tiny pieces to try every place the JSON is cut).
+	piece int
+	// sent is what was handed to the sink; err the sink's first error,
+	// after which nothing more is handed to it.
+	sent int64
+	err  error
+}
+
+// spill hands b to the sink once it holds a piece.
+func (o *jsonOut) spill() error {
+	if o.sink == nil || len(o.b) < o.pieceSize() {
+		return o.err
 	}
-	end, err := skip(b, i, depth, extAny)
-	if err != nil {
-		return dst, 0, err
+	return o.flush()
+}
+
+func (o *jsonOut) pieceSize() int {
+	if o.piece > 0 {
+		return o.piece
+	}
+	return jsonPiece
+}
+
+// flush hands what b holds to the sink.
+func (o *jsonOut) flush() error {
+	if o.sink == nil || len(o.b) == 0 || o.err != nil {
+		return o.err
+	}
+	o.err = o.sink(o.b)
+	o.sent += int64(len(o.b))
+	o.b = o.b[:0]
+	return o.err
+}
+
+// size is every byte rendered so far.
+func (o *jsonOut) size() int64 { return o.sent + int64(len(o.b)) }
+
+// raw renders the value r, checked whole first: the walk below then
+// trusts its lengths, and passes over each byte once.
+func (o *jsonOut) raw(r Raw) error {
+	if _, err := skip(r, 0, 0, extAny); err != nil {
+		return err
+	}
+	_, err := o.value(r, 0, 0)
+	return err
+}
+
+// value renders the (checked) value at b[i] and returns the offset past
+// it. Numbers, strings and constants are rendered here; containers,
+// binary and ext values each by a step of their own.
+func (o *jsonOut) value(b []byte, i, depth int) (int, error) {
+	if depth > maxDepth {
+		return 0, errTooDeep
 	}
 	c := b[i]
 	switch {
-	case c <= 0x7f || c >= 0xe0 || (c >= 0xcc && c <= 0xd3) || c == 0xca || c == 0xcb:
-		if c == 0xcf {
-			return strconv.AppendUint(dst, binary.BigEndian.Uint64(b[i+1:]), 10), end, nil
-		}
-		if c == 0xd3 {
-			return strconv.AppendInt(dst, int64(binary.BigEndian.Uint64(b[i+1:])), 10), end, nil
-		}
+	case c <= 0x7f:
+		o.b = strconv.AppendInt(o.b, int64(c), 10)
+		return i + 1, nil
+	case c >= 0xe0:
+		o.b = strconv.AppendInt(o.b, int64(int8(c)), 10)
+		return i + 1, nil
+	case c == 0xcf:
+		o.b = strconv.AppendUint(o.b, binary.BigEndian.Uint64(b[i+1:]), 10)
+		return i + 9, nil
+	case c == 0xd3:
+		o.b = strconv.AppendInt(o.b, int64(binary.BigEndian.Uint64(b[i+1:])), 10)
+		return i + 9, nil
+	case (c >= 0xcc && c <= 0xd2) || c == 0xca || c == 0xcb:
+		end := i + 1 + numWidth(c)
 		f, _ := Raw(b[i:end]).Float()
-		return appendJSONNumber(dst, f), end, nil
+		o.b = appendJSONNumber(o.b, f)
+		return end, nil
 	case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb:
-		s, e, _ := strRange(b, i)
-		return appendJSONString(dst, b[s:e]), end, nil
+		s, e, err := strRange(b, i)
+		if err != nil {
+			return 0, err
+		}
+		return e, o.str(b[s:e])
 	case c == 0xc0:
-		return append(dst, "null"...), end, nil
+		o.b = append(o.b, "null"...)
+		return i + 1, nil
 	case c == 0xc2:
-		return append(dst, "false"...), end, nil
+		o.b = append(o.b, "false"...)
+		return i + 1, nil
 	case c == 0xc3:
-		return append(dst, "true"...), end, nil
+		o.b = append(o.b, "true"...)
+		return i + 1, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		if dst, err = jsonArray(dst, b, i, end, depth); err != nil {
-			return dst, 0, err
-		}
-		return dst, end, nil
+		return o.array(b, i, depth)
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		if dst, err = jsonObject(dst, b, i, depth); err != nil {
-			return dst, 0, err
-		}
-		return dst, end, nil
+		return o.object(b, i, depth)
 	case c == 0xc4 || c == 0xc5 || c == 0xc6:
-		return jsonBinary(dst, b, c, i), end, nil
+		return o.binary(b, c, i)
 	}
-	if dst, err = jsonExt(dst, b[i:end], depth); err != nil {
-		return dst, 0, err
+	end, err := skip(b, i, depth, extAny)
+	if err != nil {
+		return 0, err
 	}
-	return dst, end, nil
+	return end, o.ext(b[i:end], depth)
 }
 
-// jsonArray renders the array in b[i:end], undefined elements as null.
-// It goes element by element: no slice of raw values in between, whose 24
-// bytes an element would cost far more than the element's byte.
-func jsonArray(dst []byte, b []byte, i, end, depth int) ([]byte, error) {
-	n, j, _ := arrayHead(b[i:end])
+// numWidth is the bytes after a number's format byte c.
+func numWidth(c byte) int {
+	switch c {
+	case 0xcc, 0xd0:
+		return 1
+	case 0xcd, 0xd1:
+		return 2
+	case 0xce, 0xd2, 0xca:
+		return 4
+	}
+	return 8
+}
+
+// array renders the array at b[i], undefined elements as null.
+func (o *jsonOut) array(b []byte, i, depth int) (int, error) {
+	n, j, err := arrayHead(b[i:])
+	if err != nil {
+		return 0, err
+	}
 	j += i
-	dst = append(dst, '[')
-	var err error
+	o.b = append(o.b, '[')
 	for k := 0; k < n; k++ {
 		if k > 0 {
-			dst = append(dst, ',')
+			o.b = append(o.b, ',')
 		}
-		ie, _ := skip(b, j, depth+1, extAny)
-		if isUndefined(b[j:ie]) {
-			dst = append(dst, "null"...)
-			j = ie
-			continue
+		if undefinedAt(b, j) {
+			o.b = append(o.b, "null"...)
+			j += 3
+		} else if j, err = o.value(b, j, depth+1); err != nil {
+			return 0, err
 		}
-		if dst, _, err = jsonAt(dst, b[j:ie], 0, depth+1); err != nil {
-			return dst, err
+		if err := o.spill(); err != nil {
+			return 0, err
 		}
-		j = ie
 	}
-	return append(dst, ']'), nil
+	o.b = append(o.b, ']')
+	return j, nil
 }
 
-// jsonObject renders the map at b[i] as an object, leaving out the
-// entries whose value is undefined.
-func jsonObject(dst []byte, b []byte, i, depth int) ([]byte, error) {
-	n, j, _ := mapHeader(b, i)
-	dst = append(dst, '{')
+// undefinedAt reports whether the value at b[j] is undefined (three
+// bytes).
+func undefinedAt(b []byte, j int) bool { return j+3 <= len(b) && isUndefined(b[j:j+3]) }
+
+// object renders the map at b[i] as an object, leaving out the entries
+// whose value is undefined.
+func (o *jsonOut) object(b []byte, i, depth int) (int, error) {
+	n, j, err := mapHeader(b, i)
+	if err != nil {
+		return 0, err
+	}
+	o.b = append(o.b, '{')
 	first := true
 	for k := 0; k < n; k++ {
-		kend, _ := skip(b, j, depth+1, extAny)
-		vend, _ := skip(b, kend, depth+1, extAny)
-		if isUndefined(b[kend:vend]) {
-			j = vend
+		kend, err := skip(b, j, depth+1, extAny)
+		if err != nil {
+			return 0, err
+		}
+		if undefinedAt(b, kend) {
+			j = kend + 3
 			continue
 		}
 		if !first {
-			dst = append(dst, ',')
+			o.b = append(o.b, ',')
 		}
 		first = false
-		// JavaScript object keys are strings: other keys are rendered
-		// as their text.
-		var err error
-		if s, e, err := strRange(b, j); err == nil {
-			dst = appendJSONString(dst, b[s:e])
-		} else {
-			var kb []byte
-			if kb, _, err = jsonAt(nil, b[j:kend], 0, depth+1); err != nil {
-				return dst, err
-			}
-			dst = appendJSONString(dst, bytes.Trim(kb, `"`))
+		if err := o.key(b[j:kend]); err != nil {
+			return 0, err
 		}
-		dst = append(dst, ':')
-		if dst, _, err = jsonAt(dst, b[kend:vend], 0, depth+1); err != nil {
-			return dst, err
+		o.b = append(o.b, ':')
+		if j, err = o.value(b, kend, depth+1); err != nil {
+			return 0, err
 		}
-		j = vend
+		if err := o.spill(); err != nil {
+			return 0, err
+		}
 	}
-	return append(dst, '}'), nil
+	o.b = append(o.b, '}')
+	return j, nil
 }
 
-// jsonBinary renders a bin 8/16/32 (format byte c at b[i]) as an array of
+// key renders a map key as the property name JavaScript gives it. A
+// string is itself; a number, boolean, nil or undefined its text, as
+// String() makes it. Any other key (a map, an array, binary, a date) is
+// one JavaScript's decoder refuses outright (msgpackr: "Invalid property
+// type"), and is named by the constant String() gives an object: rendering
+// it as its own JSON, escaped into a name, doubled its length at each
+// level of nesting (45 bytes of MessagePack rendered as 8 MB).
+func (o *jsonOut) key(k []byte) error {
+	if s, e, err := strRange(k, 0); err == nil {
+		return o.str(k[s:e])
+	}
+	var text []byte
+	switch c := k[0]; {
+	case c <= 0x7f || c >= 0xe0 || (c >= 0xcc && c <= 0xd3) || c == 0xca || c == 0xcb:
+		f, _ := Raw(k).Float()
+		text = appendJSKeyNumber(nil, k, f)
+	case c == 0xc0:
+		text = []byte("null")
+	case c == 0xc2:
+		text = []byte("false")
+	case c == 0xc3:
+		text = []byte("true")
+	case isUndefined(k):
+		text = []byte("undefined")
+	default:
+		text = []byte("[object Object]")
+	}
+	o.b = appendJSONString(o.b, text)
+	return nil
+}
+
+// appendJSKeyNumber writes a number key's text: its JSON form, but NaN and
+// the infinities as JavaScript names them.
+func appendJSKeyNumber(dst []byte, k []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(dst, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(dst, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(dst, "-Infinity"...)
+	}
+	var o jsonOut
+	o.value(k, 0, 0)
+	return append(dst, o.b...)
+}
+
+// binary renders a bin 8/16/32 (format byte c at b[i]) as an array of
 // byte values, as JSON.stringify renders a Uint8Array's bytes.
-func jsonBinary(dst []byte, b []byte, c byte, i int) []byte {
+func (o *jsonOut) binary(b []byte, c byte, i int) (int, error) {
 	w := 1 << (c - 0xc4)
-	l, j, _ := readLen(b, i+1, w)
-	dst = append(dst, '[')
+	l, j, err := readLen(b, i+1, w)
+	if err != nil {
+		return 0, err
+	}
+	o.b = append(o.b, '[')
+	// Four bytes at most for each value ("255,").
+	every := max(o.pieceSize()/4, 1)
 	for k, x := range b[j : j+l] {
 		if k > 0 {
-			dst = append(dst, ',')
+			o.b = append(o.b, ',')
+			if k%every == 0 {
+				if err := o.spill(); err != nil {
+					return 0, err
+				}
+			}
 		}
-		dst = strconv.AppendInt(dst, int64(x), 10)
+		o.b = strconv.AppendInt(o.b, int64(x), 10)
 	}
-	return append(dst, ']')
+	o.b = append(o.b, ']')
+	return j + l, nil
 }
 
-// jsonExt renders the ext value v: undefined reads as null; the timestamp
+// str renders a string, a piece at a time when it is long: an eighth of a
+// piece of it is escaped at a time (six times that, every byte escaped,
+// is still under a piece), each part ending on a character's boundary so
+// that no character is split.
+func (o *jsonOut) str(s []byte) error {
+	o.b = append(o.b, '"')
+	part := max(o.pieceSize()/8, utf8.UTFMax+1)
+	for len(s) > part {
+		cut := charCut(s, part)
+		o.b = appendJSONStringBody(o.b, s[:cut])
+		s = s[cut:]
+		if err := o.spill(); err != nil {
+			return err
+		}
+	}
+	o.b = appendJSONStringBody(o.b, s)
+	o.b = append(o.b, '"')
+	return nil
+}
+
+// charCut is where to cut s near at so that the two parts escape as s
+// does whole: before the character that covers at, if one does. A
+// continuation byte no character covers stands alone (as U+FFFD) either
+// way.
+func charCut(s []byte, at int) int {
+	if utf8.RuneStart(s[at]) {
+		return at
+	}
+	for p := at - 1; p >= 0 && p > at-utf8.UTFMax; p-- {
+		if utf8.RuneStart(s[p]) {
+			if _, size := utf8.DecodeRune(s[p:]); p+size > at {
+				return p
+			}
+			break
+		}
+	}
+	return at
+}
+
+// ext renders the ext value v: undefined reads as null; the timestamp
 // ext as a date; any other as null.
-func jsonExt(dst []byte, v []byte, depth int) ([]byte, error) {
+func (o *jsonOut) ext(v []byte, depth int) error {
 	x, _, err := decodeAt(v, 0, depth)
 	if err != nil {
-		return dst, err
+		return err
 	}
 	switch x := x.(type) {
 	case Undefined:
-		return append(dst, "null"...), nil
+		o.b = append(o.b, "null"...)
+		return nil
 	case Ext:
 		if t, ok := extTime(x); ok {
-			return appendJSONString(dst, []byte(t.UTC().Format("2006-01-02T15:04:05.000Z"))), nil
+			o.b = appendJSONString(o.b, []byte(t.UTC().Format("2006-01-02T15:04:05.000Z")))
+			return nil
 		}
 	}
-	return append(dst, "null"...), nil
+	o.b = append(o.b, "null"...)
+	return nil
 }
 
 // extTime reads the MessagePack timestamp extension (type -1).
@@ -203,8 +390,14 @@ func appendJSONNumber(dst []byte, f float64) []byte {
 
 // appendJSONString quotes s; invalid UTF-8 becomes U+FFFD.
 func appendJSONString(dst []byte, s []byte) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	dst = appendJSONStringBody(dst, s)
+	return append(dst, '"')
+}
+
+// appendJSONStringBody writes s escaped, without the quotes.
+func appendJSONStringBody(dst []byte, s []byte) []byte {
+	const hex = "0123456789abcdef"
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
@@ -235,7 +428,7 @@ func appendJSONString(dst []byte, s []byte) []byte {
 		}
 		i += size
 	}
-	return append(dst, '"')
+	return dst
 }
 
 // jsonToMsgpack converts a JSON document to MessagePack as a JavaScript
