@@ -18,12 +18,17 @@ package main
 //   - One connection's unread answers have a share of their own
 //     (--max-write-queue-bytes, the reference's TCP_MAX_WRITE_QUEUE_BYTES):
 //     a connection that passes it is not reading, and is closed.
+//   - Turns are fair: a client that does not read cannot keep the
+//     budget from the others (see "Fair turns" below).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +49,11 @@ const (
 	// answerWait is how long a big answer waits for room in the budget
 	// before it is refused.
 	answerWait = 5 * time.Second
+	// answerStall is how long a big answer's write may make no progress
+	// while others wait for room before its client is taken for one that
+	// does not read; reclaimEvery how often waiting reservations look.
+	answerStall  = time.Second
+	reclaimEvery = 100 * time.Millisecond
 	// The default server-wide budget: a 64th of the host's memory,
 	// within these bounds.
 	minAnswerBudget = 32 << 20
@@ -60,21 +70,36 @@ type answerBudget struct {
 	used    atomic.Int64
 	waiting atomic.Int32 // len(queue), read without the lock
 	mu      sync.Mutex
-	// queue holds the reservations waiting for room, first come first
-	// served: bytes freed are granted to its head only, so that a free
-	// wakes only those it makes room for (waking every waiter at each
-	// free put hundreds of goroutines ahead of every other client's
+	// queue holds the reservations waiting for room, in the order they
+	// came. Bytes freed go to the next in turn only (nextTurn), so that a
+	// free wakes only those it makes room for (waking every waiter at
+	// each free put hundreds of goroutines ahead of every other client's
 	// answer: Pings took over a second).
 	queue []*answerWaiter
+	// turns is, for each client with reservations waiting, the turn it
+	// was last granted one (0: none yet); turn counts the grants.
+	turns map[string]uint64
+	turn  uint64
+	// writers are the writes of big answers under way (fair turns).
+	writers map[*answerWriter]struct{}
+	stall   time.Duration
+	// reclaimed counts the clients closed for sitting on the budget.
+	reclaimed atomic.Int64
+	collected atomic.Int64 // when collect last ran (unix nanoseconds)
+	log       *slog.Logger // set before the server serves
 
 	refused atomic.Int64 // answers refused for want of room
 	slow    atomic.Int64 // connections closed for not reading their answers
 	peak    atomic.Int64 // the most bytes held at once
 	slowLog rateLog      // one line for many closes in a flood
+	// reclaimLog is reclaim's: one line for many closes.
+	reclaimLog rateLog
 }
 
 func newAnswerBudget(limit, share int64) *answerBudget {
-	return &answerBudget{limit: limit, share: share, wait: answerWait, slowLog: rateLog{every: 10 * time.Second}}
+	return &answerBudget{limit: limit, share: share, wait: answerWait, stall: answerStall,
+		turns: map[string]uint64{}, writers: map[*answerWriter]struct{}{},
+		slowLog: rateLog{every: 10 * time.Second}, reclaimLog: rateLog{every: 10 * time.Second}}
 }
 
 // defaultAnswerBudget derives the server-wide budget from the host's
@@ -113,6 +138,7 @@ func hostMemory() int64 {
 // answerWaiter is one reservation waiting in the queue.
 type answerWaiter struct {
 	n       int64
+	client  string        // whose turn it is (clientKey)
 	ready   chan struct{} // closed once granted
 	granted bool          // under mu
 }
@@ -134,8 +160,36 @@ func (a *answerBudget) free(n int64) {
 	}
 	a.used.Add(-n)
 	if a.waiting.Load() > 0 {
+		if n >= collectMin {
+			a.collect()
+		}
 		a.grant()
 	}
+}
+
+const (
+	// collectMin and collectEvery: while answers wait for room, a big
+	// answer given back (collectMin or more) has its memory collected at
+	// once, at most every collectEvery.
+	collectMin   = 1 << 20
+	collectEvery = 250 * time.Millisecond
+)
+
+// collect runs a collection in the background, unless one ran within
+// collectEvery. The budget counts an answer's bytes as free once it is
+// written or dropped, but the memory is free only once collected, and the
+// collector lets the heap grow to twice what is live first: with the
+// budget full of answers for clients that do not read, the garbage of
+// those taken back (their buffers, and in PostgreSQL mode the rows read
+// for them) doubled what the server held. The budget's own answers are
+// byte slices, which a collection does not scan: it costs little.
+func (a *answerBudget) collect() {
+	now := time.Now().UnixNano()
+	last := a.collected.Load()
+	if now-last < int64(collectEvery) || !a.collected.CompareAndSwap(last, now) {
+		return
+	}
+	go runtime.GC()
 }
 
 // take adds n to what is held if it fits (anything fits when nothing is
@@ -155,21 +209,51 @@ func (a *answerBudget) take(n int64) bool {
 	}
 }
 
-// grant gives room to the waiting reservations it now fits, in order.
+// grant gives room to the waiting reservations it now fits, in turn.
 func (a *answerBudget) grant() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for len(a.queue) > 0 {
-		w := a.queue[0]
+		i := a.nextTurn()
+		w := a.queue[i]
 		if !a.take(w.n) {
 			return
 		}
 		w.granted = true
 		close(w.ready)
-		a.queue[0] = nil
-		a.queue = a.queue[1:]
-		a.waiting.Add(-1)
+		a.turn++
+		a.turns[w.client] = a.turn
+		a.dequeue(i)
 	}
+}
+
+// nextTurn is the place in the queue of the reservation whose turn is
+// next: that of the client granted one longest ago (or never), the
+// earliest of its own; a.mu is held. Many connections of one client
+// thus take turns with a single connection of another, rather than
+// queueing ahead of it.
+func (a *answerBudget) nextTurn() int {
+	best := 0
+	for i, w := range a.queue {
+		if a.turns[w.client] < a.turns[a.queue[best].client] {
+			best = i
+		}
+	}
+	return best
+}
+
+// dequeue takes the reservation at i out of the queue, and forgets its
+// client's turn once it has none left waiting; a.mu is held.
+func (a *answerBudget) dequeue(i int) {
+	client := a.queue[i].client
+	a.queue = append(a.queue[:i], a.queue[i+1:]...)
+	a.waiting.Add(-1)
+	for _, w := range a.queue {
+		if w.client == client {
+			return
+		}
+	}
+	delete(a.turns, client)
 }
 
 // pressed says the budget is spent: the buffered answers of every
@@ -187,9 +271,17 @@ func (a *answerBudget) errBusy() error {
 const busyPrefix = "Server busy: "
 
 // reserve takes n bytes of the budget for an answer about to be built,
-// waiting up to a.wait for room. An answer larger than the whole budget
-// gets it when nothing else is held.
+// waiting up to a.wait for room, for a client known to no one.
 func (a *answerBudget) reserve(ctx context.Context, n int64) error {
+	return a.reserveFor(ctx, n, "")
+}
+
+// reserveFor takes n bytes of the budget for an answer about to be built
+// for client (clientKey), waiting up to a.wait for room, its turn among
+// the clients waiting, and reclaiming room from writes that have stalled
+// meanwhile. An answer larger than the whole budget gets it when nothing
+// else is held.
+func (a *answerBudget) reserveFor(ctx context.Context, n int64, client string) error {
 	if a.waiting.Load() == 0 && a.take(n) {
 		return nil
 	}
@@ -198,20 +290,32 @@ func (a *answerBudget) reserve(ctx context.Context, n int64) error {
 		a.mu.Unlock()
 		return nil
 	}
-	w := &answerWaiter{n: n, ready: make(chan struct{})}
+	w := &answerWaiter{n: n, client: client, ready: make(chan struct{})}
 	a.queue = append(a.queue, w)
 	a.waiting.Add(1)
+	if _, ok := a.turns[client]; !ok {
+		a.turns[client] = 0
+	}
 	a.mu.Unlock()
 	timer := time.NewTimer(a.wait)
 	defer timer.Stop()
+	look := time.NewTicker(reclaimEvery)
+	defer look.Stop()
 	var err error
-	select {
-	case <-w.ready:
-		return nil
-	case <-timer.C:
-		err = a.errBusy()
-	case <-ctx.Done():
-		err = errors.New("Connection closing")
+wait:
+	for {
+		select {
+		case <-w.ready:
+			return nil
+		case <-look.C:
+			a.reclaim(time.Now())
+		case <-timer.C:
+			err = a.errBusy()
+			break wait
+		case <-ctx.Done():
+			err = errors.New("Connection closing")
+			break wait
+		}
 	}
 	a.mu.Lock()
 	if w.granted {
@@ -221,8 +325,7 @@ func (a *answerBudget) reserve(ctx context.Context, n int64) error {
 	}
 	for i, q := range a.queue {
 		if q == w {
-			a.queue = append(a.queue[:i], a.queue[i+1:]...)
-			a.waiting.Add(-1)
+			a.dequeue(i)
 			break
 		}
 	}
@@ -233,6 +336,93 @@ func (a *answerBudget) reserve(ctx context.Context, n int64) error {
 	// The head leaving may let the next ones in.
 	a.grant()
 	return err
+}
+
+// ---------------------------------------------------------------------------
+// Fair turns
+//
+// A client that does not read its answers must not keep the budget from
+// the others. Two rules keep it from doing so:
+//
+//   - Turns go round the clients. Reservations waiting for room are
+//     granted by client (the peer's address, clientKey): next is the one
+//     whose client was granted room longest ago, so that many connections
+//     of one client take turns with another client's single request
+//     instead of queueing ahead of it.
+//   - Room held for a client that does not read is taken back while others
+//     wait. Every write of a big answer is registered (answerWriter) with
+//     the time it last wrote anything; while a reservation waits, a write
+//     that made no progress for answerStall is stopped: its connection is
+//     closed (its client was not reading), and what the connection held
+//     goes back to the budget. A slow client that reads keeps its answer.
+
+// answerWriter is one big answer's write under way, as the budget sees it.
+type answerWriter struct {
+	last atomic.Int64 // unix nanoseconds of its last progress
+	stop func()       // ends the write and its connection
+	once sync.Once
+}
+
+// writing registers a big answer's write, which stop can end; done must
+// follow. The write calls progress as bytes go out.
+func (a *answerBudget) writing(stop func()) *answerWriter {
+	w := &answerWriter{stop: stop}
+	w.progress()
+	a.mu.Lock()
+	a.writers[w] = struct{}{}
+	a.mu.Unlock()
+	return w
+}
+
+// progress says the write has sent bytes.
+func (w *answerWriter) progress() {
+	if w != nil {
+		w.last.Store(time.Now().UnixNano())
+	}
+}
+
+// done ends w's registration.
+func (a *answerBudget) done(w *answerWriter) {
+	if w == nil {
+		return
+	}
+	a.mu.Lock()
+	delete(a.writers, w)
+	a.mu.Unlock()
+}
+
+// reclaim stops the writes that have made no progress for a.stall, for
+// reservations waiting for room: their clients are not reading. It
+// reports how many it stopped.
+func (a *answerBudget) reclaim(now time.Time) int {
+	var stalled []*answerWriter
+	a.mu.Lock()
+	for w := range a.writers {
+		if now.UnixNano()-w.last.Load() >= int64(a.stall) {
+			stalled = append(stalled, w)
+			delete(a.writers, w)
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range stalled {
+		a.reclaimed.Add(1)
+		w.once.Do(w.stop)
+	}
+	if len(stalled) > 0 && a.log != nil {
+		if n := a.reclaimLog.hit(); n > 0 {
+			a.log.Warn("closing connections that do not read a big answer while other answers wait for room",
+				"stalled_for", a.stall.String(), "closed", n)
+		}
+	}
+	return len(stalled)
+}
+
+// clientKey names a client for its turns: its address without the port.
+func clientKey(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // ---------------------------------------------------------------------------
@@ -299,7 +489,11 @@ func (c *conn) notReading(held int64) {
 // when none comes). The reservation lasts until the answer is written
 // (conn.run's caller gives it back), and the answer's buffer is grown once
 // to take it.
-func (r *Req) room(n int64) error {
+func (r *Req) room(n int64) error { return r.roomGrow(n, n) }
+
+// roomGrow is room for n bytes, of which the answer's buffer is grown to
+// take grow (a read holds more than its answer while it lasts).
+func (r *Req) roomGrow(n, grow int64) error {
 	if n <= smallAnswer {
 		return nil
 	}
@@ -308,12 +502,12 @@ func (r *Req) room(n int64) error {
 		c.notReading(c.pending.Load() + n)
 		return c.srv.answers.errNotReading()
 	}
-	if err := c.srv.answers.reserve(r.ctx(), n); err != nil {
+	if err := c.srv.answers.reserveFor(r.ctx(), n, c.client); err != nil {
 		return err
 	}
 	c.pending.Add(n)
 	r.reserved += n
-	r.grow(n)
+	r.grow(grow)
 	return nil
 }
 
@@ -334,7 +528,7 @@ func (r *Req) pullRoom() error {
 	if !a.pressed() {
 		return nil
 	}
-	if err := a.reserve(r.ctx(), 1); err != nil {
+	if err := a.reserveFor(r.ctx(), 1, r.c.client); err != nil {
 		return err
 	}
 	a.free(1)
@@ -380,19 +574,42 @@ func (a *answerBytes) fits(n int64) bool {
 
 // pullFits says whether a pull that has taken jobs of sofar bytes may
 // take one more, whatever its size: one more job of any size still fits
-// in the answer. Both engines stop their claims on it, so that a pull is
-// never cut after its jobs were claimed.
-func pullFits(sofar int64) bool { return sofar <= answerCap-maxJobWire }
+// in an answer carrying at most limit bytes of jobs (answerLimit). Both
+// engines stop their claims on it, so that a pull is never cut after its
+// jobs were claimed. The first job always goes; limit 0 is answerCap.
+func pullFits(sofar, limit int64) bool {
+	if limit == 0 {
+		limit = answerCap
+	}
+	return sofar == 0 || sofar <= limit-maxJobWire
+}
+
+// jsonAnswerCap bounds the MessagePack of the jobs one JSON answer (HTTP,
+// WebSocket) carries: a quarter of answerCap, since binary data, the
+// commonest big data, is four times as long in JSON ("255,"). Data whose
+// JSON grows more (a string of control characters, six times) is measured
+// before its answer is sent, and an answer whose JSON would pass the frame
+// limit is refused, naming it (writeJSONWith, wsWriter.writeFrame).
+const jsonAnswerCap = answerCap / 4
+
+// answerLimit is the bytes of jobs one of c's answers carries at most:
+// answerCap, jsonAnswerCap for a transport that answers in JSON.
+func (c *conn) answerLimit() int64 {
+	if c.json {
+		return jsonAnswerCap
+	}
+	return answerCap
+}
 
 // errAnswerTooBig refuses an answer that cannot be cut to the frame limit.
 func errAnswerTooBig(what string) error {
 	return fmt.Errorf("%s would be over the protocol's frame limit of %s", what, sizeText(MaxFrame))
 }
 
-// fitViews keeps the first jobs of a list that fit in one answer (the
+// fitViews keeps the first jobs of a list that fit in limit bytes (the
 // first always does), and says how many bytes they may take.
-func fitViews(list []JobView) ([]JobView, int64) {
-	fit := answerBytes{max: answerCap}
+func fitViews(list []JobView, limit int64) ([]JobView, int64) {
+	fit := answerBytes{max: limit}
 	for i, v := range list {
 		if !fit.fits(jobWireBound(v.Job, v.Result)) {
 			return list[:i], fit.used
@@ -444,6 +661,12 @@ func fetch[T any](r *Req, read func(ctx context.Context) (T, error), size func(T
 		return zero, errAnswerTooBig("the answer")
 	}
 	n := need - (r.reserved - before) // not yet reserved
+	if n < 0 {
+		// The read reserved more than its answer takes (the rows it
+		// read, now garbage): the rest goes back.
+		r.c.unreserve(-n)
+		r.reserved += n
+	}
 	if n <= smallAnswer {
 		return v, nil
 	}
@@ -472,13 +695,14 @@ func fetch[T any](r *Req, read func(ctx context.Context) (T, error), size func(T
 type readRoomKey struct{}
 
 // reserveRead reserves room for n bytes a read is about to bring into
-// memory, for the request ctx is fetch's for; nothing otherwise.
-func reserveRead(ctx context.Context, n int64) error {
+// memory, of which answer will be its answer's, for the request ctx is
+// fetch's for; nothing otherwise.
+func reserveRead(ctx context.Context, n, answer int64) error {
 	r, _ := ctx.Value(readRoomKey{}).(*Req)
 	if r == nil || n <= smallAnswer {
 		return nil
 	}
-	return r.room(n)
+	return r.roomGrow(n, answer)
 }
 
 // wantsReadRoom says whether ctx is fetch's: a read that can tell the
@@ -519,9 +743,9 @@ func dlqBytes(jobs []*Job) int64 {
 	return n
 }
 
-// fitDLQ keeps the first DLQ entries that fit in one answer.
-func fitDLQ(jobs []*Job) []*Job {
-	fit := answerBytes{max: answerCap}
+// fitDLQ keeps the first DLQ entries that fit in limit bytes.
+func fitDLQ(jobs []*Job, limit int64) []*Job {
+	fit := answerBytes{max: limit}
 	for i, j := range jobs {
 		if !fit.fits(dlqWireBound(j)) {
 			return jobs[:i]
@@ -566,11 +790,11 @@ func dashQueueBytes(d dashQueue) int64 {
 }
 
 // fitPreview keeps the DLQ preview's first jobs that fit beside the job
-// lists in one answer.
-func fitPreview(d dashQueue) []*Job {
+// lists in limit bytes.
+func fitPreview(d dashQueue, limit int64) []*Job {
 	rest := d
 	rest.dlq = nil
-	fit := answerBytes{max: answerCap - dashQueueBytes(rest)}
+	fit := answerBytes{max: limit - dashQueueBytes(rest)}
 	for i, j := range d.dlq {
 		if !fit.fits(int64(j.idLen()+len(j.Data)) + 64) {
 			return d.dlq[:i]
@@ -582,10 +806,10 @@ func fitPreview(d dashQueue) []*Job {
 // pullKeeps is how many of the jobs a pull claimed its answer carries, by
 // pullFits: those the memory engine would have stopped its claim before
 // go back (PostgreSQL claims its rows before it knows their size).
-func pullKeeps(jobs []*Job) int {
+func pullKeeps(jobs []*Job, limit int64) int {
 	var bytes int64
 	for i, j := range jobs {
-		if !pullFits(bytes) {
+		if !pullFits(bytes, limit) {
 			return i
 		}
 		bytes += jobWireBound(j, nil)

@@ -3,8 +3,12 @@ package main
 // The answer budget and the frame limit on answers (answers.go).
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -82,7 +86,7 @@ func TestPullKeeps(t *testing.T) {
 	for i := range jobs {
 		jobs[i] = big
 	}
-	keep := pullKeeps(jobs)
+	keep := pullKeeps(jobs, 0)
 	if keep < 1 || keep >= len(jobs) {
 		t.Fatalf("pullKeeps kept %d of %d jobs of 9.9 MB", keep, len(jobs))
 	}
@@ -90,7 +94,7 @@ func TestPullKeeps(t *testing.T) {
 		t.Fatalf("%d jobs kept: %d bytes, over answerCap %d", keep, got, answerCap)
 	}
 	small := withID(&Job{Queue: "q", Data: Raw{0xc0}}, "s")
-	if n := pullKeeps([]*Job{small, small, small}); n != 3 {
+	if n := pullKeeps([]*Job{small, small, small}, 0); n != 3 {
 		t.Fatalf("pullKeeps kept %d of 3 small jobs", n)
 	}
 }
@@ -175,6 +179,96 @@ func TestAnswerBudgetReserve(t *testing.T) {
 	}
 }
 
+// Turns go round the clients: with the budget full, four reservations of
+// client A queued before one of client B, the room freed goes to A's
+// first, then B's, then A's others, and a reservation is granted to its
+// client's earliest first.
+func TestAnswerTurnsByClient(t *testing.T) {
+	a := newAnswerBudget(100, 0)
+	a.wait = time.Minute
+	ctx := context.Background()
+	if err := a.reserve(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan string, 8)
+	queued := 0
+	start := func(name, client string) {
+		go func() {
+			if err := a.reserveFor(ctx, 60, client); err != nil {
+				granted <- name + ": " + err.Error()
+				return
+			}
+			granted <- name
+		}()
+		queued++
+		eventually(t, 5*time.Second, name+" queued", func() (bool, string) {
+			n := a.waiting.Load()
+			return int(n) == queued, fmt.Sprintf("%d waiting", n)
+		})
+	}
+	for i := 1; i <= 4; i++ {
+		start(fmt.Sprintf("A%d", i), "A")
+	}
+	start("B1", "B")
+	var order []string
+	for range 5 {
+		a.free(100 - a.used.Load() + 60) // room for the next one only
+		order = append(order, <-granted)
+	}
+	if got := strings.Join(order, " "); got != "A1 B1 A2 A3 A4" {
+		t.Fatalf("granted in the order %s, want A1 B1 A2 A3 A4", got)
+	}
+}
+
+// A big answer's write that makes no progress while a reservation waits is
+// stopped once it has stalled for the budget's stall time, and its room
+// goes to the waiting one; a write that makes progress is left alone.
+func TestAnswerReclaimStalled(t *testing.T) {
+	a := newAnswerBudget(100, 0)
+	a.wait = time.Minute
+	a.stall = time.Second
+	stopped := make(chan string, 2)
+	a.hold(100)
+	stalled := a.writing(func() { stopped <- "stalled"; a.free(60) })
+	reading := a.writing(func() { stopped <- "reading" })
+	defer a.done(reading)
+	// The reading one writes a little every 20 ms while the reservation
+	// waits.
+	waited := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				reading.progress()
+			case <-waited:
+				return
+			}
+		}
+	}()
+	err := a.reserveFor(context.Background(), 60, "other")
+	close(waited)
+	if err != nil {
+		t.Fatalf("the waiting reservation: %v", err)
+	}
+	if who := <-stopped; who != "stalled" {
+		t.Fatalf("%s stopped", who)
+	}
+	select {
+	case who := <-stopped:
+		t.Fatalf("%s stopped too", who)
+	default:
+	}
+	a.mu.Lock()
+	_, still := a.writers[reading]
+	_, gone := a.writers[stalled]
+	a.mu.Unlock()
+	if !still || gone || a.reclaimed.Load() != 1 {
+		t.Fatalf("reading registered %v, stalled registered %v, reclaimed %d", still, gone, a.reclaimed.Load())
+	}
+}
+
 // bigJob pushes a job of n bytes of data and returns its id.
 func bigJob(t *testing.T, c *tclient, queue string, n, attempts int) string {
 	t.Helper()
@@ -194,10 +288,13 @@ func TestAnswersCutToFrameLimit(t *testing.T) {
 			for range n {
 				ids[bigJob(t, c, "big", size, 1)] = true
 			}
+			// A frame of big jobs read from PostgreSQL takes seconds
+			// under the race detector (12 s on this machine).
+			const bigAnswer = time.Minute
 			// GetJobs pages.
 			seen := map[string]bool{}
 			for offset := 0; len(seen) < n; {
-				jobs := list(t, c.ok(M{"cmd": "GetJobs", "queue": "big", "limit": 100, "offset": offset}), "jobs")
+				jobs := list(t, c.okWithin(M{"cmd": "GetJobs", "queue": "big", "limit": 100, "offset": offset}, bigAnswer), "jobs")
 				if len(jobs) == 0 || len(jobs)*size > MaxFrame {
 					t.Fatalf("GetJobs at offset %d answered %d jobs of %d bytes", offset, len(jobs), size)
 				}
@@ -213,7 +310,7 @@ func TestAnswersCutToFrameLimit(t *testing.T) {
 			var pulled []any
 			var tokens []any
 			for len(pulled) < n {
-				a := c.ok(M{"cmd": "PULLB", "queue": "big", "count": n, "owner": "w"})
+				a := c.okWithin(M{"cmd": "PULLB", "queue": "big", "count": n, "owner": "w"}, bigAnswer)
 				jobs := list(t, a, "jobs")
 				if len(jobs) == 0 || len(jobs)*size > MaxFrame {
 					t.Fatalf("PULLB answered %d jobs of %d bytes", len(jobs), size)
@@ -244,11 +341,124 @@ func TestAnswersCutToFrameLimit(t *testing.T) {
 				st := sub(t, sub(t, c.ok(M{"cmd": "GetDlqStats", "queue": "big"}), "data"), "stats")
 				return num(t, st["total"]) == n, fmt.Sprint(st)
 			})
-			a := c.ok(M{"cmd": "Dlq", "queue": "big"})
+			a := c.okWithin(M{"cmd": "Dlq", "queue": "big"}, bigAnswer)
 			if jobs := list(t, a, "jobs"); len(jobs) == 0 || len(jobs) == n || 2*len(jobs)*size > MaxFrame {
 				t.Fatalf("Dlq answered %d entries of %d bytes (twice each)", len(jobs), size)
 			}
 			c.ok(M{"cmd": "Ping"})
 		})
+	}
+}
+
+// binaryData is n bytes of binary job data (a JavaScript Buffer): four
+// times as long in JSON.
+func binaryData(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*131 + i>>8)
+	}
+	return b
+}
+
+// jobDataJSON reads a job answer's data, rendered as an array of byte
+// values.
+func jobDataJSON(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var ans struct {
+		Job struct {
+			Data []int `json:"data"`
+		} `json:"job"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		t.Fatalf("answer of %d bytes is not JSON: %v", len(body), err)
+	}
+	out := make([]byte, len(ans.Job.Data))
+	for i, v := range ans.Job.Data {
+		out[i] = byte(v)
+	}
+	return out
+}
+
+// Big answers over HTTP and WebSocket, rendered to the client a piece at a
+// time rather than held as JSON, arrive whole, with their exact length,
+// the same as the whole rendering; lists of jobs are cut to what a JSON
+// answer carries (binary data is four times as long in JSON); and an
+// answer whose JSON would pass the frame limit is refused, naming it.
+func TestJSONAnswersInPieces(t *testing.T) {
+	ts := startServerHTTP(t, nil)
+	c := dial(t, ts.addr)
+	data := binaryData(3_000_000)
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "j", "data": data}), "id")
+
+	resp, body := httpGet(t, ts.http, "/jobs/"+id, "")
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(body)) {
+		t.Fatalf("GET /jobs/ID: %s, Content-Length %d, %d bytes", resp.Status, resp.ContentLength, len(body))
+	}
+	if got := jobDataJSON(t, []byte(body)); !bytes.Equal(got, data) {
+		t.Fatalf("GET /jobs/ID: data of %d bytes came back as %d", len(data), len(got))
+	}
+	ws := dialWS(t, ts.http, "/ws")
+	ws.text(`{"cmd":"GetJob","id":"` + id + `","reqId":"r1"}`)
+	msg := ws.answer("r1")
+	if got := jobDataJSON(t, []byte(msg)); !bytes.Equal(got, data) {
+		t.Fatalf("WebSocket GetJob: data of %d bytes came back as %d", len(data), len(got))
+	}
+
+	// Six jobs of 5 MB: over TCP a page and a pull carry several; as JSON,
+	// what stays under the frame limit, 20 MB of JSON each.
+	for range 6 {
+		c.ok(M{"cmd": "PUSH", "queue": "list", "data": binaryData(5_000_000)})
+	}
+	if n := len(list(t, c.ok(M{"cmd": "GetJobs", "queue": "list", "limit": 10}), "jobs")); n != 6 {
+		t.Fatalf("GetJobs over TCP answered %d of 6 jobs of 5 MB", n)
+	}
+	_, body = httpGet(t, ts.http, "/queues/list/jobs/list?limit=10", "")
+	var page struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Jobs) == 0 || len(page.Jobs) > 3 || len(body) > MaxFrame {
+		t.Fatalf("GetJobs over HTTP: %d jobs in %d bytes of JSON (err %v)", len(page.Jobs), len(body), err)
+	}
+	ws.text(`{"cmd":"PULLB","queue":"list","count":6,"reqId":"r2"}`)
+	msg = ws.answer("r2")
+	var pulled struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(msg), &pulled); err != nil || len(pulled.Jobs) == 0 || len(pulled.Jobs) > 3 || len(msg) > MaxFrame {
+		t.Fatalf("PULLB over WebSocket: %d jobs in %d bytes of JSON (err %v): %.300s", len(pulled.Jobs), len(msg), err, msg)
+	}
+	counts := sub(t, c.ok(M{"cmd": "GetJobCounts", "queue": "list"}), "counts")
+	if w := num(t, counts["waiting"]); int(w) != 6-len(pulled.Jobs) {
+		t.Fatalf("after a PULLB of %d: %v waiting", len(pulled.Jobs), w)
+	}
+
+	// Data whose JSON is twelve times its MessagePack: maps whose keys are
+	// maps, each "[object Object]":false. 6 MB of it is 72 MB of JSON.
+	var e Enc
+	pairs := 3_000_000
+	e.B = binary.BigEndian.AppendUint32(append(e.B, 0xdf), uint32(pairs))
+	for range pairs {
+		e.B = append(e.B, 0x80, 0xc2)
+	}
+	huge := str(t, c.ok(M{"cmd": "PUSH", "queue": "huge", "data": Raw(e.B)}), "id")
+	resp, body = httpGet(t, ts.http, "/jobs/"+huge, "")
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "frame limit of 64 MiB") {
+		t.Fatalf("GET /jobs/ID of 72 MB of JSON: %s %.300s", resp.Status, body)
+	}
+	ws.text(`{"cmd":"GetJob","id":"` + huge + `","reqId":"r3"}`)
+	if msg = ws.answer("r3"); !strings.Contains(msg, "frame limit of 64 MiB") {
+		t.Fatalf("WebSocket GetJob of 72 MB of JSON: %.300s", msg)
+	}
+}
+
+// answer reads up to the answer carrying reqId, past the events the
+// socket is sent meanwhile.
+func (c *wsClient) answer(reqID string) string {
+	c.t.Helper()
+	for {
+		_, msg := c.readData()
+		if strings.Contains(msg, `"reqId":"`+reqID+`"`) {
+			return msg
+		}
 	}
 }

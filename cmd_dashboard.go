@@ -65,7 +65,7 @@ func cmdDashboardQueue(r *Req) error {
 	}
 	d, err := fetch(r, func(ctx context.Context) (dashQueue, error) {
 		d, err := r.eng.DashboardQueue(ctx, a)
-		d.dlq = fitPreview(d)
+		d.dlq = fitPreview(d, r.c.answerLimit())
 		return d, err
 	}, dashQueueBytes)
 	if err != nil {

@@ -16,7 +16,7 @@ func cmdDlq(r *Req) error {
 	}
 	jobs, err := fetch(r, func(ctx context.Context) ([]*Job, error) {
 		jobs, err := r.eng.DLQ(ctx, name, sel)
-		return fitDLQ(jobs), err
+		return fitDLQ(jobs, r.c.answerLimit()), err
 	}, dlqBytes)
 	if err != nil {
 		return err

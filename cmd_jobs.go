@@ -117,6 +117,7 @@ func readPull(r *Req) (pullArgs, error) {
 	a.opts.TTL = int64(ttl)
 	a.opts.Detach = truthy(r.m, "detach")
 	a.opts.Conn = r.owner()
+	a.opts.Limit = r.c.answerLimit()
 	if a.opts.Group, err = readGroupPull(r.m); err != nil {
 		return a, err
 	}

@@ -192,10 +192,10 @@ func cmdGetJobs(r *Req) error {
 	}
 	// A page of big jobs is cut to what one answer carries: the client
 	// pages on with a larger offset.
-	a.maxBytes = answerCap
+	a.maxBytes = r.c.answerLimit()
 	list, err := fetch(r, func(ctx context.Context) ([]JobView, error) {
 		list, err := r.eng.Jobs(ctx, queue, a)
-		list, _ = fitViews(list)
+		list, _ = fitViews(list, a.maxBytes)
 		return list, err
 	}, viewsBytes)
 	if err != nil {

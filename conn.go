@@ -35,6 +35,7 @@ import (
 type conn struct {
 	srv      *Server
 	id       string // the clientId of its client:* and auth:failed notices
+	client   string // its client's address, for its turns at the answer budget (clientKey)
 	greeted  bool   // client:connected announced (its handshake done)
 	nc       net.Conn
 	br       *bufio.Reader // borrowed while busy; nil while idle
@@ -90,6 +91,10 @@ type conn struct {
 	// registers is tied to it, since it ends with the request (the
 	// reference leaves such jobs to stall detection).
 	stateless bool
+	// json marks a connection whose answers are sent as JSON (an HTTP
+	// request's, a WebSocket's): its lists of jobs are cut to what a JSON
+	// answer carries (answerLimit).
+	json bool
 }
 
 const (
@@ -148,6 +153,7 @@ func (c *conn) serve() {
 	defer c.recoverPanic("closing")
 	defer c.finish()
 	defer c.recoverPanic("serving")
+	c.client = clientKey(c.nc.RemoteAddr().String())
 	if !c.handshake() {
 		return
 	}
@@ -425,8 +431,37 @@ func (c *conn) writeWithin(b []byte, d time.Duration) error {
 	if c.stopping.Load() {
 		c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
 	}
+	if len(b) > smallAnswer {
+		return c.writeBig(b)
+	}
 	_, err := c.nc.Write(b)
 	return err
+}
+
+// writePiece is how much of a big answer goes in one write: what a
+// client reads shows as progress at least this often.
+const writePiece = 16 << 10
+
+// writeBig writes a big answer a piece at a time, registered with the
+// answer budget, which can tell a client that reads it slowly from one
+// that does not read it at all, and close the latter while others wait
+// for room (fair turns, answers.go); c.wmu is held.
+func (c *conn) writeBig(b []byte) error {
+	a := c.srv.answers
+	w := a.writing(func() {
+		c.dropped.Store(true)
+		c.nc.Close()
+	})
+	defer a.done(w)
+	for len(b) > 0 {
+		n, err := c.nc.Write(b[:min(len(b), writePiece)])
+		if err != nil {
+			return err
+		}
+		w.progress()
+		b = b[n:]
+	}
+	return nil
 }
 
 // flush writes the reader's pending answers. It reports false when the
@@ -489,11 +524,11 @@ func (c *conn) sending(n int64) bool {
 // commands that arrive over a WebSocket or an HTTP request: they run
 // through the same command table as TCP ones. Asynchronous answers go to
 // out; ctx ends the connection's waiting commands.
-func newVirtualConn(s *Server, ctx context.Context, out func(frame []byte), stateless bool) *conn {
+func newVirtualConn(s *Server, ctx context.Context, client string, out func(frame []byte), stateless bool) *conn {
 	ctx, cancel := context.WithCancel(ctx)
 	// There is no token to present: the transport has checked it.
 	return &conn{srv: s, ctx: ctx, cancel: cancel, out: out, stateless: stateless, authed: true,
-		held: make(map[*Job]struct{}), id: newID()}
+		held: make(map[*Job]struct{}), id: newID(), client: client}
 }
 
 // owner is the connection that jobs pulled and workers registered by this
@@ -696,7 +731,7 @@ func (s *Server) localSend(ctx context.Context, cmd string, fields func(e *Enc) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	async := make(chan []byte, 1)
-	c := newVirtualConn(s, ctx, func(f []byte) { async <- f }, true)
+	c := newVirtualConn(s, ctx, "", func(f []byte) { async <- f }, true)
 	defer c.finishVirtual()
 	var e Enc
 	reserved := c.dispatch(m, &e)

@@ -8,7 +8,10 @@ package main
 // writer sends it. A subscriber that does not read loses events, never the
 // broker's time.
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
 
 type evType uint8
 
@@ -83,8 +86,15 @@ func (ev *Event) ID() string {
 // Name is the event's wire name.
 func (ev *Event) Name() string { return evNames[ev.Type] }
 
+// liveMaxData bounds the JSON of the data a live event carries (a failed
+// job's data, a completed job's result): what one subscriber's send queue
+// holds. Bigger data (a 10 MB binary result is 40 MB of JSON) is left
+// out, and dataOmitted says so and where to read it.
+const liveMaxData = 4 << 20
+
 // AppendJSON renders the event as the JSON object the HTTP side carries,
-// with the same fields as the wire event.
+// with the same fields as the wire event; data whose JSON passes
+// liveMaxData is left out (dataOmitted).
 func (ev *Event) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"eventType":`...)
 	dst = appendJSONString(dst, []byte(ev.Name()))
@@ -96,6 +106,12 @@ func (ev *Event) AppendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, ev.At, 10)
 	raw := func(key string, r Raw) {
 		if r == nil || isUndefined(r) {
+			return
+		}
+		if m := (jsonOut{measure: true, sink: dropJSON}); m.raw(r) == nil && m.size() > liveMaxData {
+			dst = append(dst, `,"`+key+`Omitted":`...)
+			dst = appendJSONString(dst, fmt.Appendf(nil, "%s of %d bytes of JSON left out of live events, over %s; read the job (GET /jobs/%s)",
+				key, m.size(), sizeText(liveMaxData), ev.ID()))
 			return
 		}
 		dst = append(dst, ',', '"')

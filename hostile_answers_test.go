@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -415,4 +416,140 @@ func TestWSUnreadAnswersClosed(t *testing.T) {
 		n := scrapeOne(t, ts.http, "bunqueue_answer_bytes")
 		return n == 0, fmt.Sprint(n, " bytes held")
 	})
+}
+
+// jsonFloodRSS bounds the server's peak resident memory while clients that
+// never read ask for a 9.9 MB job of binary data (40 MB as JSON), with an
+// answer budget of 128 MiB: the job, the budget's answers as MessagePack
+// (JSON is rendered as it is written, a piece at a time) and the
+// runtime's headroom over what is live. Before, the JSON of each answer
+// was held whole and not counted: 20 HTTP clients took 1,242-1,306 MB,
+// 60 WebSocket clients 788 MB.
+const jsonFloodRSS = 350 * mib
+
+// Clients that never read a big binary job's JSON, over HTTP (20 requests)
+// and WebSocket (60 sockets), in every storage mode: the server holds what
+// its answer budget lets it, and takes room back from those that sit on it
+// while others wait.
+func TestHostileUnreadJSONAnswers(t *testing.T) {
+	for _, mode := range []string{"memory", "sqlite", "postgres"} {
+		for _, transport := range []string{"http", "websocket"} {
+			t.Run(mode+"/"+transport, func(t *testing.T) {
+				flags := append(storageFlags(t, mode), "--max-answer-bytes", "128MiB")
+				srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+				c := dial(t, srv.addr())
+				id := str(t, c.ok(M{"cmd": "PUSH", "queue": "big", "data": binaryData(floodJobBytes)}), "id")
+				unreadJSONFlood(t, srv, fmt.Sprintf("127.0.0.1:%d", srv.httpPort), id, transport)
+			})
+		}
+	}
+}
+
+// unreadJSONFlood opens the clients of one transport, each asking for the
+// job and reading nothing after, until the server has dealt with them,
+// and holds the server's peak resident memory to jsonFloodRSS.
+func unreadJSONFlood(t *testing.T, srv *serverProc, httpAddr, id, transport string) {
+	pid := srv.cmd.Process.Pid
+	reclaimed := scrapeOne(t, httpAddr, "bunqueue_answers_reclaimed_total")
+	refused := scrapeOne(t, httpAddr, "bunqueue_answers_refused_total")
+	base, _ := readRSS(pid)
+	rss := watchRSS(t, pid)
+	var socks []net.Conn
+	defer func() {
+		for _, nc := range socks {
+			nc.Close()
+		}
+	}()
+	n := 20
+	if transport == "websocket" {
+		n = 60
+	}
+	for range n {
+		nc, err := net.DialTimeout("tcp", httpAddr, callTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		socks = append(socks, nc)
+		if transport == "http" {
+			fmt.Fprintf(nc, "GET /jobs/%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", id)
+			continue
+		}
+		nc.SetDeadline(time.Now().Add(callTimeout))
+		if _, err := nc.Write([]byte(wsRequest("/ws"))); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReaderSize(nc, 16)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("websocket handshake: %v", err)
+			}
+			if line == "\r\n" {
+				break
+			}
+		}
+		nc.SetDeadline(time.Time{})
+		nc.Write(wsFrameBytes(true, 0, 0x1, []byte(`{"cmd":"GetJob","id":"`+id+`"}`), true))
+	}
+	// The budget filled (128 MiB: a dozen answers of the job) and the
+	// others waited: room was taken back from clients sitting on it (or,
+	// on a machine too busy to see them stall in time, the answers were
+	// refused after their wait); then no answer waits any more.
+	var r, f float64
+	eventually(t, 2*time.Minute, "the flood dealt with", func() (bool, string) {
+		r = scrapeOne(t, httpAddr, "bunqueue_answers_reclaimed_total") - reclaimed
+		f = scrapeOne(t, httpAddr, "bunqueue_answers_refused_total") - refused
+		w := scrapeOne(t, httpAddr, "bunqueue_answer_waiting")
+		return r+f > 0 && w == 0, fmt.Sprintf("%.0f reclaimed, %.0f refused, %.0f waiting", r, f, w)
+	})
+	peak := rss.end()
+	t.Logf("%d %s clients not reading a %.1f MB binary job: resident %.0f MiB before, peak %.0f MiB; %.0f connections closed for sitting on the budget, %.0f answers refused",
+		n, transport, float64(floodJobBytes)/1e6, float64(base)/mib, float64(peak)/mib, r, f)
+	if peak > jsonFloodRSS {
+		t.Errorf("%s: peak resident memory %.0f MiB, over %d MiB", transport, float64(peak)/mib, jsonFloodRSS/mib)
+	}
+}
+
+// An honest client's big answer gets its turn within seconds beside 40
+// clients that ask for the same 9.9 MB job again and again and never read:
+// their connections fill the budget (32 MiB), and the honest one, from
+// another address, is next in turn once the budget takes room back from
+// those sitting on it. Before, it was refused "Server busy" for 1 to 55 s.
+func TestFairTurnsHonestAnswer(t *testing.T) {
+	srv := startBinaryAt(t, []string{plainBinary(t)}, "--memory", "--max-answer-bytes", "32MiB")
+	c := dial(t, srv.addr())
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "big", "data": binaryData(floodJobBytes)}), "id")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", srv.httpPort)
+	getJob := frame(M{"cmd": "GetJob", "id": id})
+	for range 40 {
+		nc, err := net.DialTimeout("tcp", srv.addr(), callTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write(bytes.Repeat(getJob, 8))
+	}
+	eventually(t, time.Minute, "answers waiting for room", func() (bool, string) {
+		n := scrapeOne(t, httpAddr, "bunqueue_answer_waiting")
+		return n > 0, fmt.Sprint(n, " waiting")
+	})
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: callTimeout}
+	nc, err := d.Dial("tcp", srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	start := time.Now()
+	if _, err := nc.Write(frame(M{"cmd": "GetJob", "id": id, "reqId": "honest"})); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := readAnswer(nc, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if ans["ok"] != true {
+		t.Fatalf("the honest GetJob was refused after %v: %v", took, ans["error"])
+	}
+	t.Logf("the honest 9.9 MB GetJob beside 40 clients not reading: answered in %v", took.Round(time.Millisecond))
 }

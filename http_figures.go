@@ -93,36 +93,38 @@ func collectionsJSON(ov dashOverview) []byte {
 func (a *httpAPI) serveDashboard(w http.ResponseWriter, r *http.Request, _ []string) {
 	ans := a.exec(r, newCmd("DashboardOverview").done())
 	data, _, _ := ans.Map("data")
-	o := jsonObj{}
-	o.open()
-	o.boolean("ok", true)
-	for _, f := range data.Fields {
-		switch k := string(f.Key); k {
-		case "workers":
-			wm, _ := ParseMap(f.Val, nil)
-			list, _ := wm.Get("list").Array()
-			wo := jsonObj{}
-			wo.open()
-			wo.raw("total", wm.Get("total"))
-			wo.raw("active", wm.Get("active"))
-			wo.json("list", appendRawArray(nil, list[:min(len(list), 100)]))
-			wo.boolean("truncated", len(list) > 100)
-			o.json(k, wo.close())
-		case "crons":
-			list, _ := f.Val.Array()
-			co := jsonObj{}
-			co.open()
-			co.int("total", int64(len(list)))
-			co.json("list", appendRawArray(nil, list[:min(len(list), 100)]))
-			co.boolean("truncated", len(list) > 100)
-			o.json(k, co.close())
-		default:
-			o.raw(k, f.Val)
+	// Read once: the answer may be rendered twice (writeJSONWith).
+	history := a.b.rates.series().json()
+	pull := latencyJSON(a.b.lat.pullService.Snapshot())
+	writeJSONWith(w, http.StatusOK, func(o *jsonObj) {
+		o.boolean("ok", true)
+		for _, f := range data.Fields {
+			switch k := string(f.Key); k {
+			case "workers":
+				wm, _ := ParseMap(f.Val, nil)
+				list, _ := wm.Get("list").Array()
+				o.object(k, func(wo *jsonObj) {
+					wo.raw("total", wm.Get("total"))
+					wo.raw("active", wm.Get("active"))
+					wo.rawArray("list", list[:min(len(list), 100)])
+					wo.boolean("truncated", len(list) > 100)
+				})
+			case "crons":
+				// A schedule's data may be big: rendered in place, a
+				// piece at a time.
+				list, _ := f.Val.Array()
+				o.object(k, func(co *jsonObj) {
+					co.int("total", int64(len(list)))
+					co.rawArray("list", list[:min(len(list), 100)])
+					co.boolean("truncated", len(list) > 100)
+				})
+			default:
+				o.raw(k, f.Val)
+			}
 		}
-	}
-	o.json("history", a.b.rates.series().json())
-	o.json("pullService", latencyJSON(a.b.lat.pullService.Snapshot()))
-	writeJSONBytes(w, http.StatusOK, o.close())
+		o.json("history", history)
+		o.json("pullService", pull)
+	})
 }
 
 // latencyJSON is a histogram's mean and percentiles in milliseconds.
@@ -134,20 +136,6 @@ func latencyJSON(s HistSnap) []byte {
 	o.num("p95", s.QuantileMs(0.95))
 	o.num("p99", s.QuantileMs(0.99))
 	return o.close()
-}
-
-func appendRawArray(dst []byte, items []Raw) []byte {
-	dst = append(dst, '[')
-	for i, it := range items {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		var err error
-		if dst, err = appendJSON(dst, it); err != nil {
-			dst = append(dst, "null"...)
-		}
-	}
-	return append(dst, ']')
 }
 
 // GET /dashboard/queues?limit=&offset=: a page of queues with their
@@ -182,7 +170,7 @@ func (a *httpAPI) serveDashboardQueues(w http.ResponseWriter, r *http.Request, _
 		n := func(k string) int64 { v, _, _ := q.Int(k); return v }
 		name, _, _ := q.Str("name")
 		paused, _, _ := q.Bool("paused")
-		o := jsonObj{b: list}
+		o := jsonObj{jsonOut: jsonOut{b: list}}
 		o.open()
 		o.str("name", name)
 		// waiting is the jobs ready to run without a priority, as the
@@ -218,13 +206,10 @@ func (a *httpAPI) serveDashboardQueue(w http.ResponseWriter, r *http.Request, p 
 		return
 	}
 	data, _, _ := ans.Map("data")
-	o := jsonObj{}
-	o.open()
-	o.boolean("ok", true)
-	for _, f := range data.Fields {
-		o.raw(string(f.Key), f.Val)
-	}
-	writeJSONBytes(w, http.StatusOK, o.close())
+	writeJSONWith(w, http.StatusOK, func(o *jsonObj) {
+		o.boolean("ok", true)
+		o.fields(data)
+	})
 }
 
 // POST /gc: a garbage collection and CompactMemory, with memory before and

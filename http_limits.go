@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -74,6 +75,73 @@ func writeJSONBytes(w http.ResponseWriter, code int, b []byte) {
 	// Not append's copy of a big answer for one byte.
 	w.Write(b)
 	w.Write([]byte{'\n'})
+}
+
+// dropJSON is the sink of a measure: the pieces are counted, not kept.
+func dropJSON([]byte) error { return nil }
+
+// jsonPieces are the buffers answers are rendered in (writeJSONWith).
+var jsonPieces = sync.Pool{New: func() any { b := make([]byte, 0, 2*jsonPiece); return &b }}
+
+// writeJSONWith answers with the JSON object render writes (its members;
+// the braces are writeJSONWith's). A small answer is rendered once, in
+// memory, and sent with its length. A larger one is never held whole,
+// whatever its data (binary data is an array of numbers in JSON, four
+// times its bytes): a first pass measures it, rendering into a piece that
+// is emptied as it fills; an answer over the protocol's frame limit is
+// refused, naming it; and a second pass renders it straight to the client
+// a piece at a time, its write registered with the answer budget (a client
+// that does not read it is closed while others wait for room). What the
+// answer is made from (the command's answer) is held, and counted, until
+// the request ends. render must write the same bytes both times: it
+// renders values read before, nothing read anew.
+func writeJSONWith(w http.ResponseWriter, code int, render func(o *jsonObj)) {
+	buf := jsonPieces.Get().(*[]byte)
+	// Rendered in memory until a piece is full; from then on, measured.
+	o := jsonObj{jsonOut: jsonOut{b: (*buf)[:0], sink: dropJSON, measureOnSpill: true}}
+	o.open()
+	render(&o)
+	o.b = append(o.b, '}')
+	defer func() {
+		if cap(o.b) <= 4*jsonPiece {
+			*buf = o.b[:0]
+			jsonPieces.Put(buf)
+		}
+	}()
+	if o.sent == 0 {
+		writeJSONBytes(w, code, o.b)
+		return
+	}
+	size := o.size()
+	if size > MaxFrame {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"ok": false,
+			"error": errAnswerTooBig("the answer, as JSON,").Error()})
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.FormatInt(size+1, 10))
+	w.WriteHeader(code)
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(httpWriteTimeout))
+	var writer *answerWriter
+	if hw, ok := w.(*restAnswer); ok {
+		defer hw.done()
+		writer = hw.budget.writing(func() { rc.SetWriteDeadline(time.Now()) })
+		defer hw.budget.done(writer)
+		held := int64(cap(o.b))
+		hw.budget.hold(held)
+		defer hw.budget.free(held)
+	}
+	o = jsonObj{jsonOut: jsonOut{b: o.b[:0], sink: func(p []byte) error {
+		_, err := w.Write(p)
+		writer.progress()
+		return err
+	}}}
+	o.open()
+	render(&o)
+	o.b = append(o.b, '}', '\n')
+	o.flush()
 }
 
 // httpRefusal answers a connection past the HTTP port's bound with 503 and

@@ -138,12 +138,17 @@ func (a *httpAPI) exec(r *http.Request, m Map) Map {
 	defer cancel()
 	defer context.AfterFunc(a.ctx, cancel)()
 	async := make(chan []byte, 1)
-	c := newVirtualConn(a.srv, ctx, func(f []byte) { async <- f }, true)
+	c := newVirtualConn(a.srv, ctx, clientKey(r.RemoteAddr), func(f []byte) { async <- f }, true)
+	c.json = true
 	var e Enc
 	reserved := c.dispatch(m, &e)
 	f := e.B
 	if len(f) == 0 {
+		// An answer that came later gave its room back as it was handed
+		// over: it is counted again until written.
 		f = <-async
+		reserved = int64(len(f))
+		a.srv.answers.hold(reserved)
 	}
 	// The answer's room stays reserved until it has been rendered and
 	// written (writeJSONBytes), or the request is over.
@@ -175,28 +180,35 @@ func writeAnswer(w http.ResponseWriter, ans Map, errCode int) {
 			w.Header().Set("Retry-After", "1")
 		}
 	}
-	writeJSONBytes(w, code, appendMapJSON(make([]byte, 0, ans.size()+ans.size()/8+64), ans))
+	writeJSONWith(w, code, func(o *jsonObj) { o.fields(ans) })
 }
 
 // appendMapJSON renders a parsed map as JSON, in its order.
 func appendMapJSON(dst []byte, m Map) []byte {
-	o := jsonObj{b: dst}
+	o := jsonObj{jsonOut: jsonOut{b: dst}}
 	o.open()
-	for _, f := range m.Fields {
-		o.raw(string(f.Key), f.Val)
-	}
+	o.fields(m)
 	return o.close()
 }
 
-// jsonObj writes one JSON object, field by field.
+// jsonObj writes one JSON object, field by field, into its jsonOut: into
+// memory, or a piece at a time to where the jsonOut's sink sends it.
 type jsonObj struct {
-	b []byte
+	jsonOut
 	n int
 }
 
 // newJSONObj is an object opened, for writing member after member:
 // newJSONObj().str("a", "x").num("b", 1).close().
-func newJSONObj() *jsonObj { return &jsonObj{b: []byte{'{'}} }
+func newJSONObj() *jsonObj { return &jsonObj{jsonOut: jsonOut{b: []byte{'{'}}} }
+
+// fields writes a parsed map's fields as members, in its order.
+func (o *jsonObj) fields(m Map) *jsonObj {
+	for _, f := range m.Fields {
+		o.raw(string(f.Key), f.Val)
+	}
+	return o
+}
 
 func (o *jsonObj) open() { o.b = append(o.b, '{') }
 
@@ -219,11 +231,44 @@ func (o *jsonObj) raw(k string, v Raw) *jsonObj {
 		return o
 	}
 	o.key(k)
-	var err error
-	if o.b, err = appendJSON(o.b, v); err != nil {
+	o.value(v)
+	return o
+}
+
+// object writes member k as an object whose members f writes, in place:
+// into the same output, a piece at a time when it streams.
+func (o *jsonObj) object(k string, f func(sub *jsonObj)) *jsonObj {
+	o.key(k)
+	sub := jsonObj{jsonOut: o.jsonOut}
+	sub.open()
+	f(&sub)
+	sub.b = append(sub.b, '}')
+	o.jsonOut = sub.jsonOut
+	return o
+}
+
+// rawArray writes member k as an array of MessagePack values.
+func (o *jsonObj) rawArray(k string, items []Raw) *jsonObj {
+	o.key(k)
+	o.b = append(o.b, '[')
+	for i, it := range items {
+		if i > 0 {
+			o.b = append(o.b, ',')
+		}
+		o.value(it)
+	}
+	o.b = append(o.b, ']')
+	return o
+}
+
+// value writes a MessagePack value where a member's value or an array's
+// element goes; one that is not valid MessagePack (nothing is written of
+// it: raw checks it whole first) is null.
+func (o *jsonObj) value(v Raw) {
+	sent := o.sent
+	if err := o.jsonOut.raw(v); err != nil && o.err == nil && o.sent == sent {
 		o.b = append(o.b, "null"...)
 	}
-	return o
 }
 
 // json writes a member whose value is JSON already; a nil value stands
@@ -730,7 +775,7 @@ func (a *httpAPI) serveQueuesSummary(w http.ResponseWriter, r *http.Request, _ [
 		if i > 0 {
 			out = append(out, ',')
 		}
-		o := jsonObj{b: out}
+		o := jsonObj{jsonOut: jsonOut{b: out}}
 		o.open()
 		o.str("name", q.name)
 		o.boolean("paused", q.paused)
@@ -763,7 +808,7 @@ func (a *httpAPI) serveQueueWorkers(w http.ResponseWriter, r *http.Request, p []
 			out = append(out, ',')
 		}
 		n++
-		o := jsonObj{b: out}
+		o := jsonObj{jsonOut: jsonOut{b: out}}
 		o.open()
 		o.str("id", wk.ID)
 		o.str("name", wk.Name)
@@ -805,21 +850,11 @@ func (a *httpAPI) serveDLQ(w http.ResponseWriter, r *http.Request, p []string) {
 	limit, hasLimit := num("limit")
 	offset, _ := num("offset")
 	lo, hi := pageBounds(len(entries), offset, limit, hasLimit)
-	page := entries[lo:hi]
-	o := jsonObj{}
-	o.open()
-	o.boolean("ok", true)
-	o.key("entries")
-	o.b = append(o.b, '[')
-	for i, e := range page {
-		if i > 0 {
-			o.b = append(o.b, ',')
-		}
-		o.b, _ = appendJSON(o.b, e)
-	}
-	o.b = append(o.b, ']')
-	o.int("total", int64(len(entries)))
-	writeJSONBytes(w, http.StatusOK, o.close())
+	writeJSONWith(w, http.StatusOK, func(o *jsonObj) {
+		o.boolean("ok", true)
+		o.rawArray("entries", entries[lo:hi])
+		o.int("total", int64(len(entries)))
+	})
 }
 
 // GET /queues/:queue/dlq/stats: {ok, stats}.

@@ -250,6 +250,9 @@ type PullOpts struct {
 	Conn   *conn // tracked for release when the connection drops
 	Detach bool
 	Group  *groupPull
+	// Limit is the bytes of jobs the answer may carry (answerLimit; 0:
+	// answerCap).
+	Limit int64
 }
 
 // claim takes up to n ready jobs from q and makes them active. It runs with
@@ -260,7 +263,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 		return jobs, tokens
 	}
 	var bytes int64 // the answer's jobs so far (pullFits)
-	for len(jobs) < n && q.nReady > 0 && pullFits(bytes) {
+	for len(jobs) < n && q.nReady > 0 && pullFits(bytes, o.Limit) {
 		if !q.admitOne(now) {
 			if s.b.refusalDue(q.name, now) {
 				s.b.announce(noticeQueue(q.refusal(now), q.name))

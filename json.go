@@ -51,6 +51,12 @@ type jsonOut struct {
 	// after which nothing more is handed to it.
 	sent int64
 	err  error
+	// measure: strings and binary data are counted, not rendered (their
+	// length is all a measure needs, and binary's rendering is most of
+	// the work); everything else is rendered as usual, for the sink to
+	// drop. measureOnSpill turns measure on once a piece has been handed
+	// on: what fits in a piece is kept whole, what does not is measured.
+	measure, measureOnSpill bool
 }
 
 // spill hands b to the sink once it holds a piece.
@@ -76,6 +82,9 @@ func (o *jsonOut) flush() error {
 	o.err = o.sink(o.b)
 	o.sent += int64(len(o.b))
 	o.b = o.b[:0]
+	if o.measureOnSpill {
+		o.measure = true
+	}
 	return o.err
 }
 
@@ -282,10 +291,19 @@ func (o *jsonOut) binary(b []byte, c byte, i int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	data := b[j : j+l]
+	if o.measure {
+		n := int64(2 + max(l-1, 0)) // brackets and commas
+		for _, x := range data {
+			n += int64(byteDigits[x])
+		}
+		o.sent += n
+		return j + l, nil
+	}
 	o.b = append(o.b, '[')
 	// Four bytes at most for each value ("255,").
 	every := max(o.pieceSize()/4, 1)
-	for k, x := range b[j : j+l] {
+	for k, x := range data {
 		if k > 0 {
 			o.b = append(o.b, ',')
 			if k%every == 0 {
@@ -294,17 +312,33 @@ func (o *jsonOut) binary(b []byte, c byte, i int) (int, error) {
 				}
 			}
 		}
-		o.b = strconv.AppendInt(o.b, int64(x), 10)
+		o.b = append(o.b, byteText[x][:byteDigits[x]]...)
 	}
 	o.b = append(o.b, ']')
 	return j + l, nil
 }
+
+// byteText and byteDigits are each byte value's decimal digits and their
+// count: binary data is rendered from them rather than by formatting each
+// byte.
+var byteText, byteDigits = func() (text [256][3]byte, digits [256]uint8) {
+	for v := range 256 {
+		d := strconv.Itoa(v)
+		copy(text[v][:], d)
+		digits[v] = uint8(len(d))
+	}
+	return text, digits
+}()
 
 // str renders a string, a piece at a time when it is long: an eighth of a
 // piece of it is escaped at a time (six times that, every byte escaped,
 // is still under a piece), each part ending on a character's boundary so
 // that no character is split.
 func (o *jsonOut) str(s []byte) error {
+	if o.measure {
+		o.sent += 2 + escapedLen(s)
+		return nil
+	}
 	o.b = append(o.b, '"')
 	part := max(o.pieceSize()/8, utf8.UTFMax+1)
 	for len(s) > part {
@@ -393,6 +427,38 @@ func appendJSONString(dst []byte, s []byte) []byte {
 	dst = append(dst, '"')
 	dst = appendJSONStringBody(dst, s)
 	return append(dst, '"')
+}
+
+// escapedLen is the length of s escaped as appendJSONStringBody escapes
+// it.
+func escapedLen(s []byte) int64 {
+	var n int64
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			case c < 0x20:
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += int64(len("\ufffd"))
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += int64(size)
+		}
+		i += size
+	}
+	return n
 }
 
 // appendJSONStringBody writes s escaped, without the quotes.

@@ -100,6 +100,11 @@ func FuzzAppendJSON(f *testing.F) {
 		if got := renderInPieces(t, b, 1); !bytes.Equal(got, out) {
 			t.Fatalf("%x in pieces: %s\nwhole: %s", b, got, out)
 		}
+		// Measured, it is as long.
+		m := jsonOut{measure: true, sink: func([]byte) error { return nil }}
+		if err := m.raw(b); err != nil || m.size() != int64(len(out)) {
+			t.Fatalf("%x measured as %d bytes (%v), rendered as %d", b, m.size(), err, len(out))
+		}
 	})
 }
 
@@ -154,6 +159,10 @@ func TestJSONPiecesMatchWhole(t *testing.T) {
 		if got := renderInPieces(t, e.B, piece); !bytes.Equal(got, whole) {
 			t.Fatalf("pieces of %d: %d bytes, whole %d; first difference at %d", piece, len(got), len(whole), firstDiff(got, whole))
 		}
+	}
+	m := jsonOut{measure: true, sink: func([]byte) error { return nil }}
+	if err := m.raw(e.B); err != nil || m.size() != int64(len(whole)) {
+		t.Fatalf("measured as %d bytes (%v), rendered as %d", m.size(), err, len(whole))
 	}
 }
 

@@ -302,7 +302,8 @@ func (l *live) serveWS(w http.ResponseWriter, r *http.Request, queue string) {
 	err := l.hub.ServeWSSelect(w, r, queue, sel, func(c *wsConn, _ wsOpcode, msg []byte) {
 		if vc == nil {
 			// Made at the first command: most clients only listen.
-			vc = newVirtualConn(l.srv, l.ctx, func(f []byte) { c.SendReply(frameToJSON(f)) }, false)
+			vc = newVirtualConn(l.srv, l.ctx, clientKey(c.RemoteAddr()), func(f []byte) { c.SendFrame(f) }, false)
+			vc.json = true
 			// A big answer is checked against the client's send queue
 			// before it is built: a client that does not read is closed.
 			vc.backlog = c.overShare
@@ -370,7 +371,7 @@ func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
 	var e Enc
 	reserved := vc.dispatch(m, &e)
 	if len(e.B) > 0 {
-		c.SendReply(frameToJSON(e.B))
+		c.SendFrame(e.B)
 	}
 	vc.unreserve(reserved)
 }

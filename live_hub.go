@@ -67,6 +67,9 @@ type hubEvent struct {
 	// its queue, and are not kept for replay, as in the reference.
 	system bool
 	w      int64 // weight when kept for replay
+	// ref counts the subscribers holding the event, for the answer
+	// budget (nil without one).
+	ref *liveRef
 }
 
 func (ev *hubEvent) sseBytes() []byte {
@@ -98,9 +101,9 @@ func (s *hubSub) send(ev *hubEvent) bool {
 				return true
 			}
 		}
-		return s.ws.Send(p)
+		return s.ws.sendEvent(p, ev.ref)
 	}
-	return s.sse.sendRaw(ev.sseBytes())
+	return s.sse.sendEvent(ev.sseBytes(), ev.ref)
 }
 
 // wsSelection is what one WebSocket asked for, as the reference's ws
@@ -245,6 +248,10 @@ func (h *hub) publish(ev hubEvent) {
 	}
 	h.lastID++
 	ev.id = h.lastID
+	if b := h.opts.WS.Answers; b != nil {
+		// Weighed with its SSE form, which the first stream makes.
+		ev.ref = &liveRef{size: ev.weight(), budget: b}
+	}
 	for s := range h.subs {
 		if s.wants(&ev) && !s.send(&ev) {
 			h.drops.Add(1)

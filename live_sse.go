@@ -202,17 +202,26 @@ func (s *sseStream) LastEventID() string { return s.lastID }
 // Send queues an event without ever blocking; see sendRaw.
 func (s *sseStream) Send(ev sseEvent) bool { return s.sendRaw(appendSSE(nil, ev)) }
 
+// sendEvent queues a hub event's SSE form, counted with ref (liveRef),
+// without ever blocking, as sendRaw does; while the answer budget is
+// spent, a stream with events waiting gets no more.
+func (s *sseStream) sendEvent(b []byte, ref *liveRef) bool {
+	return s.send(outMsg{b: b, ref: ref}, ref != nil && ref.budget.pressed())
+}
+
 // sendRaw queues formatted bytes without ever blocking. It reports false
 // when they are not sent: the stream is ending, or its queue is full (then,
 // by the slow policy, they are skipped or the stream ends). b is not
 // copied, so it must not change afterwards.
-func (s *sseStream) sendRaw(b []byte) bool {
+func (s *sseStream) sendRaw(b []byte) bool { return s.send(outMsg{b: b}, false) }
+
+func (s *sseStream) send(m outMsg, pressed bool) bool {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		return false
 	}
-	ok, first, n, size := s.out.offer(b)
+	ok, first, n, size := s.out.offer(m, pressed)
 	s.mu.Unlock()
 	if !ok {
 		if refused(s.opts.Log, s.opts.Slow, "event stream client", s.remote, first, n, size) {
@@ -262,12 +271,15 @@ func (s *sseStream) Run() error {
 	defer func() {
 		s.mu.Lock()
 		s.running, s.closing = false, true
+		// What the stream still held is let go (and its events'
+		// counts with it).
+		s.out.discard()
 		s.mu.Unlock()
 		s.stopOnce.Do(func() { close(s.stop) })
 	}()
 	heartbeat := time.NewTicker(s.opts.Heartbeat)
 	defer heartbeat.Stop()
-	var batch [][]byte
+	var batch []outMsg
 	for {
 		beat, stopping := false, false
 		select {
@@ -286,11 +298,12 @@ func (s *sseStream) Run() error {
 		if beat {
 			err = s.write(sseHeartbeat)
 		}
-		for i, b := range batch {
+		for i, m := range batch {
 			if err == nil {
-				err = s.write(b)
+				err = s.write(m.b)
 			}
-			batch[i] = nil
+			m.done()
+			batch[i] = outMsg{}
 		}
 		if err == nil && (beat || len(batch) > 0) {
 			err = s.rc.Flush()

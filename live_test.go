@@ -338,3 +338,56 @@ func TestLiveSlowConsumer(t *testing.T) {
 		t.Logf("%d events dropped", d)
 	}
 }
+
+// A failed job's data whose JSON passes liveMaxData is left out of the
+// WebSocket's legacy event, which says so and where to read it; smaller
+// data is carried as before. And live events are counted in the answer
+// budget while subscribers that do not read hold them, and given back
+// once those go.
+func TestLiveEventsCounted(t *testing.T) {
+	ts := startServerHTTP(t, nil)
+	c := dial(t, ts.addr)
+	legacy := dialWS(t, ts.http, "/ws")
+	failed := func(data any) map[string]any {
+		t.Helper()
+		id := str(t, c.ok(M{"cmd": "PUSH", "queue": "ev", "data": data, "maxAttempts": 1}), "id")
+		c.ok(M{"cmd": "PULL", "queue": "ev"})
+		c.ok(M{"cmd": "FAIL", "id": id, "error": "no"})
+		for {
+			m := legacy.wsJSON()
+			if m["eventType"] == "failed" && m["jobId"] == id {
+				return m
+			}
+		}
+	}
+	small := failed(map[string]any{"a": 1})
+	if d, ok := small["data"].(map[string]any); !ok || fmt.Sprint(d["a"]) != "1" || small["dataOmitted"] != nil {
+		t.Fatalf("failed event of a small job: %v", small)
+	}
+	big := failed(binaryData(2_000_000)) // 7.3 MB of JSON
+	note, _ := big["dataOmitted"].(string)
+	if _, has := big["data"]; has || !strings.Contains(note, "GET /jobs/"+str(t, big, "jobId")) {
+		t.Fatalf("failed event of a job with 2 MB of binary data: dataOmitted %q, data present %v", note, big["data"] != nil)
+	}
+
+	// Two subscribers that read nothing, and events of 64 KB of data.
+	stalled := dialWS(t, ts.http, "/ws")
+	stalled.slowReader()
+	sse := dialSSE(t, ts.http, "/events")
+	sse.mustNext()
+	pad := strings.Repeat("x", 64<<10)
+	for range 200 {
+		id := str(t, c.ok(M{"cmd": "PUSH", "queue": "held", "data": pad, "maxAttempts": 1}), "id")
+		c.ok(M{"cmd": "PULL", "queue": "held"})
+		c.ok(M{"cmd": "FAIL", "id": id, "error": "no"})
+	}
+	if n := scrapeOne(t, ts.http, "bunqueue_answer_bytes"); n == 0 {
+		t.Fatal("events held for subscribers that do not read are not counted in the answer budget")
+	}
+	stalled.nc.Close()
+	sse.nc.Close()
+	eventually(t, 20*time.Second, "the events they held given back", func() (bool, string) {
+		n := scrapeOne(t, ts.http, "bunqueue_answer_bytes")
+		return n == 0, fmt.Sprint(n, " bytes held")
+	})
+}

@@ -458,20 +458,27 @@ func (c *wsConn) RemoteAddr() string { return c.remote }
 // (then, by the slow policy, the message is skipped or the connection is
 // closed with 1008). text must be valid UTF-8 and is not copied, so it
 // must not change afterwards; one payload can go to many connections.
-func (c *wsConn) Send(text []byte) bool { return c.send(text, false) }
+func (c *wsConn) Send(text []byte) bool { return c.send(outMsg{b: text}, false) }
 
-// send queues text; reply: it is an answer, counted in the answer budget
+// sendEvent queues a hub event, counted with ref (liveRef), as Send does;
+// while the answer budget is spent, a socket with messages waiting gets
+// no more events.
+func (c *wsConn) sendEvent(text []byte, ref *liveRef) bool {
+	return c.send(outMsg{b: text, ref: ref}, false)
+}
+
+// send queues m; reply: it is an answer, counted in the answer budget
 // until written.
-func (c *wsConn) send(text []byte, reply bool) bool {
+func (c *wsConn) send(m outMsg, reply bool) bool {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return false
 	}
-	ok, first, n, size := c.out.offer(text)
+	ok, first, n, size := c.out.offer(m, m.ref != nil && m.ref.budget.pressed())
 	if ok && reply && c.opts.Answers != nil {
-		c.replies += int64(len(text))
-		c.opts.Answers.hold(int64(len(text)))
+		c.replies += int64(len(m.b))
+		c.opts.Answers.hold(int64(len(m.b)))
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -488,8 +495,22 @@ func (c *wsConn) send(text []byte, reply bool) bool {
 // answer is never skipped, as an event may be: a client whose queue is
 // full is closed (1008) rather than left waiting for an answer that will
 // not come.
-func (c *wsConn) SendReply(text []byte) bool {
-	if c.send(text, true) {
+func (c *wsConn) SendReply(text []byte) bool { return c.sendReply(outMsg{b: text}) }
+
+// SendFrame queues the answer frame f (MessagePack, as the command table
+// answers) for one of the client's own commands, as SendReply does. A
+// small one is rendered as JSON now; a big one is rendered by the writer
+// as it writes it, a piece at a time (writeFrame), f held meanwhile. f
+// must not change afterwards.
+func (c *wsConn) SendFrame(f []byte) bool {
+	if len(f) <= smallAnswer {
+		return c.sendReply(outMsg{b: frameToJSON(f)})
+	}
+	return c.sendReply(outMsg{b: f, frame: true})
+}
+
+func (c *wsConn) sendReply(m outMsg) bool {
+	if c.send(m, true) {
 		return true
 	}
 	if !c.isClosing() {
@@ -733,7 +754,7 @@ func (c *wsConn) writeLoop() {
 	w := &wsWriter{c: c, bw: bufio.NewWriterSize(c.nc, 8<<10)}
 	ticker := time.NewTicker(c.opts.PingInterval)
 	defer ticker.Stop()
-	var batch [][]byte
+	var batch []outMsg
 	for {
 		select {
 		case <-c.kick:
@@ -778,12 +799,63 @@ func (w *wsWriter) write(op wsOpcode, p []byte) error {
 	return err
 }
 
+// writeFrame writes an answer frame f (SendFrame) as one JSON text
+// message without holding its JSON whole: a first pass measures it (into
+// a piece emptied as it fills), and the second renders it into the
+// socket a piece at a time, each piece with its own write deadline, the
+// write registered with the answer budget, which closes a client that
+// does not read it while others wait for room (fair turns). An answer
+// whose JSON would pass the protocol's frame limit is refused instead,
+// with its reqId.
+func (w *wsWriter) writeFrame(f []byte) error {
+	v := Raw(f[4:])
+	buf := jsonPieces.Get().(*[]byte)
+	// Rendered in memory until a piece is full; from then on, measured.
+	o := jsonOut{b: (*buf)[:0], sink: dropJSON, measureOnSpill: true}
+	defer func() {
+		if cap(o.b) <= 4*jsonPiece {
+			*buf = o.b[:0]
+			jsonPieces.Put(buf)
+		}
+	}()
+	if err := o.raw(v); err != nil {
+		return w.write(wsText, []byte(`{"ok":false,"error":"Internal server error"}`))
+	}
+	size := o.size()
+	if size > MaxFrame {
+		m, _ := ParseMap(v, nil)
+		return w.write(wsText, wsError(errAnswerTooBig("the answer, as JSON,").Error(), m.Get("reqId")))
+	}
+	if o.sent == 0 {
+		return w.write(wsText, o.b)
+	}
+	c := w.c
+	c.writeDeadline()
+	if _, err := w.bw.Write(appendWSHeader(w.hdr[:0], wsText, int(size))); err != nil {
+		return err
+	}
+	a := c.opts.Answers
+	var aw *answerWriter
+	if a != nil {
+		aw = a.writing(func() { c.nc.SetWriteDeadline(time.Now()) })
+		defer a.done(aw)
+	}
+	o = jsonOut{b: o.b[:0], sink: func(p []byte) error {
+		c.writeDeadline()
+		_, err := w.bw.Write(p)
+		aw.progress()
+		return err
+	}}
+	o.raw(v)
+	return o.flush()
+}
+
 // writePending writes and flushes what is due: a pong, a ping, the queued
 // messages (swapped with batch, which is answered back for reuse), and
 // the close frame once nothing else is queued. done: the writer stops (a
 // write failed, or the close handshake is over); more: something was
 // due, so there may be more.
-func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, done bool) {
+func (c *wsConn) writePending(w *wsWriter, batch []outMsg) (_ []outMsg, more, done bool) {
 	c.mu.Lock()
 	pong, pongDue, pingDue := c.pong, c.pongDue, c.pingDue
 	c.pong, c.pongDue, c.pingDue = nil, false, false
@@ -805,10 +877,13 @@ func (c *wsConn) writePending(w *wsWriter, batch [][]byte) (_ [][]byte, more, do
 		err = w.write(wsPing, nil)
 	}
 	for i, m := range batch {
-		if err == nil {
-			err = w.write(wsText, m)
+		if err == nil && m.frame {
+			err = w.writeFrame(m.b)
+		} else if err == nil {
+			err = w.write(wsText, m.b)
 		}
-		batch[i] = nil
+		m.done()
+		batch[i] = outMsg{}
 	}
 	if closeNow && err == nil {
 		err = w.write(wsClose, closeBody)

@@ -94,7 +94,7 @@ func (p *PG) Pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 // pulled records the jobs a pull claimed against its connection, for
 // release on disconnect, and hands them to answer.
 func (p *PG) pulled(o PullOpts, jobs []*Job, tokens []string, answer PullAnswer) {
-	if keep := pullKeeps(jobs); keep < len(jobs) {
+	if keep := pullKeeps(jobs, o.Limit); keep < len(jobs) {
 		// More than one answer carries (a claim round takes its rows
 		// before their sizes are known): the rest go back at once.
 		p.unclaim(jobs[keep:], tokens[min(keep, len(tokens)):])

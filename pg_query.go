@@ -20,7 +20,9 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 	if wantsReadRoom(ctx) {
 		// The answer's room is reserved before a big job is brought into
 		// memory: its size comes first, from lengths PostgreSQL knows
-		// without reading the values.
+		// without reading the values. The read holds more than the
+		// answer while it lasts (pgReadBytes); the rest goes back once
+		// the answer's size is known (fetch).
 		var n int64
 		err := p.pool.QueryRow(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(result), 0) FROM {s}.jobs WHERE id = $1`), id).Scan(&n)
 		switch {
@@ -29,7 +31,7 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 		case err != nil:
 			return noJob, pgErr(fmt.Errorf("read job %s: %w", id, err))
 		}
-		if err := reserveRead(ctx, n+4096); err != nil {
+		if err := reserveRead(ctx, pgReadBytes(n+4096), n+4096); err != nil {
 			return noJob, err
 		}
 	}
@@ -46,6 +48,11 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 	}
 	return v, nil
 }
+
+// pgReadBytes is what reading a row of n bytes and answering it holds at
+// most: the driver's buffer for the row (a power of two, at most twice
+// it), the job decoded from it, and the answer.
+func pgReadBytes(n int64) int64 { return 2*n + 2*n + n }
 
 func (p *PG) Counts(ctx context.Context, queue string) (JobCounts, error) {
 	ctx, cancel := p.opCtx(ctx)
@@ -201,7 +208,7 @@ func (p *PG) pageRoom(ctx context.Context, from string, args []any, maxBytes int
 	if err := rows.Err(); err != nil {
 		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
 	}
-	if err := reserveRead(ctx, fit.used); err != nil {
+	if err := reserveRead(ctx, fit.used, fit.used); err != nil {
 		return 0, err
 	}
 	return max(n, 1), nil

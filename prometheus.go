@@ -432,6 +432,7 @@ func (srv *Server) promBudgets(p *promText) {
 	p.one("bunqueue_answer_waiting", "gauge", "Answers waiting for room in the budget", float64(a.waiting.Load()))
 	p.one("bunqueue_answers_refused_total", "counter", "Answers refused because the budget had no room in time", float64(a.refused.Load()))
 	p.one("bunqueue_connections_unread_closed_total", "counter", "Connections closed because their unread answers passed --max-write-queue-bytes", float64(a.slow.Load()))
+	p.one("bunqueue_answers_reclaimed_total", "counter", "Connections closed because a big answer of theirs made no progress while other answers waited for room", float64(a.reclaimed.Load()))
 	m := srv.b.mem
 	var limit, est, refused, refusing int64
 	if m != nil && m.limit > 0 {

@@ -125,6 +125,7 @@ func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
 	}
 	s.refused = rateLog{every: 10 * time.Second}
+	s.answers.log = log
 	return s
 }
 

@@ -338,8 +338,17 @@ func (c *tclient) call(m map[string]any) map[string]any {
 // ok sends a request and requires ok:true.
 func (c *tclient) ok(m map[string]any) map[string]any {
 	c.t.Helper()
+	return c.okWithin(m, callTimeout)
+}
+
+// okWithin is ok for a request that may take longer than callTimeout (an
+// answer of tens of megabytes read from PostgreSQL, under the race
+// detector).
+func (c *tclient) okWithin(m map[string]any, timeout time.Duration) map[string]any {
+	c.t.Helper()
 	cmd := m["cmd"]
-	a := c.call(m)
+	id, ch := c.send(m)
+	a := c.await(id, ch, timeout)
 	if a["ok"] != true {
 		c.t.Fatalf("%v: want ok:true, got %v", cmd, a)
 	}
