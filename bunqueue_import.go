@@ -37,6 +37,11 @@ type bqSource struct {
 	order    []string           // queues in the order they came
 	requeued int                // active jobs that wait again
 	refused  []string           // what cannot come across, and why
+	// readSteps counts the job records the SQLite reader handles in its
+	// passes over the jobs and dead-letter tables (read, replaced, kept): a
+	// few for each row, which a test holds it to without timing it (it was
+	// n² for n entries whose jobs also had rows in the jobs table).
+	readSteps int
 }
 
 // bqJob is one job read, with its result when it completed.
@@ -91,16 +96,17 @@ func (src *bqSource) refuse(format string, args ...any) {
 	src.refused = append(src.refused, fmt.Sprintf(format, args...))
 }
 
-// addJob reads one reference job: m is its Job object, state the state the
-// reference stored, dlq its dead-letter entry (failed jobs) and retry its
-// record of failed attempts (jobs retrying); result is kept as stored.
-func (src *bqSource) addJob(m Map, state string, dlq, retry Raw, result Raw, now int64) {
+// addJob reads one reference job: row names the table and row it came
+// from, m is its Job object, state the state the reference stored, dlq its
+// dead-letter entry (failed jobs) and retry its record of failed attempts
+// (jobs retrying); result is kept as stored.
+func (src *bqSource) addJob(row string, m Map, state string, dlq, retry Raw, result Raw, now int64) {
 	j, err := bqJobOf(m, state, now)
 	if err == nil {
 		err = bqAttempts(j, dlq, retry)
 	}
 	if err != nil {
-		src.refuse("%v", err)
+		src.refuse("%s: %v", row, err)
 		return
 	}
 	if j.state == StateFailed && j.dlq == nil {
@@ -127,9 +133,9 @@ func bqJobOf(m Map, state string, now int64) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %s: queue: %w", id, err)
 	}
-	created, _, err := m.Int("createdAt")
+	created, _, err := bqTime(m, "createdAt", "createdAt")
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", id, err)
+		return nil, fmt.Errorf("job %s of queue %s: %w", id, queue, err)
 	}
 	// PUSH's reading of the options the Job object shares with a PUSH
 	// (name, data, priority, attempts, backoff, ttl, timeout, group, keys,
@@ -185,6 +191,27 @@ func bqID(r Raw) (string, error) {
 	return "", errors.New("missing, or neither a string nor a number")
 }
 
+// bqTimeRule is the range of a time (ms since 1970) read from a bunqueue
+// deployment: the dates a PUSH's timestamp may give, up to maxTimestamp
+// (past the year 33000), far enough from int64's end that a delay added
+// to one cannot wrap around. Read unchecked, a run_at of 2^63-1 became a
+// runAt of -9.2e18 (the float64 past int64's end converts to its other
+// end): a delayed job was waiting and handed out before every other.
+var bqTimeRule = numRule{min: 0, max: maxTimestamp}
+
+// bqTime reads the time at key, refused in PUSH's words (naming it label)
+// when it is not a finite number in bqTimeRule's range.
+func bqTime(m Map, key, label string) (int64, bool, error) {
+	f, ok, err := m.Num(key)
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	if err := bqTimeRule.check(label, f); err != nil {
+		return 0, false, err
+	}
+	return int64(f), true, nil
+}
+
 // bqJobState reads what a job's run left on it: its times, attempts,
 // progress, stack trace, stalls, backoff object, dedup settings and
 // timeline.
@@ -193,12 +220,12 @@ func bqJobState(m Map, j *Job) error {
 		key string
 		set func(int64)
 	}{{"runAt", func(v int64) { j.RunAt = v }}, {"startedAt", j.setStartedAt}, {"completedAt", j.setDoneAt}, {"lastHeartbeat", j.setHeartbeat}} {
-		v, ok, err := m.Num(f.key)
+		v, ok, err := bqTime(m, f.key, f.key)
 		if err != nil {
 			return err
 		}
 		if ok {
-			f.set(int64(v))
+			f.set(v)
 		}
 	}
 	if a, _, err := m.Int("attempts"); err != nil {
@@ -245,20 +272,22 @@ func bqJobState(m Map, j *Job) error {
 }
 
 // bqBackoff reads the backoff object, which the reference keeps beside the
-// number (backoffConfig).
+// number (backoffConfig), with the ranges PUSH gives its backoff object.
 func bqBackoff(m Map, j *Job) error {
 	c, ok, err := m.Map("backoffConfig")
 	if err != nil || !ok {
 		return err
 	}
 	typ, _, _ := c.Str("type")
-	d, _, err := c.Int("delay")
+	d, _, err := numField(c, "delay", "backoffConfig.delay", numRule{min: 0, max: maxTimeoutMs})
 	if err != nil {
-		return fmt.Errorf("backoffConfig.%w", err)
+		return err
 	}
-	b := &Backoff{Exponential: typ == "exponential", Delay: max(d, 0), MaxDelay: none}
-	if md, ok, err := c.Int("maxDelay"); err == nil && ok && md > 0 {
-		b.MaxDelay = md
+	b := &Backoff{Exponential: typ == "exponential", Delay: int64(d), MaxDelay: none}
+	if md, ok, err := numField(c, "maxDelay", "backoffConfig.maxDelay", numRule{min: 0, max: maxDelayMs}); err != nil {
+		return err
+	} else if ok && md > 0 {
+		b.MaxDelay = int64(md)
 	}
 	j.warm().BackoffObj, j.warm().Backoff = b, b.Delay
 	return nil
@@ -281,8 +310,11 @@ func bqTimeline(m Map, j *Job) error {
 		if !ok {
 			continue
 		}
-		at, _, _ := e.Num("timestamp")
-		te := TimelineEntry{At: int64(at), State: st}
+		at, _, err := bqTime(e, "timestamp", "timeline.timestamp")
+		if err != nil {
+			return err
+		}
+		te := TimelineEntry{At: at, State: st}
 		if msg, ok, _ := e.Str("error"); ok {
 			te.Error, te.HasErr = msg, true
 		}
@@ -298,32 +330,41 @@ func bqTimeline(m Map, j *Job) error {
 // record of failed attempts of one retrying (retry): the same shape, the
 // reference's DlqEntry without or with its job.
 func bqAttempts(j *Job, dlq, retry Raw) error {
-	src := dlq
+	src, what := dlq, "dead-letter entry"
 	if src.IsNil() {
-		src = retry
+		src, what = retry, "record of failed attempts"
 	}
 	if src.IsNil() {
 		return nil
 	}
+	fail := func(err error) error {
+		return fmt.Errorf("job %s of queue %s: %s: %w", j.ID(), j.Queue, what, err)
+	}
 	m, err := ParseMap(src, nil)
 	if err != nil {
-		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
+		return fail(err)
 	}
 	items, _, err := m.Array("attempts")
 	if err != nil {
-		return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
+		return fail(err)
 	}
 	for _, it := range items {
 		a, err := ParseMap(it, nil)
 		if err != nil {
-			return fmt.Errorf("job %s: dead-letter attempts: %w", j.ID(), err)
+			return fail(fmt.Errorf("attempts: %w", err))
 		}
 		n, _, _ := a.Int("attempt")
-		started, _, _ := a.Num("startedAt")
-		failed, _, _ := a.Num("failedAt")
+		started, _, err := bqTime(a, "startedAt", "attempts.startedAt")
+		if err != nil {
+			return fail(err)
+		}
+		failed, _, err := bqTime(a, "failedAt", "attempts.failedAt")
+		if err != nil {
+			return fail(err)
+		}
 		reason, _, _ := a.Str("reason")
 		msg, hasErr, _ := a.Str("error")
-		j.recordAttempt(int64(started), int64(failed), reason, msg, hasErr)
+		j.recordAttempt(started, failed, reason, msg, hasErr)
 		if h := j.cold().history; len(h) > 0 {
 			h[len(h)-1].Attempt = int32(min(max(n, 0), maxAttemptCap))
 		}
@@ -336,10 +377,10 @@ func bqAttempts(j *Job, dlq, retry Raw) error {
 		key string
 		dst *int64
 	}{{"enteredAt", &e.EnteredAt}, {"lastRetryAt", &e.LastRetryAt}, {"nextRetryAt", &e.NextRetryAt}, {"expiresAt", &e.ExpiresAt}} {
-		if v, ok, err := m.Num(f.key); err != nil {
-			return fmt.Errorf("job %s: dead-letter entry: %w", j.ID(), err)
+		if v, ok, err := bqTime(m, f.key, f.key); err != nil {
+			return fail(err)
 		} else if ok {
-			*f.dst = int64(v)
+			*f.dst = v
 		}
 	}
 	e.Reason, _, _ = m.Str("reason")
@@ -354,31 +395,51 @@ func bqAttempts(j *Job, dlq, retry Raw) error {
 	return nil
 }
 
-// policy reads one of a queue's stored policy objects, if there is one;
-// one it cannot read is refused.
-func (src *bqSource) policy(queue, what string, b []byte, read func(Raw) error) {
+// policy reads one of a queue's stored policy objects (row names the table
+// and row, col the column), if there is one; one it cannot read is
+// refused.
+func (src *bqSource) policy(row, col string, b []byte, read func(Raw) error) {
 	if len(b) == 0 {
 		return
 	}
 	if err := read(Raw(b)); err != nil {
-		src.refuse("queue %s: %s settings: %v", queue, what, err)
+		src.refuse("%s: %s: %v", row, col, err)
 	}
 }
 
-// addCron reads a schedule: m is the reference's cron record (its
-// CronJob object), read as the Cron command reads one, with its next run
-// and executions as stored.
-func (src *bqSource) addCron(m Map, nextRun, executions int64) {
+// duration checks a queue's or group's stored time (a rate limit's
+// window, a stall interval, a dead-letter retry interval or age) against
+// the range the command that sets it takes, PUSH's for a delay: a value
+// past int64's end would otherwise wrap around (a window of -9.2e18 ms).
+// ok is whether there is a value.
+func (src *bqSource) duration(row, label string, f float64, ok bool) bool {
+	if !ok {
+		return true
+	}
+	if err := delayRule.check(label, f); err != nil {
+		src.refuse("%s: %v", row, err)
+		return false
+	}
+	return true
+}
+
+// addCron reads a schedule: row names the table and row it came from, m
+// is the reference's cron record (its CronJob object), read as the Cron
+// command reads one, with its next run (a time, checked as one) and
+// executions as stored.
+func (src *bqSource) addCron(row string, m Map, nextRun float64, executions int64) {
 	c, err := readCron(withoutNils(m))
 	if err == nil {
 		err = c.compile()
 	}
+	if err == nil {
+		err = bqTimeRule.check("nextRun", nextRun)
+	}
 	if err != nil {
-		name, _, _ := m.Str("name")
-		src.refuse("cron schedule %q: %v", name, err)
+		src.refuse("%s: %v", row, err)
 		return
 	}
-	c.NextRun, c.Executions = nextRun, max(executions, 0)
+	c.NextRun, c.Executions = int64(nextRun), max(executions, 0)
 	src.crons = append(src.crons, c)
 }
 

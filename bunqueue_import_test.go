@@ -67,8 +67,11 @@ func TestMigrateFromBunqueue(t *testing.T) {
 				sum = fileSum(t, srcFile)
 				refuseBunqueueFileAtStart(t, srcFile)
 				refuseWhatCannotComeAcross(t, srcFile)
+				shadowedDLQLinear(t, srcFile)
 			} else {
-				refuseBunqueueTablesAtStart(t, strings.TrimPrefix(refEnv[1], "BUNQUEUE_POSTGRES_URL="))
+				url := strings.TrimPrefix(refEnv[1], "BUNQUEUE_POSTGRES_URL=")
+				refuseBunqueueTablesAtStart(t, url)
+				refuseFarTimesPG(t, url, strings.TrimPrefix(refEnv[2], "BUNQUEUE_POSTGRES_NAMESPACE="))
 			}
 			for _, to := range []string{"sqlite", "postgres"} {
 				t.Run("to-"+to, func(t *testing.T) {
@@ -399,12 +402,95 @@ func refuseBunqueueTablesAtStart(t *testing.T, url string) {
 
 // refuseWhatCannotComeAcross: a source with a job queued cannot take, or a
 // schema version it does not know, is refused with what and why, and
-// nothing is written.
+// nothing is written. A time is refused as PUSH refuses one, naming the
+// table and row (issue 44: a run_at of 2^63-1 became a runAt of -9.2e18,
+// waiting, and was handed out first): each time field the import reads,
+// in a jobs row, in a dead-letter entry and its job, in the record of a
+// retrying job's attempts, in a schedule; and a queue's and a group's
+// times (a rate limit's window, a stall interval, a dead-letter age) in the
+// range their commands take.
 func refuseWhatCannotComeAcross(t *testing.T, src string) {
 	t.Helper()
-	for _, c := range []struct{ name, change, want string }{
-		{"priority", `UPDATE jobs SET priority = 5000000 WHERE name = 'plain'`, "priority must be at most 1000000"},
-		{"version", `UPDATE migrations SET version = 99`, "schema version 99; queued reads version 37"},
+	db, err := sql.Open("sqlite", src+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead, retrying string
+	err = db.QueryRow(`SELECT job_id FROM dlq WHERE id = 1`).Scan(&dead)
+	if err == nil {
+		err = db.QueryRow(`SELECT id FROM jobs WHERE name = 'retrying'`).Scan(&retrying)
+	}
+	db.Close()
+	if err != nil {
+		t.Fatalf("the reference's data file: %v", err)
+	}
+	const custom = "jobs row mig-custom-1: job mig-custom-1 of queue mig-jobs: "
+	deadRow := fmt.Sprintf("dlq row 1 (job %s): job %s of queue mig-dlq: ", dead, dead)
+	retryRow := fmt.Sprintf("jobs row %s: job %s of queue mig-dlq: ", retrying, retrying)
+	sqlEdit := func(q string) func(*testing.T, *sql.DB) {
+		return func(t *testing.T, db *sql.DB) {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*testing.T, *sql.DB)
+		want string
+	}{
+		{"priority", sqlEdit(`UPDATE jobs SET priority = 5000000 WHERE name = 'plain'`), "priority must be at most 1000000"},
+		{"version", sqlEdit(`UPDATE migrations SET version = 99`), "schema version 99; queued reads version 37"},
+		{"run_at", sqlEdit(`UPDATE jobs SET run_at = 9223372036854775807, state = 'delayed' WHERE id = 'mig-custom-1'`),
+			custom + "runAt must be at most 1000000000000000"},
+		{"run_at negative", sqlEdit(`UPDATE jobs SET run_at = -9223372036854775808 WHERE id = 'mig-custom-1'`),
+			custom + "runAt must be at least 0"},
+		{"run_at infinite", sqlEdit(`UPDATE jobs SET run_at = 1e999 WHERE id = 'mig-custom-1'`),
+			custom + "runAt must be a finite number"},
+		{"created_at", sqlEdit(`UPDATE jobs SET created_at = 9223372036854775807 WHERE id = 'mig-custom-1'`),
+			custom + "createdAt must be at most 1000000000000000"},
+		{"started_at", sqlEdit(`UPDATE jobs SET started_at = 9223372036854775807 WHERE id = 'mig-custom-1'`),
+			custom + "startedAt must be at most 1000000000000000"},
+		{"completed_at", sqlEdit(`UPDATE jobs SET completed_at = -1 WHERE id = 'mig-custom-1'`),
+			custom + "completedAt must be at least 0"},
+		{"last_heartbeat", sqlEdit(`UPDATE jobs SET last_heartbeat = 9223372036854775807 WHERE id = 'mig-custom-1'`),
+			custom + "lastHeartbeat must be at most 1000000000000000"},
+		{"timeline", blobEdit("jobs", "timeline", "id = 'mig-custom-1'", func(v any) {
+			v.([]any)[0].(map[string]any)["timestamp"] = farFuture
+		}), custom + "timeline.timestamp must be at most 1000000000000000"},
+		{"backoff", blobEdit("jobs", "extended_options", "id = 'mig-custom-1'", func(v any) {
+			v.(map[string]any)["backoffConfig"] = map[string]any{"type": "fixed", "delay": farFuture}
+		}), custom + "backoffConfig.delay must be at most 86400000"},
+		{"retry attempts", blobEdit("jobs", "dlq_retry_state", "name = 'retrying'", func(v any) {
+			v.(map[string]any)["attempts"].([]any)[0].(map[string]any)["failedAt"] = farFuture
+		}), retryRow + "record of failed attempts: attempts.failedAt must be at most 1000000000000000"},
+		{"dead-letter entry", blobEdit("dlq", "entry", "id = 1", func(v any) {
+			v.(map[string]any)["nextRetryAt"] = farFuture
+		}), deadRow + "dead-letter entry: nextRetryAt must be at most 1000000000000000"},
+		{"dead-letter entered", blobEdit("dlq", "entry", "id = 1", func(v any) {
+			v.(map[string]any)["enteredAt"] = -farFuture
+		}), deadRow + "dead-letter entry: enteredAt must be at least 0"},
+		{"dead-letter attempts", blobEdit("dlq", "entry", "id = 1", func(v any) {
+			v.(map[string]any)["attempts"].([]any)[0].(map[string]any)["startedAt"] = farFuture
+		}), deadRow + "dead-letter entry: attempts.startedAt must be at most 1000000000000000"},
+		{"dead-letter job", blobEdit("dlq", "entry", "id = 1", func(v any) {
+			v.(map[string]any)["job"].(map[string]any)["runAt"] = farFuture
+		}), deadRow + "runAt must be at most 1000000000000000"},
+		{"dead-letter entry of another job", blobEdit("dlq", "entry", "id = 1", func(v any) {
+			v.(map[string]any)["job"].(map[string]any)["id"] = "mig-custom-1"
+		}), fmt.Sprintf("dlq row 1 (job %s): the entry holds job mig-custom-1", dead)},
+		{"cron next_run", sqlEdit(`UPDATE cron_jobs SET next_run = 9223372036854775807 WHERE name = 'mig-every'`),
+			`cron_jobs row "mig-every": nextRun must be at most 1000000000000000`},
+		// A queue's and a group's times, in the range their commands take.
+		{"rate limit window", sqlEdit(`UPDATE queue_state SET rate_limit_duration = 9223372036854775807 WHERE name = 'mig-limits'`),
+			`queue_state row "mig-limits": rate_limit_duration must be at most 31536000000`},
+		{"stall interval", sqlEdit(`UPDATE queue_state SET stall_interval = -1 WHERE name = 'mig-limits'`),
+			`queue_state row "mig-limits": stall_interval must be at least 0`},
+		{"dead-letter age", blobEdit("queue_state", "dlq_config", "name = 'mig-limits'", func(v any) {
+			v.(map[string]any)["maxAge"] = 1e15
+		}), `queue_state row "mig-limits": dlq_config: maxAge must be at most 31536000000`},
+		{"group window", sqlEdit(`INSERT INTO group_state (queue, group_id, rate_limit, rate_duration, paused) VALUES ('mig-group', 'g', 5, 9223372036854775807, 0)`),
+			`group_state row "mig-group"/"g": rate_duration must be at most 31536000000`},
 	} {
 		dir := t.TempDir()
 		bad := filepath.Join(dir, "bad.db")
@@ -419,9 +505,7 @@ func refuseWhatCannotComeAcross(t *testing.T, src string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Exec(c.change); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		c.edit(t, db)
 		db.Close()
 		target := filepath.Join(dir, "queued.db")
 		var out, errs bytes.Buffer
@@ -432,6 +516,286 @@ func refuseWhatCannotComeAcross(t *testing.T, src string) {
 		if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: a refused migration left %s (%v)", c.name, target, err)
 		}
-		t.Logf("%s refused: %s", c.name, strings.TrimSpace(errs.String()))
+		t.Logf("%s refused: %s", c.name, refusedLine(out.String()+errs.String(), c.want))
 	}
+}
+
+// refusedLine is the line of out that says want.
+func refusedLine(out, want string) string {
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, want) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return strings.TrimSpace(out)
+}
+
+// farFuture is 2^63-1 as the reference's MessagePack writes it: a
+// JavaScript number, a float64.
+const farFuture = float64(math.MaxInt64)
+
+// blobEdit changes the MessagePack value in column col of the rows of
+// table where cond holds.
+func blobEdit(table, col, cond string, change func(any)) func(*testing.T, *sql.DB) {
+	return func(t *testing.T, db *sql.DB) {
+		t.Helper()
+		var b []byte
+		if err := db.QueryRow(`SELECT ` + col + ` FROM ` + table + ` WHERE ` + cond).Scan(&b); err != nil {
+			t.Fatalf("%s.%s where %s: %v", table, col, cond, err)
+		}
+		if _, err := db.Exec(`UPDATE `+table+` SET `+col+` = ? WHERE `+cond, reencode(t, b, change)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// reencode decodes a MessagePack value, lets change change it and encodes
+// it again.
+func reencode(t *testing.T, b []byte, change func(any)) []byte {
+	t.Helper()
+	v, err := Decode(b)
+	if err != nil {
+		t.Fatalf("decode %x: %v", b, err)
+	}
+	change(v)
+	var e Enc
+	if err := e.Any(v); err != nil {
+		t.Fatal(err)
+	}
+	return e.B
+}
+
+// refuseFarTimesPG: the reference's PostgreSQL tables, each time field
+// changed in place in turn: the migration is refused, naming the table and
+// row and why, nothing is written, and the value is put back.
+func refuseFarTimesPG(t *testing.T, url, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var dead, logJob string
+	var logRow int64
+	err = conn.QueryRow(ctx, `SELECT id FROM bunqueue_jobs WHERE namespace = $1 AND dlq_entry IS NOT NULL`, ns).Scan(&dead)
+	if err == nil {
+		err = conn.QueryRow(ctx, `SELECT id, job_id FROM bunqueue_job_logs WHERE namespace = $1 ORDER BY id LIMIT 1`, ns).Scan(&logRow, &logJob)
+	}
+	if err != nil {
+		t.Fatalf("the reference's tables: %v", err)
+	}
+	const custom = "bunqueue_jobs row mig-custom-1: job mig-custom-1 of queue mig-jobs: "
+	deadRow := fmt.Sprintf("bunqueue_jobs row %s: job %s of queue mig-dlq: ", dead, dead)
+	payload := func(key string, v any) func(any) {
+		return func(m any) { m.(map[string]any)[key] = v }
+	}
+	for _, c := range []struct {
+		name, table, col, cond string
+		change                 func(any) // a MessagePack column's change
+		set                    any       // or the column's new value
+		want                   string
+	}{
+		{"runAt", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("runAt", farFuture), nil, custom + "runAt must be at most 1000000000000000"},
+		{"runAt negative", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("runAt", -farFuture), nil, custom + "runAt must be at least 0"},
+		{"createdAt", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("createdAt", farFuture), nil, custom + "createdAt must be at most 1000000000000000"},
+		{"startedAt", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("startedAt", farFuture), nil, custom + "startedAt must be at most 1000000000000000"},
+		{"completedAt", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("completedAt", farFuture), nil, custom + "completedAt must be at most 1000000000000000"},
+		{"lastHeartbeat", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", payload("lastHeartbeat", -1.0), nil, custom + "lastHeartbeat must be at least 0"},
+		{"timeline", "bunqueue_jobs", "payload", "id = 'mig-custom-1'", func(v any) {
+			v.(map[string]any)["timeline"].([]any)[0].(map[string]any)["timestamp"] = farFuture
+		}, nil, custom + "timeline.timestamp must be at most 1000000000000000"},
+		{"dead-letter entry", "bunqueue_jobs", "dlq_entry", "id = '" + dead + "'", payload("expiresAt", farFuture), nil,
+			deadRow + "dead-letter entry: expiresAt must be at most 1000000000000000"},
+		{"dead-letter attempts", "bunqueue_jobs", "dlq_entry", "id = '" + dead + "'", func(v any) {
+			v.(map[string]any)["attempts"].([]any)[0].(map[string]any)["failedAt"] = farFuture
+		}, nil, deadRow + "dead-letter entry: attempts.failedAt must be at most 1000000000000000"},
+		{"cron next_run", "bunqueue_crons", "next_run", "name = 'mig-every'", nil, int64(math.MaxInt64),
+			`bunqueue_crons row "mig-every": nextRun must be at most 1000000000000000`},
+		{"log timestamp", "bunqueue_job_logs", "timestamp", fmt.Sprintf("id = %d", logRow), nil, int64(math.MaxInt64),
+			fmt.Sprintf("bunqueue_job_logs row %d (job %s): timestamp must be at most 1000000000000000", logRow, logJob)},
+		{"rate limit window", "bunqueue_queue_state", "rate_duration_ms", "queue = 'mig-limits'", nil, int64(math.MaxInt64),
+			`bunqueue_queue_state row "mig-limits": rate_duration_ms must be at most 31536000000`},
+		{"stall interval", "bunqueue_queue_state", "stall_config", "queue = 'mig-limits'", payload("stallInterval", farFuture), nil,
+			`bunqueue_queue_state row "mig-limits": stall_config: stallInterval must be at most 31536000000`},
+		{"dead-letter age", "bunqueue_queue_state", "dlq_config", "queue = 'mig-limits'", payload("maxAge", 1e15), nil,
+			`bunqueue_queue_state row "mig-limits": dlq_config: maxAge must be at most 31536000000`},
+	} {
+		where := " WHERE namespace = $1 AND " + c.cond
+		var old any
+		if err := conn.QueryRow(ctx, `SELECT `+c.col+` FROM `+c.table+where, ns).Scan(&old); err != nil {
+			t.Fatalf("%s: %s.%s where %s: %v", c.name, c.table, c.col, c.cond, err)
+		}
+		v := c.set
+		if c.change != nil {
+			v = reencode(t, old.([]byte), c.change)
+		}
+		if _, err := conn.Exec(ctx, `UPDATE `+c.table+` SET `+c.col+` = $2`+where, ns, v); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		target := filepath.Join(t.TempDir(), "queued.db")
+		var out, errs bytes.Buffer
+		code := runMigrate([]string{"--from-bunqueue", url, "--from-namespace", ns, "--data-path", target}, &out, &errs)
+		if _, err := conn.Exec(ctx, `UPDATE `+c.table+` SET `+c.col+` = $2`+where, ns, old); err != nil {
+			t.Fatalf("%s: put back: %v", c.name, err)
+		}
+		if code != 1 || !strings.Contains(out.String()+errs.String(), c.want) {
+			t.Errorf("%s: exit %d, want 1 and %q:\n%s%s", c.name, code, c.want, out.String(), errs.String())
+		}
+		if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: a refused migration left %s (%v)", c.name, target, err)
+		}
+		t.Logf("%s refused: %s", c.name, refusedLine(out.String()+errs.String(), c.want))
+	}
+}
+
+// shadowedDLQLinear: dead-letter entries whose jobs also have rows in the
+// jobs table (the entry is the job's latest word: the row gives way to
+// it, as does an earlier entry of the same job) are read in linear time.
+// The reader used to delete each shadowed row from its list and index the
+// whole list again: 20,000 such entries took 15 s (98 s on the busy 2-core
+// machine), a million would take hours. The work is counted, not timed:
+// the job records the reader handles (read, replaced, kept) for 2,000 and
+// 20,000 shadowed entries, at most 4 per row (the old reader's dead-letter
+// pass alone handled 8,040,018 for the 2,000: the whole list again for
+// each).
+func shadowedDLQLinear(t *testing.T, src string) {
+	t.Helper()
+	ctx := context.Background()
+	base, err := readBunqueueSQLite(ctx, src, nowMs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{2000, 20000}
+	if raceEnabled || testing.Short() {
+		// The count per row proves the same at a tenth: under the race
+		// detector SQLite (C translated to Go, every access checked) took
+		// 42 s to make and read the 20,000 on the 2-core machine.
+		sizes = []int{200, 2000}
+	}
+	for _, n := range sizes {
+		file := withShadowedDLQ(t, src, n)
+		got, err := readBunqueueSQLite(ctx, file, nowMs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.refused) > 0 {
+			t.Fatalf("%d shadowed entries: refused %q", n, got.refused[0])
+		}
+		// The entries are all there, failed; their rows in the jobs table
+		// (waiting jobs of mig-jobs) are not.
+		if w, g := *base.before.of("mig-jobs"), *got.before.of("mig-jobs"); g != w {
+			t.Fatalf("%d shadowed entries: mig-jobs counts %+v, want %+v as without them", n, g, w)
+		}
+		if w, g := base.before.of("mig-dlq").Failed+n, got.before.of("mig-dlq").Failed; g != w {
+			t.Fatalf("%d shadowed entries: %d failed in mig-dlq, want %d", n, g, w)
+		}
+		// Of two entries of a job, the later one is kept.
+		twice := 0
+		for _, bj := range got.jobs {
+			if bj.j.ID() == "shadowed-0000000" {
+				twice++
+				if bj.j.dlq == nil || bj.j.dlq.Error != "the latest word" {
+					t.Fatalf("%d shadowed entries: the job of two entries has the entry %+v, want the later one's", n, bj.j.dlq)
+				}
+			}
+		}
+		if twice != 1 {
+			t.Fatalf("%d shadowed entries: the job of two entries came across %d times", n, twice)
+		}
+		rows := len(base.jobs) + 2*n + 1 // the jobs and dlq rows: the base's, and n (and one) more
+		t.Logf("%d shadowed entries: the reader handled %d job records for %d rows in the two tables", n, got.readSteps, rows)
+		if got.readSteps > 4*rows {
+			t.Fatalf("%d shadowed entries: the reader handled %d job records for %d rows in the two tables, want at most %d (4 a row): not linear",
+				n, got.readSteps, rows, 4*rows)
+		}
+	}
+}
+
+// withShadowedDLQ copies the reference's data file and adds n dead-letter
+// entries (copies of its one, each with a job id of its own) whose jobs
+// also have a row in the jobs table (copies of a waiting job's row), and
+// a second, later entry of the first of them. The rows are made by SQLite
+// itself, two statements in all: under the race detector a row at a time
+// took 98 s for 20,000.
+func withShadowedDLQ(t testing.TB, src string, n int) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), fmt.Sprintf("shadowed-%d.db", n))
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	var plain, queue string
+	var entry []byte
+	var entered int64
+	err = db.QueryRow(`SELECT id FROM jobs WHERE name = 'plain'`).Scan(&plain)
+	if err == nil {
+		err = db.QueryRow(`SELECT queue, entry, entered_at FROM dlq WHERE id = 1`).Scan(&queue, &entry, &entered)
+	}
+	if err != nil {
+		t.Fatalf("the reference's data file: %v", err)
+	}
+	rows, err := db.Query(`SELECT * FROM jobs LIMIT 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := rows.Columns()
+	rows.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Job ids of one length, so that the entry's MessagePack is the same
+	// bytes around the id for each.
+	const idFormat, placeholder = "shadowed-%07d", "shadowed-PLACEHO"
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = "jobs." + c
+		if c == "id" {
+			sel[i] = fmt.Sprintf("printf('%s', seq.n)", idFormat)
+		}
+	}
+	seq := `WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n + 1 < ?) `
+	if _, err := db.Exec(seq+`INSERT INTO jobs (`+strings.Join(cols, ", ")+`) SELECT `+strings.Join(sel, ", ")+
+		` FROM seq, jobs WHERE jobs.id = ?`, n, plain); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := Decode(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(id, msg string) []byte {
+		dead.(map[string]any)["job"].(map[string]any)["id"] = id
+		dead.(map[string]any)["error"] = msg
+		var e Enc
+		if err := e.Any(dead); err != nil {
+			t.Fatal(err)
+		}
+		return e.B
+	}
+	before, after, ok := bytes.Cut(enc(placeholder, "broke: dead"), []byte(placeholder))
+	if !ok || len(placeholder) != len(fmt.Sprintf(idFormat, 0)) {
+		t.Fatal("the job id is not where the entry was encoded")
+	}
+	if _, err := db.Exec(seq+fmt.Sprintf(`INSERT INTO dlq (job_id, queue, entry, entered_at) SELECT printf('%[1]s', n), ?,
+		CAST(CAST(? AS BLOB) || printf('%[1]s', n) || CAST(? AS BLOB) AS BLOB), ? FROM seq`, idFormat),
+		n, queue, before, after, entered); err != nil {
+		t.Fatal(err)
+	}
+	// And a later entry of the first job, which has the last word.
+	first := fmt.Sprintf(idFormat, 0)
+	if _, err := db.Exec(`INSERT INTO dlq (job_id, queue, entry, entered_at) VALUES (?, ?, ?, ?)`,
+		first, queue, enc(first, "the latest word"), entered+1); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

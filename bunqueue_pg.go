@@ -128,15 +128,16 @@ func bqPGJobs(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, now int6
 		if err := rows.Scan(&id, &state, &payload, &result, &dlq, &retry); err != nil {
 			return err
 		}
+		row := "bunqueue_jobs row " + id
 		m, err := ParseMap(Raw(payload), nil)
 		if err != nil {
-			src.refuse("job %s: payload: %v", id, err)
+			src.refuse("%s: payload: %v", row, err)
 			continue
 		}
 		if result == nil {
 			result = results[id]
 		}
-		src.addJob(m, state, Raw(dlq), Raw(retry), Raw(result), now)
+		src.addJob(row, m, state, Raw(dlq), Raw(retry), Raw(result), now)
 	}
 	return rows.Err()
 }
@@ -160,16 +161,21 @@ func bqPGFailures(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ in
 
 // bqPGLogs reads the jobs' logs, oldest first.
 func bqPGLogs(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ int64) error {
-	rows, err := tx.Query(ctx, `SELECT job_id, timestamp, level, message FROM bunqueue_job_logs WHERE namespace = $1 ORDER BY id`, ns)
+	rows, err := tx.Query(ctx, `SELECT id, job_id, timestamp, level, message FROM bunqueue_job_logs WHERE namespace = $1 ORDER BY id`, ns)
 	if err != nil {
 		return fmt.Errorf("read bunqueue_job_logs: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var n int64
 		var id, level, msg string
 		var at int64
-		if err := rows.Scan(&id, &at, &level, &msg); err != nil {
+		if err := rows.Scan(&n, &id, &at, &level, &msg); err != nil {
 			return err
+		}
+		if err := bqTimeRule.check("timestamp", float64(at)); err != nil {
+			src.refuse("bunqueue_job_logs row %d (job %s): %v", n, id, err)
+			continue
 		}
 		var e Enc
 		e.Str(msg)
@@ -193,12 +199,13 @@ func bqPGCrons(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ int64
 		if err := rows.Scan(&name, &payload, &next, &execs); err != nil {
 			return err
 		}
+		row := fmt.Sprintf("bunqueue_crons row %q", name)
 		m, err := ParseMap(Raw(payload), nil)
 		if err != nil {
-			src.refuse("cron schedule %q: %v", name, err)
+			src.refuse("%s: %v", row, err)
 			continue
 		}
-		src.addCron(m, next, int64(execs))
+		src.addCron(row, m, float64(next), int64(execs))
 	}
 	return rows.Err()
 }
@@ -220,6 +227,10 @@ func bqPGQueues(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ int6
 		if err := rows.Scan(&name, &paused, &rate, &dur, &conc, &stall, &dlq); err != nil {
 			return err
 		}
+		row := fmt.Sprintf("bunqueue_queue_state row %q", name)
+		if dur != nil && !src.duration(row, "rate_duration_ms", float64(*dur), true) {
+			continue
+		}
 		q := src.queue(name)
 		q.paused = paused
 		if rate != nil && *rate > 0 {
@@ -231,13 +242,14 @@ func bqPGQueues(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ int6
 		if conc != nil && *conc > 0 {
 			q.conc = int64(*conc)
 		}
-		src.policy(name, "stall", stall, q.readStallConfig)
-		src.policy(name, "dead-letter", dlq, q.readDLQConfig)
+		src.policy(row, "stall_config", stall, q.readStallConfig)
+		src.policy(row, "dlq_config", dlq, q.readDLQConfig)
 	}
 	return rows.Err()
 }
 
-// readStallConfig reads the reference's StallConfig object.
+// readStallConfig reads the reference's StallConfig object; its two times
+// (the interval and the grace period) in the range SetStallConfig takes.
 func (q *bqQueue) readStallConfig(b Raw) error {
 	m, err := ParseMap(b, nil)
 	if err != nil {
@@ -254,6 +266,11 @@ func (q *bqQueue) readStallConfig(b Raw) error {
 		v, ok, err := m.Num(f.key)
 		if err != nil {
 			return err
+		}
+		if ok && f.key != "maxStalls" {
+			if err := delayRule.check(f.key, v); err != nil {
+				return err
+			}
 		}
 		if ok {
 			*f.dst = &v
@@ -276,6 +293,9 @@ func bqPGGroups(ctx context.Context, tx pgx.Tx, src *bqSource, ns string, _ int6
 		var paused bool
 		if err := rows.Scan(&queue, &id, &rate, &dur, &conc, &paused); err != nil {
 			return err
+		}
+		if dur != nil && !src.duration(fmt.Sprintf("bunqueue_group_state row %q/%q", queue, id), "rate_duration_ms", float64(*dur), true) {
+			continue
 		}
 		g := bqGroup{id: id, paused: paused}
 		if rate != nil && dur != nil {
