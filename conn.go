@@ -51,6 +51,7 @@ type conn struct {
 	closing  bool      // close once the answers are written
 	rb       Enc       // the reader's answers, not yet written
 	authed   bool
+	limit    reqWindow // the request limiter's count (reqlimit.go), the reader's own
 	ctx      context.Context
 	cancel   context.CancelFunc
 	async    sync.WaitGroup
@@ -570,7 +571,6 @@ func (c *conn) finish() {
 		b.announce(noticeWorker("worker:disconnected", w.ID).str("name", w.Name).str("clientId", c.id))
 	}
 	c.srv.eng.Release(context.Background(), c)
-	c.srv.reqLimit.forget(c.id)
 	c.emu.Lock()
 	c.hasSub = false
 	if c.ekick != nil {

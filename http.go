@@ -194,9 +194,12 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
-	if !limitExempt[raw[0]] {
-		if client := httpClient(r); !a.srv.reqLimit.allow(client) {
-			a.srv.b.announce(newNote("ratelimit:hit").str("clientId", client))
+	// Checked once: the limiter counts requests with a valid token apart
+	// from those without (see reqlimit.go), and the routes below need it.
+	authorized := a.srv.httpAuthorized(r)
+	if l := a.srv.reqLimit; l != nil && !limitExempt[raw[0]] {
+		if client, ok := l.allowHTTP(r, authorized); !ok {
+			a.srv.b.announce(newNote("ratelimit:hit").str("clientId", clientName(client)))
 			writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "Rate limit exceeded"})
 			return
 		}
@@ -211,7 +214,7 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		segs[i] = u
 	}
 	rt, params, allow := a.match(r.Method, segs)
-	if rt == nil && !a.srv.httpAuthorized(r) {
+	if rt == nil && !authorized {
 		// With tokens, a caller without one learns nothing of the routes,
 		// as in the reference, which checks the token before it routes.
 		a.srv.b.announce(newNote("auth:failed").str("transport", "http"))
@@ -228,7 +231,7 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"ok": false, "error": "Not found"})
 		return
 	}
-	if !rt.open && !a.srv.httpAuthorized(r) {
+	if !rt.open && !authorized {
 		a.srv.b.announce(newNote("auth:failed").str("transport", "http"))
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"ok": false, "error": "Unauthorized"})
 		return

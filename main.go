@@ -69,8 +69,12 @@ type config struct {
 	// Unix sockets to listen on instead of the TCP and HTTP ports.
 	tcpSocket, httpSocket string
 	// The per-client request limiter (reqlimit.go): requests a client may
-	// send within the window (0: no limit).
+	// send within the window (0: no limit); the peers whose forwarding
+	// headers name the client; the clients each of its tables counts (0:
+	// maxLimitClients; tests set fewer).
 	rateLimitMax, rateLimitWindow int
+	trustedProxies                string
+	rateLimitClients              int
 	// statsInterval: ms between statistics lines in the log (0: none).
 	statsInterval int
 	// workerTimeout: ms before a silent worker is stale (0: the default).
@@ -267,6 +271,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"requests a client (a TCP connection, an HTTP client's address) may send within --rate-limit-window; past it they are refused, HTTP 429 (0: no limit) [RATE_LIMIT_MAX_REQUESTS]")
 	fs.IntVar(&c.rateLimitWindow, "rate-limit-window", envInt([]string{"RATE_LIMIT_WINDOW_MS"}, 60000),
 		"ms of the request limiter's sliding window [RATE_LIMIT_WINDOW_MS]")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr([]string{"QUEUED_TRUSTED_PROXIES"}, ""),
+		"proxies whose X-Forwarded-For and X-Real-IP name an HTTP client to the request limiter: comma-separated `addresses` and CIDRs, unix for peers of --http-socket (none: a client is the address it connects from) [QUEUED_TRUSTED_PROXIES]")
 	fs.IntVar(&c.statsInterval, "stats-interval", envInt([]string{"STATS_INTERVAL_MS"}, 300000),
 		"ms between the log's queue statistics lines (0: none) [STATS_INTERVAL_MS]")
 	fs.IntVar(&c.workerTimeout, "worker-timeout", envInt([]string{"WORKER_TIMEOUT_MS"}, workerTimeoutMs),
@@ -487,11 +493,15 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return fmt.Errorf("--%s %d: want 0 (no limit) or a positive count of milliseconds", v.flag, v.ms)
 		}
 	}
-	s := &serverRun{c: c, log: log}
+	trusted, err := parseTrustedProxies(c.trustedProxies)
+	if err != nil {
+		return err
+	}
+	s := &serverRun{c: c, log: log, trusted: trusted}
 	if err := s.loadCertificate(); err != nil {
 		return err
 	}
-	err := s.openStorage()
+	err = s.openStorage()
 	if s.unlock != nil {
 		// After the database is closed: see datalock.go.
 		defer s.unlock()
@@ -538,6 +548,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 type serverRun struct {
 	c   *config
 	log *slog.Logger
+	// trusted is --trusted-proxies, read (and checked) before anything
+	// starts.
+	trusted trustedProxies
 
 	certs    *certReloader
 	sq       *SQLiteStore // SQLite mode only
@@ -684,6 +697,14 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	c, log, b := s.c, s.log, s.b
 	srv := NewServer(b, splitTokens(c.authTokens), log)
 	srv.reqLimit = newReqLimiter(c.rateLimitMax, time.Duration(c.rateLimitWindow)*time.Millisecond, nowMs)
+	if srv.reqLimit != nil {
+		srv.reqLimit.trust = s.trusted
+		if c.rateLimitClients > 0 {
+			srv.reqLimit.setClients(c.rateLimitClients)
+		}
+	} else if c.trustedProxies != "" {
+		log.Warn("--trusted-proxies has no effect without --rate-limit-max-requests: only the request limiter names clients")
+	}
 	srv.maxConns = c.maxConns
 	if srv.maxConns <= 0 {
 		srv.maxConns = defaultMaxConnections(fileLimit())

@@ -2,39 +2,63 @@ package main
 
 // The per-client request limiter, as the reference's RATE_LIMIT_MAX_REQUESTS
 // and RATE_LIMIT_WINDOW_MS (rateLimiter.js): a client that sends more than
-// max requests within window is refused until it slows down. A TCP client
-// is its connection; an HTTP client is the address a proxy names
-// (X-Forwarded-For's first, X-Real-IP), else the peer's IP. A refusal
+// max requests within window is refused until it slows down. A refusal
 // answers "Rate limit exceeded" (HTTP 429) and announces ratelimit:hit.
 // Off unless RATE_LIMIT_MAX_REQUESTS is set: the reference's default,
 // 10,000 a minute per client, throttles an ordinary pipelining worker.
 //
 // The reference keeps every request's time in the window; this counts
 // requests per window, in two windows, the previous one weighed by how
-// much of it the sliding window still covers: the same limit within a
-// few percent, in 32 bytes a client whatever its rate. Clients are
-// bounded: past maxLimitClients, the idle are forgotten, and if none is,
-// new ones share one count.
+// much of it the sliding window still covers, in 24 bytes a client
+// whatever its rate: the same limit within a few percent for a client
+// that sends evenly (one that fills the end of a window can get up to
+// twice the limit through across the two).
+//
+// A limiter must not become a way to refuse other clients, so, unlike
+// the reference's:
+//
+//   - A TCP client is its connection, and its count lives in the
+//     connection: nothing another connection sends touches it.
+//   - An HTTP client is the address it connects from. X-Forwarded-For and
+//     X-Real-IP, which any client can write, are read only from a peer
+//     of --trusted-proxies, and then X-Forwarded-For is read from the
+//     right: the first address that is not itself a trusted proxy is the
+//     one the nearest proxy saw (those to its left are what the client
+//     wrote).
+//   - HTTP clients are counted in two tables, one for requests that carry
+//     a valid token (all requests, when the server has no tokens) and one
+//     for those that do not, so that requests without a token, however
+//     many addresses they come from, never count against a client that
+//     holds one.
+//   - Each table is bounded: when full, the client seen least recently
+//     is forgotten and a new one starts fresh. Forgetting a count only
+//     ever lets a client through; no two clients share one.
 
 import (
+	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 )
 
-// maxLimitClients bounds the clients the limiter counts at once.
+// maxLimitClients bounds the HTTP clients each of the limiter's two tables
+// counts at once.
 const maxLimitClients = 100000
 
 type reqLimiter struct {
 	max    float64
 	window int64 // ms
 	now    func() int64
-
-	mu      sync.Mutex
-	clients map[string]*reqWindow
-	swept   int64
+	// trust names the peers whose forwarding headers name the client.
+	trust trustedProxies
+	// authed counts the requests with a valid token (or all, without
+	// tokens); anon those without. Each has its own lock, so a flood
+	// without a token does not even contend with the others.
+	authed, anon limitTable
 }
 
 // reqWindow is one client's count: n in the window that began at start,
@@ -49,36 +73,57 @@ func newReqLimiter(limit int, window time.Duration, now func() int64) *reqLimite
 		return nil
 	}
 	w := max(window.Milliseconds(), 1)
-	return &reqLimiter{max: float64(limit), window: w, now: now, clients: map[string]*reqWindow{}}
+	l := &reqLimiter{max: float64(limit), window: w, now: now}
+	l.setClients(maxLimitClients)
+	return l
 }
 
-// allow counts a request of client and says whether it is within the
-// limit; a nil limiter allows everything.
-func (l *reqLimiter) allow(client string) bool {
+// setClients bounds each table to n clients (the tests use a small n).
+func (l *reqLimiter) setClients(n int) {
+	l.authed.init(n)
+	l.anon.init(n)
+}
+
+// allowConn counts a request of a TCP connection, whose count w is the
+// connection's own (only its reader calls this: no lock); a nil limiter
+// allows everything.
+func (l *reqLimiter) allowConn(w *reqWindow) bool {
 	if l == nil {
 		return true
 	}
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := l.clients[client]
-	if w == nil {
-		if len(l.clients) >= maxLimitClients {
-			l.sweep(now)
-		}
-		if len(l.clients) >= maxLimitClients {
-			client = "" // the overflow share one count
-			w = l.clients[client]
-		}
-		if w == nil {
-			w = &reqWindow{start: now - now%l.window}
-			l.clients[client] = w
-		}
+	return w.take(l.now(), l.window, l.max)
+}
+
+// allowHTTP counts a request from an HTTP client, authed when it carries a
+// valid token, and says whether it is within the limit, and who the
+// client is.
+func (l *reqLimiter) allowHTTP(r *http.Request, authed bool) (client netip.Addr, ok bool) {
+	client = l.trust.client(r)
+	return client, l.allowAddr(client, authed)
+}
+
+// allowAddr counts a request of the HTTP client at address a.
+func (l *reqLimiter) allowAddr(a netip.Addr, authed bool) bool {
+	t := &l.anon
+	if authed {
+		t = &l.authed
 	}
-	w.roll(now, l.window)
-	// The part of the previous window the sliding window still covers.
-	cover := float64(l.window-(now-w.start)) / float64(l.window)
-	if w.n+w.prev*cover >= l.max {
+	now := l.now()
+	t.mu.Lock()
+	ok := t.get(a.As16()).take(now, l.window, l.max)
+	t.mu.Unlock()
+	return ok
+}
+
+// take counts a request at now if the sliding window has room for it.
+func (w *reqWindow) take(now, window int64, limit float64) bool {
+	w.roll(now, window)
+	// The previous window's requests the sliding window still covers,
+	// as if they had been spread evenly; a request partly covered counts
+	// whole, so that a burst just before a window's start is not let
+	// through again just after it.
+	cover := float64(window-(now-w.start)) / float64(window)
+	if w.n+math.Ceil(w.prev*cover) >= limit {
 		return false
 	}
 	w.n++
@@ -97,48 +142,241 @@ func (w *reqWindow) roll(now, window int64) {
 	}
 }
 
-// sweep forgets the clients idle for two windows; l.mu is held.
-func (l *reqLimiter) sweep(now int64) {
-	if now-l.swept < l.window/4 {
-		return
+// clientName is how ratelimit:hit names an HTTP client.
+func clientName(a netip.Addr) string {
+	if !a.IsValid() {
+		return "unix" // a peer of the Unix socket, which has no address
 	}
-	l.swept = now
-	for k, w := range l.clients {
-		if now-w.start >= 2*l.window {
-			delete(l.clients, k)
+	return a.String()
+}
+
+// ---------------------------------------------------------------------------
+// The tables
+
+// limitTable is a bounded table of counts that forgets the client seen
+// least recently when full: a map to slots kept on a list from the most
+// recently seen to the least. Slots are reused in place, so that a table
+// at its bound takes no allocation for a new client, and a key is an
+// address's 16 bytes (IPv4 as IPv4-mapped IPv6; the zero key, the
+// unspecified address no peer has, is a Unix socket's peer): 48 bytes a
+// slot and a map entry, where a string key and a node would cost three
+// allocations. All under mu.
+type limitTable struct {
+	mu    sync.Mutex
+	max   int
+	index map[[16]byte]int32
+	// slots[0] is the list's sentinel: its next is the most recently
+	// seen, its prev the least.
+	slots []limitSlot
+}
+
+type limitSlot struct {
+	key        [16]byte
+	w          reqWindow
+	prev, next int32
+}
+
+func (t *limitTable) init(n int) {
+	t.max = max(n, 1)
+	t.index = make(map[[16]byte]int32)
+	t.slots = make([]limitSlot, 1, min(t.max+1, 1024))
+}
+
+// get returns key's count, marked most recently seen; a new key gets a
+// fresh one, in the slot of the least recently seen when the table is
+// full. The pointer is valid until the next get.
+func (t *limitTable) get(key [16]byte) *reqWindow {
+	if i, ok := t.index[key]; ok {
+		if t.slots[0].next != i {
+			t.unlink(i)
+			t.pushFront(i)
+		}
+		return &t.slots[i].w
+	}
+	var i int32
+	if len(t.slots)-1 < t.max {
+		if len(t.slots) == cap(t.slots) {
+			// Grow to at most the bound, not past it as append would.
+			grown := make([]limitSlot, len(t.slots), min(2*cap(t.slots), t.max+1))
+			copy(grown, t.slots)
+			t.slots = grown
+		}
+		t.slots = append(t.slots, limitSlot{})
+		i = int32(len(t.slots) - 1)
+	} else {
+		i = t.slots[0].prev
+		t.unlink(i)
+		delete(t.index, t.slots[i].key)
+	}
+	t.slots[i] = limitSlot{key: key}
+	t.index[key] = i
+	t.pushFront(i)
+	return &t.slots[i].w
+}
+
+func (t *limitTable) unlink(i int32) {
+	s := &t.slots[i]
+	t.slots[s.prev].next = s.next
+	t.slots[s.next].prev = s.prev
+}
+
+func (t *limitTable) pushFront(i int32) {
+	first := t.slots[0].next
+	t.slots[i].prev, t.slots[i].next = 0, first
+	t.slots[first].prev = i
+	t.slots[0].next = i
+}
+
+// len is the number of clients counted.
+func (t *limitTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.index)
+}
+
+// ---------------------------------------------------------------------------
+// Who the client is
+
+// maxTrustedProxies bounds --trusted-proxies: every request from a proxy
+// is matched against the list, hop by hop.
+const maxTrustedProxies = 256
+
+// maxForwardHops bounds the X-Forwarded-For entries read from the right:
+// past this many, the last address read (a trusted proxy) is the client.
+// No real chain of proxies is this long.
+const maxForwardHops = 32
+
+// trustedProxies are the peers whose X-Forwarded-For and X-Real-IP name
+// the client: --trusted-proxies.
+type trustedProxies struct {
+	prefixes []netip.Prefix
+	unix     bool // peers of --http-socket
+}
+
+// parseTrustedProxies reads --trusted-proxies: comma-separated CIDRs,
+// addresses, and "unix" for the peers of the HTTP Unix socket.
+func parseTrustedProxies(s string) (trustedProxies, error) {
+	var t trustedProxies
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		var p netip.Prefix
+		var err error
+		switch {
+		case f == "":
+			continue
+		case f == "unix":
+			t.unix = true
+			continue
+		case strings.Contains(f, "/"):
+			p, err = netip.ParsePrefix(f)
+			if err == nil && p.Addr().Is4In6() && p.Bits() >= 96 {
+				// ::ffff:10.0.0.0/104 is 10.0.0.0/8, as the peers it
+				// is matched against are read.
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			p = p.Masked()
+		default:
+			var a netip.Addr
+			a, err = netip.ParseAddr(f)
+			a = a.Unmap().WithZone("")
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if err != nil {
+			return trustedProxies{}, fmt.Errorf("--trusted-proxies: %q is not an IP address, a CIDR or unix: %w", f, err)
+		}
+		if len(t.prefixes) == maxTrustedProxies {
+			return trustedProxies{}, fmt.Errorf("--trusted-proxies: at most %d addresses and CIDRs", maxTrustedProxies)
+		}
+		t.prefixes = append(t.prefixes, p)
+	}
+	return t, nil
+}
+
+func (t *trustedProxies) has(a netip.Addr) bool {
+	for _, p := range t.prefixes {
+		if p.Contains(a) {
+			return true
 		}
 	}
+	return false
 }
 
-// forget drops a client that is gone (a closed connection).
-func (l *reqLimiter) forget(client string) {
-	if l == nil {
-		return
+// client names the client of an HTTP request as the limiter counts it.
+// From a peer that is not a trusted proxy, it is the peer's own address,
+// whatever the headers say. From a trusted proxy, it is the right-most
+// address of X-Forwarded-For that is not a trusted proxy (all of them
+// trusted: the left-most), else X-Real-IP, else the peer. An entry that is
+// not an address stops the walk at the last proxy trusted: a proxy that
+// appends to the header writes only addresses, and what it did not write
+// does not name anyone.
+func (t *trustedProxies) client(r *http.Request) netip.Addr {
+	peer, isUnix := peerAddr(r)
+	if isUnix && !t.unix || !isUnix && !t.has(peer) {
+		return peer
 	}
-	l.mu.Lock()
-	delete(l.clients, client)
-	l.mu.Unlock()
+	found, named, read := peer, false, 0
+	vals := r.Header.Values("X-Forwarded-For")
+	for i := len(vals) - 1; i >= 0; i-- {
+		rest := vals[i]
+		for rest != "" {
+			if read++; read > maxForwardHops {
+				return found
+			}
+			entry := rest
+			if k := strings.LastIndexByte(rest, ','); k >= 0 {
+				entry, rest = rest[k+1:], rest[:k]
+			} else {
+				rest = ""
+			}
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			a, ok := parseHop(entry)
+			if !ok {
+				return found
+			}
+			found, named = a, true
+			if !t.has(a) {
+				return a
+			}
+		}
+	}
+	if named {
+		return found
+	}
+	if a, ok := parseHop(strings.TrimSpace(r.Header.Get("X-Real-IP"))); ok {
+		return a
+	}
+	return peer
 }
 
-// maxClientKey bounds a client's name as the limiter keeps it: a header
-// names it, and the limiter keeps up to maxLimitClients of them.
-const maxClientKey = 64
+// peerAddr is the address a request's connection comes from; a peer of a
+// Unix socket has none (the zero Addr, and isUnix).
+func peerAddr(r *http.Request) (a netip.Addr, isUnix bool) {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap().WithZone(""), false
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la.Network() == "unix" {
+		return netip.Addr{}, true
+	}
+	// Not an address and not a Unix socket: a handler called without a
+	// server (a test); the zero address, trusted as nothing is.
+	return netip.Addr{}, false
+}
 
-// httpClient names an HTTP request's client as the limiter counts it.
-func httpClient(r *http.Request) string {
-	if f := r.Header.Get("X-Forwarded-For"); f != "" {
-		first, _, _ := strings.Cut(f, ",")
-		first = strings.TrimSpace(first)
-		return first[:min(len(first), maxClientKey)]
-	}
-	if ip := r.Header.Get("X-Real-IP"); ip != "" {
-		return ip[:min(len(ip), maxClientKey)]
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+// parseHop reads one X-Forwarded-For entry or X-Real-IP: an address, with
+// a port as some proxies write it (1.2.3.4:80, [::1]:80).
+func parseHop(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return r.RemoteAddr
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
 	}
-	return host
+	return a.Unmap().WithZone(""), true
 }
 
 // limitExempt are the HTTP paths the limiter leaves alone, as the

@@ -339,8 +339,10 @@ func (c *conn) handleFrame(body []byte) {
 	}
 	m, err := parseRequest(body, c.fields, maxFields)
 	c.fields = m.Fields[:0]
-	if !c.srv.reqLimit.allow(c.id) {
+	if !c.srv.reqLimit.allowConn(&c.limit) {
 		// Counted whether the frame reads or not, as the reference counts.
+		// The count is the connection's own: no other client's frames
+		// touch it, so a client with a token always gets its Auth read.
 		c.srv.b.announce(newNote("ratelimit:hit").str("clientId", c.id))
 		c.answerError(m.Get("reqId"), "Rate limit exceeded")
 		return

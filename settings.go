@@ -22,7 +22,7 @@ import (
 // honour, with the reason.
 var ignoredSettings = map[string]string{
 	"LOCK_TIMEOUT_MS":                              "the reference's in-process lock wait; queued's shards take no such locks across requests",
-	"RATE_LIMIT_CLEANUP_MS":                        "the request limiter forgets idle clients as it goes, keeping 32 bytes a client, at most 100,000 clients",
+	"RATE_LIMIT_CLEANUP_MS":                        "the request limiter keeps no request times to clean up: a count of 24 bytes a client, in tables of at most 100,000 clients that forget the least recently seen",
 	"WORKER_CLEANUP_INTERVAL_MS":                   "queued looks for stale workers at most once a second, whenever the registry is read",
 	"BUNQUEUE_POSTGRES_LEASE_DURATION_MS":          "a claim's lease is the pull's lockTtl (30 s by default), as in the other modes",
 	"BUNQUEUE_POSTGRES_POLL_INTERVAL_MS":           "brokers wake on LISTEN/NOTIFY and look for expired leases every 250 ms; nothing polls on an interval",

@@ -315,7 +315,7 @@ func TestReferenceAliasSettings(t *testing.T) {
 // and over HTTP with 429, and ratelimit:hit names it; another client, and
 // the health probe, are not held back.
 func TestRequestLimiter(t *testing.T) {
-	ts := startServerHTTP(t, &config{rateLimitMax: 5, rateLimitWindow: 60000})
+	ts := startServerHTTP(t, &config{rateLimitMax: 5, rateLimitWindow: 60000, trustedProxies: "127.0.0.1"})
 	c := dial(t, ts.addr)
 	for i := range 5 {
 		c.ok(map[string]any{"cmd": "Ping", "n": i})
@@ -328,7 +328,7 @@ func TestRequestLimiter(t *testing.T) {
 
 	get := func(path, client string) int {
 		req, _ := http.NewRequest("GET", "http://"+ts.http+path, nil)
-		req.Header.Set("X-Forwarded-For", client+", 10.0.0.1")
+		req.Header.Set("X-Forwarded-For", "10.0.0.1, "+client) // the proxy, 127.0.0.1, added client
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -363,24 +363,25 @@ func TestRequestLimiter(t *testing.T) {
 func TestReqLimiterSlides(t *testing.T) {
 	var now int64 = 1_000_000
 	l := newReqLimiter(10, time.Second, func() int64 { return now })
+	var c reqWindow
 	for i := range 10 {
-		if !l.allow("c") {
+		if !l.allowConn(&c) {
 			t.Fatalf("request %d refused", i)
 		}
 	}
-	if l.allow("c") {
+	if l.allowConn(&c) {
 		t.Fatal("the eleventh within the window allowed")
 	}
 	now += 1500 // half the window holds the ten: about five count
 	n := 0
-	for l.allow("c") {
+	for l.allowConn(&c) {
 		n++
 	}
 	if n < 4 || n > 6 {
 		t.Fatalf("half a window on, %d allowed, want about 5", n)
 	}
 	now += 2000
-	if !l.allow("c") {
+	if !l.allowConn(&c) {
 		t.Fatal("two windows on, refused")
 	}
 }
