@@ -138,7 +138,7 @@ func (a *httpAPI) exec(r *http.Request, m Map) Map {
 	defer cancel()
 	defer context.AfterFunc(a.ctx, cancel)()
 	async := make(chan []byte, 1)
-	c := newVirtualConn(a.srv, ctx, clientKey(r.RemoteAddr), func(f []byte) { async <- f }, true)
+	c := newVirtualConn(a.srv, ctx, a.srv.httpClientKey(r), func(f []byte) { async <- f }, true)
 	c.json = true
 	var e Enc
 	reserved := c.dispatch(m, &e)

@@ -302,7 +302,7 @@ func (l *live) serveWS(w http.ResponseWriter, r *http.Request, queue string) {
 	err := l.hub.ServeWSSelect(w, r, queue, sel, func(c *wsConn, _ wsOpcode, msg []byte) {
 		if vc == nil {
 			// Made at the first command: most clients only listen.
-			vc = newVirtualConn(l.srv, l.ctx, clientKey(c.RemoteAddr()), func(f []byte) { c.SendFrame(f) }, false)
+			vc = newVirtualConn(l.srv, l.ctx, l.srv.httpClientKey(r), func(f []byte) { c.SendFrame(f) }, false)
 			vc.json = true
 			// A big answer is checked against the client's send queue
 			// before it is built: a client that does not read is closed.

@@ -696,14 +696,13 @@ func (s *serverRun) closeStore() {
 func (s *serverRun) startServer(ctx context.Context) error {
 	c, log, b := s.c, s.log, s.b
 	srv := NewServer(b, splitTokens(c.authTokens), log)
+	srv.trusted = s.trusted
 	srv.reqLimit = newReqLimiter(c.rateLimitMax, time.Duration(c.rateLimitWindow)*time.Millisecond, nowMs)
 	if srv.reqLimit != nil {
 		srv.reqLimit.trust = s.trusted
 		if c.rateLimitClients > 0 {
 			srv.reqLimit.setClients(c.rateLimitClients)
 		}
-	} else if c.trustedProxies != "" {
-		log.Warn("--trusted-proxies has no effect without --rate-limit-max-requests: only the request limiter names clients")
 	}
 	srv.maxConns = c.maxConns
 	if srv.maxConns <= 0 {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -28,8 +29,12 @@ type Server struct {
 	b *Broker
 	// reqLimit is the per-client request limiter (reqlimit.go); nil: off.
 	reqLimit *reqLimiter
-	tokens   []string
-	log      *slog.Logger
+	// trusted are the proxies whose headers name an HTTP client
+	// (--trusted-proxies), for the limiter and for the answer budget's
+	// turns.
+	trusted trustedProxies
+	tokens  []string
+	log     *slog.Logger
 
 	// frames counts the requests read, for memReturn's idea of idle.
 	frames atomic.Int64
@@ -602,4 +607,14 @@ func splitTokens(s string) []string {
 		}
 	}
 	return out
+}
+
+// httpClientKey names an HTTP request's client for its turns at the answer
+// budget (clientKey): as the request limiter names it, so that behind a
+// trusted proxy each client has its turn rather than the proxy one.
+func (s *Server) httpClientKey(r *http.Request) string {
+	if a := s.trusted.client(r); a.IsValid() {
+		return a.String()
+	}
+	return ""
 }
