@@ -128,7 +128,7 @@ func NewBroker(shards int, store Store) *Broker {
 	b.logs.SetBudget(maxLogsBytes, logsBytes)
 	b.workers = newWorkers(func() int64 { return b.now() })
 	b.workers.announce = b.announce
-	b.results.SetBudget(maxResultsBytes, func(r Raw) int64 { return int64(len(r)) })
+	b.results.SetBudget(maxResultsBytes, rawBytes)
 	b.trimKick, b.trimStop, b.trimDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	for i := range b.shards {
 		s := &Shard{b: b, id: i, queues: make(map[string]*Queue), delayed: newHeap(heapPlace),
@@ -182,6 +182,8 @@ func (b *Broker) Close() {
 
 // ---------------------------------------------------------------------------
 // Results, logs, retired tokens
+
+func rawBytes(r Raw) int64 { return int64(len(r)) }
 
 func (b *Broker) setResult(id idKey, r Raw) {
 	locked(&b.rmu, func() {

@@ -16,9 +16,6 @@ func cmdPushFlow(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if err := r.b.mem.admit(flowMemBytes(jobs)); err != nil {
-		return err
-	}
 	admitted, err := r.eng.PushFlow(r.ctx(), jobs)
 	if err != nil {
 		return err

@@ -18,9 +18,6 @@ func cmdPush(r *Req) error {
 	if err != nil {
 		return err
 	}
-	if err := r.b.mem.admit(jobMemBytes([]*Job{j})); err != nil {
-		return err
-	}
 	return r.pushed(queue, r.eng.Push(r.ctx(), queue, []*Job{j}, false), false)
 }
 
@@ -35,9 +32,6 @@ func cmdPushBatch(r *Req) error {
 	}
 	jobs, err := parseJobBatch(items, queue, r.eng.Now())
 	if err != nil {
-		return err
-	}
-	if err := r.b.mem.admit(jobMemBytes(jobs)); err != nil {
 		return err
 	}
 	return r.pushed(queue, r.eng.Push(r.ctx(), queue, jobs, true), true)

@@ -11,156 +11,188 @@ package main
 // storage, a method in engine.go's group with one implementation per
 // engine (<domain>.go for memory and SQLite, pg_<domain>.go for
 // PostgreSQL). docs/ARCHITECTURE.md has the whole path.
+//
+// Each line also says what the command does to the memory jobs hold
+// (--max-memory, memlimit.go), and dispatch acts on it before the handler
+// runs, the same for every transport (TCP, HTTP, WebSocket, MCP, the URL
+// handlers) and every storage mode:
+//
+//   - grows: the command can make jobs hold more (a job made, its data,
+//     progress, logs, links or a schedule's data changed, jobs made live
+//     again). It is admitted by the budget: refused while the budget is
+//     spent, naming it, and weighed into the estimate when let in.
+//   - workerStep: a worker's step on a job it holds (pull, ACK, FAIL, leases).
+//     Never refused: refusing it would wedge the queue, and finishing jobs
+//     is how room is made. What it can add is bounded by its own limits
+//     (memlimit.go's workerBounds says which).
+//   - steady: cannot make jobs hold more: reads, removals, moves between
+//     states, settings and registries of their own (each with a count
+//     limit).
+//
+// A line without a class (a bare command{run: h}) is admitted as growing,
+// so a forgotten class can refuse too much but never let memory in;
+// TestAdmissionWalksCommandTable fails on it, and sends every command
+// while the budget is spent.
 
 import (
 	"errors"
 )
 
-var commands map[string]Handler
+// command is one line of the table: the handler and its memory class.
+type command struct {
+	run Handler
+	mem memUse
+}
+
+func grows(h Handler) command      { return command{run: h, mem: memGrows} }
+func workerStep(h Handler) command { return command{run: h, mem: memWorker} }
+func steady(h Handler) command     { return command{run: h, mem: memSteady} }
+
+var commands map[string]command
 
 func init() {
-	commands = map[string]Handler{
+	commands = map[string]command{
 		// Session (cmd_session.go)
-		"Auth":              cmdAuth,
-		"Hello":             cmdHello,
-		"Ping":              cmdPing,
-		"SubscribeEvents":   cmdSubscribe,
-		"UnsubscribeEvents": cmdUnsubscribe,
+		"Auth":              steady(cmdAuth),
+		"Hello":             steady(cmdHello),
+		"Ping":              steady(cmdPing),
+		"SubscribeEvents":   steady(cmdSubscribe),
+		"UnsubscribeEvents": steady(cmdUnsubscribe),
 
 		// Job lifecycle (cmd_jobs.go; PUSHF in cmd_flows.go)
-		"PUSH":          cmdPush,
-		"PUSHB":         cmdPushBatch,
-		"PUSHF":         cmdPushFlow,
-		"PULL":          cmdPull,
-		"PULLB":         cmdPullBatch,
-		"ACK":           cmdAck,
-		"ACKB":          cmdAckBatch,
-		"FAIL":          cmdFail,
-		"JobHeartbeat":  cmdJobHeartbeat,
-		"JobHeartbeatB": cmdJobHeartbeatBatch,
-		"ExtendLock":    cmdExtendLock,
-		"ExtendLocks":   cmdExtendLocks,
+		"PUSH":          grows(cmdPush),
+		"PUSHB":         grows(cmdPushBatch),
+		"PUSHF":         grows(cmdPushFlow),
+		"PULL":          workerStep(cmdPull),
+		"PULLB":         workerStep(cmdPullBatch),
+		"ACK":           workerStep(cmdAck),
+		"ACKB":          workerStep(cmdAckBatch),
+		"FAIL":          workerStep(cmdFail),
+		"JobHeartbeat":  workerStep(cmdJobHeartbeat),
+		"JobHeartbeatB": workerStep(cmdJobHeartbeatBatch),
+		"ExtendLock":    workerStep(cmdExtendLock),
+		"ExtendLocks":   workerStep(cmdExtendLocks),
 
 		// Reading jobs (cmd_query.go)
-		"GetJob":               cmdGetJob,
-		"GetJobByCustomId":     cmdGetJobByCustomID,
-		"GetState":             cmdGetState,
-		"GetResult":            cmdGetResult,
-		"GetJobCounts":         cmdGetJobCounts,
-		"GetCountsPerPriority": cmdGetCountsPerPriority,
-		"Count":                cmdCount,
-		"GetJobs":              cmdGetJobs,
-		"GetProgress":          cmdGetProgress,
-		"Progress":             cmdProgress,
-		"AddLog":               cmdAddLog,
-		"GetLogs":              cmdGetLogs,
-		"ClearLogs":            cmdClearLogs,
-		"WaitJob":              cmdWaitJob,
+		"GetJob":               steady(cmdGetJob),
+		"GetJobByCustomId":     steady(cmdGetJobByCustomID),
+		"GetState":             steady(cmdGetState),
+		"GetResult":            steady(cmdGetResult),
+		"GetJobCounts":         steady(cmdGetJobCounts),
+		"GetCountsPerPriority": steady(cmdGetCountsPerPriority),
+		"Count":                steady(cmdCount),
+		"GetJobs":              steady(cmdGetJobs),
+		"GetProgress":          steady(cmdGetProgress),
+		"Progress":             grows(cmdProgress),
+		"AddLog":               grows(cmdAddLog),
+		"GetLogs":              steady(cmdGetLogs),
+		"ClearLogs":            steady(cmdClearLogs),
+		"WaitJob":              steady(cmdWaitJob),
 
 		// Moving jobs by hand (cmd_control.go)
-		"Cancel":         cmdCancel,
-		"Discard":        cmdDiscard,
-		"Promote":        cmdPromote,
-		"PromoteJobs":    cmdPromoteJobs,
-		"MoveToWait":     cmdMoveToWait,
-		"MoveToDelayed":  cmdMoveToDelayed,
-		"ChangeDelay":    cmdChangeDelay,
-		"ChangePriority": cmdChangePriority,
-		"Update":         cmdUpdate,
-		"Clean":          cmdClean,
-		"RetryCompleted": cmdRetryCompleted,
+		"Cancel":         steady(cmdCancel),
+		"Discard":        steady(cmdDiscard),
+		"Promote":        steady(cmdPromote),
+		"PromoteJobs":    steady(cmdPromoteJobs),
+		"MoveToWait":     steady(cmdMoveToWait),
+		"MoveToDelayed":  steady(cmdMoveToDelayed),
+		"ChangeDelay":    steady(cmdChangeDelay),
+		"ChangePriority": steady(cmdChangePriority),
+		"Update":         grows(cmdUpdate),
+		"Clean":          steady(cmdClean),
+		"RetryCompleted": grows(cmdRetryCompleted),
 
 		// Deduplication (cmd_dedup.go)
-		"GetDeduplicationJobId":     cmdGetDeduplicationJobID,
-		"RemoveDeduplicationKey":    cmdRemoveDeduplicationKey,
-		"RemoveJobDeduplicationKey": cmdRemoveJobDeduplicationKey,
+		"GetDeduplicationJobId":     steady(cmdGetDeduplicationJobID),
+		"RemoveDeduplicationKey":    steady(cmdRemoveDeduplicationKey),
+		"RemoveJobDeduplicationKey": steady(cmdRemoveJobDeduplicationKey),
 
 		// Limits and stall policy (cmd_limits.go)
-		"RateLimit":        cmdRateLimit,
-		"RateLimitClear":   cmdRateLimitClear,
-		"SetConcurrency":   cmdSetConcurrency,
-		"ClearConcurrency": cmdClearConcurrency,
-		"GetQueueLimits":   cmdGetQueueLimits,
-		"SetStallConfig":   cmdSetStallConfig,
-		"GetStallConfig":   cmdGetStallConfig,
+		"RateLimit":        steady(cmdRateLimit),
+		"RateLimitClear":   steady(cmdRateLimitClear),
+		"SetConcurrency":   steady(cmdSetConcurrency),
+		"ClearConcurrency": steady(cmdClearConcurrency),
+		"GetQueueLimits":   steady(cmdGetQueueLimits),
+		"SetStallConfig":   steady(cmdSetStallConfig),
+		"GetStallConfig":   steady(cmdGetStallConfig),
 
 		// Flows (cmd_flows.go, with PUSHF above)
-		"GetChildrenValues":          cmdGetChildrenValues,
-		"GetFailedChildrenValues":    cmdGetFailedChildrenValues,
-		"GetIgnoredChildrenFailures": cmdGetIgnoredChildrenFailures,
-		"RemoveChildDependency":      cmdRemoveChildDependency,
-		"RemoveUnprocessedChildren":  cmdRemoveUnprocessedChildren,
-		"MoveToWaitingChildren":      cmdMoveToWaitingChildren,
-		"UpdateParent":               cmdUpdateParent,
+		"GetChildrenValues":          steady(cmdGetChildrenValues),
+		"GetFailedChildrenValues":    steady(cmdGetFailedChildrenValues),
+		"GetIgnoredChildrenFailures": steady(cmdGetIgnoredChildrenFailures),
+		"RemoveChildDependency":      steady(cmdRemoveChildDependency),
+		"RemoveUnprocessedChildren":  steady(cmdRemoveUnprocessedChildren),
+		"MoveToWaitingChildren":      workerStep(cmdMoveToWaitingChildren),
+		"UpdateParent":               grows(cmdUpdateParent),
 
 		// Cron (cmd_cron.go)
-		"Cron":       cmdCron,
-		"CronGet":    cmdCronGet,
-		"CronList":   cmdCronList,
-		"CronDelete": cmdCronDelete,
+		"Cron":       grows(cmdCron),
+		"CronGet":    steady(cmdCronGet),
+		"CronList":   steady(cmdCronList),
+		"CronDelete": steady(cmdCronDelete),
 
 		// Groups (cmd_groups.go)
-		"GetGroupJobsCount":      cmdGetGroupJobsCount,
-		"GetGroupsJobsCount":     cmdGetGroupsJobsCount,
-		"GetGroupActiveCount":    cmdGetGroupActiveCount,
-		"SetGroupRateLimit":      cmdSetGroupRateLimit,
-		"GetGroupRateLimit":      cmdGetGroupRateLimit,
-		"RemoveGroupRateLimit":   cmdRemoveGroupRateLimit,
-		"GetGroupRateLimitTtl":   cmdGetGroupRateLimitTTL,
-		"SetGroupConcurrency":    cmdSetGroupConcurrency,
-		"GetGroupConcurrency":    cmdGetGroupConcurrency,
-		"RemoveGroupConcurrency": cmdRemoveGroupConcurrency,
-		"PauseGroup":             cmdPauseGroup,
-		"ResumeGroup":            cmdResumeGroup,
-		"IsGroupPaused":          cmdIsGroupPaused,
-		"RateLimitGroup":         cmdRateLimitGroup,
+		"GetGroupJobsCount":      steady(cmdGetGroupJobsCount),
+		"GetGroupsJobsCount":     steady(cmdGetGroupsJobsCount),
+		"GetGroupActiveCount":    steady(cmdGetGroupActiveCount),
+		"SetGroupRateLimit":      steady(cmdSetGroupRateLimit),
+		"GetGroupRateLimit":      steady(cmdGetGroupRateLimit),
+		"RemoveGroupRateLimit":   steady(cmdRemoveGroupRateLimit),
+		"GetGroupRateLimitTtl":   steady(cmdGetGroupRateLimitTTL),
+		"SetGroupConcurrency":    steady(cmdSetGroupConcurrency),
+		"GetGroupConcurrency":    steady(cmdGetGroupConcurrency),
+		"RemoveGroupConcurrency": steady(cmdRemoveGroupConcurrency),
+		"PauseGroup":             steady(cmdPauseGroup),
+		"ResumeGroup":            steady(cmdResumeGroup),
+		"IsGroupPaused":          steady(cmdIsGroupPaused),
+		"RateLimitGroup":         steady(cmdRateLimitGroup),
 
 		// The dead-letter queue (cmd_dlq.go)
-		"Dlq":          cmdDlq,
-		"RetryDlq":     cmdRetryDlq,
-		"PurgeDlq":     cmdPurgeDlq,
-		"SetDlqConfig": cmdSetDlqConfig,
-		"GetDlqConfig": cmdGetDlqConfig,
-		"GetDlqStats":  cmdGetDlqStats,
-		"RemoveDlqJob": cmdRemoveDlqJob,
+		"Dlq":          steady(cmdDlq),
+		"RetryDlq":     grows(cmdRetryDlq),
+		"PurgeDlq":     steady(cmdPurgeDlq),
+		"SetDlqConfig": steady(cmdSetDlqConfig),
+		"GetDlqConfig": steady(cmdGetDlqConfig),
+		"GetDlqStats":  steady(cmdGetDlqStats),
+		"RemoveDlqJob": steady(cmdRemoveDlqJob),
 
 		// Queues (cmd_queue.go)
-		"Pause":      cmdPause,
-		"Resume":     cmdResume,
-		"IsPaused":   cmdIsPaused,
-		"Drain":      cmdDrain,
-		"Obliterate": cmdObliterate,
-		"ListQueues": cmdListQueues,
+		"Pause":      steady(cmdPause),
+		"Resume":     steady(cmdResume),
+		"IsPaused":   steady(cmdIsPaused),
+		"Drain":      steady(cmdDrain),
+		"Obliterate": steady(cmdObliterate),
+		"ListQueues": steady(cmdListQueues),
 
 		// Stats (cmd_dashboard.go), Metrics (cmd_metrics.go), workers and
 		// storage status (cmd_monitor.go)
-		"Stats":            cmdStats,
-		"Metrics":          cmdMetrics,
-		"RegisterWorker":   cmdRegisterWorker,
-		"UnregisterWorker": cmdUnregisterWorker,
-		"Heartbeat":        cmdHeartbeat,
-		"ListWorkers":      cmdListWorkers,
-		"StorageStatus":    cmdStorageStatus,
+		"Stats":            steady(cmdStats),
+		"Metrics":          steady(cmdMetrics),
+		"RegisterWorker":   steady(cmdRegisterWorker),
+		"UnregisterWorker": steady(cmdUnregisterWorker),
+		"Heartbeat":        steady(cmdHeartbeat),
+		"ListWorkers":      steady(cmdListWorkers),
+		"StorageStatus":    steady(cmdStorageStatus),
 
 		// Per-queue figures and Prometheus (cmd_metrics.go), the dashboard
 		// (cmd_dashboard.go)
-		"TrimEvents":        cmdTrimEvents,
-		"Prometheus":        cmdPrometheus,
-		"CompactMemory":     cmdCompactMemory,
-		"DashboardOverview": cmdDashboardOverview,
-		"DashboardQueues":   cmdDashboardQueues,
-		"DashboardQueue":    cmdDashboardQueue,
+		"TrimEvents":        steady(cmdTrimEvents),
+		"Prometheus":        steady(cmdPrometheus),
+		"CompactMemory":     steady(cmdCompactMemory),
+		"DashboardOverview": steady(cmdDashboardOverview),
+		"DashboardQueues":   steady(cmdDashboardQueues),
+		"DashboardQueue":    steady(cmdDashboardQueue),
 
 		// HTTP handlers, queued's own (cmd_handlers.go)
-		"HandlerSet":    cmdHandlerSet,
-		"HandlerRemove": cmdHandlerRemove,
-		"HandlerList":   cmdHandlerList,
+		"HandlerSet":    steady(cmdHandlerSet),
+		"HandlerRemove": steady(cmdHandlerRemove),
+		"HandlerList":   steady(cmdHandlerList),
 
 		// Webhooks (cmd_webhooks.go)
-		"AddWebhook":        cmdAddWebhook,
-		"RemoveWebhook":     cmdRemoveWebhook,
-		"ListWebhooks":      cmdListWebhooks,
-		"SetWebhookEnabled": cmdSetWebhookEnabled,
+		"AddWebhook":        steady(cmdAddWebhook),
+		"RemoveWebhook":     steady(cmdRemoveWebhook),
+		"ListWebhooks":      steady(cmdListWebhooks),
+		"SetWebhookEnabled": steady(cmdSetWebhookEnabled),
 	}
 }
 

@@ -560,6 +560,9 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 	s.emit(q, evCompleted, j, now, evArgs{data: res, undefData: !it.HasResult})
 	if j.cold().Repeat != nil {
 		if n := repeatSuccessor(j, now); n != nil {
+			// Weighed, never refused: a refusal would end the schedule
+			// (memlimit.go, admitRequest).
+			s.b.mem.tookJobs(jobMemBytes([]*Job{n}))
 			s.admit(q, n, now, nil)
 		}
 	}

@@ -640,6 +640,7 @@ func (s *serverRun) startBroker() error {
 	// Jobs live in this process but in PostgreSQL mode.
 	b.mem = newMemLimit(int64(c.maxMemory), c.pgURL == "", log)
 	b.mem.setRuntimeLimit()
+	b.fitCaches()
 	if c.rateEvery > 0 {
 		now := c.rateNow
 		if now == nil {

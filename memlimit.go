@@ -1,10 +1,12 @@
 package main
 
 // The memory budget for jobs (--max-memory), as Redis' maxmemory with its
-// noeviction policy: past it, pushes (PUSH, PUSHB, flows, cron runs) are
-// refused with an error that names the limit, while pulls, ACKs, removals
-// and reads go on, and once workers have made room pushes are accepted
-// again. A producer faster than its workers meets a clear refusal rather
+// noeviction policy: past it, whatever would make jobs hold more (pushes,
+// flows, cron runs, Update, Progress, AddLog, UpdateParent, a schedule, a
+// retry of completed or dead-lettered jobs: the commands the table marks
+// grows, commands.go) is refused with an error that names the limit,
+// while pulls, ACKs, FAILs, removals and reads go on, and once workers
+// have made room it is accepted again. A producer faster than its workers meets a clear refusal rather
 // than the OOM killer, which in memory mode would take every job with it,
 // and a SQLite file never holds more than the server can load back.
 //
@@ -192,14 +194,106 @@ func (m *memLimit) startRefusing(est int64) {
 	}
 }
 
-// errFull is the refusal of a push.
+// memUse is what a command does to the memory jobs hold: its class in the
+// command table (commands.go), which dispatch gives admitRequest before
+// the handler runs.
+type memUse uint8
+
+const (
+	// memUnset is a line of the table given no class: admitted as
+	// memGrows, so that a forgotten class refuses too much rather than
+	// lets memory in.
+	memUnset memUse = iota
+	memGrows
+	memWorker
+	memSteady
+)
+
+// admitRequest is the one admission of the command table: a command that
+// grows what jobs hold is refused while the budget is spent, and weighed
+// into the estimate (requestWeight) when let in; the others pass.
+//
+// A worker's step is never refused. What it can add is bounded apart
+// (workerBounds): an ACK's result is kept in the results cache, whose
+// byte budget is fitted inside this one (fitCaches); a FAIL's error and
+// stack land in at most maxTimelineEntries timeline and as many attempt
+// entries of the job, the whole job within maxJobBytes (failure.check);
+// a child's result copied into its parent's values is counted in the
+// parent, which is within maxJobBytes too (childValueFits); a repeating
+// job's next run replaces the run that completed, and is weighed here
+// (tookJobs) though never refused, which would end the schedule.
+//
+// In PostgreSQL mode jobs live in the database (countJobs is false):
+// nothing is added to the estimate, but what these commands carry still
+// passes through the process (a push's jobs parsed and waiting for their
+// group commit, an Update's data on its way to the database), so while
+// the live heap is over the mark they are refused all the same, and the
+// process keeps within its budget.
+func (m *memLimit) admitRequest(use memUse, req Map) error {
+	if use == memWorker || use == memSteady || m == nil || m.limit <= 0 {
+		return nil
+	}
+	return m.admit(requestWeight(req))
+}
+
+// requestWeight bounds what a request can make jobs hold: every byte it
+// carries (a job's data and strings, new data, a progress, a log line, a
+// child's id, a schedule's data all come from it), and a job's own cost
+// (jobMemOverhead) for each job it may make, a PUSHB's or PUSHF's jobs
+// counted from their array's header. A request refused after it was let
+// in (a bad field) leaves its weight in the estimate until the next
+// collection: an estimate too high for a moment, never too low.
+func requestWeight(req Map) int64 {
+	jobs := 1
+	if raw := req.Get("jobs"); !raw.IsNil() {
+		if n, _, err := arrayHead(raw); err == nil && n > 1 {
+			jobs = n
+		}
+	}
+	return int64(req.size()) + int64(jobs)*jobMemOverhead
+}
+
+// tookJobs weighs jobs made on a path that may not refuse them (a
+// repeating job's next run, made by its ACK) into the estimate, so that
+// the commands that may be refused are, once the budget is reached.
+func (m *memLimit) tookJobs(n int64) {
+	if m == nil || m.limit <= 0 || !m.countJobs {
+		return
+	}
+	if m.live.Load()+m.admitted.Add(n) >= m.high {
+		m.startRefusing(m.estimate())
+	}
+}
+
+// cacheShare is the part of the budget the results cache, and apart the
+// logs cache, may hold at most (1/cacheShare of it each).
+const cacheShare = 8
+
+// fitCaches fits the results and logs caches inside the budget. Their own
+// byte bounds (maxResultsBytes, maxLogsBytes) are for a large budget: with
+// --max-memory 256MiB, ACKs' results alone could otherwise hold all of it,
+// and an ACK is never refused. Each cache may hold an eighth of the
+// budget, up to its own bound; past that the least recently used entries
+// go, as past the bound. Called once the budget is set, before a data
+// file is loaded. PostgreSQL mode keeps results and logs in the database.
+func (b *Broker) fitCaches() {
+	m := b.mem
+	if m == nil || m.limit <= 0 || !m.countJobs {
+		return
+	}
+	share := m.limit / cacheShare
+	locked(&b.rmu, func() { b.results.SetBudget(min(maxResultsBytes, share), rawBytes) })
+	locked(&b.lmu, func() { b.logs.SetBudget(min(maxLogsBytes, share), logsBytes) })
+}
+
+// errFull is the refusal of whatever would make jobs hold more.
 func (m *memLimit) errFull() error {
 	return fmt.Errorf("Out of memory: jobs fill the server's memory budget of %s (--max-memory); pushes are refused until workers make room",
 		sizeText(m.limit))
 }
 
-// admit lets a push of jobs weighing n bytes (jobMemBytes) in, or refuses
-// it while the budget is spent.
+// admit lets what weighs n bytes (requestWeight, jobMemBytes) in, or
+// refuses it while the budget is spent.
 func (m *memLimit) admit(n int64) error {
 	if m == nil || m.limit <= 0 {
 		return nil
@@ -238,13 +332,4 @@ func (m *memLimit) fitsAtStart(jobs, bytes int64) error {
 	}
 	return fmt.Errorf("the data file holds %d jobs needing about %s of memory, more than --max-memory %s: start with --max-memory %dMiB or more",
 		jobs, sizeText(need/(1<<20)*(1<<20)), sizeText(m.limit), (need*100/memHigh)>>20+1)
-}
-
-// flowMemBytes is what a flow's jobs are expected to cost in memory.
-func flowMemBytes(jobs []flowJob) int64 {
-	var n int64
-	for _, f := range jobs {
-		n += f.job.size() + jobMemOverhead
-	}
-	return n
 }

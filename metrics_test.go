@@ -52,7 +52,7 @@ func (ls *localServer) raw(m map[string]any) []byte {
 	if err != nil {
 		ls.t.Fatal(err)
 	}
-	h := commands[m["cmd"].(string)]
+	h := commands[m["cmd"].(string)].run
 	if h == nil {
 		ls.t.Fatalf("no command %v", m["cmd"])
 	}

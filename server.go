@@ -392,10 +392,16 @@ func (c *conn) dispatch(m Map, e *Enc) (reserved int64) {
 		appendError(e, m.Get("reqId"), "Invalid command")
 	case cmd != "Auth" && c.srv.authRequired() && !c.authed:
 		appendError(e, m.Get("reqId"), "Not authenticated")
-	case commands[cmd] == nil:
+	case commands[cmd].run == nil:
 		appendError(e, m.Get("reqId"), "Unknown command: "+cmd)
 	default:
-		return c.run(commands[cmd], m, e)
+		// The one admission of whatever grows what jobs hold (commands.go).
+		h := commands[cmd]
+		if err := c.srv.b.mem.admitRequest(h.mem, m); err != nil {
+			appendError(e, m.Get("reqId"), err.Error())
+			return 0
+		}
+		return c.run(h.run, m, e)
 	}
 	return 0
 }
