@@ -156,6 +156,9 @@ func (b *Broker) flowApply(it *flowItem) {
 	case flowChildValue:
 		b.withJob(it.parentID, func(p *Job, _ *Shard) {
 			if slices.Contains(p.cold().Children, it.childID) {
+				// Weighed, never refused: it comes from the child's ACK
+				// (memlimit.go, admitRequest).
+				b.mem.tookJobs(int64(len(it.key) + len(it.val)))
 				p.warm().childValues = setKV(p.cold().childValues, it.key, it.val)
 				b.persist(p)
 			}

@@ -329,6 +329,11 @@ func (h *Handlers) work(ctx context.Context, r *handlerRun) {
 		if ctx.Err() != nil {
 			return // stopped: the job goes back by its lease
 		}
+		// The outcome is a worker's step, which the memory budget never
+		// refuses (commands.go): the receiver's answer, at most
+		// maxHandlerAnswer, is kept as the job's result in the results
+		// cache, whose bytes are fitted inside the budget (fitCaches); an
+		// error lands in the job's bounded timeline and attempts.
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if callErr != nil {
 			m, err = b.call(actx, "FAIL", "id", id, "token", token, "error", callErr.Error())

@@ -335,7 +335,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"answers one connection has not read; past it the connection is closed (0: no bound of its own) [TCP_MAX_WRITE_QUEUE_BYTES]")
 	c.maxMemory = envSize([]string{"QUEUED_MAX_MEMORY"}, defaultMaxMemory())
 	fs.Var(&c.maxMemory, "max-memory",
-		"memory budget for jobs: past 80% of it pushes are refused until workers make room, and a data file that needs more is refused at start; the default is three quarters of the memory (0: no budget) [QUEUED_MAX_MEMORY]")
+		"memory budget for jobs: past 80% of it pushes and every other command that grows job memory are refused until workers make room, and a data file that needs more is refused at start; the default is three quarters of the memory (0: no budget) [QUEUED_MAX_MEMORY]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()

@@ -218,10 +218,12 @@ const (
 // byte budget is fitted inside this one (fitCaches); a FAIL's error and
 // stack land in at most maxTimelineEntries timeline and as many attempt
 // entries of the job, the whole job within maxJobBytes (failure.check);
-// a child's result copied into its parent's values is counted in the
-// parent, which is within maxJobBytes too (childValueFits); a repeating
-// job's next run replaces the run that completed, and is weighed here
-// (tookJobs) though never refused, which would end the schedule.
+// a repeating job's next run, made by its ACK, is weighed (tookJobs)
+// though never refused, which would end the schedule. A child's result
+// copied into its parent's values is weighed too, so that what may be
+// refused is once they pile up; each is within maxResultBytes and a
+// parent has at most maxDeps children, but the values of all parents
+// together have no bound of their own.
 //
 // In PostgreSQL mode jobs live in the database (countJobs is false):
 // nothing is added to the estimate, but what these commands carry still

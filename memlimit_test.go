@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,4 +234,87 @@ func runBinaryOnce(t *testing.T, bin string, args ...string) (string, int) {
 	}
 	t.Fatalf("queued serve: %v\n%s", err, out)
 	return "", 0
+}
+
+// updateFloodBytes is the binary data each Update of the flood sets.
+const updateFloodBytes = 9_900_000
+
+// maxMemoryUpdatesRSSBound is what the process may reach with
+// --max-memory 256MiB while Updates are refused.
+const maxMemoryUpdatesRSSBound = 600 * mib
+
+// With --max-memory 256MiB, 150 Updates of small jobs to 9.9 MB of binary
+// data: they are let in until the estimate reaches 80% of the budget and
+// refused from there, naming the budget, the process staying under 600
+// MiB resident; pulls, ACKs and reads go on meanwhile. Before, all 150
+// were accepted: 1.49 GB of job data, 1,448 MiB resident. In PostgreSQL
+// mode the data goes to the database: 30 Updates are taken while the
+// process's own heap is under the mark, and it stays under the bound.
+func TestMaxMemoryRefusesUpdates(t *testing.T) {
+	for _, mode := range []string{"memory", "sqlite", "postgres"} {
+		t.Run(mode, func(t *testing.T) {
+			flags := []string{"--max-memory", "256MiB"}
+			switch mode {
+			case "memory":
+				flags = append(flags, "--memory")
+			case "sqlite":
+				flags = append(flags, "--data-path", filepath.Join(t.TempDir(), "queued.db"))
+			case "postgres":
+				flags = append(flags, "--postgres-url", testPGURL(), "--postgres-namespace", pgTestNamespace(t))
+			}
+			srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+			c := dial(t, srv.addr())
+			n := 150
+			if mode == "postgres" {
+				// Each Update is a 9.9 MB row written (76 s for 150 on the
+				// 2-core machine); 30 pass 297 MB through the process.
+				n = 30
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = push(t, c, "upd", nil)
+			}
+			data := make([]byte, updateFloodBytes)
+			accepted, refused := 0, 0
+			for _, id := range ids {
+				a := c.call(M{"cmd": "Update", "id": id, "data": data})
+				if a["ok"] == true {
+					accepted++
+					continue
+				}
+				msg, _ := a["error"].(string)
+				if !strings.Contains(msg, "--max-memory") || !strings.Contains(msg, "256 MiB (268435456 bytes)") {
+					t.Fatalf("Update %d refused with %q, want the memory budget named", accepted+refused, msg)
+				}
+				refused++
+			}
+			_, peak := procMem(t, srv.cmd.Process.Pid)
+			if mode == "postgres" {
+				t.Logf("postgres mode, --max-memory 256MiB: %d Updates to %d bytes accepted, %d refused; peak resident %.0f MiB",
+					accepted, updateFloodBytes, refused, float64(peak)/mib)
+				if peak > maxMemoryUpdatesRSSBound {
+					t.Errorf("peak resident memory %.0f MiB, over %d MiB", float64(peak)/mib, maxMemoryUpdatesRSSBound/mib)
+				}
+				return
+			}
+			from := regexp.MustCompile(`memory budget reached.*live_heap_mb=(\d+)`).FindStringSubmatch(srv.output())
+			if from == nil {
+				t.Fatalf("the server did not log that it refuses:\n%.2000s", srv.output())
+			}
+			t.Logf("%s mode, --max-memory 256MiB: %d Updates to %d bytes accepted (%.0f MB of data), %d refused, from an estimated live heap of %s MiB (80%%: %d MiB); peak resident %.0f MiB",
+				mode, accepted, updateFloodBytes, float64(accepted*updateFloodBytes)/1e6, refused, from[1], (256<<20)/100*memHigh>>20, float64(peak)/mib)
+			if refused == 0 || int64(accepted)*updateFloodBytes > 256<<20 {
+				t.Errorf("%d Updates of %d bytes accepted under a 256 MiB budget, %d refused", accepted, updateFloodBytes, refused)
+			}
+			if peak > maxMemoryUpdatesRSSBound {
+				t.Errorf("peak resident memory %.0f MiB, over %d MiB", float64(peak)/mib, maxMemoryUpdatesRSSBound/mib)
+			}
+			// Pulls, ACKs and reads go on while Updates are refused.
+			id, tok := pullOwned(t, c, "upd", M{"timeout": 0})
+			c.ok(M{"cmd": "ACK", "id": id, "token": tok, "removeOnComplete": true})
+			if st := state(t, c, ids[len(ids)-1]); st != "waiting" {
+				t.Errorf("a job left waiting reads as %s", st)
+			}
+		})
+	}
 }

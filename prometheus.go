@@ -443,8 +443,8 @@ func (srv *Server) promBudgets(p *promText) {
 	}
 	p.one("bunqueue_memory_budget_bytes", "gauge", "The memory budget for jobs (--max-memory); 0 when there is none", float64(limit))
 	p.one("bunqueue_memory_live_bytes", "gauge", "The live heap as the memory budget counts it", float64(est))
-	p.one("bunqueue_memory_pushes_refused", "gauge", "1 while pushes are refused for the memory budget", float64(refusing))
-	p.one("bunqueue_memory_pushes_refused_total", "counter", "Pushes refused for the memory budget", float64(refused))
+	p.one("bunqueue_memory_pushes_refused", "gauge", "1 while pushes and the other commands that grow job memory are refused for the memory budget", float64(refusing))
+	p.one("bunqueue_memory_pushes_refused_total", "counter", "Pushes and other commands that grow job memory refused for the memory budget", float64(refused))
 }
 
 // promBackup writes the reference's backup block, every family always,
