@@ -355,6 +355,10 @@ func resetDLQ(j *Job, auto bool, now int64) {
 	j.addTimeline(TimelineEntry{State: StateWaiting, At: now})
 }
 
+// RetryDLQ is admitted by the memory budget as a command that grows what
+// jobs hold (commands.go): the jobs it puts back are in memory already,
+// but once waiting they no longer go when the queue's DLQ is trimmed to
+// its maxEntries. Its weight is its request's.
 func (b *Broker) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64, error) {
 	n := int64(0)
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {

@@ -6,6 +6,7 @@ package main
 // the others go on without growing what jobs hold, in the three modes.
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -374,6 +375,7 @@ func jobHeldBytes(b *Broker) int64 {
 // jobs in memory, in SQLite or in PostgreSQL.
 type admitServer struct {
 	b    *Broker
+	srv  *Server // nil in PostgreSQL mode
 	addr string
 	pg   bool
 }
@@ -409,7 +411,7 @@ func startAdmitServer(t *testing.T, mode string) *admitServer {
 		<-served
 		b.Close()
 	})
-	return &admitServer{b: b, addr: ln.Addr().String()}
+	return &admitServer{b: b, srv: srv, addr: ln.Addr().String()}
 }
 
 // refusing sets the budget spent (true) or open, as the watch would.
@@ -429,6 +431,14 @@ func (s *admitServer) held() int64 {
 	return jobHeldBytes(s.b)
 }
 
+func reqBytes(t *testing.T, m M) int64 {
+	var e Enc
+	if err := e.Any(m); err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(e.B))
+}
+
 // memRefusal says whether an answer is the budget's refusal, naming
 // --max-memory and its value.
 func memRefusal(a M) bool {
@@ -437,11 +447,14 @@ func memRefusal(a M) bool {
 }
 
 // TestAdmissionWalksCommandTable: every command of the table is
-// classified and has a fixture; while the budget is spent, every command
-// that grows what jobs hold is refused naming the budget and changes
-// nothing, and every other one goes on, the steady ones holding no more
-// than before (measured by jobHeldBytes); once the budget is open, each
-// growing fixture is accepted. Memory, SQLite and PostgreSQL modes.
+// classified, with the class admitSpec gives it, and has a fixture; while
+// the budget is spent, every command that grows what jobs hold is refused
+// naming the budget and changes nothing, and every other one goes on, the
+// steady ones holding no more than before and a worker's step no more
+// than it carries (measured by jobHeldBytes); once the budget is open,
+// each growing fixture is accepted. Memory, SQLite and PostgreSQL modes;
+// an Update through a virtual connection (MCP tools, URL handlers) is
+// refused too.
 func TestAdmissionWalksCommandTable(t *testing.T) {
 	names := make([]string, 0, len(commands))
 	for name := range commands {
@@ -513,7 +526,34 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 					if admitSpec[name] == "steady" && after > before {
 						t.Errorf("%s (steady) made jobs hold %d bytes more: %v", name, after-before, a)
 					}
+					// A worker's step adds no more than what it carries (a
+					// FAIL's error lands in the timeline, the attempts and
+					// the job's last error: three times).
+					if admitSpec[name] == "worker" && after-before > 3*reqBytes(t, req) {
+						t.Errorf("%s (worker) made jobs hold %d bytes more, over 3 times its %d bytes", name, after-before, reqBytes(t, req))
+					}
 				}
+			}
+			if s.srv == nil {
+				return
+			}
+			// The path of the MCP tools and the URL handlers (a virtual
+			// connection) is the same dispatch.
+			id := f.waiting("adm-local", nil)
+			s.refusing(true)
+			body, err := s.srv.localSend(context.Background(), "Update", func(e *Enc) int {
+				e.Str("id")
+				e.Str(id)
+				e.Str("data")
+				e.Bin(make([]byte, 1<<20))
+				return 2
+			})
+			s.refusing(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, err := Decode(body); err != nil || !memRefusal(a.(map[string]any)) {
+				t.Errorf("an Update through a virtual connection while the budget is spent: %v %v", a, err)
 			}
 		})
 	}
