@@ -21,10 +21,10 @@ package main
 //     progress, logs, links or a schedule's data changed, jobs made live
 //     again). It is admitted by the budget: refused while the budget is
 //     spent, naming it, and weighed into the estimate when let in.
-//   - workerStep: a worker's step on a job it holds (pull, ACK, FAIL, leases).
-//     Never refused: refusing it would wedge the queue, and finishing jobs
-//     is how room is made. What it can add is bounded by its own limits
-//     (memlimit.go's workerBounds says which).
+//   - workerStep: a worker's step on a job it holds (pull, ACK, FAIL,
+//     leases, MoveToWaitingChildren). Never refused: refusing it would
+//     wedge the queue, and finishing jobs is how room is made. What it can
+//     add has bounds of its own (memlimit.go's admitRequest says which).
 //   - steady: cannot make jobs hold more: reads, removals, moves between
 //     states, settings and registries of their own (each with a count
 //     limit).

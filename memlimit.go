@@ -213,17 +213,18 @@ const (
 // grows what jobs hold is refused while the budget is spent, and weighed
 // into the estimate (requestWeight) when let in; the others pass.
 //
-// A worker's step is never refused. What it can add is bounded apart
-// (workerBounds): an ACK's result is kept in the results cache, whose
-// byte budget is fitted inside this one (fitCaches); a FAIL's error and
-// stack land in at most maxTimelineEntries timeline and as many attempt
-// entries of the job, the whole job within maxJobBytes (failure.check);
-// a repeating job's next run, made by its ACK, is weighed (tookJobs)
-// though never refused, which would end the schedule. A child's result
-// copied into its parent's values is weighed too, so that what may be
-// refused is once they pile up; each is within maxResultBytes and a
-// parent has at most maxDeps children, but the values of all parents
-// together have no bound of their own.
+// A worker's step is never refused. What it can add is bounded apart:
+//   - an ACK's result (a URL handler's answer too) is kept in the results
+//     cache, whose byte budget is fitted inside this one (fitCaches);
+//   - a FAIL's error and stack land in at most maxTimelineEntries
+//     timeline and as many attempt entries of the job, the whole job
+//     within maxJobBytes (failure.check);
+//   - a repeating job's next run, made by its ACK, is weighed (tookJobs)
+//     though never refused, which would end the schedule;
+//   - a child's result copied into its parent's values is weighed too, so
+//     that what may be refused is once they pile up: each is within
+//     maxResultBytes and a parent has at most maxDeps children, but the
+//     values of all parents together have no bound of their own.
 //
 // In PostgreSQL mode jobs live in the database (countJobs is false):
 // nothing is added to the estimate, but what these commands carry still
