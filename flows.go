@@ -158,7 +158,7 @@ func (b *Broker) flowApply(it *flowItem) {
 			if slices.Contains(p.cold().Children, it.childID) {
 				// Weighed, never refused: it comes from the child's ACK
 				// (memlimit.go, admitRequest).
-				b.mem.tookJobs(int64(len(it.key) + len(it.val)))
+				b.mem.took(int64(len(it.key) + len(it.val)))
 				p.warm().childValues = setKV(p.cold().childValues, it.key, it.val)
 				b.persist(p)
 			}

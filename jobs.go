@@ -562,7 +562,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 		if n := repeatSuccessor(j, now); n != nil {
 			// Weighed, never refused: a refusal would end the schedule
 			// (memlimit.go, admitRequest).
-			s.b.mem.tookJobs(jobMemBytes([]*Job{n}))
+			s.b.mem.took(jobMemBytes([]*Job{n}))
 			s.admit(q, n, now, nil)
 		}
 	}

@@ -479,7 +479,7 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 	// too much, never lets memory in.
 	m := newMemLimit(admitBudget, true, nil)
 	m.refusing.Store(true)
-	if err := m.admitRequest(command{run: cmdPing}.mem, Map{}); err == nil {
+	if _, err := m.admitRequest(command{run: cmdPing}.mem, Map{}); err == nil {
 		t.Error("a command without a memory class was let in while the budget is spent")
 	}
 	for name := range admitSpec {
@@ -590,19 +590,19 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 	}
 
 	m := newMemLimit(100<<20, true, nil)
-	m.tookJobs(79 << 20)
-	if err := m.admitRequest(memGrows, Map{}); err != nil {
+	m.took(79 << 20)
+	if _, err := m.admitRequest(memGrows, Map{}); err != nil {
 		t.Fatalf("under the mark: %v", err)
 	}
-	m.tookJobs(2 << 20)
-	if err := m.admitRequest(memGrows, Map{}); err == nil {
+	m.took(2 << 20)
+	if _, err := m.admitRequest(memGrows, Map{}); err == nil {
 		t.Fatal("jobs weighed past the mark, yet a growing command was let in")
 	}
-	if err := m.admitRequest(memWorker, Map{}); err != nil {
+	if _, err := m.admitRequest(memWorker, Map{}); err != nil {
 		t.Fatalf("a worker's step was refused: %v", err)
 	}
 	pg := newMemLimit(100<<20, false, nil)
-	pg.tookJobs(1 << 30)
+	pg.took(1 << 30)
 	if pg.refusing.Load() {
 		t.Error("PostgreSQL mode: jobs that live in the database were weighed")
 	}
@@ -634,5 +634,43 @@ func TestRequestWeight(t *testing.T) {
 	up := parse(M{"cmd": "Update", "id": "x", "data": data})
 	if w := requestWeight(up); w < int64(len(data)) {
 		t.Errorf("an Update of %d bytes weighs %d", len(data), w)
+	}
+}
+
+// A growing command refused for a bad field made nothing and adds nothing
+// to the estimate: a request cannot start the budget refusing everyone's
+// pushes (until the next collection) by claiming half a million jobs it
+// never makes, 256 MB by their own cost. One that made something is
+// weighed.
+func TestRefusedCommandLeavesNoWeight(t *testing.T) {
+	s := startAdmitServer(t, "memory")
+	c := dial(t, s.addr)
+	s.refusing(false)
+	ints := make([]any, 500000)
+	for i := range ints {
+		ints[i] = 1
+	}
+	for _, req := range []M{
+		{"cmd": "Update", "id": "nope", "data": 1, "jobs": ints},
+		{"cmd": "PUSHB", "queue": "gb", "jobs": ints},
+	} {
+		if a := c.call(req); a["ok"] != false || memRefusal(a) {
+			t.Fatalf("%s: %v, want its own refusal", req["cmd"], a)
+		}
+		if n := s.b.mem.admitted.Load(); n != 0 {
+			t.Errorf("%s refused for a bad field left %d bytes in the estimate", req["cmd"], n)
+		}
+		if s.b.mem.refusing.Load() {
+			t.Errorf("%s refused for a bad field started the budget refusing", req["cmd"])
+		}
+		s.refusing(false)
+	}
+	id := push(t, c, "gb", nil)
+	if n := s.b.mem.admitted.Load(); n < jobMemOverhead {
+		t.Errorf("a PUSH weighs %d in the estimate", n)
+	}
+	c.ok(M{"cmd": "Update", "id": id, "data": strings.Repeat("u", 1<<20)})
+	if n := s.b.mem.admitted.Load(); n < 1<<20 {
+		t.Errorf("after an Update of 1 MiB the estimate holds %d", n)
 	}
 }

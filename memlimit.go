@@ -210,8 +210,12 @@ const (
 )
 
 // admitRequest is the one admission of the command table: a command that
-// grows what jobs hold is refused while the budget is spent, and weighed
-// into the estimate (requestWeight) when let in; the others pass.
+// grows what jobs hold is refused while the budget is spent; let in, it
+// answers its weight (requestWeight), which run adds to the estimate
+// (took) once the command did not answer with an error: a request refused
+// for a bad field made nothing, and cannot swell the estimate (and so
+// refuse everyone until the next collection) by claiming jobs it never
+// makes. The others pass.
 //
 // A worker's step is never refused. What it can add is bounded apart:
 //   - an ACK's result (a URL handler's answer too) is kept in the results
@@ -219,7 +223,7 @@ const (
 //   - a FAIL's error and stack land in at most maxTimelineEntries
 //     timeline and as many attempt entries of the job, the whole job
 //     within maxJobBytes (failure.check);
-//   - a repeating job's next run, made by its ACK, is weighed (tookJobs)
+//   - a repeating job's next run, made by its ACK, is weighed (took)
 //     though never refused, which would end the schedule;
 //   - a child's result copied into its parent's values is weighed too, so
 //     that what may be refused is once they pile up: each is within
@@ -232,20 +236,24 @@ const (
 // group commit, an Update's data on its way to the database), so while
 // the live heap is over the mark they are refused all the same, and the
 // process keeps within its budget.
-func (m *memLimit) admitRequest(use memUse, req Map) error {
+func (m *memLimit) admitRequest(use memUse, req Map) (int64, error) {
 	if use == memWorker || use == memSteady || m == nil || m.limit <= 0 {
-		return nil
+		return 0, nil
 	}
-	return m.admit(requestWeight(req))
+	if err := m.admit(0); err != nil {
+		return 0, err
+	}
+	if !m.countJobs {
+		return 0, nil
+	}
+	return requestWeight(req), nil
 }
 
 // requestWeight bounds what a request can make jobs hold: every byte it
 // carries (a job's data and strings, new data, a progress, a log line, a
 // child's id, a schedule's data all come from it), and a job's own cost
 // (jobMemOverhead) for each job it may make, a PUSHB's or PUSHF's jobs
-// counted from their array's header. A request refused after it was let
-// in (a bad field) leaves its weight in the estimate until the next
-// collection: an estimate too high for a moment, never too low.
+// counted from their array's header.
 func requestWeight(req Map) int64 {
 	jobs := 1
 	if raw := req.Get("jobs"); !raw.IsNil() {
@@ -256,14 +264,17 @@ func requestWeight(req Map) int64 {
 	return int64(req.size()) + int64(jobs)*jobMemOverhead
 }
 
-// tookJobs weighs jobs made on a path that may not refuse them (a
-// repeating job's next run, made by its ACK) into the estimate, so that
-// the commands that may be refused are, once the budget is reached.
-func (m *memLimit) tookJobs(n int64) {
+// took adds what weighs n bytes, let in already, to the estimate: a
+// command admitted by admitRequest once it did its work, or jobs made on a
+// path that may not refuse them (a repeating job's next run, made by its
+// ACK), so that what may be refused is once the budget is reached.
+func (m *memLimit) took(n int64) {
 	if m == nil || m.limit <= 0 || !m.countJobs {
 		return
 	}
 	if m.live.Load()+m.admitted.Add(n) >= m.high {
+		// What took it there is in (high is under the limit); what comes
+		// next waits for room.
 		m.startRefusing(m.estimate())
 	}
 }
@@ -295,8 +306,8 @@ func (m *memLimit) errFull() error {
 		sizeText(m.limit))
 }
 
-// admit lets what weighs n bytes (requestWeight, jobMemBytes) in, or
-// refuses it while the budget is spent.
+// admit lets jobs weighing n bytes (jobMemBytes) in, or refuses them while
+// the budget is spent: a cron run, made by the server itself.
 func (m *memLimit) admit(n int64) error {
 	if m == nil || m.limit <= 0 {
 		return nil
@@ -305,11 +316,7 @@ func (m *memLimit) admit(n int64) error {
 		m.refused.Add(1)
 		return m.errFull()
 	}
-	if m.countJobs && m.live.Load()+m.admitted.Add(n) >= m.high {
-		// This push fits (high is under the limit); the next ones wait for
-		// room.
-		m.startRefusing(m.estimate())
-	}
+	m.took(n)
 	return nil
 }
 

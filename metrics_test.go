@@ -57,7 +57,7 @@ func (ls *localServer) raw(m map[string]any) []byte {
 		ls.t.Fatalf("no command %v", m["cmd"])
 	}
 	var e Enc
-	ls.c.run(h, pm, &e)
+	ls.c.run(h, pm, &e, 0)
 	return e.B[4:]
 }
 

@@ -397,18 +397,22 @@ func (c *conn) dispatch(m Map, e *Enc) (reserved int64) {
 	default:
 		// The one admission of whatever grows what jobs hold (commands.go).
 		h := commands[cmd]
-		if err := c.srv.b.mem.admitRequest(h.mem, m); err != nil {
+		weight, err := c.srv.b.mem.admitRequest(h.mem, m)
+		if err != nil {
 			appendError(e, m.Get("reqId"), err.Error())
 			return 0
 		}
-		return c.run(h.run, m, e)
+		return c.run(h.run, m, e, weight)
 	}
 	return 0
 }
 
 // run executes a handler and frames its answer into e. It returns the
-// room the answer reserved (see dispatch).
-func (c *conn) run(h Handler, m Map, e *Enc) (reserved int64) {
+// room the answer reserved (see dispatch). weight is what the memory
+// budget let the request in with: it joins the estimate once the command
+// did not answer with an error, so that a request refused for a bad field
+// cannot swell the estimate.
+func (c *conn) run(h Handler, m Map, e *Enc, weight int64) (reserved int64) {
 	start := len(e.B)
 	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b, eng: c.srv.eng}
 	at := e.BeginFrame()
@@ -418,6 +422,9 @@ func (c *conn) run(h Handler, m Map, e *Enc) (reserved int64) {
 	e.Bool(true)
 	r.n = 1
 	err := safeCall(h, &r)
+	if weight > 0 && (err == nil || err == errAsync) {
+		c.srv.b.mem.took(weight)
+	}
 	if err == errAsync {
 		e.B = e.B[:start]
 		return r.reserved
@@ -533,7 +540,7 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 		reserved := c.run(func(ar *Req) error {
 			ar.reqID = reqID
 			return fn(ar)
-		}, Map{}, e)
+		}, Map{}, e, 0)
 		// The frame is counted as it is written (writeFrame) or queued
 		// (a virtual connection's out): its reservation is no longer needed
 		// then.
