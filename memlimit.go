@@ -6,13 +6,14 @@ package main
 // retry of completed or dead-lettered jobs: the commands the table marks
 // grows, commands.go) is refused with an error that names the limit,
 // while pulls, ACKs, FAILs, removals and reads go on, and once workers
-// have made room it is accepted again. A producer faster than its workers meets a clear refusal rather
-// than the OOM killer, which in memory mode would take every job with it,
-// and a SQLite file never holds more than the server can load back.
+// have made room it is accepted again. A producer faster than its
+// workers meets a clear refusal rather than the OOM killer, which in
+// memory mode would take every job with it, and a SQLite file never holds
+// more than the server can load back.
 //
 // What is measured is the Go heap that is live: what the last collection
-// found, plus an estimate of the jobs admitted since (the figure after a
-// collection is a collection old). Pushes are refused from memHigh of the
+// found, plus an estimate of what was let in since (the figure after a
+// collection is a collection old). Growth is refused from memHigh of the
 // budget and accepted again under memLow; the runtime's own soft limit is
 // the budget, so that garbage is collected before the process passes it.
 
@@ -30,8 +31,8 @@ import (
 )
 
 const (
-	// Pushes are refused once the live heap reaches memHigh percent of
-	// the budget, and accepted again under memLow percent.
+	// What grows jobs is refused once the live heap reaches memHigh
+	// percent of the budget, and accepted again under memLow percent.
 	memHigh = 80
 	memLow  = 70
 	// jobMemOverhead is what a job costs in memory besides its strings:
@@ -240,8 +241,9 @@ func (m *memLimit) admitRequest(use memUse, req Map) (int64, error) {
 	if use == memWorker || use == memSteady || m == nil || m.limit <= 0 {
 		return 0, nil
 	}
-	if err := m.admit(0); err != nil {
-		return 0, err
+	if m.refusing.Load() {
+		m.refused.Add(1)
+		return 0, m.errFull()
 	}
 	if !m.countJobs {
 		return 0, nil
