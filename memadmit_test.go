@@ -431,6 +431,7 @@ func (s *admitServer) held() int64 {
 	return jobHeldBytes(s.b)
 }
 
+// reqBytes is what a request carries, encoded.
 func reqBytes(t *testing.T, m M) int64 {
 	var e Enc
 	if err := e.Any(m); err != nil {
@@ -451,7 +452,7 @@ func memRefusal(a M) bool {
 // the budget is spent, every command that grows what jobs hold is refused
 // naming the budget and changes nothing, and every other one goes on, the
 // steady ones holding no more than before and a worker's step no more
-// than it carries (measured by jobHeldBytes); once the budget is open,
+// than three times what it carries (measured by jobHeldBytes); once the budget is open,
 // each growing fixture is accepted. Memory, SQLite and PostgreSQL modes;
 // an Update through a virtual connection (MCP tools, URL handlers) is
 // refused too.
