@@ -243,7 +243,7 @@ The container probe, as bunqueue healthcheck: asks the server's HTTP
 when it answers healthy, 1 otherwise (after 5 s at most). It prints
 "healthy" or "Health check failed", nothing of the answer.
 `,
-	"mcp": `Usage: queued mcp
+	"mcp": `Usage: queued mcp [--mcp-max-answer-bytes SIZE]
 
 An MCP (Model Context Protocol) server over stdio, for an AI agent that
 starts it as a subprocess: the 73 tools, 5 resources and 3 prompts of
@@ -251,6 +251,15 @@ bunqueue-mcp, against the server at -H/-p (or BUNQUEUE_HOST, BUNQUEUE_PORT,
 BUNQUEUE_TOKEN, as bunqueue-mcp reads them in its tcp mode). One JSON-RPC
 message per line on stdin and stdout; the log on stderr. The server
 itself serves the same at http://HOST:HTTP_PORT/mcp. See docs/mcp.md.
+
+  --mcp-max-answer-bytes SIZE   one answer, as written (default 1MiB, from
+                                16KiB to 64MiB): lists of jobs are cut to
+                                fit, with a note, and values past a
+                                sixteenth of it are shown as their type and
+                                length [QUEUED_MCP_MAX_ANSWER_BYTES]
+
+Up to 16 requests run at once; one more is refused at once, while pings
+and cancellations are always answered.
 `,
 	"doctor": `Usage: queued doctor
 

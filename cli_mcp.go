@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,10 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.help {
 		return printHelp("mcp", stdout, stderr)
+	}
+	maxAnswer, rest, err := mcpAnswerOption(rest)
+	if err != nil {
+		return cliFail(o, stderr, err, 2)
 	}
 	if len(rest) > 0 {
 		return cliFail(o, stderr, usagef("mcp: unexpected argument %q (see queued help mcp)", rest[0]), 2)
@@ -64,11 +69,52 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("queued MCP server started", "transport", "stdio", "server", cfg.Addr, "version", version)
 	srv := newMCPServer(link.send, log)
+	srv.maxAnswer = maxAnswer
 	if err := serveMCPStdio(ctx, srv, os.Stdin, stdout); err != nil {
 		log.Error("queued mcp", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// mcpAnswerOption reads --mcp-max-answer-bytes out of the words after
+// mcp (QUEUED_MCP_MAX_ANSWER_BYTES, else the default, when absent).
+func mcpAnswerOption(args []string) (int64, []string, error) {
+	v, set := os.Getenv("QUEUED_MCP_MAX_ANSWER_BYTES"), false
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--mcp-max-answer-bytes":
+			if i+1 >= len(args) {
+				return 0, nil, usagef("--mcp-max-answer-bytes needs a value")
+			}
+			v, set = args[i+1], true
+			i++
+		case strings.HasPrefix(a, "--mcp-max-answer-bytes="):
+			v, set = a[len("--mcp-max-answer-bytes="):], true
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if v == "" {
+		if set {
+			return 0, nil, usagef("--mcp-max-answer-bytes needs a value")
+		}
+		return defaultMCPAnswer, rest, nil
+	}
+	what := "--mcp-max-answer-bytes"
+	if !set {
+		what = "QUEUED_MCP_MAX_ANSWER_BYTES"
+	}
+	n, err := parseByteSize(v)
+	if err != nil {
+		return 0, nil, usagef("%s=%q is not a size: %v", what, v, err)
+	}
+	if err := checkMCPAnswer(n, what); err != nil {
+		return 0, nil, usagef("%v", err)
+	}
+	return n, rest, nil
 }
 
 // mcpLink is the connection to the server, made again when it breaks (the
@@ -125,9 +171,12 @@ func (l *mcpLink) close() {
 var errLineTooLong = errors.New("line too long")
 
 // serveMCPStdio reads JSON-RPC messages, one per line, until in ends or
-// ctx does, and writes each answer on a line of its own. Up to
-// mcpMaxPending requests run at once; answers may come out of order, as
-// JSON-RPC allows.
+// ctx does, and writes each answer on a line of its own (one writer at a
+// time). Up to mcpMaxPending requests run at once, answers coming out of
+// order as JSON-RPC allows; one more is refused at once, and the reader
+// goes on: a notifications/cancelled, a ping or a malformed message is
+// taken as it comes, whatever is running (a ping waited 60 s behind 40
+// long waits when the reader waited for a turn).
 func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Writer) error {
 	sess := srv.session()
 	r := bufio.NewReaderSize(in, 64<<10)
@@ -137,10 +186,32 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 		defer wmu.Unlock()
 		out.Write(append(b, '\n'))
 	}
-	sem := make(chan struct{}, mcpMaxPending)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	lines := make(chan []byte)
+	slots := make(chan struct{}, mcpMaxPending)
+	// running: the requests under way; stopped once the loop ends, after
+	// which none starts (a WaitGroup takes no Add once waited on).
+	var mu sync.Mutex
+	var running sync.WaitGroup
+	stopped := false
+	defer func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		running.Wait()
+	}()
+	start := func(in rpcIn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return false
+		}
+		running.Go(func() {
+			defer func() { <-slots }()
+			ans, release := sess.serve(ctx, in)
+			write(ans)
+			release()
+		})
+		return true
+	}
 	readErr := make(chan error, 1)
 	go func() {
 		for {
@@ -150,10 +221,28 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 				continue
 			}
 			if len(bytes.TrimSpace(line)) > 0 {
-				select {
-				case lines <- line:
-				case <-ctx.Done():
-					return
+				in, ans, isRequest := sess.parse(line)
+				switch {
+				case ans != nil:
+					write(ans)
+				case !isRequest:
+					// a notification, taken by parse
+				case in.Method == "ping":
+					ans, release := sess.serve(ctx, in)
+					write(ans)
+					release()
+				default:
+					select {
+					case slots <- struct{}{}:
+						if !start(in) {
+							<-slots
+							readErr <- nil
+							return
+						}
+					default:
+						write(rpcAnswer(in.ID, nil, rpcErr(rpcTooManyRequests,
+							"Too many requests in flight: a session runs at most %d at once; wait for an answer, or cancel a request (notifications/cancelled)", mcpMaxPending)))
+					}
 				}
 			}
 			if err != nil {
@@ -162,28 +251,14 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 			}
 		}
 	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-readErr:
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		case line := <-lines:
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if ans := sess.handle(ctx, line); ans != nil {
-					write(ans)
-				}
-			})
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-readErr:
+		if err == io.EOF {
+			err = nil
 		}
+		return err
 	}
 }
 

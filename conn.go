@@ -711,10 +711,23 @@ func (c *conn) eventWriter(kick chan struct{}) {
 }
 
 // localSend runs one command on this server, as a TCP connection's would
-// run it, and answers its answer: for the server's own clients (the MCP
-// tools served over HTTP, the HTTP handlers), which go through the same
-// checks, events and figures as any other.
+// run it, and answers its answer: for the server's own clients (the HTTP
+// handlers), which go through the same checks, events and figures as any
+// other. The answer's room in the answer budget is given back as it
+// returns.
 func (s *Server) localSend(ctx context.Context, cmd string, fields func(e *Enc) int) ([]byte, error) {
+	ans, release, err := s.localSendHeld(ctx, cmd, fields)
+	release()
+	return ans, err
+}
+
+// localSendHeld is localSend for a caller that reads the answer at
+// length (the MCP tools served over HTTP): the answer stays counted in
+// the server's answer budget, every byte of it, until release, which the
+// caller calls once it is done with it (always, error or not). The answer
+// is the frame the command wrote, not a copy.
+func (s *Server) localSendHeld(ctx context.Context, cmd string, fields func(e *Enc) int) (ans []byte, release func(), err error) {
+	nothing := func() {}
 	var req Enc
 	mp := req.OpenMap()
 	req.Str("cmd")
@@ -726,23 +739,48 @@ func (s *Server) localSend(ctx context.Context, cmd string, fields func(e *Enc) 
 	req.CloseMap(mp, n)
 	m, err := parseRequest(req.B, nil, maxRequestFields)
 	if err != nil {
-		return nil, err
+		return nil, nothing, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	async := make(chan []byte, 1)
-	c := newVirtualConn(s, ctx, "", func(f []byte) { async <- f }, true)
-	defer c.finishVirtual()
+	// An answer given later is counted before it is handed over: goAsync
+	// gives its reservation back once out returns, and the frame must not
+	// be unaccounted in between.
+	c := newVirtualConn(s, ctx, "", func(f []byte) {
+		s.answers.hold(int64(len(f)))
+		async <- f
+	}, true)
 	var e Enc
-	reserved := c.dispatch(m, &e)
-	defer s.answers.free(reserved)
-	f := e.B
-	if len(f) == 0 {
-		select {
-		case f = <-async:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	held := c.dispatch(m, &e)
+	if f := e.B; len(f) > 0 {
+		// Answered at once: the room the command reserved, and the rest
+		// of the frame when it wrote more (answers under smallAnswer
+		// reserve nothing).
+		if extra := int64(len(f)) - held; extra > 0 {
+			s.answers.hold(extra)
+			held += extra
 		}
+		c.finishVirtual()
+		return f[4:], func() { s.answers.free(held) }, nil
 	}
-	return append([]byte(nil), f[4:]...), nil
+	var f []byte
+	select {
+	case f = <-async:
+	case <-ctx.Done():
+	}
+	// The connection's waiting command ends with it, and what it answers
+	// then is let go.
+	c.finishVirtual()
+	if f == nil {
+		select {
+		case late := <-async:
+			s.answers.free(int64(len(late)))
+		default:
+		}
+		s.answers.free(held)
+		return nil, nothing, ctx.Err()
+	}
+	held += int64(len(f))
+	return f[4:], func() { s.answers.free(held) }, nil
 }

@@ -47,6 +47,8 @@ type httpConfig struct {
 	// metricsOpen leaves GET /prometheus open when tokens are set
 	// (--metrics-auth=false).
 	metricsOpen bool
+	// mcpMaxAnswer caps one answer of /mcp (--mcp-max-answer-bytes).
+	mcpMaxAnswer int64
 }
 
 type httpAPI struct {
@@ -113,7 +115,7 @@ func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *http
 	a.addProbeRoutes()
 	a.addRESTRoutes()
 	a.addUIRoutes()
-	a.addMCPRoutes()
+	a.addMCPRoutes(cfg.mcpMaxAnswer)
 	if a.live != nil {
 		// The hub checks the handshake's origin too; the route table's
 		// check comes first and is the same one.

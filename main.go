@@ -119,6 +119,8 @@ type config struct {
 	// maxWriteQueue one connection's share of it (0: no share), maxMemory
 	// the memory budget for jobs (0: none). See answers.go, memlimit.go.
 	maxAnswerBytes, maxWriteQueue, maxMemory byteSize
+	// mcpMaxAnswer caps one MCP answer of /mcp (0: the default).
+	mcpMaxAnswer byteSize
 	// liveEvery shortens the live events' periodic figures (tests).
 	liveEvery liveIntervals
 	// authTimeout, handshakeTimeout and stallTimeout replace the
@@ -333,6 +335,9 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	c.maxWriteQueue = envSize([]string{"TCP_MAX_WRITE_QUEUE_BYTES"}, defaultWriteQueueBytes)
 	fs.Var(&c.maxWriteQueue, "max-write-queue-bytes",
 		"answers one connection has not read; past it the connection is closed (0: no bound of its own) [TCP_MAX_WRITE_QUEUE_BYTES]")
+	c.mcpMaxAnswer = envSize([]string{"QUEUED_MCP_MAX_ANSWER_BYTES"}, defaultMCPAnswer)
+	fs.Var(&c.mcpMaxAnswer, "mcp-max-answer-bytes",
+		"one answer of /mcp to an AI agent, as written: lists are cut to fit, with a note, and values past a sixteenth of it are shown as their type and length; 16KiB to 64MiB [QUEUED_MCP_MAX_ANSWER_BYTES]")
 	c.maxMemory = envSize([]string{"QUEUED_MAX_MEMORY"}, defaultMaxMemory())
 	fs.Var(&c.maxMemory, "max-memory",
 		"memory budget for jobs: past 80% of it pushes and every other command that grows job memory are refused until workers make room, and a data file that needs more is refused at start; the default is three quarters of the memory (0: no budget) [QUEUED_MAX_MEMORY]")
@@ -418,6 +423,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.maxConns < 1 {
 		fmt.Fprintln(stderr, "queued: --max-connections must be at least 1")
+		return 2
+	}
+	if err := checkMCPAnswer(int64(c.mcpMaxAnswer), "--mcp-max-answer-bytes"); err != nil {
+		fmt.Fprintln(stderr, "queued:", err)
 		return 2
 	}
 	if c.shards != 0 && (c.shards < 1 || c.shards > 64 || c.shards&(c.shards-1) != 0) {
@@ -820,7 +829,7 @@ func (s *serverRun) listen() error {
 	s.lv = newLive(s.srv, log, c.liveEvery)
 	s.srv.live = s.lv // before serving: the Prometheus figures read its clients
 	hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
-		listenHost: c.host, live: s.lv, metricsOpen: c.metricsAuth != nil && !*c.metricsAuth}
+		listenHost: c.host, live: s.lv, metricsOpen: c.metricsAuth != nil && !*c.metricsAuth, mcpMaxAnswer: int64(c.mcpMaxAnswer)}
 	if s.sq != nil {
 		hcfg.dataPath = c.dataPath
 	}

@@ -30,8 +30,9 @@ const (
 	// mcpMaxMessage is the largest JSON-RPC message read (a line on
 	// stdio, a body over HTTP).
 	mcpMaxMessage = 4 << 20
-	// mcpMaxPending is how many requests of one session run at once;
-	// past it a request waits for a turn, and the reader with it.
+	// mcpMaxPending is how many requests of one stdio session run at
+	// once; past it a request is refused at once, and the reader goes on
+	// (cancellations and pings must always get through).
 	mcpMaxPending = 16
 	// mcpCallTimeout bounds one tool call, resource read or prompt, the
 	// longest waits of the tools (30 s) included.
@@ -45,6 +46,9 @@ const (
 	rpcMethodNotFound = -32601
 	rpcInvalidParams  = -32602
 	rpcInternalError  = -32603
+	// Server errors, in the range JSON-RPC leaves to implementations.
+	rpcTooManyRequests = -32000 // past mcpMaxPending requests in flight
+	rpcAnswerTooBig    = -32001 // an answer over --mcp-max-answer-bytes
 )
 
 // mcpSend sends one command to a queued server and answers its raw
@@ -53,16 +57,34 @@ const (
 // error, as the reference's client gives it to its tools.
 type mcpSend func(ctx context.Context, cmd string, fields func(e *Enc) int) ([]byte, error)
 
+// mcpSendHeld is mcpSend for a server that keeps the answer counted in
+// its answer budget while a tool reads it: release (nil when nothing is
+// held) gives it back, once the MCP answer made of it is built.
+type mcpSendHeld func(ctx context.Context, cmd string, fields func(e *Enc) int) (answer []byte, release func(), err error)
+
 // mcpServer serves MCP over any transport; its tools reach queued through
 // send.
 type mcpServer struct {
-	send    mcpSend
+	send    mcpSendHeld
 	version string
 	log     *slog.Logger
+	// maxAnswer caps one answer, as written (--mcp-max-answer-bytes).
+	maxAnswer int64
+	// answers, when set, is the server's answer budget: an answer is held
+	// in it from the moment it is built until the transport has written
+	// it (and frees it then). Over HTTP; stdio has none.
+	answers *answerBudget
 }
 
 func newMCPServer(send mcpSend, log *slog.Logger) *mcpServer {
-	return &mcpServer{send: send, version: version, log: log}
+	return newMCPServerHeld(func(ctx context.Context, cmd string, fields func(e *Enc) int) ([]byte, func(), error) {
+		b, err := send(ctx, cmd, fields)
+		return b, nil, err
+	}, log)
+}
+
+func newMCPServerHeld(send mcpSendHeld, log *slog.Logger) *mcpServer {
+	return &mcpServer{send: send, version: version, log: log, maxAnswer: defaultMCPAnswer}
 }
 
 // mcpSession is one client's conversation: its negotiated version and the
@@ -101,30 +123,57 @@ func rpcErr(code int, format string, args ...any) *rpcError {
 }
 
 // handle answers one JSON-RPC message; nil when it needs no answer (a
-// notification). ctx ends the request's work (the transport's).
+// notification). ctx ends the request's work (the transport's). With an
+// answer budget, the answer is held in it: the transport frees it once
+// written (len of the answer).
 func (s *mcpSession) handle(ctx context.Context, msg []byte) []byte {
+	in, ans, isRequest := s.parse(msg)
+	if ans == nil && isRequest {
+		var release func()
+		ans, release = s.serve(ctx, in)
+		defer release()
+	}
+	if ans != nil && s.srv.answers != nil {
+		s.srv.answers.hold(int64(len(ans)))
+	}
+	return ans
+}
+
+// parse reads one JSON-RPC message. A request to serve comes back as in,
+// with isRequest; a notification is taken at once (nothing comes back);
+// a malformed message comes back answered (ans).
+func (s *mcpSession) parse(msg []byte) (in rpcIn, ans []byte, isRequest bool) {
 	msg = bytes.TrimSpace(msg)
 	if len(msg) > 0 && msg[0] == '[' {
-		return rpcAnswer(nil, nil, rpcErr(rpcInvalidRequest, "batches are not accepted: send one JSON-RPC message at a time"))
+		return in, rpcAnswer(nil, nil, rpcErr(rpcInvalidRequest, "batches are not accepted: send one JSON-RPC message at a time")), false
 	}
-	var in rpcIn
 	if err := json.Unmarshal(msg, &in); err != nil {
-		return rpcAnswer(nil, nil, rpcErr(rpcParseError, "Parse error: %v", err))
+		return in, rpcAnswer(nil, nil, rpcErr(rpcParseError, "Parse error: %v", err)), false
 	}
-	isRequest := len(in.ID) > 0 && !bytes.Equal(in.ID, []byte("null"))
+	if len(in.ID) > mcpMaxID {
+		return in, rpcAnswer(nil, nil, rpcErr(rpcInvalidRequest, "Invalid Request: an id is limited to %d bytes", mcpMaxID)), false
+	}
+	isRequest = len(in.ID) > 0 && !bytes.Equal(in.ID, []byte("null"))
 	if in.JSONRPC != "2.0" || (in.Method == "" && isRequest) {
-		return rpcAnswer(in.ID, nil, rpcErr(rpcInvalidRequest, "Invalid Request: expected a JSON-RPC 2.0 message with a method"))
+		return in, rpcAnswer(in.ID, nil, rpcErr(rpcInvalidRequest, "Invalid Request: expected a JSON-RPC 2.0 message with a method")), false
 	}
 	if in.Method == "" {
-		return nil // an answer to a request of ours: we send none
+		return in, nil, false // an answer to a request of ours: we send none
 	}
 	if len(in.ID) > 0 && in.ID[0] != '"' && (in.ID[0] < '0' || in.ID[0] > '9') && in.ID[0] != '-' {
-		return rpcAnswer(nil, nil, rpcErr(rpcInvalidRequest, "Invalid Request: an id is a string or a number"))
+		return in, rpcAnswer(nil, nil, rpcErr(rpcInvalidRequest, "Invalid Request: an id is a string or a number")), false
 	}
 	if !isRequest {
 		s.notified(in.Method, in.Params)
-		return nil
+		return in, nil, false
 	}
+	return in, nil, true
+}
+
+// serve runs one request and answers it, within the answer's cap. The
+// wire answers its tool read stay held (release gives them back) until
+// the caller has counted the answer made of them.
+func (s *mcpSession) serve(ctx context.Context, in rpcIn) (ans []byte, release func()) {
 	ctx, cancel := context.WithTimeout(ctx, mcpCallTimeout)
 	defer cancel()
 	key := string(in.ID)
@@ -136,8 +185,23 @@ func (s *mcpSession) handle(ctx context.Context, msg []byte) []byte {
 		delete(s.inflight, key)
 		s.mu.Unlock()
 	}()
-	result, err := s.call(ctx, in.Method, in.Params)
-	return rpcAnswer(in.ID, result, err)
+	max := s.srv.maxAnswer
+	// The envelope around a tool's text, and a line's newline on stdio.
+	env := len(rpcAnswer(in.ID, []byte(`{"content":[{"type":"text","text":""}],"isError":true}`), nil)) + 1
+	b := &mcpBackend{held: s.srv.send, fit: newMCPFit(max, env)}
+	result, err := s.call(ctx, b, in.Method, in.Params)
+	ans = rpcAnswer(in.ID, result, err)
+	if int64(len(ans))+1 > max {
+		// A tool's answer was measured as it was built; whatever still
+		// passes the cap is refused, naming it.
+		msg := errMCPTooBig(max)
+		if in.Method == "tools/call" {
+			ans = rpcAnswer(in.ID, toolResult(mcpResult{text: errorText(msg), isError: true}), nil)
+		} else {
+			ans = rpcAnswer(in.ID, nil, rpcErr(rpcAnswerTooBig, "%s", msg))
+		}
+	}
+	return ans, b.release
 }
 
 // notified takes a notification: a cancellation ends the request it
@@ -161,7 +225,7 @@ func (s *mcpSession) notified(method string, params json.RawMessage) {
 }
 
 // call runs one request's method.
-func (s *mcpSession) call(ctx context.Context, method string, params json.RawMessage) (result []byte, err error) {
+func (s *mcpSession) call(ctx context.Context, b *mcpBackend, method string, params json.RawMessage) (result []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.srv.log.Error("MCP request panic", "method", method, "panic", p)
@@ -176,17 +240,17 @@ func (s *mcpSession) call(ctx context.Context, method string, params json.RawMes
 	case "tools/list":
 		return mcpToolList(), nil
 	case "tools/call":
-		return s.srv.callTool(ctx, params)
+		return s.srv.callTool(ctx, b, params)
 	case "resources/list":
 		return mcpResourceList(), nil
 	case "resources/templates/list":
 		return []byte(`{"resourceTemplates":[]}`), nil
 	case "resources/read":
-		return s.srv.readResource(ctx, params)
+		return s.srv.readResource(ctx, b, params)
 	case "prompts/list":
 		return mcpPromptList(), nil
 	case "prompts/get":
-		return s.srv.getPrompt(ctx, params)
+		return s.srv.getPrompt(ctx, b, params)
 	}
 	return nil, rpcErr(rpcMethodNotFound, "Method not found: %s", method)
 }

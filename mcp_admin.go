@@ -33,7 +33,7 @@ func mcpQueueTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().json("queues", or(m.Get("queues"), "[]")).close())
+				return okText(newJSONObj().json("queues", b.or(m.Get("queues"), "[]")).close())
 			}},
 		{name: "bunqueue_count_jobs", desc: "Count a queue's jobs, in every state.", in: props(queue),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -41,7 +41,7 @@ func mcpQueueTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().str("queue", a.str("queue")).json("count", or(m.Get("count"), "0")).close())
+				return okText(newJSONObj().str("queue", a.str("queue")).json("count", b.or(m.Get("count"), "0")).close())
 			}},
 		{name: "bunqueue_get_jobs", desc: "List a queue's jobs, optionally of one state, a page at a time.",
 			in: props(queue, opt("state", sEnum("Filter by job state", "waiting", "delayed", "active", "completed", "failed")),
@@ -56,11 +56,14 @@ func mcpQueueTools() []*mcpTool {
 				if !ok {
 					end = 20
 				}
-				jobs, err := b.getJobs(ctx, a.str("queue"), argOrUndef(a, "state"), start, end)
+				head := newJSONObj().str("queue", a.str("queue")).num("count", 0).json("jobs", []byte("[]")).close()
+				jobs, left, err := b.getJobs(ctx, a.str("queue"), argOrUndef(a, "state"), start, end, textCost(head))
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return prettyText(newJSONObj().str("queue", a.str("queue")).num("count", float64(len(jobs))).json("jobs", jsonArr(jobs)).close())
+				o := newJSONObj().str("queue", a.str("queue")).num("count", float64(len(jobs))).json("jobs", jsonArr(jobs))
+				jobsNote(b, o, left, "jobs of this page were", fmt.Sprintf("ask for them with start=%s", appendJSONNumber(nil, start+float64(len(jobs)))))
+				return prettyText(o.close())
 			}},
 		{name: "bunqueue_get_job_counts", desc: "Count a queue's jobs by state (waiting, delayed, active, completed, failed).", in: props(queue),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -80,7 +83,7 @@ func mcpQueueTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", true).str("queue", a.str("queue")).json("removed", or(m.Get("removed"), "0")).close())
+				return okText(newJSONObj().boolean("success", true).str("queue", a.str("queue")).json("removed", b.or(m.Get("removed"), "0")).close())
 			}},
 		{name: "bunqueue_obliterate_queue", desc: "Remove everything of a queue (waiting, active, completed, failed). Destructive.", in: props(queue),
 			run: done("Obliterate", "Queue obliterated")},
@@ -96,7 +99,7 @@ func mcpQueueTools() []*mcpTool {
 				}
 				ids, _, _ := m.Array("ids")
 				return okText(newJSONObj().boolean("success", true).str("queue", a.str("queue")).num("removed", float64(len(ids))).
-					json("ids", or(m.Get("ids"), "[]")).close())
+					json("ids", b.or(m.Get("ids"), "[]")).close())
 			}},
 		{name: "bunqueue_is_paused", desc: "Tell whether a queue is paused.", in: props(queue),
 			run: func(ctx context.Context, b *mcpBackend, a mcpArgs) (mcpResult, error) {
@@ -118,17 +121,23 @@ func mcpQueueTools() []*mcpTool {
 	}
 }
 
-// getJobs is the reference's getJobs: a page from start to end.
-func (b *mcpBackend) getJobs(ctx context.Context, queue string, state any, start, end float64) ([][]byte, error) {
+// getJobs is the reference's getJobs: a page from start to end, the
+// jobs that fit in the answer beside the rest of its text (rest), and
+// how many were left out.
+func (b *mcpBackend) getJobs(ctx context.Context, queue string, state any, start, end float64, rest int64) ([][]byte, int, error) {
 	var limit any = undef{}
 	if end >= 0 {
 		limit = math.Max(0, end-start)
 	}
 	m, err := b.call(ctx, "GetJobs", "queue", queue, "state", state, "offset", start, "limit", limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return mcpJobs(m, "jobs")
+	raws, _, err := m.Array("jobs")
+	if err != nil {
+		return nil, 0, err
+	}
+	return b.fitJobs(raws, rest, 2, false)
 }
 
 func (b *mcpBackend) isPaused(ctx context.Context, queue string) ([]byte, error) {
@@ -136,7 +145,7 @@ func (b *mcpBackend) isPaused(ctx context.Context, queue string) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	return or(m.Get("paused"), "false"), nil
+	return b.or(m.Get("paused"), "false"), nil
 }
 
 func (b *mcpBackend) countsPerPriority(ctx context.Context, queue string) ([]byte, error) {
@@ -144,7 +153,7 @@ func (b *mcpBackend) countsPerPriority(ctx context.Context, queue string) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	return or(m.Get("counts"), "{}"), nil
+	return b.or(m.Get("counts"), "{}"), nil
 }
 
 // ---------------------------------------------------------------------------
@@ -163,7 +172,7 @@ func mcpDLQTools() []*mcpTool {
 			if err != nil {
 				return mcpResult{}, err
 			}
-			return okText(newJSONObj().boolean("success", true).str("queue", a.str("queue")).json(key, or(m.Get(key), "0")).close())
+			return okText(newJSONObj().boolean("success", true).str("queue", a.str("queue")).json(key, b.or(m.Get(key), "0")).close())
 		}
 	}
 	return []*mcpTool{
@@ -174,11 +183,14 @@ func mcpDLQTools() []*mcpTool {
 				if !ok {
 					limit = 20
 				}
-				jobs, err := b.dlq(ctx, a.str("queue"), limit)
+				head := newJSONObj().str("queue", a.str("queue")).num("count", 0).json("jobs", []byte("[]")).close()
+				jobs, left, err := b.dlq(ctx, a.str("queue"), limit, textCost(head))
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return prettyText(newJSONObj().str("queue", a.str("queue")).num("count", float64(len(jobs))).json("jobs", jsonArr(jobs)).close())
+				o := newJSONObj().str("queue", a.str("queue")).num("count", float64(len(jobs))).json("jobs", jsonArr(jobs))
+				jobsNote(b, o, left, "entries were", "the dead-letter queue is read from its start (limit), so look at the others one by one with bunqueue_get_job, or retry or purge the first ones")
+				return prettyText(o.close())
 			}},
 		{name: "bunqueue_retry_dlq", desc: "Retry jobs of the dead-letter queue: they wait again.",
 			in:  props(queue, opt("jobId", sStr("Specific job ID to retry (omit to retry all)"))),
@@ -192,12 +204,18 @@ func mcpDLQTools() []*mcpTool {
 	}
 }
 
-func (b *mcpBackend) dlq(ctx context.Context, queue string, limit float64) ([][]byte, error) {
+// dlq is the first entries of a queue's dead-letter queue that fit in the
+// answer beside the rest of its text (rest), and how many were left out.
+func (b *mcpBackend) dlq(ctx context.Context, queue string, limit float64, rest int64) ([][]byte, int, error) {
 	m, err := b.call(ctx, "Dlq", "queue", queue, "count", limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return mcpJobs(m, "jobs")
+	raws, _, err := m.Array("jobs")
+	if err != nil {
+		return nil, 0, err
+	}
+	return b.fitJobs(raws, rest, 2, false)
 }
 
 // ---------------------------------------------------------------------------
@@ -222,7 +240,7 @@ func mcpCronTools() []*mcpTool {
 				if err := refusal(m, "Failed to add cron"); err != nil {
 					return mcpResult{}, err
 				}
-				cron, err := mcpCron(m.Get("cron"))
+				cron, err := b.cron(m.Get("cron"))
 				if err != nil {
 					return mcpResult{}, err
 				}
@@ -245,7 +263,7 @@ func mcpCronTools() []*mcpTool {
 				if !answerOK(m) {
 					return failText(newJSONObj().str("error", "Cron not found").str("name", a.str("name")).close())
 				}
-				cron, err := mcpCron(m.Get("cron"))
+				cron, err := b.cron(m.Get("cron"))
 				if err != nil {
 					return mcpResult{}, err
 				}
@@ -266,7 +284,7 @@ var errBadCron = errors.New("Invalid cron response from broker")
 
 // mcpCron is a cron schedule as the tools show it, checked as the
 // reference checks what its broker answers.
-func mcpCron(r Raw) ([]byte, error) {
+func (b *mcpBackend) cron(r Raw) ([]byte, error) {
 	m, err := ParseMap(r, nil)
 	if err != nil {
 		return nil, errBadCron
@@ -290,10 +308,10 @@ func mcpCron(r Raw) ([]byte, error) {
 	}
 	o := newJSONObj().str("name", name).str("queue", queue)
 	if !nullish(schedule) {
-		o.raw("schedule", schedule)
+		o.json("schedule", b.val(schedule))
 	}
 	if !nullish(every) {
-		o.raw("repeatEvery", every)
+		o.json("repeatEvery", b.val(every))
 	}
 	o.str("nextRun", isoMillis(next))
 	if f, err := m.Get("executions").Float(); err == nil {
@@ -312,7 +330,7 @@ func (b *mcpBackend) crons(ctx context.Context) ([][]byte, error) {
 	raws, _, _ := m.Array("crons")
 	out := make([][]byte, 0, len(raws))
 	for _, r := range raws {
-		c, err := mcpCron(r)
+		c, err := b.cron(r)
 		if err != nil {
 			return nil, err
 		}
@@ -434,9 +452,9 @@ func (b *mcpBackend) webhooks(ctx context.Context) ([][]byte, error) {
 	out := make([][]byte, 0, len(raws))
 	for _, r := range raws {
 		w, _ := ParseMap(r, nil)
-		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).raw("url", w.Get("url")).
-			json("events", or(w.Get("events"), "[]")).raw("queue", w.Get("queue")).
-			json("enabled", or(w.Get("enabled"), "true")).close())
+		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).json("url", b.val(w.Get("url"))).
+			json("events", b.or(w.Get("events"), "[]")).json("queue", b.val(w.Get("queue"))).
+			json("enabled", b.or(w.Get("enabled"), "true")).close())
 	}
 	return out, nil
 }
@@ -500,12 +518,12 @@ func (b *mcpBackend) workers(ctx context.Context) ([][]byte, error) {
 		first := func(def string, keys ...string) []byte {
 			for _, k := range keys {
 				if !nullish(w.Get(k)) {
-					return rawJSON(w.Get(k))
+					return b.val(w.Get(k))
 				}
 			}
 			return []byte(def)
 		}
-		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).raw("name", w.Get("name")).
+		out = append(out, newJSONObj().str("id", rawString(w.Get("id"))).json("name", b.val(w.Get("name"))).
 			json("queues", first("[]", "queues")).json("active", first("0", "activeJobs")).
 			json("processed", first("0", "processedJobs", "processed")).json("failed", first("0", "failedJobs", "failed")).
 			json("lastHeartbeat", first("0", "lastSeen", "lastHeartbeat")).close())
@@ -550,7 +568,7 @@ func mcpMonitorTools() []*mcpTool {
 					return mcpResult{}, err
 				}
 				logs, _, _ := m.Array("logs")
-				return prettyText(newJSONObj().str("jobId", a.str("jobId")).num("count", float64(len(logs))).json("logs", or(m.Get("logs"), "[]")).close())
+				return prettyText(newJSONObj().str("jobId", a.str("jobId")).num("count", float64(len(logs))).json("logs", b.or(m.Get("logs"), "[]")).close())
 			}},
 		{name: "bunqueue_add_job_log", desc: "Add a log entry to a job.",
 			in: props(jobID, req("message", sStr("Log message")), opt("level", sEnum("Log level (default: info)", "info", "warn", "error"))),
@@ -586,7 +604,7 @@ func mcpMonitorTools() []*mcpTool {
 					}
 					fig := newJSONObj()
 					for _, k := range []string{"waiting", "prioritized", "delayed", "active", "dlq"} {
-						fig.json(k, or(q.Get(k), "0"))
+						fig.json(k, b.or(q.Get(k), "0"))
 					}
 					o.json(name, fig.close())
 				}
@@ -641,7 +659,7 @@ func (b *mcpBackend) stats(ctx context.Context) ([]byte, error) {
 		if string(f.Key) == "reqId" {
 			continue
 		}
-		o.raw(string(f.Key), f.Val)
+		o.json(string(f.Key), b.val(f.Val))
 	}
 	return o.close(), nil
 }
@@ -651,7 +669,7 @@ func (b *mcpBackend) memory(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return or(m.Get("memory"), "{}"), nil
+	return b.or(m.Get("memory"), "{}"), nil
 }
 
 func (b *mcpBackend) storageStatus(ctx context.Context) ([]byte, error) {
@@ -660,7 +678,7 @@ func (b *mcpBackend) storageStatus(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	data, _, _ := m.Map("data")
-	return newJSONObj().json("diskFull", or(data.Get("diskFull"), "false")).json("error", or(data.Get("error"), "null")).close(), nil
+	return newJSONObj().json("diskFull", b.or(data.Get("diskFull"), "false")).json("error", b.or(data.Get("error"), "null")).close(), nil
 }
 
 // ---------------------------------------------------------------------------
@@ -716,7 +734,7 @@ func mcpHandlerTools() []*mcpTool {
 					return mcpResult{}, err
 				}
 				list, _, _ := m.Array("handlers")
-				return prettyText(newJSONObj().num("count", float64(len(list))).json("handlers", or(m.Get("handlers"), "[]")).close())
+				return prettyText(newJSONObj().num("count", float64(len(list))).json("handlers", b.or(m.Get("handlers"), "[]")).close())
 			}},
 	}
 }

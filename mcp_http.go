@@ -22,9 +22,19 @@ import (
 
 // addMCPRoutes serves /mcp. GET (a stream for messages the server starts)
 // and DELETE (ending a session) are refused with 405, as the transport
-// allows a server with neither.
-func (a *httpAPI) addMCPRoutes() {
-	srv := newMCPServer(a.srv.localSend, a.srv.log)
+// allows a server with neither. maxAnswer caps an answer
+// (--mcp-max-answer-bytes; 0: the default).
+//
+// What a tool reads stays counted in the server's answer budget until its
+// answer is built (localSendHeld), and the answer until it is written: a
+// client that does not read its answers holds its share of the budget
+// like any other, and no unaccounted copy of a big wire answer is made.
+func (a *httpAPI) addMCPRoutes(maxAnswer int64) {
+	srv := newMCPServerHeld(a.srv.localSendHeld, a.srv.log)
+	if maxAnswer > 0 {
+		srv.maxAnswer = maxAnswer
+	}
+	srv.answers = a.srv.answers
 	a.handle("POST", "/mcp", 0, func(w http.ResponseWriter, r *http.Request, _ []string) { a.serveMCP(srv, w, r) })
 }
 
@@ -53,6 +63,8 @@ func (a *httpAPI) serveMCP(srv *mcpServer, w http.ResponseWriter, r *http.Reques
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	// Held in the budget by handle, until written (or given up).
+	defer srv.answers.free(int64(len(ans)))
 	// A tool may have waited (wait_for_job, a pull): the write's deadline,
 	// set when the request came, starts now.
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(httpWriteTimeout))

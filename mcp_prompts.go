@@ -74,7 +74,7 @@ func mcpResourceList() []byte {
 
 // readResource answers resources/read. A resource that cannot be read
 // answers its error as its content, as the reference's do.
-func (s *mcpServer) readResource(ctx context.Context, params json.RawMessage) ([]byte, error) {
+func (s *mcpServer) readResource(ctx context.Context, b *mcpBackend, params json.RawMessage) ([]byte, error) {
 	var p struct {
 		URI string `json:"uri"`
 	}
@@ -85,7 +85,7 @@ func (s *mcpServer) readResource(ctx context.Context, params json.RawMessage) ([
 		if r.uri != p.URI {
 			continue
 		}
-		text, err := r.read(ctx, &mcpBackend{send: s.send})
+		text, err := r.read(ctx, b)
 		if err != nil {
 			text = newJSONObj().str("error", err.Error()).boolean("isError", true).close()
 		} else {
@@ -149,7 +149,7 @@ func mcpPromptList() []byte {
 
 // getPrompt answers prompts/get. Figures that cannot be gathered make a
 // prompt that says so, as the reference's do.
-func (s *mcpServer) getPrompt(ctx context.Context, params json.RawMessage) ([]byte, error) {
+func (s *mcpServer) getPrompt(ctx context.Context, b *mcpBackend, params json.RawMessage) ([]byte, error) {
 	var p struct {
 		Name      string            `json:"name"`
 		Arguments map[string]string `json:"arguments"`
@@ -166,7 +166,7 @@ func (s *mcpServer) getPrompt(ctx context.Context, params json.RawMessage) ([]by
 				return nil, rpcErr(rpcInvalidParams, "Invalid arguments for prompt %s: %s: required", pr.name, a.name)
 			}
 		}
-		desc, text, err := pr.build(ctx, &mcpBackend{send: s.send}, p.Arguments)
+		desc, text, err := pr.build(ctx, b, p.Arguments)
 		if err != nil {
 			text = fmt.Sprintf("Failed to gather bunqueue data: %v\n\nThe server may be unreachable. Check connectivity and try again.", err)
 		}
@@ -174,6 +174,23 @@ func (s *mcpServer) getPrompt(ctx context.Context, params json.RawMessage) ([]by
 		return newJSONObj().str("description", desc).json("messages", jsonArr([][]byte{msg})).close(), nil
 	}
 	return nil, rpcErr(rpcInvalidParams, "Prompt %s not found", p.Name)
+}
+
+// promptShare is what a prompt's list leaves of the answer to the rest
+// (fitJobs' rest): each list has a quarter of it.
+func promptShare(b *mcpBackend) int64 {
+	if b.fit == nil {
+		return 0
+	}
+	return b.fit.text - b.fit.text/4
+}
+
+// notShown tells, in a prompt's title, how many of a list it left out.
+func notShown(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d of them not shown, to keep the prompt within --mcp-max-answer-bytes", n)
 }
 
 // section is a titled block of JSON in a prompt.
@@ -206,11 +223,16 @@ func (b *mcpBackend) queueFacts(ctx context.Context, q string, dlqLimit float64)
 	json.Unmarshal(f.counts, &c)
 	f.waiting, f.actv = c.Waiting, c.Active
 	if dlqLimit > 0 {
-		jobs, err := b.dlq(ctx, q, dlqLimit)
+		// Counted, not shown: nothing of the jobs is rendered.
+		m, err := b.call(ctx, "Dlq", "queue", q, "count", dlqLimit)
 		if err != nil {
 			return f, err
 		}
-		f.dlq = len(jobs)
+		raws, _, err := m.Array("jobs")
+		if err != nil {
+			return f, err
+		}
+		f.dlq = len(raws)
 	}
 	return f, nil
 }
@@ -280,11 +302,14 @@ func debugQueue(ctx context.Context, b *mcpBackend, args map[string]string) (str
 	if err != nil {
 		return fmt.Sprintf("Error debugging queue %q", q), "", err
 	}
-	dlq, err := b.dlq(ctx, q, 10)
+	// Each list has a quarter of the answer; the rest of the prompt is
+	// small.
+	share := promptShare(b)
+	dlq, dlqLeft, err := b.dlq(ctx, q, 10, share)
 	if err != nil {
 		return fmt.Sprintf("Error debugging queue %q", q), "", err
 	}
-	active, err := b.getJobs(ctx, q, "active", 0, -1)
+	active, activeLeft, err := b.getJobs(ctx, q, "active", 0, -1, share)
 	if err != nil {
 		return fmt.Sprintf("Error debugging queue %q", q), "", err
 	}
@@ -299,8 +324,8 @@ func debugQueue(ctx context.Context, b *mcpBackend, args map[string]string) (str
 	fmt.Fprintf(&sb, "Diagnose bunqueue queue %q from the data below, and say what is wrong with it, if anything.\n\n", q)
 	section(&sb, "Job State Breakdown", f.counts)
 	fmt.Fprintf(&sb, "## Queue Status\n- Paused: %s\n- Total jobs: %s\n\n", f.paused, appendJSONNumber(nil, total))
-	section(&sb, fmt.Sprintf("Active Jobs (%d currently processing)", len(active)), jsonArr(active))
-	section(&sb, fmt.Sprintf("Dead Letter Queue (%d entries, showing up to 10)", len(dlq)), jsonArr(dlq))
+	section(&sb, fmt.Sprintf("Active Jobs (%d currently processing%s)", len(active)+activeLeft, notShown(activeLeft)), jsonArr(active))
+	section(&sb, fmt.Sprintf("Dead Letter Queue (%d entries, showing up to 10%s)", len(dlq)+dlqLeft, notShown(dlqLeft)), jsonArr(dlq))
 	section(&sb, "Priority Distribution", priorities)
 	sb.WriteString(`---
 Report:

@@ -60,9 +60,24 @@ func (a mcpArgs) json(k string) json.RawMessage { return a.raw[k] }
 // ---------------------------------------------------------------------------
 // The backend: wire commands and their answers
 
-// mcpBackend sends the tools' commands.
+// mcpBackend sends the tools' commands, for one request.
 type mcpBackend struct {
 	send mcpSend
+	// held, when set, sends instead of send, and what it holds is given
+	// back by release once the request's answer is counted.
+	held     mcpSendHeld
+	releases []func()
+	// fit, when set, is the request's room (mcp_answer.go): values past
+	// it are summarised, lists cut.
+	fit *mcpFit
+}
+
+// release gives back the wire answers the request held.
+func (b *mcpBackend) release() {
+	for _, r := range b.releases {
+		r()
+	}
+	b.releases = nil
 }
 
 // undef is a field left out of a command, as JavaScript's undefined.
@@ -121,10 +136,21 @@ func (b *mcpBackend) call(ctx context.Context, cmd string, kv ...any) (Map, erro
 		}
 		n++
 	}
-	body, err := b.send(ctx, cmd, func(e *Enc) int {
+	write := func(e *Enc) int {
 		e.B = append(e.B, fields.B...)
 		return n
-	})
+	}
+	var body []byte
+	var err error
+	if b.held != nil {
+		var release func()
+		body, release, err = b.held(ctx, cmd, write)
+		if release != nil {
+			b.releases = append(b.releases, release)
+		}
+	} else {
+		body, err = b.send(ctx, cmd, write)
+	}
 	if err != nil {
 		return Map{}, err
 	}
@@ -167,14 +193,6 @@ func rawJSON(r Raw) []byte {
 		return []byte("null")
 	}
 	return b
-}
-
-// or is JavaScript's r ?? def, as JSON.
-func or(r Raw, def string) []byte {
-	if nullish(r) {
-		return []byte(def)
-	}
-	return rawJSON(r)
 }
 
 // refusal is an ok:false answer as an error: its message, or def when it
@@ -229,8 +247,8 @@ func truthyNum(r Raw) (float64, bool) {
 // errorText is a tool's failure: {"error": msg}.
 func errorText(msg string) []byte { return newJSONObj().str("error", msg).close() }
 
-// mcpJob is a job as the tools show it (the reference's parseJob).
-func mcpJob(r Raw) ([]byte, error) {
+// job is a job as the tools show it (the reference's parseJob).
+func (b *mcpBackend) job(r Raw) ([]byte, error) {
 	m, err := ParseMap(r, nil)
 	if err != nil {
 		return nil, fmt.Errorf("undecodable job: %w", err)
@@ -246,12 +264,12 @@ func mcpJob(r Raw) ([]byte, error) {
 	o := newJSONObj().
 		str("id", rawString(m.Get("id"))).
 		str("name", name).
-		json("queue", or(m.Get("queue"), `""`)).
-		raw("data", m.Get("data")).
-		json("priority", or(m.Get("priority"), "0")).
-		json("progress", or(m.Get("progress"), "0")).
-		json("attempts", or(m.Get("attempts"), "0")).
-		json("maxAttempts", or(m.Get("maxAttempts"), "3"))
+		json("queue", b.or(m.Get("queue"), `""`)).
+		json("data", b.val(m.Get("data"))).
+		json("priority", b.or(m.Get("priority"), "0")).
+		json("progress", b.or(m.Get("progress"), "0")).
+		json("attempts", b.or(m.Get("attempts"), "0")).
+		json("maxAttempts", b.or(m.Get("maxAttempts"), "3"))
 	if f, ok := truthyNum(m.Get("createdAt")); ok {
 		o.str("createdAt", isoMillis(f))
 	} else {
@@ -261,23 +279,6 @@ func mcpJob(r Raw) ([]byte, error) {
 		o.str("startedAt", isoMillis(f))
 	}
 	return o.close(), nil
-}
-
-// mcpJobs is an answer's list of jobs (key), each as mcpJob shows it.
-func mcpJobs(m Map, key string) ([][]byte, error) {
-	raws, _, err := m.Array(key)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]byte, 0, len(raws))
-	for _, r := range raws {
-		j, err := mcpJob(r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, nil
 }
 
 // jobCounts is the reference's getJobCounts: each state's count, 0 when
@@ -290,7 +291,7 @@ func (b *mcpBackend) jobCounts(ctx context.Context, queue string) ([]byte, error
 	counts, _, _ := m.Map("counts")
 	o := newJSONObj()
 	for _, st := range []string{"waiting", "prioritized", "delayed", "active", "completed", "failed", "paused"} {
-		o.json(st, or(counts.Get(st), "0"))
+		o.json(st, b.or(counts.Get(st), "0"))
 	}
 	return o.close(), nil
 }
@@ -330,7 +331,7 @@ func mcpToolList() []byte {
 // callTool answers tools/call. An unknown tool, arguments that do not fit
 // its schema and a failure of the tool itself are results with isError,
 // as the MCP SDK's server answers them.
-func (s *mcpServer) callTool(ctx context.Context, params json.RawMessage) ([]byte, error) {
+func (s *mcpServer) callTool(ctx context.Context, b *mcpBackend, params json.RawMessage) ([]byte, error) {
 	var p struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
@@ -347,7 +348,7 @@ func (s *mcpServer) callTool(ctx context.Context, params json.RawMessage) ([]byt
 		return toolResult(mcpResult{text: []byte(fmt.Sprintf("MCP error %d: Input validation error: Invalid arguments for tool %s: %v",
 			rpcInvalidParams, t.name, err)), isError: true}), nil
 	}
-	res, err := t.run(ctx, &mcpBackend{send: s.send}, a)
+	res, err := t.run(ctx, b, a)
 	if err != nil {
 		res = mcpResult{text: errorText(err.Error()), isError: true}
 	}
@@ -452,7 +453,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().str("jobId", a.str("jobId")).json("state", or(m.Get("state"), `"unknown"`)).close())
+				return okText(newJSONObj().str("jobId", a.str("jobId")).json("state", b.or(m.Get("state"), `"unknown"`)).close())
 			}},
 		{name: "bunqueue_get_job_result", desc: "Get what a completed job returned.",
 			in: props(jobID),
@@ -461,7 +462,7 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return prettyText(newJSONObj().str("jobId", a.str("jobId")).raw("result", m.Get("result")).close())
+				return prettyText(newJSONObj().str("jobId", a.str("jobId")).json("result", b.val(m.Get("result"))).close())
 			}},
 		{name: "bunqueue_cancel_job", desc: "Cancel a job that is waiting or delayed.",
 			in:  props(req("jobId", sStr("Job ID to cancel"))),
@@ -490,7 +491,7 @@ func mcpJobTools() []*mcpTool {
 					return mcpResult{}, err
 				}
 				data, _, _ := m.Map("data")
-				return prettyText(newJSONObj().str("parentJobId", a.str("parentJobId")).json("children", or(data.Get("values"), "{}")).close())
+				return prettyText(newJSONObj().str("parentJobId", a.str("parentJobId")).json("children", b.or(data.Get("values"), "{}")).close())
 			}},
 		{name: "bunqueue_get_job_by_custom_id", desc: "Find a job by the custom ID it was given (the jobId option) when added.",
 			in: props(req("customId", sStr("Custom job ID"))),
@@ -520,7 +521,7 @@ func (b *mcpBackend) jobTool(ctx context.Context, cmd, key, value string) (mcpRe
 	if nullish(m.Get("job")) {
 		return failText(errorText("Job not found"))
 	}
-	j, err := mcpJob(m.Get("job"))
+	j, err := b.job(m.Get("job"))
 	if err != nil {
 		return mcpResult{}, err
 	}
@@ -584,8 +585,8 @@ func mcpJobMgmtTools() []*mcpTool {
 				if absent(m.Get("progress")) {
 					return failText(errorText("Job not found"))
 				}
-				return okText(newJSONObj().str("jobId", a.str("jobId")).json("progress", or(m.Get("progress"), "0")).
-					json("message", or(m.Get("message"), "null")).close())
+				return okText(newJSONObj().str("jobId", a.str("jobId")).json("progress", b.or(m.Get("progress"), "0")).
+					json("message", b.or(m.Get("message"), "null")).close())
 			}},
 		{name: "bunqueue_change_delay", desc: "Change how long a delayed job waits.",
 			in:  props(jobID, req("delay", sNum("New delay in milliseconds").atLeast(0))),
@@ -609,7 +610,7 @@ func mcpConsumeTools() []*mcpTool {
 				}
 				job := []byte("null")
 				if !nullish(m.Get("job")) {
-					if job, err = mcpJob(m.Get("job")); err != nil {
+					if job, err = b.job(m.Get("job")); err != nil {
 						return mcpResult{}, err
 					}
 				}
@@ -623,7 +624,14 @@ func mcpConsumeTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				jobs, err := mcpJobs(m, "jobs")
+				raws, _, err := m.Array("jobs")
+				if err != nil {
+					return mcpResult{}, err
+				}
+				// Every job taken is shown: those past what fits in full
+				// with their values summarised.
+				rest := textCost(newJSONObj().num("count", float64(len(raws))).json("jobs", []byte("[]")).close())
+				jobs, _, err := b.fitJobs(raws, rest, 2, true)
 				if err != nil {
 					return mcpResult{}, err
 				}
@@ -664,7 +672,7 @@ func mcpConsumeTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().boolean("success", true).json("acknowledged", or(m.Get("count"), "0")).close())
+				return okText(newJSONObj().boolean("success", true).json("acknowledged", b.or(m.Get("count"), "0")).close())
 			}},
 		{name: "bunqueue_extend_lock", desc: "Extend the lock on an active job, so that it is not taken back.",
 			in: props(req("jobId", sStr("Job ID")), req("token", sStr("Lock token")),
