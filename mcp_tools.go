@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -157,6 +158,13 @@ func (b *mcpBackend) call(ctx context.Context, cmd string, kv ...any) (Map, erro
 	m, err := ParseMap(body, nil)
 	if err != nil {
 		return Map{}, fmt.Errorf("%s: undecodable answer: %w", cmd, err)
+	}
+	if b.fit != nil && !answerOK(m) {
+		// The answer budget's refusals (queued's own: the reference has
+		// none) are the tool's failure, not an empty list.
+		if msg, _, _ := m.Str("error"); strings.HasPrefix(msg, busyPrefix) {
+			return Map{}, errors.New(msg)
+		}
 	}
 	return m, nil
 }
