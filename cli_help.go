@@ -253,7 +253,7 @@ message per line on stdin and stdout; the log on stderr. The server
 itself serves the same at http://HOST:HTTP_PORT/mcp. See docs/mcp.md.
 
   --mcp-max-answer-bytes SIZE   one answer, as written (default 1MiB, from
-                                16KiB to 64MiB): lists of jobs are cut to
+                                64KiB to 64MiB): lists of jobs are cut to
                                 fit, with a note, and values past a
                                 sixteenth of it are shown as their type and
                                 length [QUEUED_MCP_MAX_ANSWER_BYTES]

@@ -337,7 +337,7 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"answers one connection has not read; past it the connection is closed (0: no bound of its own) [TCP_MAX_WRITE_QUEUE_BYTES]")
 	c.mcpMaxAnswer = envSize([]string{"QUEUED_MCP_MAX_ANSWER_BYTES"}, defaultMCPAnswer)
 	fs.Var(&c.mcpMaxAnswer, "mcp-max-answer-bytes",
-		"one answer of /mcp to an AI agent, as written: lists are cut to fit, with a note, and values past a sixteenth of it are shown as their type and length; 16KiB to 64MiB [QUEUED_MCP_MAX_ANSWER_BYTES]")
+		"one answer of /mcp to an AI agent, as written: lists are cut to fit, with a note, and values past a sixteenth of it are shown as their type and length; 64KiB to 64MiB [QUEUED_MCP_MAX_ANSWER_BYTES]")
 	c.maxMemory = envSize([]string{"QUEUED_MAX_MEMORY"}, defaultMaxMemory())
 	fs.Var(&c.maxMemory, "max-memory",
 		"memory budget for jobs: past 80% of it pushes and every other command that grows job memory are refused until workers make room, and a data file that needs more is refused at start; the default is three quarters of the memory (0: no budget) [QUEUED_MAX_MEMORY]")

@@ -36,9 +36,9 @@ const (
 	// defaultMCPAnswer is the cap of one MCP answer.
 	defaultMCPAnswer = 1 << 20
 	// minMCPAnswer and maxMCPAnswer bound --mcp-max-answer-bytes: room
-	// for a job with its values summarised and a note; and no JSON
-	// answer over the protocol's frame limit.
-	minMCPAnswer = 16 << 10
+	// for the tool list (31 KB), which no agent can do without; and no
+	// JSON answer over the protocol's frame limit.
+	minMCPAnswer = 64 << 10
 	maxMCPAnswer = MaxFrame
 	// mcpValueShare: a value is shown when it takes at most this part of
 	// the cap (64 KiB of 1 MiB).

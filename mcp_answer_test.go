@@ -203,38 +203,44 @@ func TestMCPGetJobsBigData(t *testing.T) {
 	}
 }
 
-// TestMCPAnswerCap: a cap set on the server (--mcp-max-answer-bytes)
-// holds: a pull shows every job it took (past what fits in full, with
-// their values summarised); an answer that cannot fit even so is refused,
-// naming the limit and its value.
+// TestMCPAnswerCap: the least cap (--mcp-max-answer-bytes 64KiB) holds
+// and leaves room for the tool list; a pull shows every job it took (past
+// what fits in full, with their values summarised); an answer that cannot
+// fit even so is refused, naming the limit and its value.
 func TestMCPAnswerCap(t *testing.T) {
-	ts := startServerHTTP(t, &config{mcpMaxAnswer: 16 << 10})
-	c := dial(t, ts.addr)
-	for i := range 14 {
-		c.ok(M{"cmd": "PUSH", "queue": "p", "data": M{"i": i, "s": strings.Repeat("y", 900)}})
+	ts := startServerHTTP(t, &config{mcpMaxAnswer: minMCPAnswer})
+	if ans := mcpPost(t, ts.http, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); decodeRPC(t, ans).Error != nil || len(ans) > minMCPAnswer {
+		t.Fatalf("tools/list under the least cap: %.300s", ans)
 	}
-	ans := mcpPost(t, ts.http, toolCall("1", "bunqueue_pull_job_batch", `{"queue":"p","count":14}`))
+	c := dial(t, ts.addr)
+	// Each shown in full (3.6 KB of a 4 KiB value's room), 20 more than fit.
+	for i := range 20 {
+		c.ok(M{"cmd": "PUSH", "queue": "p", "data": M{"i": i, "s": strings.Repeat("y", 3600)}})
+	}
+	ans := mcpPost(t, ts.http, toolCall("1", "bunqueue_pull_job_batch", `{"queue":"p","count":20}`))
 	var p jobsPage
-	if toolAnswer(t, ans, &p) || p.Count != 14 || len(ans)+1 > 16<<10 {
-		t.Fatalf("a pull of 14: %d jobs in %d bytes: %.300s", p.Count, len(ans), ans)
+	if toolAnswer(t, ans, &p) || p.Count != 20 || len(ans)+1 > minMCPAnswer {
+		t.Fatalf("a pull of 20: %d jobs in %d bytes: %.300s", p.Count, len(ans), ans)
 	}
 	summarised := 0
 	for _, j := range p.Jobs {
 		if bytes.HasPrefix(j.Data, []byte(`"[not shown`)) {
 			summarised++
+		} else if summarised > 0 {
+			t.Errorf("a job shown in full after a summarised one: the first ones are shown")
 		}
 	}
-	if summarised == 0 || summarised == 14 {
-		t.Errorf("%d of 14 pulled jobs summarised, want some", summarised)
+	if summarised == 0 || summarised == 20 {
+		t.Errorf("%d of 20 pulled jobs summarised, want some", summarised)
 	}
-	// 120 jobs taken cannot be shown in 16 KiB, even summarised.
-	for i := range 120 {
+	// 400 jobs taken cannot be shown in 64 KiB, even summarised.
+	for i := range 400 {
 		c.ok(M{"cmd": "PUSH", "queue": "p2", "data": M{"i": i}})
 	}
-	ans = mcpPost(t, ts.http, toolCall("2", "bunqueue_pull_job_batch", `{"queue":"p2","count":120}`))
+	ans = mcpPost(t, ts.http, toolCall("2", "bunqueue_pull_job_batch", `{"queue":"p2","count":400}`))
 	var refusal struct{ Error string }
-	if !toolAnswer(t, ans, &refusal) || !strings.Contains(refusal.Error, "limited to 16 KiB (16384 bytes) (--mcp-max-answer-bytes)") {
-		t.Errorf("a pull past the cap: %s", ans)
+	if !toolAnswer(t, ans, &refusal) || !strings.Contains(refusal.Error, "limited to 64 KiB (65536 bytes) (--mcp-max-answer-bytes)") {
+		t.Errorf("a pull past the cap: %.300s", ans)
 	}
 }
 
@@ -250,9 +256,10 @@ func TestMCPAnswerOption(t *testing.T) {
 	}{
 		{nil, "", defaultMCPAnswer, ""},
 		{[]string{"--mcp-max-answer-bytes", "64KiB"}, "", 64 << 10, ""},
+		{[]string{"--mcp-max-answer-bytes", "64MiB"}, "", 64 << 20, ""},
 		{[]string{"--mcp-max-answer-bytes=2MiB"}, "128KiB", 2 << 20, ""},
 		{nil, "128KiB", 128 << 10, ""},
-		{[]string{"--mcp-max-answer-bytes", "1KiB"}, "", 0, "--mcp-max-answer-bytes must be from 16 KiB"},
+		{[]string{"--mcp-max-answer-bytes", "16KiB"}, "", 0, "--mcp-max-answer-bytes must be from 64 KiB"},
 		{nil, "100GiB", 0, "QUEUED_MCP_MAX_ANSWER_BYTES must be from"},
 		{[]string{"--mcp-max-answer-bytes"}, "", 0, "needs a value"},
 	} {
