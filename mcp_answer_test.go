@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strings"
@@ -391,4 +392,77 @@ func TestMCPStdioKeepsReading(t *testing.T) {
 		}
 		return r.Error == nil, fmt.Sprintf("%+v", r.Error)
 	})
+}
+
+// TestLocalSendHeld: what localSendHeld answers stays counted in the
+// answer budget, every byte of it, until release, for an answer given at
+// once (GetJob of a 1 MB job) and for one given later (a long-poll PULL
+// answered when the job comes). Before, the room was given back as the
+// answer was returned, and a copy of it made besides.
+func TestLocalSendHeld(t *testing.T) {
+	b := NewBroker(1, nil)
+	defer b.Close()
+	s := NewServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	send := func(cmd string, kv ...any) ([]byte, func()) {
+		t.Helper()
+		ans, release, err := s.localSendHeld(ctx, cmd, func(e *Enc) int {
+			for i := 0; i < len(kv); i += 2 {
+				e.Str(kv[i].(string))
+				if err := e.Any(kv[i+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return len(kv) / 2
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ans, release
+	}
+	push := func(q string, n int) {
+		ans, release := send("PUSH", "queue", q, "data", bytes.Repeat([]byte{1}, n))
+		if m, _ := ParseMap(ans, nil); !answerOK(m) {
+			t.Fatalf("PUSH: %x", ans[:min(len(ans), 80)])
+		}
+		release()
+	}
+	push("q", 1<<20)
+	if n := s.answers.used.Load(); n != 0 {
+		t.Fatalf("%d bytes held after the push's release", n)
+	}
+	ans, release := send("GetJobs", "queue", "q", "offset", 0, "limit", 10)
+	if m, _ := ParseMap(ans, nil); !answerOK(m) {
+		t.Fatal("GetJobs refused")
+	}
+	if held := s.answers.used.Load(); held < int64(len(ans)) {
+		t.Errorf("%d bytes held for an answer of %d", held, len(ans))
+	}
+	release()
+	if n := s.answers.used.Load(); n != 0 {
+		t.Errorf("%d bytes held after release", n)
+	}
+
+	// Given later: the pull waits, the job comes, its answer is counted
+	// until release.
+	got := make(chan func(), 1)
+	var pulled []byte
+	go func() {
+		ans, release := send("PULL", "queue", "later", "timeout", 20000)
+		pulled = ans
+		got <- release
+	}()
+	eventually(t, 10*time.Second, "the pull waiting", func() (bool, string) {
+		n := b.pullsWaiting.Load()
+		return n == 1, fmt.Sprint(n, " waiting")
+	})
+	push("later", 1<<20)
+	release = <-got
+	if held := s.answers.used.Load(); held < int64(len(pulled)) || len(pulled) < 1<<20 {
+		t.Errorf("%d bytes held for a pull's answer of %d", held, len(pulled))
+	}
+	release()
+	if n := s.answers.used.Load(); n != 0 {
+		t.Errorf("%d bytes held after the pull's release", n)
+	}
 }
