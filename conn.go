@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -728,14 +727,9 @@ func (s *Server) localSend(ctx context.Context, cmd string, fields func(e *Enc) 
 // caller calls once it is done with it (always, error or not).
 func (s *Server) localSendHeld(ctx context.Context, cmd string, fields func(e *Enc) int) (ans []byte, release func(), err error) {
 	ans, held, err := s.localRun(ctx, cmd, fields)
-	return ans, func() {
-		if held >= localCollectAt {
-			// Before its room goes to the next answer: collected after,
-			// the next would be built beside it.
-			runtime.GC()
-		}
-		s.answers.free(held)
-	}, err
+	// The budget collects a big answer's garbage before its room goes to
+	// the next (answerBudget.collect).
+	return ans, func() { s.answers.free(held) }, err
 }
 
 // localRun runs the command and answers its answer, the frame it wrote
@@ -797,18 +791,3 @@ func (s *Server) localRun(ctx context.Context, cmd string, fields func(e *Enc) i
 	}
 	return f[4:], held + int64(len(f)), nil
 }
-
-// localCollectAt is the size of a wire answer let go by localSendHeld
-// past which the collector runs before its room in the answer budget is
-// given back. Such an answer (a page of jobs of megabytes, read by an MCP
-// tool that shows their data summarised) is garbage at once; left to the
-// collector's pace the heap doubles before it is taken back, and the next
-// answer the budget lets in is built beside it. Ten MCP callers of
-// get_jobs over six 9.9 MB jobs, one after another through the answer
-// budget, peaked at 414 MB resident, the heap swinging from 136 to
-// 307 MB; collected as each is let go, at 156-219 MB. A collection costs
-// what marking the live heap costs: 2 ms on two cores here, where the
-// live heap is mostly job bytes (no pointers to follow), little beside
-// building and reading an answer of this size; only answers this big pay
-// it.
-const localCollectAt = 16 << 20

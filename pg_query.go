@@ -31,7 +31,7 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 		case err != nil:
 			return noJob, pgErr(fmt.Errorf("read job %s: %w", id, err))
 		}
-		if err := reserveRead(ctx, pgReadBytes(n+4096), n+4096); err != nil {
+		if err := reserveRead(ctx, pgReadBytes(n+4096, n), n+4096); err != nil {
 			return noJob, err
 		}
 	}
@@ -49,10 +49,11 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 	return v, nil
 }
 
-// pgReadBytes is what reading a row of n bytes and answering it holds at
-// most: the driver's buffer for the row (a power of two, at most twice
-// it), the job decoded from it, and the answer.
-func pgReadBytes(n int64) int64 { return 2*n + 2*n + n }
+// pgReadBytes is what reading rows of total bytes, the largest of
+// maxRow, and answering them holds at most: the driver's buffer for a row
+// (a power of two, at most twice the largest; one row at a time), the jobs
+// decoded from them, and the answer.
+func pgReadBytes(total, maxRow int64) int64 { return 2*maxRow + total + total }
 
 func (p *PG) Counts(ctx context.Context, queue string) (JobCounts, error) {
 	ctx, cancel := p.opCtx(ctx)
@@ -192,7 +193,7 @@ func (p *PG) pageRoom(ctx context.Context, from string, args []any, maxBytes int
 		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
 	}
 	fit := answerBytes{max: maxBytes}
-	var n int64
+	var n, maxRow int64
 	for rows.Next() {
 		var size int64
 		if err := rows.Scan(&size); err != nil {
@@ -203,12 +204,13 @@ func (p *PG) pageRoom(ctx context.Context, from string, args []any, maxBytes int
 			break
 		}
 		n++
+		maxRow = max(maxRow, size)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
 	}
-	if err := reserveRead(ctx, fit.used, fit.used); err != nil {
+	if err := reserveRead(ctx, pgReadBytes(fit.used, maxRow), fit.used); err != nil {
 		return 0, err
 	}
 	return max(n, 1), nil
