@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -301,18 +302,31 @@ func (o *jsonOut) binary(b []byte, c byte, i int) (int, error) {
 		return j + l, nil
 	}
 	o.b = append(o.b, '[')
-	// Four bytes at most for each value ("255,").
+	if l > 0 {
+		o.b = append(o.b, byteText[data[0]][:byteDigits[data[0]]]...)
+		data = data[1:]
+	}
+	// The rest, a comma before each, a piece's worth at a time (four
+	// bytes at most for each: ",255").
 	every := max(o.pieceSize()/4, 1)
-	for k, x := range data {
-		if k > 0 {
-			o.b = append(o.b, ',')
-			if k%every == 0 {
-				if err := o.spill(); err != nil {
-					return 0, err
-				}
+	for len(data) > 0 {
+		part := data[:min(len(data), every)]
+		data = data[len(part):]
+		o.b = slices.Grow(o.b, 4*len(part))
+		for _, x := range part {
+			t := &byteText[x]
+			switch byteDigits[x] {
+			case 1:
+				o.b = append(o.b, ',', t[0])
+			case 2:
+				o.b = append(o.b, ',', t[0], t[1])
+			default:
+				o.b = append(o.b, ',', t[0], t[1], t[2])
 			}
 		}
-		o.b = append(o.b, byteText[x][:byteDigits[x]]...)
+		if err := o.spill(); err != nil {
+			return 0, err
+		}
 	}
 	o.b = append(o.b, ']')
 	return j + l, nil

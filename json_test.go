@@ -220,3 +220,31 @@ func TestJSONMapKeysBounded(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// BenchmarkJSON renders job data as the HTTP side does: a typical small
+// object, and 1 MB of binary data (rendered, and measured as a big
+// answer's first pass measures it).
+//
+//	go test -run '^$' -bench 'BenchmarkJSON' -benchmem
+func BenchmarkJSON(b *testing.B) {
+	small, _ := jsonToMsgpack([]byte(`{"to":"a@example.com","subject":"Welcome","n":42,"tags":["a","b"],"ok":true}`))
+	var e Enc
+	e.Bin(binaryData(1 << 20))
+	bin := e.B
+	for _, c := range []struct {
+		name    string
+		v       Raw
+		measure bool
+	}{{"small", small, false}, {"binary1MB", bin, false}, {"binary1MB/measure", bin, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.v)))
+			buf := make([]byte, 0, 8<<20)
+			for range b.N {
+				o := jsonOut{b: buf[:0], measure: c.measure}
+				if err := o.raw(c.v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
