@@ -26,7 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -80,13 +80,16 @@ type answerBudget struct {
 	// was last granted one (0: none yet); turn counts the grants.
 	turns map[string]uint64
 	turn  uint64
-	// writers are the writes of big answers under way (fair turns).
+	// writers are the writes of big answers under way (fair turns),
+	// under wmu.
+	wmu     sync.Mutex
 	writers map[*answerWriter]struct{}
 	stall   time.Duration
 	// reclaimed counts the clients closed for sitting on the budget.
-	reclaimed atomic.Int64
-	freed     atomic.Int64 // given back while others waited, since collect last ran
-	log       *slog.Logger // set before the server serves
+	reclaimed  atomic.Int64
+	freed      atomic.Int64 // given back while others waited, since collect last ran
+	collecting atomic.Bool  // collect's collection is under way
+	log        *slog.Logger // set before the server serves
 
 	refused atomic.Int64 // answers refused for want of room
 	slow    atomic.Int64 // connections closed for not reading their answers
@@ -159,31 +162,36 @@ func (a *answerBudget) free(n int64) {
 	if n == 0 {
 		return
 	}
-	if a.waiting.Load() > 0 {
-		a.collect(n)
-	}
 	a.used.Add(-n)
 	if a.waiting.Load() > 0 {
+		if n > smallAnswer {
+			a.collect(n)
+		}
 		a.grant()
 	}
 }
 
-// collect runs a collection once a quarter of the budget has been given
-// back (n bytes now) since the last, while others wait for room, before
-// the room goes to them. The budget counts an answer's bytes as free once
-// it is written or dropped, but the memory is free only once collected,
-// and the collector lets the heap grow to twice what is live first: with
-// the budget full of answers for clients that do not read, the garbage
-// of those taken back (their buffers, and in PostgreSQL mode the rows
-// read for them) doubled what the server held, and ten MCP callers
-// reading six 9.9 MB jobs each took 414-418 MB. Collected after the room
-// is given, the next answer would be built beside the garbage. The
-// budget's answers are byte slices, which a collection does not scan: a
-// few milliseconds, paid by the goroutine letting go of its answer, only
-// while others wait.
+// collect starts a collection once a quarter of the budget has been
+// given back in big answers (n bytes now) since the last, while others
+// wait for room. The budget counts an answer's bytes as free once it is
+// written or dropped, but the memory is free only once collected, and the
+// collector lets the heap grow to twice what is live first: with the
+// budget full of answers for clients that do not read, the garbage of
+// those given back (their buffers, and in PostgreSQL mode the rows read
+// for them) doubled what the server held, and ten MCP callers reading six
+// 9.9 MB jobs each took 414-418 MB. The collection runs in a goroutine of
+// its own, one at a time: a full collection marks every job in memory,
+// which no goroutine letting go of an answer (perhaps under its
+// connection's lock) should wait for.
 func (a *answerBudget) collect(n int64) {
-	if f := a.freed.Add(n); f >= a.limit/4 && a.freed.CompareAndSwap(f, 0) {
-		runtime.GC()
+	if f := a.freed.Add(n); f < a.limit/4 || !a.freed.CompareAndSwap(f, 0) {
+		return
+	}
+	if a.collecting.CompareAndSwap(false, true) {
+		go func() {
+			defer a.collecting.Store(false)
+			runtime.GC()
+		}()
 	}
 }
 
@@ -355,7 +363,11 @@ wait:
 type answerWriter struct {
 	last atomic.Int64 // unix nanoseconds of its last progress
 	stop func()       // ends the write and its connection
-	once sync.Once
+	mu   sync.Mutex
+	// ended: the write is over (done) or stopped; stop is called only
+	// before, under mu, so that a write that has just finished is not
+	// ended after the fact.
+	ended bool
 }
 
 // writing registers a big answer's write, which stop can end; done must
@@ -363,9 +375,9 @@ type answerWriter struct {
 func (a *answerBudget) writing(stop func()) *answerWriter {
 	w := &answerWriter{stop: stop}
 	w.progress()
-	a.mu.Lock()
+	a.wmu.Lock()
 	a.writers[w] = struct{}{}
-	a.mu.Unlock()
+	a.wmu.Unlock()
 	return w
 }
 
@@ -381,9 +393,12 @@ func (a *answerBudget) done(w *answerWriter) {
 	if w == nil {
 		return
 	}
-	a.mu.Lock()
+	w.mu.Lock()
+	w.ended = true
+	w.mu.Unlock()
+	a.wmu.Lock()
 	delete(a.writers, w)
-	a.mu.Unlock()
+	a.wmu.Unlock()
 }
 
 // reclaim stops the writes that have made no progress for a.stall, for
@@ -391,31 +406,40 @@ func (a *answerBudget) done(w *answerWriter) {
 // reports how many it stopped.
 func (a *answerBudget) reclaim(now time.Time) int {
 	var stalled []*answerWriter
-	a.mu.Lock()
+	a.wmu.Lock()
 	for w := range a.writers {
 		if now.UnixNano()-w.last.Load() >= int64(a.stall) {
 			stalled = append(stalled, w)
 			delete(a.writers, w)
 		}
 	}
-	a.mu.Unlock()
+	a.wmu.Unlock()
+	n := 0
 	for _, w := range stalled {
-		a.reclaimed.Add(1)
-		w.once.Do(w.stop)
+		w.mu.Lock()
+		if !w.ended {
+			w.ended = true
+			w.stop()
+			n++
+		}
+		w.mu.Unlock()
 	}
-	if len(stalled) > 0 && a.log != nil {
-		if n := a.reclaimLog.hit(); n > 0 {
+	a.reclaimed.Add(int64(n))
+	if n > 0 && a.log != nil {
+		if hits := a.reclaimLog.hit(); hits > 0 {
 			a.log.Warn("closing connections that do not read a big answer while other answers wait for room",
-				"stalled_for", a.stall.String(), "closed", n)
+				"stalled_for", a.stall.String(), "closed", hits)
 		}
 	}
-	return len(stalled)
+	return n
 }
 
-// clientKey names a client for its turns: its address without the port.
+// clientKey names a client for its turns: its address without the port,
+// written as Server.httpClientKey writes it (an IPv4 address mapped into
+// IPv6 as IPv4).
 func clientKey(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return ap.Addr().Unmap().WithZone("").String()
 	}
 	return addr
 }
@@ -580,12 +604,13 @@ func pullFits(sofar, limit int64) bool {
 }
 
 // jsonAnswerCap bounds the MessagePack of the jobs one JSON answer (HTTP,
-// WebSocket) carries: a quarter of answerCap, since binary data, the
-// commonest big data, is four times as long in JSON ("255,"). Data whose
-// JSON grows more (a string of control characters, six times) is measured
-// before its answer is sent, and an answer whose JSON would pass the frame
-// limit is refused, naming it (writeJSONWith, wsWriter.writeFrame).
-const jsonAnswerCap = answerCap / 4
+// WebSocket) carries: a sixth of answerCap, since binary data is four
+// times as long in JSON ("255,") and a string of control characters six
+// times ("\u0001"). Only data whose maps have maps for keys grows more
+// (twelve times, jsonGrowth): an answer whose JSON would pass the frame
+// limit is measured before it is sent and refused, naming it
+// (writeJSONWith, wsWriter.writeFrame).
+const jsonAnswerCap = answerCap / 6
 
 // answerLimit is the bytes of jobs one of c's answers carries at most:
 // answerCap, jsonAnswerCap for a transport that answers in JSON.
@@ -663,8 +688,9 @@ func fetch[T any](r *Req, read func(ctx context.Context) (T, error), size func(T
 	}
 	n := need - (r.reserved - before) // not yet reserved
 	if n < 0 {
-		// The read reserved more than its answer takes (the rows it
-		// read, now garbage): the rest goes back.
+		// The read reserved more than its answer takes (the driver's
+		// buffer for the rows it read, let go; the jobs decoded, which
+		// are let go once the answer is encoded): the rest goes back.
 		r.c.unreserve(-n)
 		r.reserved += n
 	}
@@ -710,6 +736,10 @@ func reserveRead(ctx context.Context, n, answer int64) error {
 	if r == nil {
 		return nil
 	}
+	// What a read holds besides its answer is brief: it is not allowed to
+	// ask for more than half the budget, or it would wait for the budget
+	// to be all but empty, which it rarely is on a busy server.
+	n = max(answer, min(n, r.c.srv.answers.limit/2))
 	return r.roomGrow(n, answer)
 }
 

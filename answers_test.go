@@ -260,10 +260,10 @@ func TestAnswerReclaimStalled(t *testing.T) {
 		t.Fatalf("%s stopped too", who)
 	default:
 	}
-	a.mu.Lock()
+	a.wmu.Lock()
 	_, still := a.writers[reading]
 	_, gone := a.writers[stalled]
-	a.mu.Unlock()
+	a.wmu.Unlock()
 	if !still || gone || a.reclaimed.Load() != 1 {
 		t.Fatalf("reading registered %v, stalled registered %v, reclaimed %d", still, gone, a.reclaimed.Load())
 	}

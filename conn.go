@@ -440,8 +440,10 @@ func (c *conn) writeWithin(b []byte, d time.Duration) error {
 }
 
 // writePiece is how much of a big answer goes in one write: what a
-// client reads shows as progress at least this often.
-const writePiece = 16 << 10
+// client reads shows as progress at least this often (every 0.6 s at
+// 100 KB/s, under the second the budget waits before it takes a stalled
+// write's room back).
+const writePiece = 64 << 10
 
 // writeBig writes a big answer a piece at a time, registered with the
 // answer budget, which can tell a client that reads it slowly from one

@@ -108,7 +108,7 @@ func (ev *Event) AppendJSON(dst []byte) []byte {
 		if r == nil || isUndefined(r) {
 			return
 		}
-		if m := (jsonOut{measure: true, sink: dropJSON}); m.raw(r) == nil && m.size() > liveMaxData {
+		if m := (jsonOut{measure: true, sink: dropJSON}); int64(len(r))*jsonGrowth > liveMaxData && m.raw(r) == nil && m.size() > liveMaxData {
 			dst = append(dst, `,"`+key+`Omitted":`...)
 			dst = appendJSONString(dst, fmt.Appendf(nil, "%s of %d bytes of JSON left out of live events, over %s; read the job (GET /jobs/%s)",
 				key, m.size(), sizeText(liveMaxData), ev.ID()))

@@ -138,17 +138,19 @@ func (a *httpAPI) exec(r *http.Request, m Map) Map {
 	defer cancel()
 	defer context.AfterFunc(a.ctx, cancel)()
 	async := make(chan []byte, 1)
-	c := newVirtualConn(a.srv, ctx, a.srv.httpClientKey(r), func(f []byte) { async <- f }, true)
+	// An answer that comes later gives its room back once handed over
+	// (goAsync): it is counted again before, until written.
+	c := newVirtualConn(a.srv, ctx, a.srv.httpClientKey(r), func(f []byte) {
+		a.srv.answers.hold(int64(len(f)))
+		async <- f
+	}, true)
 	c.json = true
 	var e Enc
 	reserved := c.dispatch(m, &e)
 	f := e.B
 	if len(f) == 0 {
-		// An answer that came later gave its room back as it was handed
-		// over: it is counted again until written.
 		f = <-async
-		reserved = int64(len(f))
-		a.srv.answers.hold(reserved)
+		reserved += int64(len(f))
 	}
 	// The answer's room stays reserved until it has been rendered and
 	// written (writeJSONBytes), or the request is over.
@@ -183,14 +185,6 @@ func writeAnswer(w http.ResponseWriter, ans Map, errCode int) {
 	writeJSONWith(w, code, func(o *jsonObj) { o.fields(ans) })
 }
 
-// appendMapJSON renders a parsed map as JSON, in its order.
-func appendMapJSON(dst []byte, m Map) []byte {
-	o := jsonObj{jsonOut: jsonOut{b: dst}}
-	o.open()
-	o.fields(m)
-	return o.close()
-}
-
 // jsonObj writes one JSON object, field by field, into its jsonOut: into
 // memory, or a piece at a time to where the jsonOut's sink sends it.
 type jsonObj struct {
@@ -215,6 +209,11 @@ func (o *jsonObj) open() { o.b = append(o.b, '{') }
 func (o *jsonObj) close() []byte { return append(o.b, '}') }
 
 func (o *jsonObj) key(k string) *jsonObj {
+	if o.err != nil {
+		// The client is gone: nothing more is rendered for it.
+		o.b = o.b[:0]
+		return o
+	}
 	if o.n > 0 {
 		o.b = append(o.b, ',')
 	}
@@ -265,6 +264,9 @@ func (o *jsonObj) rawArray(k string, items []Raw) *jsonObj {
 // element goes; one that is not valid MessagePack (nothing is written of
 // it: raw checks it whole first) is null.
 func (o *jsonObj) value(v Raw) {
+	if o.err != nil {
+		return
+	}
 	sent := o.sent
 	if err := o.jsonOut.raw(v); err != nil && o.err == nil && o.sent == sent {
 		o.b = append(o.b, "null"...)

@@ -75,10 +75,15 @@ func (o *jsonOut) pieceSize() int {
 	return jsonPiece
 }
 
-// flush hands what b holds to the sink.
+// flush hands what b holds to the sink. Once the sink has failed, what
+// is rendered after is dropped, not kept.
 func (o *jsonOut) flush() error {
-	if o.sink == nil || len(o.b) == 0 || o.err != nil {
+	if o.err != nil {
+		o.b = o.b[:0]
 		return o.err
+	}
+	if o.sink == nil || len(o.b) == 0 {
+		return nil
 	}
 	o.err = o.sink(o.b)
 	o.sent += int64(len(o.b))

@@ -32,12 +32,14 @@ type outMsg struct {
 }
 
 // offer queues m, or refuses it when the queue is full by count or bytes,
-// or, when pressed (the answer budget is spent), holds anything at all.
+// or, when pressed (the answer budget is spent) and m is an event no
+// other subscriber holds yet (it would add bytes), holds anything at all.
 // An empty queue takes any one message, so a message larger than maxB
 // still goes when nothing else waits. On refusal, first says whether it is
 // the first (to log once), and n and size what is waiting.
 func (q *outQueue) offer(m outMsg, pressed bool) (ok, first bool, n, size int) {
-	if len(q.msgs) > 0 && (pressed || len(q.msgs) >= q.maxN || q.bytes+len(m.b) > q.maxB) {
+	adds := m.ref == nil || m.ref.n.Load() == 0
+	if len(q.msgs) > 0 && (pressed && adds || len(q.msgs) >= q.maxN || q.bytes+len(m.b) > q.maxB) {
 		first = !q.dropped
 		q.dropped = true
 		return false, first, len(q.msgs), q.bytes

@@ -190,6 +190,9 @@ func startSSEThen(w http.ResponseWriter, r *http.Request, opts sseOptions, ready
 			}
 			http.Error(w, "event streams are not supported here", http.StatusInternalServerError)
 		}
+		// What ready queued (a replay of events, each counted in the
+		// answer budget) is let go: Run will not.
+		s.end(true)
 		return s, fmt.Errorf("sse: start: %w", err)
 	}
 	return s, nil

@@ -258,6 +258,9 @@ func upgradeWSThen(w http.ResponseWriter, r *http.Request, opts wsOptions, ready
 		"Sec-WebSocket-Accept: " + wsAcceptKey(key) + "\r\n\r\n"
 	nc.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
 	if _, err := io.WriteString(nc, reply); err != nil {
+		// What ready queued (events, each counted in the answer budget)
+		// is let go: no writer will.
+		c.drop()
 		nc.Close()
 		return c, fmt.Errorf("websocket handshake reply: %w", err)
 	}
@@ -593,6 +596,17 @@ func (c *wsConn) abort() {
 	c.stopOnce.Do(func() { close(c.stop) })
 }
 
+// drop ends the connection and lets go of what is queued: nothing is
+// queued after it (abort marks it closing), and what was is given back to
+// the answer budget.
+func (c *wsConn) drop() {
+	c.abort()
+	c.mu.Lock()
+	c.out.discard()
+	c.freeReplies()
+	c.mu.Unlock()
+}
+
 // ReadMessage returns the next complete message, text or binary (binary
 // only with AllowBinary), reassembled from its fragments. Pings are
 // answered and pongs absorbed on the way. It fails for good when the
@@ -743,14 +757,7 @@ func (c *wsConn) writeDeadline() {
 func (c *wsConn) writeLoop() {
 	defer close(c.done)
 	defer c.nc.Close()
-	defer func() {
-		// After abort (below, run first): nothing is queued any more.
-		c.mu.Lock()
-		c.out.discard()
-		c.freeReplies()
-		c.mu.Unlock()
-	}()
-	defer c.abort()
+	defer c.drop()
 	w := &wsWriter{c: c, bw: bufio.NewWriterSize(c.nc, 8<<10)}
 	ticker := time.NewTicker(c.opts.PingInterval)
 	defer ticker.Stop()
@@ -837,7 +844,9 @@ func (w *wsWriter) writeFrame(f []byte) error {
 	a := c.opts.Answers
 	var aw *answerWriter
 	if a != nil {
-		aw = a.writing(func() { c.nc.SetWriteDeadline(time.Now()) })
+		// Stopped as a whole: closing, its deadline now, so that the
+		// next piece's deadline cannot undo it.
+		aw = a.writing(c.abort)
 		defer a.done(aw)
 	}
 	o = jsonOut{b: o.b[:0], sink: func(p []byte) error {
