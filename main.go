@@ -74,6 +74,7 @@ type config struct {
 	// maxLimitClients; tests set fewer).
 	rateLimitMax, rateLimitWindow int
 	trustedProxies                string
+	trustedProxyHeader            string
 	rateLimitClients              int
 	// statsInterval: ms between statistics lines in the log (0: none).
 	statsInterval int
@@ -274,7 +275,9 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 	fs.IntVar(&c.rateLimitWindow, "rate-limit-window", envInt([]string{"RATE_LIMIT_WINDOW_MS"}, 60000),
 		"ms of the request limiter's sliding window [RATE_LIMIT_WINDOW_MS]")
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr([]string{"QUEUED_TRUSTED_PROXIES"}, ""),
-		"proxies whose X-Forwarded-For and X-Real-IP name an HTTP client to the request limiter: comma-separated `addresses` and CIDRs, unix for peers of --http-socket (none: a client is the address it connects from) [QUEUED_TRUSTED_PROXIES]")
+		"proxies whose forwarding header (--trusted-proxy-header) names an HTTP client to the request limiter: comma-separated `addresses` and CIDRs, unix for peers of --http-socket (none: a client is the address it connects from) [QUEUED_TRUSTED_PROXIES]")
+	fs.StringVar(&c.trustedProxyHeader, "trusted-proxy-header", envOr([]string{"QUEUED_TRUSTED_PROXY_HEADER"}, "x-forwarded-for"),
+		"the `header` --trusted-proxies set to name their client, the only one read: x-forwarded-for (read from the right) or x-real-ip [QUEUED_TRUSTED_PROXY_HEADER]")
 	fs.IntVar(&c.statsInterval, "stats-interval", envInt([]string{"STATS_INTERVAL_MS"}, 300000),
 		"ms between the log's queue statistics lines (0: none) [STATS_INTERVAL_MS]")
 	fs.IntVar(&c.workerTimeout, "worker-timeout", envInt([]string{"WORKER_TIMEOUT_MS"}, workerTimeoutMs),
@@ -504,6 +507,9 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 	}
 	trusted, err := parseTrustedProxies(c.trustedProxies)
 	if err != nil {
+		return err
+	}
+	if err := trusted.parseProxyHeader(c.trustedProxyHeader); err != nil {
 		return err
 	}
 	s := &serverRun{c: c, log: log, trusted: trusted}

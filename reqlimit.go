@@ -19,12 +19,14 @@ package main
 //
 //   - A TCP client is its connection, and its count lives in the
 //     connection: nothing another connection sends touches it.
-//   - An HTTP client is the address it connects from. X-Forwarded-For and
-//     X-Real-IP, which any client can write, are read only from a peer
-//     of --trusted-proxies, and then X-Forwarded-For is read from the
-//     right: the first address that is not itself a trusted proxy is the
-//     one the nearest proxy saw (those to its left are what the client
-//     wrote).
+//   - An HTTP client is the address it connects from. X-Forwarded-For or
+//     X-Real-IP, which any client can write, is read only from a peer of
+//     --trusted-proxies, and only the one --trusted-proxy-header names:
+//     a proxy that sets X-Real-IP passes on the X-Forwarded-For its
+//     client wrote, so reading both would let that client name itself.
+//     X-Forwarded-For is read from the right: the first address that is
+//     not itself a trusted proxy is the one the nearest proxy saw (those
+//     to its left are what the client wrote).
 //   - HTTP clients are counted in two tables, one for requests that carry
 //     a valid token (all requests, when the server has no tokens) and one
 //     for those that do not, so that requests without a token, however
@@ -246,11 +248,27 @@ const maxTrustedProxies = 256
 // No real chain of proxies is this long.
 const maxForwardHops = 32
 
-// trustedProxies are the peers whose X-Forwarded-For and X-Real-IP name
-// the client: --trusted-proxies.
+// trustedProxies are the peers whose X-Forwarded-For or X-Real-IP names
+// the client: --trusted-proxies and --trusted-proxy-header.
 type trustedProxies struct {
 	prefixes []netip.Prefix
 	unix     bool // peers of --http-socket
+	// realIP: the proxies set X-Real-IP, and X-Forwarded-For is not read
+	// (--trusted-proxy-header x-real-ip); else the reverse.
+	realIP bool
+}
+
+// parseProxyHeader reads --trusted-proxy-header into t.
+func (t *trustedProxies) parseProxyHeader(h string) error {
+	switch strings.ToLower(strings.TrimSpace(h)) {
+	case "", "x-forwarded-for":
+		t.realIP = false
+	case "x-real-ip":
+		t.realIP = true
+	default:
+		return fmt.Errorf("--trusted-proxy-header: %q is neither x-forwarded-for nor x-real-ip", h)
+	}
+	return nil
 }
 
 // parseTrustedProxies reads --trusted-proxies: comma-separated CIDRs,
@@ -303,15 +321,22 @@ func (t *trustedProxies) has(a netip.Addr) bool {
 
 // client names the client of an HTTP request as the limiter counts it.
 // From a peer that is not a trusted proxy, it is the peer's own address,
-// whatever the headers say. From a trusted proxy, it is the right-most
+// whatever the headers say. From a trusted proxy, it is the address in
+// X-Real-IP (with --trusted-proxy-header x-real-ip), else the right-most
 // address of X-Forwarded-For that is not a trusted proxy (all of them
-// trusted: the left-most), else X-Real-IP, else the peer. An entry that is
-// not an address stops the walk at the last proxy trusted: a proxy that
-// appends to the header writes only addresses, and what it did not write
-// does not name anyone.
+// trusted: the left-most); without one, the peer. An entry that is not an
+// address stops the walk at the last proxy trusted: a proxy that appends
+// to the header writes only addresses, and what it did not write does not
+// name anyone.
 func (t *trustedProxies) client(r *http.Request) netip.Addr {
 	peer, isUnix := peerAddr(r)
 	if isUnix && !t.unix || !isUnix && !t.has(peer) {
+		return peer
+	}
+	if t.realIP {
+		if a, ok := parseHop(strings.TrimSpace(r.Header.Get("X-Real-IP"))); ok {
+			return a
+		}
 		return peer
 	}
 	found, named, read := peer, false, 0
@@ -345,9 +370,6 @@ func (t *trustedProxies) client(r *http.Request) netip.Addr {
 	if named {
 		return found
 	}
-	if a, ok := parseHop(strings.TrimSpace(r.Header.Get("X-Real-IP"))); ok {
-		return a
-	}
 	return peer
 }
 
@@ -365,7 +387,7 @@ func peerAddr(r *http.Request) (a netip.Addr, isUnix bool) {
 	return netip.Addr{}, false
 }
 
-// parseHop reads one X-Forwarded-For entry or X-Real-IP: an address, with
+// parseHop reads one X-Forwarded-For entry or an X-Real-IP: an address, with
 // a port as some proxies write it (1.2.3.4:80, [::1]:80).
 func parseHop(s string) (netip.Addr, bool) {
 	a, err := netip.ParseAddr(s)
