@@ -181,10 +181,13 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 	sess := srv.session()
 	r := bufio.NewReaderSize(in, 64<<10)
 	var wmu sync.Mutex
+	done := false // serveMCPStdio has returned: nothing more is written
 	write := func(b []byte) {
 		wmu.Lock()
 		defer wmu.Unlock()
-		out.Write(append(b, '\n'))
+		if !done {
+			out.Write(append(b, '\n'))
+		}
 	}
 	slots := make(chan struct{}, mcpMaxPending)
 	// running: the requests under way; stopped once the loop ends, after
@@ -192,11 +195,17 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 	var mu sync.Mutex
 	var running sync.WaitGroup
 	stopped := false
+	// The reader may outlive this function, blocked reading in until it
+	// ends (the process's standard input, with the process); past this
+	// point it starts nothing and writes nothing.
 	defer func() {
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
 		running.Wait()
+		wmu.Lock()
+		done = true
+		wmu.Unlock()
 	}()
 	start := func(in rpcIn) bool {
 		mu.Lock()
@@ -204,9 +213,18 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 		if stopped {
 			return false
 		}
+		// Registered here, in the reader, before the next message is
+		// read: a cancellation that follows at once finds the request.
+		rctx, end, refused := sess.begin(ctx, in)
+		if refused != nil {
+			<-slots
+			write(refused)
+			return true
+		}
 		running.Go(func() {
 			defer func() { <-slots }()
-			ans, release := sess.serve(ctx, in)
+			ans, release := sess.run(rctx, in)
+			end()
 			write(ans)
 			release()
 		})
@@ -262,13 +280,18 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 	}
 }
 
-// readMessage reads one line of at most mcpMaxMessage bytes; a longer one
-// is read through and refused.
+// readMessage reads one line of at most mcpMaxMessage bytes besides its
+// newline; a longer one is read through and refused.
 func readMessage(r *bufio.Reader) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) > mcpMaxMessage {
+		// The message's bytes, not its line's end, count to the limit.
+		n := len(chunk)
+		if err == nil {
+			n-- // the newline
+		}
+		if len(line)+n > mcpMaxMessage {
 			for errors.Is(err, bufio.ErrBufferFull) {
 				_, err = r.ReadSlice('\n')
 			}

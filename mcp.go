@@ -170,21 +170,45 @@ func (s *mcpSession) parse(msg []byte) (in rpcIn, ans []byte, isRequest bool) {
 	return in, nil, true
 }
 
+// begin registers a request under way, so that a cancellation naming its
+// id ends it, and returns its context and end, which unregisters it. A
+// request whose id is already under way is refused (ans): a cancellation
+// could not tell the two apart. The stdio reader begins a request before
+// it hands it to a goroutine, so a cancellation read right after it finds
+// it.
+func (s *mcpSession) begin(ctx context.Context, in rpcIn) (rctx context.Context, end func(), ans []byte) {
+	ctx, cancel := context.WithTimeout(ctx, mcpCallTimeout)
+	key := string(in.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.inflight[key]; dup {
+		cancel()
+		return nil, nil, rpcAnswer(in.ID, nil, rpcErr(rpcInvalidRequest,
+			"Invalid Request: a request with id %s is already under way; ids must be unique among the requests in flight", key))
+	}
+	s.inflight[key] = cancel
+	return ctx, func() {
+		cancel()
+		s.mu.Lock()
+		delete(s.inflight, key)
+		s.mu.Unlock()
+	}, nil
+}
+
 // serve runs one request and answers it, within the answer's cap. The
 // wire answers its tool read stay held (release gives them back) until
 // the caller has counted the answer made of them.
 func (s *mcpSession) serve(ctx context.Context, in rpcIn) (ans []byte, release func()) {
-	ctx, cancel := context.WithTimeout(ctx, mcpCallTimeout)
-	defer cancel()
-	key := string(in.ID)
-	s.mu.Lock()
-	s.inflight[key] = cancel
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.inflight, key)
-		s.mu.Unlock()
-	}()
+	ctx, end, ans := s.begin(ctx, in)
+	if ans != nil {
+		return ans, func() {}
+	}
+	defer end()
+	return s.run(ctx, in)
+}
+
+// run serves a request begun (begin), and answers it.
+func (s *mcpSession) run(ctx context.Context, in rpcIn) (ans []byte, release func()) {
 	max := s.srv.maxAnswer
 	// The envelope around a tool's text, and a line's newline on stdio.
 	env := len(rpcAnswer(in.ID, []byte(`{"content":[{"type":"text","text":""}],"isError":true}`), nil)) + 1

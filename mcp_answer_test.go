@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -240,8 +241,25 @@ func TestMCPAnswerCap(t *testing.T) {
 	}
 	ans = mcpPost(t, ts.http, toolCall("2", "bunqueue_pull_job_batch", `{"queue":"p2","count":400}`))
 	var refusal struct{ Error string }
-	if !toolAnswer(t, ans, &refusal) || !strings.Contains(refusal.Error, "limited to 64 KiB (65536 bytes) (--mcp-max-answer-bytes)") {
+	if !toolAnswer(t, ans, &refusal) || !strings.Contains(refusal.Error, "limited to 64 KiB (65536 bytes) (--mcp-max-answer-bytes)") ||
+		!strings.Contains(refusal.Error, "the 400 jobs taken were given back") {
 		t.Errorf("a pull past the cap: %.300s", ans)
+	}
+	// Given back, not left active for no one: all 400 wait, and the
+	// next pull has them, none counted as an attempt. Before, they stayed
+	// active until their leases ran out.
+	counts := sub(t, c.ok(M{"cmd": "GetJobCounts", "queue": "p2"}), "counts")
+	if num(t, counts["waiting"]) != 400 || num(t, counts["active"]) != 0 {
+		t.Fatalf("after the refused pull: %v", counts)
+	}
+	jobs := list(t, c.ok(M{"cmd": "PULLB", "queue": "p2", "count": 400}), "jobs")
+	if len(jobs) != 400 {
+		t.Fatalf("pulled again: %d of 400", len(jobs))
+	}
+	for _, j := range jobs {
+		if a := num(t, j.(M)["attempts"]); a != 0 {
+			t.Fatalf("a job given back has attempts %v", a)
+		}
 	}
 }
 
@@ -394,6 +412,85 @@ func TestMCPStdioKeepsReading(t *testing.T) {
 	})
 }
 
+// TestMCPStdioCancelAtOnce: a cancellation written right behind its
+// request, in the same write, ends it: the reader registers a request
+// before it reads the next message. Before, the request was registered by
+// the goroutine that ran it, and a cancellation read first was lost (the
+// wait then ran its 30 s). A second request with the id of one under way
+// is refused, naming the rule: a cancellation could not tell them apart.
+func TestMCPStdioCancelAtOnce(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dial(t, ts.addr)
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "never", "data": M{}}), "id")
+	s := startStdioMCP(t, mcpOver(t, ts.addr))
+	wait := toolCall(`"w"`, "bunqueue_wait_for_job", `{"jobId":"`+id+`","timeoutMs":30000}`)
+	for i := range 20 {
+		s.send(wait + "\n" + `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"w"}}`)
+		if r := s.next(); string(r.ID) != `"w"` || !bytes.Contains(r.Result, []byte(`"isError":true`)) {
+			t.Fatalf("try %d: the cancelled wait's answer: %s %s %+v", i, r.ID, r.Result, r.Error)
+		}
+	}
+	s.send(wait)
+	s.send(toolCall(`"w"`, "bunqueue_count_jobs", `{"queue":"never"}`))
+	if r := s.next(); string(r.ID) != `"w"` || r.Error == nil || r.Error.Code != rpcInvalidRequest ||
+		!strings.Contains(r.Error.Message, "already under way") {
+		t.Fatalf("a second request with the id of one under way: %s %s %+v", r.ID, r.Result, r.Error)
+	}
+	s.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"w"}}`)
+	if r := s.next(); string(r.ID) != `"w"` || !bytes.Contains(r.Result, []byte(`"isError":true`)) {
+		t.Fatalf("the first, cancelled: %s %s %+v", r.ID, r.Result, r.Error)
+	}
+}
+
+// TestMCPWaitForJobTimesOut: a wait that runs out of time answers
+// completed:false; a job that completed, completed:true. Before (as in
+// the reference's MCP server, which reads the wire answer's ok), a wait
+// that timed out answered completed:true.
+func TestMCPWaitForJobTimesOut(t *testing.T) {
+	ts := startServerHTTP(t, nil)
+	c := dial(t, ts.addr)
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "w", "data": M{}}), "id")
+	var got struct {
+		JobID     string
+		Completed bool
+	}
+	if toolAnswer(t, mcpPost(t, ts.http, toolCall("1", "bunqueue_wait_for_job", `{"jobId":"`+id+`","timeoutMs":100}`)), &got) ||
+		got.JobID != id || got.Completed {
+		t.Fatalf("a wait that ran out of time: %+v", got)
+	}
+	pulled := sub(t, c.ok(M{"cmd": "PULL", "queue": "w"}), "job")
+	c.ok(M{"cmd": "ACK", "id": str(t, pulled, "id")})
+	if toolAnswer(t, mcpPost(t, ts.http, toolCall("2", "bunqueue_wait_for_job", `{"jobId":"`+id+`","timeoutMs":100}`)), &got) ||
+		!got.Completed {
+		t.Fatalf("a wait for a completed job: %+v", got)
+	}
+}
+
+// TestReadMessageLimit: a message of exactly mcpMaxMessage bytes is read,
+// its newline not counted (it was refused before); one byte more is not,
+// and the next message is read whole.
+func TestReadMessageLimit(t *testing.T) {
+	exact := bytes.Repeat([]byte("x"), mcpMaxMessage)
+	var in bytes.Buffer
+	in.Write(exact)
+	in.WriteString("\n")
+	in.Write(exact)
+	in.WriteString("y\nnext\nlast")
+	r := bufio.NewReaderSize(&in, 64<<10)
+	if line, err := readMessage(r); err != nil || !bytes.Equal(bytes.TrimSuffix(line, []byte("\n")), exact) {
+		t.Fatalf("a message of %d bytes: %d bytes read, %v", mcpMaxMessage, len(line), err)
+	}
+	if _, err := readMessage(r); !errors.Is(err, errLineTooLong) {
+		t.Fatalf("a message of %d bytes: %v, want errLineTooLong", mcpMaxMessage+1, err)
+	}
+	if line, err := readMessage(r); err != nil || string(line) != "next\n" {
+		t.Fatalf("the next message: %q %v", line, err)
+	}
+	if line, err := readMessage(r); err != io.EOF || string(line) != "last" {
+		t.Fatalf("the last, without a newline: %q %v", line, err)
+	}
+}
+
 // TestLocalSendHeld: what localSendHeld answers stays counted in the
 // answer budget, every byte of it, until release, for an answer given at
 // once (GetJob of a 1 MB job) and for one given later (a long-poll PULL
@@ -404,17 +501,24 @@ func TestLocalSendHeld(t *testing.T) {
 	defer b.Close()
 	s := NewServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
-	send := func(cmd string, kv ...any) ([]byte, func()) {
-		t.Helper()
-		ans, release, err := s.localSendHeld(ctx, cmd, func(e *Enc) int {
-			for i := 0; i < len(kv); i += 2 {
-				e.Str(kv[i].(string))
-				if err := e.Any(kv[i+1]); err != nil {
-					t.Fatal(err)
-				}
+	// sendErr may run in any goroutine; send, which fails the test, only
+	// in the test's own.
+	sendErr := func(cmd string, kv ...any) ([]byte, func(), error) {
+		var fields Enc
+		for i := 0; i < len(kv); i += 2 {
+			fields.Str(kv[i].(string))
+			if err := fields.Any(kv[i+1]); err != nil {
+				return nil, nil, err
 			}
+		}
+		return s.localSendHeld(ctx, cmd, func(e *Enc) int {
+			e.B = append(e.B, fields.B...)
 			return len(kv) / 2
 		})
+	}
+	send := func(cmd string, kv ...any) ([]byte, func()) {
+		t.Helper()
+		ans, release, err := sendErr(cmd, kv...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,9 +550,14 @@ func TestLocalSendHeld(t *testing.T) {
 	// Given later: the pull waits, the job comes, its answer is counted
 	// until release.
 	got := make(chan func(), 1)
+	failed := make(chan error, 1)
 	var pulled []byte
 	go func() {
-		ans, release := send("PULL", "queue", "later", "timeout", 20000)
+		ans, release, err := sendErr("PULL", "queue", "later", "timeout", 20000)
+		if err != nil {
+			failed <- err
+			return
+		}
 		pulled = ans
 		got <- release
 	}()
@@ -457,7 +566,11 @@ func TestLocalSendHeld(t *testing.T) {
 		return n == 1, fmt.Sprint(n, " waiting")
 	})
 	push("later", 1<<20)
-	release = <-got
+	select {
+	case release = <-got:
+	case err := <-failed:
+		t.Fatal(err)
+	}
 	if held := s.answers.used.Load(); held < int64(len(pulled)) || len(pulled) < 1<<20 {
 		t.Errorf("%d bytes held for a pull's answer of %d", held, len(pulled))
 	}

@@ -117,6 +117,29 @@ func encVal(e *Enc, v any) error {
 
 // call sends cmd with the fields given as key, value pairs (an undef
 // value, or a nil JSON one, is left out) and answers the answer's map.
+// giveBack moves the jobs a pull took back to waiting (MoveToWait, which
+// counts no attempt), for an answer that cannot carry them, and returns
+// why, saying so. It runs even once the request has been cancelled: the
+// jobs must not stay taken for a caller that never sees them.
+func (b *mcpBackend) giveBack(ctx context.Context, raws []Raw, why error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	kept := 0
+	for _, r := range raws {
+		m, err := ParseMap(r, nil)
+		if err != nil {
+			continue
+		}
+		if _, err := b.call(ctx, "MoveToWait", "id", rawString(m.Get("id"))); err != nil {
+			kept++
+		}
+	}
+	if kept > 0 {
+		return fmt.Errorf("%w; %d of the %d jobs taken could not be given back and stay active until their leases run out", why, kept, len(raws))
+	}
+	return fmt.Errorf("%w; the %d jobs taken were given back to the queue: pull fewer at once", why, len(raws))
+}
+
 func (b *mcpBackend) call(ctx context.Context, cmd string, kv ...any) (Map, error) {
 	// The fields are encoded before anything is sent: a field that cannot
 	// be (JSON nested too deep, say) must not leave a command sent without
@@ -515,7 +538,12 @@ func mcpJobTools() []*mcpTool {
 				if err != nil {
 					return mcpResult{}, err
 				}
-				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", answerOK(m)).close())
+				// The wire's completed, not its ok, which a wait that ran
+				// out of time also carries. The reference's MCP server
+				// reads ok, and says a job that timed out completed,
+				// against its own tool's description: a bug not kept.
+				done, _, _ := m.Bool("completed")
+				return okText(newJSONObj().str("jobId", a.str("jobId")).boolean("completed", done).close())
 			}},
 	}
 }
@@ -640,6 +668,12 @@ func mcpConsumeTools() []*mcpTool {
 				// with their values summarised.
 				rest := textCost(newJSONObj().num("count", float64(len(raws))).json("jobs", []byte("[]")).close())
 				jobs, _, err := b.fitJobs(raws, rest, 2, true)
+				if tooBig := (*mcpTooBig)(nil); errors.As(err, &tooBig) {
+					// Taken, but they cannot all be shown even summarised:
+					// given back to the queue rather than left active,
+					// with no one to work them, until their leases run out.
+					return mcpResult{}, b.giveBack(ctx, raws, err)
+				}
 				if err != nil {
 					return mcpResult{}, err
 				}
