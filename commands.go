@@ -21,10 +21,12 @@ package main
 //     progress, logs, links or a schedule's data changed, jobs made live
 //     again). It is admitted by the budget: refused while the budget is
 //     spent, naming it, and weighed into the estimate when let in.
-//   - workerStep: a worker's step on a job it holds (pull, ACK, FAIL,
-//     leases, MoveToWaitingChildren). Never refused: refusing it would
-//     wedge the queue, and finishing jobs is how room is made. What it can
-//     add has bounds of its own (memlimit.go's admitRequest says which).
+//   - workerStep: a worker's step on a job it holds (pull, ACK, leases,
+//     MoveToWaitingChildren). Never refused: refusing it would wedge the
+//     queue, and finishing jobs is how room is made. What it can add has
+//     bounds of its own (memlimit.go's admitRequest says which).
+//   - workerGrows: a worker's step that keeps what it carries (FAIL: its
+//     error and stack). Never refused, but weighed into the estimate.
 //   - steady: cannot make jobs hold more: reads, removals, moves between
 //     states, settings and registries of their own (each with a count
 //     limit).
@@ -44,9 +46,10 @@ type command struct {
 	mem memUse
 }
 
-func grows(h Handler) command      { return command{run: h, mem: memGrows} }
-func workerStep(h Handler) command { return command{run: h, mem: memWorker} }
-func steady(h Handler) command     { return command{run: h, mem: memSteady} }
+func grows(h Handler) command       { return command{run: h, mem: memGrows} }
+func workerStep(h Handler) command  { return command{run: h, mem: memWorker} }
+func workerGrows(h Handler) command { return command{run: h, mem: memWorkerGrows} }
+func steady(h Handler) command      { return command{run: h, mem: memSteady} }
 
 var commands map[string]command
 
@@ -67,7 +70,7 @@ func init() {
 		"PULLB":         workerStep(cmdPullBatch),
 		"ACK":           workerStep(cmdAck),
 		"ACKB":          workerStep(cmdAckBatch),
-		"FAIL":          workerStep(cmdFail),
+		"FAIL":          workerGrows(cmdFail),
 		"JobHeartbeat":  workerStep(cmdJobHeartbeat),
 		"JobHeartbeatB": workerStep(cmdJobHeartbeatBatch),
 		"ExtendLock":    workerStep(cmdExtendLock),

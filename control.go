@@ -175,6 +175,14 @@ func (b *Broker) MoveJob(_ context.Context, id string, m JobMove) error {
 		if err != nil {
 			return err
 		}
+		if step == stepRetry && b.mem.spent() {
+			// MoveToWait of a failed job is RetryDlq's retry: the job
+			// leaves the dead-letter queue, whose bounds can let it go,
+			// for waiting, where nothing does. Refused while the budget
+			// is spent, as RetryDlq is (commands.go); a move of a job
+			// already live (MoveToWait's other uses) never is.
+			return b.mem.refuse()
+		}
 		return s.moveJob(q, j, m, step, now)
 	})
 }

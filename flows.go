@@ -352,6 +352,12 @@ func (b *Broker) applyPolicy(it *flowItem) {
 	}
 	q := s.queues[p.Queue]
 	now := b.now()
+	if it.mode != policyRemove {
+		// The record the parent keeps of the child's failure (its error,
+		// in an attempt or a child record): weighed, never refused, as
+		// the FAIL that made it (memlimit.go, admitRequest).
+		b.mem.took(int64(len(it.key)+len(it.childID)+len(it.err)) + 64)
+	}
 	switch it.mode {
 	case policyFail:
 		b.unwaitAll(p)

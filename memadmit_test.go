@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,12 +22,13 @@ import (
 // the table so that a command's class is changed in two places on
 // purpose: "grows" is admitted (refused while the budget is spent);
 // "worker" is a worker's step, never refused, its growth bounded by its
-// own limits; "steady" cannot grow what jobs hold.
+// own limits; "weighed" is a worker's step that keeps what it carries,
+// never refused but weighed; "steady" cannot grow what jobs hold.
 var admitSpec = map[string]string{
 	"Auth": "steady", "Hello": "steady", "Ping": "steady", "SubscribeEvents": "steady", "UnsubscribeEvents": "steady",
 
 	"PUSH": "grows", "PUSHB": "grows", "PUSHF": "grows",
-	"PULL": "worker", "PULLB": "worker", "ACK": "worker", "ACKB": "worker", "FAIL": "worker",
+	"PULL": "worker", "PULLB": "worker", "ACK": "worker", "ACKB": "worker", "FAIL": "weighed",
 	"JobHeartbeat": "worker", "JobHeartbeatB": "worker", "ExtendLock": "worker", "ExtendLocks": "worker",
 
 	"GetJob": "steady", "GetJobByCustomId": "steady", "GetState": "steady", "GetResult": "steady",
@@ -464,13 +466,13 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 	slices.Sort(names)
 	for _, name := range names {
 		if admitSpec[name] == "" {
-			t.Errorf("command %s is not classified in admitSpec (grows, worker or steady)", name)
+			t.Errorf("command %s is not classified in admitSpec (grows, worker, weighed or steady)", name)
 		}
 		if admitFixtures[name] == nil {
 			t.Errorf("command %s has no fixture in admitFixtures", name)
 		}
 	}
-	class := map[string]memUse{"grows": memGrows, "worker": memWorker, "steady": memSteady}
+	class := map[string]memUse{"grows": memGrows, "worker": memWorker, "weighed": memWorkerGrows, "steady": memSteady}
 	for _, name := range names {
 		if got, want := commands[name].mem, class[admitSpec[name]]; got != want {
 			t.Errorf("command %s has memory class %d in the table, admitSpec says %s (%d)", name, got, admitSpec[name], want)
@@ -520,7 +522,7 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 					if a := c.call(req); a["ok"] != true {
 						t.Errorf("%s with the budget open: %v (its fixture must be accepted)", name, a)
 					}
-				case "worker", "steady":
+				case "worker", "weighed", "steady":
 					if memRefusal(a) {
 						t.Errorf("%s (%s) was refused by the budget: %v", name, admitSpec[name], a)
 					}
@@ -530,7 +532,7 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 					// A worker's step adds no more than what it carries (a
 					// FAIL's error lands in the timeline, the attempts and
 					// the job's last error: three times).
-					if admitSpec[name] == "worker" && after-before > 3*reqBytes(t, req) {
+					if admitSpec[name] != "steady" && after-before > 3*reqBytes(t, req) {
 						t.Errorf("%s (worker) made jobs hold %d bytes more, over 3 times its %d bytes", name, after-before, reqBytes(t, req))
 					}
 				}
@@ -602,10 +604,127 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 	if _, err := m.admitRequest(memWorker, Map{}); err != nil {
 		t.Fatalf("a worker's step was refused: %v", err)
 	}
+	// A FAIL is never refused, but what it carries is weighed: in the
+	// estimate while it runs, and after.
+	fail := Map{}
+	{
+		var e Enc
+		e.Any(M{"cmd": "FAIL", "id": "x", "error": strings.Repeat("e", 1<<20)})
+		fail, _ = ParseMap(e.B, nil)
+	}
+	before, running := m.estimate(), m.inflight.Load()
+	w, err := m.admitRequest(memWorkerGrows, fail)
+	if err != nil || w < 1<<20 {
+		t.Fatalf("a FAIL of 1 MiB while refusing: weight %d, %v", w, err)
+	}
+	if m.estimate() != before+w {
+		t.Fatalf("a FAIL under way: estimate %d, want %d", m.estimate(), before+w)
+	}
+	m.settle(w, true)
+	if m.estimate() != before+w || m.inflight.Load() != running {
+		t.Fatalf("a FAIL done: estimate %d (want %d), in flight %d (want %d)", m.estimate(), before+w, m.inflight.Load(), running)
+	}
 	pg := newMemLimit(100<<20, false, nil)
 	pg.took(1 << 30)
 	if pg.refusing.Load() {
 		t.Error("PostgreSQL mode: jobs that live in the database were weighed")
+	}
+}
+
+// TestMemLimitInFlight: requests let in are weighed from the moment they
+// are, not once their handlers finish, so many sent at once pass only
+// until their weight together reaches the mark. Before, with 79 MiB of a
+// 100 MiB budget's 80 MiB mark held, ten 9.9 MB Updates let in together
+// all passed (none had finished, so none was weighed): 178 MiB. A request
+// that fails gives its weight back; one that made what it asked keeps it.
+func TestMemLimitInFlight(t *testing.T) {
+	m := newMemLimit(100<<20, true, nil)
+	m.took(70 << 20)
+	update := func() Map {
+		var e Enc
+		e.Any(M{"cmd": "Update", "id": "x", "data": make([]byte, 9_900_000)})
+		u, _ := ParseMap(e.B, nil)
+		return u
+	}()
+	var let []int64
+	for range 10 {
+		w, err := m.admitRequest(memGrows, update)
+		if err != nil {
+			if !strings.Contains(err.Error(), "--max-memory") {
+				t.Fatalf("refusal: %v", err)
+			}
+			continue
+		}
+		let = append(let, w)
+	}
+	// 70 MiB held: the first takes the estimate to 79.4 MiB, the second
+	// past the 80 MiB mark (let in), the rest are refused.
+	if len(let) != 2 {
+		t.Fatalf("%d of 10 Updates let in at once, want 2", len(let))
+	}
+	// One fails (a bad field): its weight goes; one made its change.
+	m.settle(let[0], false)
+	m.settle(let[1], true)
+	if m.inflight.Load() != 0 || m.admitted.Load() != 70<<20+let[1] {
+		t.Fatalf("settled: in flight %d, admitted %d, want 0 and %d", m.inflight.Load(), m.admitted.Load(), 70<<20+let[1])
+	}
+}
+
+// TestFailWeighed: a FAIL and the record a parent keeps of its failed
+// child are weighed into the estimate (never refused). Before, a FAIL's
+// error, kept in the job's timeline and attempts and in its parent's
+// record, was not weighed at all: FAILs between two collections grew
+// what jobs hold unseen.
+func TestFailWeighed(t *testing.T) {
+	s := startAdmitServer(t, "memory")
+	c := dial(t, s.addr)
+	q := "fw"
+	c.ok(M{"cmd": "PUSHF", "jobs": []any{
+		M{"id": "kid", "queue": q, "input": M{"parentId": "par", "maxAttempts": 1, "continueParentOnFailure": true,
+			"data": M{"__parentId": "par", "__parentQueue": q}}},
+		M{"id": "par", "queue": q, "input": M{"dependsOn": []any{"kid"}, "childrenIds": []any{"kid"}, "data": M{}}},
+	}})
+	id := str(t, sub(t, c.ok(M{"cmd": "PULL", "queue": q}), "job"), "id")
+	before := s.b.mem.estimate()
+	msg := strings.Repeat("e", 60_000)
+	c.ok(M{"cmd": "FAIL", "id": id, "error": msg})
+	eventually(t, 10*time.Second, "the parent's record of its failed child", func() (bool, string) {
+		v := c.ok(M{"cmd": "GetFailedChildrenValues", "id": "par"})["values"]
+		m, _ := v.(map[string]any)
+		return len(m) == 1, fmt.Sprint(v)
+	})
+	// The FAIL's bytes, and the parent's record of the error.
+	if got := s.b.mem.estimate() - before; got < 2*int64(len(msg)) {
+		t.Fatalf("a FAIL of a %d-byte error weighed %d bytes, want at least %d", len(msg), got, 2*len(msg))
+	}
+	if n := s.b.mem.inflight.Load(); n != 0 {
+		t.Fatalf("%d bytes still in flight after the FAIL", n)
+	}
+}
+
+// TestMoveToWaitOfFailedRefused: MoveToWait of a failed job is a retry
+// out of the dead-letter queue, refused while the budget is spent as
+// RetryDlq is; MoveToWait of an active job (giving it back) is not.
+// Before, the retry passed as a steady command.
+func TestMoveToWaitOfFailedRefused(t *testing.T) {
+	s := startAdmitServer(t, "memory")
+	c := dial(t, s.addr)
+	failed := str(t, c.ok(M{"cmd": "PUSH", "queue": "mw", "data": M{}, "maxAttempts": 1}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "mw"})
+	c.ok(M{"cmd": "FAIL", "id": failed, "error": "x"})
+	active := str(t, c.ok(M{"cmd": "PUSH", "queue": "mw2", "data": M{}}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "mw2"})
+	s.refusing(true)
+	if a := c.call(M{"cmd": "MoveToWait", "id": failed}); !memRefusal(a) {
+		t.Fatalf("MoveToWait of a failed job while the budget is spent: %v", a)
+	}
+	if a := c.call(M{"cmd": "MoveToWait", "id": active}); a["ok"] != true {
+		t.Fatalf("MoveToWait of an active job while the budget is spent: %v", a)
+	}
+	s.refusing(false)
+	c.ok(M{"cmd": "MoveToWait", "id": failed})
+	if st := c.ok(M{"cmd": "GetState", "id": failed})["state"]; st != "waiting" {
+		t.Fatalf("the failed job moved once the budget is open: %v", st)
 	}
 }
 

@@ -62,6 +62,11 @@ type memLimit struct {
 	cycles   uint64       // collections seen (look's own)
 	live     atomic.Int64 // live heap at the last collection
 	admitted atomic.Int64 // estimated bytes of jobs admitted since
+	// inflight weighs the requests let in whose handlers still run: in
+	// the estimate from the moment they are let in, so that many sent at
+	// once cannot all pass while none has yet been weighed. Not reset by
+	// a collection: what they add is not yet in the heap it measured.
+	inflight atomic.Int64
 	refusing atomic.Bool
 	refused  atomic.Int64 // pushes refused
 	spells   atomic.Int64 // times pushes started being refused
@@ -181,14 +186,16 @@ func (m *memLimit) decide() {
 }
 
 // estimate is the live heap now, as far as is known.
-func (m *memLimit) estimate() int64 { return m.live.Load() + m.admitted.Load() }
+func (m *memLimit) estimate() int64 {
+	return m.live.Load() + m.admitted.Load() + m.inflight.Load()
+}
 
 func (m *memLimit) startRefusing(est int64) {
 	if m.refusing.Swap(true) {
 		return
 	}
 	m.spells.Add(1)
-	m.log.Warn("memory budget reached; pushes are refused until workers make room", "live_heap_mb", est>>20,
+	m.log.Warn("memory budget reached; pushes and whatever else would add to jobs are refused until workers make room", "live_heap_mb", est>>20,
 		"max_memory_mb", m.limit>>20, "refused_from_mb", m.high>>20)
 	if m.warn != nil {
 		m.warn(est>>20, m.limit>>20)
@@ -207,23 +214,32 @@ const (
 	memUnset memUse = iota
 	memGrows
 	memWorker
+	// memWorkerGrows is a worker's step that keeps what it carries (a
+	// FAIL's error and stack, in the job's timeline and attempts): never
+	// refused, but weighed as a growing command is.
+	memWorkerGrows
 	memSteady
 )
 
 // admitRequest is the one admission of the command table: a command that
 // grows what jobs hold is refused while the budget is spent; let in, it
-// answers its weight (requestWeight), which run adds to the estimate
-// (took) once the command did not answer with an error: a request refused
-// for a bad field made nothing, and cannot swell the estimate (and so
-// refuse everyone until the next collection) by claiming jobs it never
-// makes. The others pass.
+// answers its weight (requestWeight), which is in the estimate while the
+// handler runs (inflight) and stays in it (settle) once the command did
+// not answer with an error: a request refused for a bad field made
+// nothing, and cannot swell the estimate (and so refuse everyone until
+// the next collection) by claiming jobs it never makes. A request whose
+// weight takes the estimate past the mark is let in, and the next ones
+// are refused: many sent at once pass only until their weight together
+// reaches it. The others pass.
 //
 // A worker's step is never refused. What it can add is bounded apart:
 //   - an ACK's result (a URL handler's answer too) is kept in the results
 //     cache, whose byte budget is fitted inside this one (fitCaches);
 //   - a FAIL's error and stack land in at most maxTimelineEntries
 //     timeline and as many attempt entries of the job, the whole job
-//     within maxJobBytes (failure.check);
+//     within maxJobBytes (failure.check), and are weighed as the FAIL's
+//     bytes (memWorkerGrows), as is the record of a failed child its
+//     parent keeps (applyPolicy);
 //   - a repeating job's next run, made by its ACK, is weighed (took)
 //     though never refused, which would end the schedule;
 //   - a child's result copied into its parent's values is weighed too, so
@@ -241,6 +257,14 @@ func (m *memLimit) admitRequest(use memUse, req Map) (int64, error) {
 	if use == memWorker || use == memSteady || m == nil || m.limit <= 0 {
 		return 0, nil
 	}
+	if use == memWorkerGrows {
+		if !m.countJobs {
+			return 0, nil
+		}
+		w := int64(req.size())
+		m.inflight.Add(w)
+		return w, nil
+	}
 	if m.refusing.Load() {
 		m.refused.Add(1)
 		return 0, m.errFull()
@@ -248,7 +272,38 @@ func (m *memLimit) admitRequest(use memUse, req Map) (int64, error) {
 	if !m.countJobs {
 		return 0, nil
 	}
-	return requestWeight(req), nil
+	w := requestWeight(req)
+	if m.live.Load()+m.admitted.Load()+m.inflight.Add(w) >= m.high {
+		// This one is in; what comes next waits for room.
+		m.startRefusing(m.estimate())
+	}
+	return w, nil
+}
+
+// spent says whether what grows jobs is being refused (false without a
+// budget, or in PostgreSQL mode, where jobs are not in the process).
+func (m *memLimit) spent() bool {
+	return m != nil && m.limit > 0 && m.countJobs && m.refusing.Load()
+}
+
+// refuse counts a refusal made past the command table's admission (an
+// engine's, for a move that makes a job live again) and answers it.
+func (m *memLimit) refuse() error {
+	m.refused.Add(1)
+	return m.errFull()
+}
+
+// settle ends a request's admission (admitRequest's weight w): its weight
+// leaves the requests under way and, if the command made what it asked
+// (made), joins what was admitted since the last collection.
+func (m *memLimit) settle(w int64, made bool) {
+	if m == nil || w == 0 {
+		return
+	}
+	m.inflight.Add(-w)
+	if made {
+		m.took(w)
+	}
 }
 
 // requestWeight bounds what a request can make jobs hold: every byte it
@@ -304,7 +359,7 @@ func (b *Broker) fitCaches() {
 
 // errFull is the refusal of whatever would make jobs hold more.
 func (m *memLimit) errFull() error {
-	return fmt.Errorf("Out of memory: jobs fill the server's memory budget of %s (--max-memory); pushes are refused until workers make room",
+	return fmt.Errorf("Out of memory: jobs fill the server's memory budget of %s (--max-memory); what would add to them (pushes, updates, progress, logs, retries) is refused until workers make room",
 		sizeText(m.limit))
 }
 

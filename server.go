@@ -409,9 +409,9 @@ func (c *conn) dispatch(m Map, e *Enc) (reserved int64) {
 
 // run executes a handler and frames its answer into e. It returns the
 // room the answer reserved (see dispatch). weight is what the memory
-// budget let the request in with: it joins the estimate once the command
-// did not answer with an error, so that a request refused for a bad field
-// cannot swell the estimate.
+// budget let the request in with: it stays in the estimate once the
+// command did not answer with an error, so that a request refused for a
+// bad field cannot swell the estimate.
 func (c *conn) run(h Handler, m Map, e *Enc, weight int64) (reserved int64) {
 	start := len(e.B)
 	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b, eng: c.srv.eng}
@@ -422,9 +422,7 @@ func (c *conn) run(h Handler, m Map, e *Enc, weight int64) (reserved int64) {
 	e.Bool(true)
 	r.n = 1
 	err := safeCall(h, &r)
-	if weight > 0 && (err == nil || err == errAsync) {
-		c.srv.b.mem.took(weight)
-	}
+	c.srv.b.mem.settle(weight, err == nil || err == errAsync)
 	if err == errAsync {
 		e.B = e.B[:start]
 		return r.reserved
