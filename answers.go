@@ -604,13 +604,16 @@ func pullFits(sofar, limit int64) bool {
 }
 
 // jsonAnswerCap bounds the MessagePack of the jobs one JSON answer (HTTP,
-// WebSocket) carries: a sixth of answerCap, since binary data is four
-// times as long in JSON ("255,") and a string of control characters six
-// times ("\u0001"). Only data whose maps have maps for keys grows more
-// (twelve times, jsonGrowth): an answer whose JSON would pass the frame
-// limit is measured before it is sent and refused, naming it
-// (writeJSONWith, wsWriter.writeFrame).
-const jsonAnswerCap = answerCap / 6
+// WebSocket) carries: a quarter of answerCap, since binary data, the
+// commonest big data, is four times as long in JSON ("255,"). It cannot
+// be less: pullFits lets a pull take one more job while what it took
+// leaves room for the largest job, and a sixth of answerCap (for strings
+// of control characters, six times as long as "\u0001") is less than
+// that, so every pull over JSON took one job. Data whose JSON grows more
+// is measured before its answer is sent, and an answer whose JSON would
+// pass the frame limit is refused, naming it (writeJSONWith,
+// wsWriter.writeFrame).
+const jsonAnswerCap = answerCap / 4
 
 // answerLimit is the bytes of jobs one of c's answers carries at most:
 // answerCap, jsonAnswerCap for a transport that answers in JSON.
