@@ -36,7 +36,11 @@ type bqSource struct {
 	before   queueCounts        // as the reference shows them
 	order    []string           // queues in the order they came
 	requeued int                // active jobs that wait again
-	refused  []string           // what cannot come across, and why
+	// refused holds the first maxShownRefusals things that cannot come
+	// across, and why; nRefused counts them all: a file of a million bad
+	// rows is refused in a report of a few lines, not a million strings.
+	refused  []string
+	nRefused int
 	// readSteps counts the job records the SQLite reader handles in its
 	// passes over the jobs and dead-letter tables (read, replaced, kept): a
 	// few for each row, which a test holds it to without timing it (it was
@@ -92,8 +96,14 @@ func (src *bqSource) queue(name string) *bqQueue {
 	return q
 }
 
+// maxShownRefusals is how many refusals the report lists.
+const maxShownRefusals = 20
+
 func (src *bqSource) refuse(format string, args ...any) {
-	src.refused = append(src.refused, fmt.Sprintf(format, args...))
+	src.nRefused++
+	if len(src.refused) < maxShownRefusals {
+		src.refused = append(src.refused, fmt.Sprintf(format, args...))
+	}
 }
 
 // addJob reads one reference job: row names the table and row it came
@@ -665,17 +675,15 @@ func (src *bqSource) report(out io.Writer) error {
 	if src.requeued > 0 {
 		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
 	}
-	if len(src.refused) > 0 {
-		const show = 20
-		fmt.Fprintf(out, "%d things cannot come across; nothing migrated:\n", len(src.refused))
-		for i, r := range src.refused {
-			if i == show {
-				fmt.Fprintf(out, "  ... and %d more\n", len(src.refused)-show)
-				break
-			}
+	if src.nRefused > 0 {
+		fmt.Fprintf(out, "%d things cannot come across; nothing migrated:\n", src.nRefused)
+		for _, r := range src.refused {
 			fmt.Fprintf(out, "  %s\n", r)
 		}
-		return fmt.Errorf("%s: %d things cannot come across (listed above); nothing migrated", src.what, len(src.refused))
+		if more := src.nRefused - len(src.refused); more > 0 {
+			fmt.Fprintf(out, "  ... and %d more\n", more)
+		}
+		return fmt.Errorf("%s: %d things cannot come across (listed above); nothing migrated", src.what, src.nRefused)
 	}
 	return nil
 }

@@ -491,6 +491,17 @@ func refuseWhatCannotComeAcross(t *testing.T, src string) {
 		}), `queue_state row "mig-limits": dlq_config: maxAge must be at most 31536000000`},
 		{"group window", sqlEdit(`INSERT INTO group_state (queue, group_id, rate_limit, rate_duration, paused) VALUES ('mig-group', 'g', 5, 9223372036854775807, 0)`),
 			`group_state row "mig-group"/"g": rate_duration must be at most 31536000000`},
+		// What SQLite lets a column hold but the reference never writes:
+		// refused naming the row, not a scan error that names nothing.
+		{"dead-letter entry without a job id", sqlEdit(`CREATE TABLE dlq_copy AS SELECT * FROM dlq; DROP TABLE dlq;
+			ALTER TABLE dlq_copy RENAME TO dlq; UPDATE dlq SET job_id = NULL WHERE id = 1`),
+			`dlq row 1: job_id is null`},
+		{"group window as a fraction", sqlEdit(`INSERT INTO group_state (queue, group_id, rate_limit, rate_duration, paused) VALUES ('mig-group', 'g', 5, 1.5, 0)`),
+			`group_state row "mig-group"/"g": rate_duration: 1.5 is not a whole number`},
+		{"group window too far for an integer", sqlEdit(`INSERT INTO group_state (queue, group_id, rate_limit, rate_duration, paused) VALUES ('mig-group', 'g', 5, 1e300, 0)`),
+			`group_state row "mig-group"/"g": rate_duration must be at most 31536000000`},
+		{"group limit as text", sqlEdit(`INSERT INTO group_state (queue, group_id, rate_limit, rate_duration, paused) VALUES ('mig-group', 'g', 'five', 1000, 0)`),
+			`group_state row "mig-group"/"g": rate_limit: string "five" is not a number`},
 	} {
 		dir := t.TempDir()
 		bad := filepath.Join(dir, "bad.db")
@@ -517,6 +528,27 @@ func refuseWhatCannotComeAcross(t *testing.T, src string) {
 			t.Errorf("%s: a refused migration left %s (%v)", c.name, target, err)
 		}
 		t.Logf("%s refused: %s", c.name, refusedLine(out.String()+errs.String(), c.want))
+	}
+}
+
+// TestMigrateRefusalsBounded: a source with a great many bad rows is
+// refused in a report that lists the first few and counts the rest; what
+// is kept of them is as bounded. Before, every refusal's text was kept.
+func TestMigrateRefusalsBounded(t *testing.T) {
+	src := newBQSource("a test")
+	for i := range 100_000 {
+		src.refuse("dlq row %d: job_id is null", i)
+	}
+	if len(src.refused) != maxShownRefusals || src.nRefused != 100_000 {
+		t.Fatalf("kept %d refusals of %d", len(src.refused), src.nRefused)
+	}
+	var out strings.Builder
+	err := src.report(&out)
+	if err == nil || !strings.Contains(err.Error(), "100000 things cannot come across") {
+		t.Fatalf("report: %v", err)
+	}
+	if !strings.Contains(out.String(), "dlq row 19: job_id is null\n  ... and 99980 more\n") || strings.Contains(out.String(), "dlq row 20:") {
+		t.Fatalf("report:\n%s", out.String())
 	}
 }
 

@@ -258,12 +258,18 @@ func bqSQLiteDLQ(ctx context.Context, db *sql.DB, src *bqSource, _ map[string][]
 	gone := 0
 	for rows.Next() {
 		var n int64
-		var id string
+		var jobID sql.NullString
 		var entry []byte
-		if err := rows.Scan(&n, &id, &entry); err != nil {
-			return err
+		if err := rows.Scan(&n, &jobID, &entry); err != nil {
+			return fmt.Errorf("read dlq: %w", err)
 		}
 		src.readSteps++
+		if !jobID.Valid {
+			// The column allows it; the reference never writes it.
+			src.refuse("dlq row %d: job_id is null", n)
+			continue
+		}
+		id := jobID.String
 		row := fmt.Sprintf("dlq row %d (job %s)", n, id)
 		m, err := ParseMap(Raw(entry), nil)
 		if err != nil {
@@ -442,6 +448,27 @@ func bqSQLiteQueues(ctx context.Context, db *sql.DB, src *bqSource, _ map[string
 	return rows.Err()
 }
 
+// maxSafeInt is the largest whole number a JavaScript number holds
+// exactly: the reference's counts and times are such numbers.
+const maxSafeInt = 1<<53 - 1
+
+// bqSQLiteNum reads a number SQLite handed back as it was stored (an
+// INTEGER or a REAL; NULL: not valid); anything else is an error.
+func bqSQLiteNum(v any) (f float64, valid bool, err error) {
+	switch x := v.(type) {
+	case nil:
+		return 0, false, nil
+	case int64:
+		return float64(x), true, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return 0, false, fmt.Errorf("%v is not a number", x)
+		}
+		return x, true, nil
+	}
+	return 0, false, fmt.Errorf("%T %.40q is not a number", v, fmt.Sprint(v))
+}
+
 // readDLQConfig reads the reference's DlqConfig object; its two times
 // (the retry interval and the age) in the range SetDlqConfig takes.
 func (q *bqQueue) readDLQConfig(b Raw) error {
@@ -484,17 +511,50 @@ func bqSQLiteGroups(ctx context.Context, db *sql.DB, src *bqSource, _ map[string
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var queue, id string
-		var rate, dur, conc sql.NullInt64
-		var paused int64
-		if err := rows.Scan(&queue, &id, &rate, &dur, &conc, &paused); err != nil {
-			return err
+		// SQLite keeps whatever type a value was written with: each
+		// number is read as what it is and checked, so that a REAL or a
+		// TEXT where the reference writes an INTEGER is refused naming its
+		// row, not a scan error that names nothing.
+		var queue, id sql.NullString
+		var vals [4]any // rate_limit, rate_duration, concurrency_limit, paused
+		if err := rows.Scan(&queue, &id, &vals[0], &vals[1], &vals[2], &vals[3]); err != nil {
+			return fmt.Errorf("read group_state: %w", err)
 		}
-		if !src.duration(fmt.Sprintf("group_state row %q/%q", queue, id), "rate_duration", float64(dur.Int64), dur.Valid) {
+		row := fmt.Sprintf("group_state row %q/%q", queue.String, id.String)
+		if !queue.Valid || !id.Valid {
+			src.refuse("%s: queue and group_id must not be null", row)
 			continue
 		}
-		q := src.queue(queue)
-		q.groupState = append(q.groupState, bqGroup{id: id, paused: paused != 0, conc: conc.Int64, rateMax: rate.Int64, rateDur: dur.Int64})
+		var nums [4]float64
+		var has [4]bool
+		cols := []string{"rate_limit", "rate_duration", "concurrency_limit", "paused"}
+		ok := true
+		for i, col := range cols {
+			var err error
+			if nums[i], has[i], err = bqSQLiteNum(vals[i]); err != nil {
+				src.refuse("%s: %s: %v", row, col, err)
+				ok = false
+				break
+			}
+		}
+		// The window in the range SetGroupRateLimit takes, in its words;
+		// then every number a whole one, as the reference writes them.
+		if !ok || !src.duration(row, "rate_duration", nums[1], has[1]) {
+			continue
+		}
+		for i, f := range nums {
+			if f < 0 || f > maxSafeInt || f != math.Trunc(f) {
+				src.refuse("%s: %s: %v is not a whole number from 0 to %d", row, cols[i], f, int64(maxSafeInt))
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		q := src.queue(queue.String)
+		q.groupState = append(q.groupState, bqGroup{id: id.String, paused: nums[3] != 0, conc: int64(nums[2]),
+			rateMax: int64(nums[0]), rateDur: int64(nums[1])})
 	}
 	return rows.Err()
 }
