@@ -85,6 +85,9 @@ type answerBudget struct {
 	wmu     sync.Mutex
 	writers map[*answerWriter]struct{}
 	stall   time.Duration
+	// lastReclaim is when a waiter last looked for stalled writes (unix
+	// nanoseconds; reclaimDue).
+	lastReclaim atomic.Int64
 	// reclaimed counts the clients closed for sitting on the budget.
 	reclaimed  atomic.Int64
 	freed      atomic.Int64 // given back while others waited, since collect last ran
@@ -311,7 +314,7 @@ wait:
 		case <-w.ready:
 			return nil
 		case <-look.C:
-			a.reclaim(time.Now())
+			a.reclaimDue(time.Now())
 		case <-timer.C:
 			err = a.errBusy()
 			break wait
@@ -399,6 +402,18 @@ func (a *answerBudget) done(w *answerWriter) {
 	a.wmu.Lock()
 	delete(a.writers, w)
 	a.wmu.Unlock()
+}
+
+// reclaimDue runs reclaim unless another waiter did within the last
+// reclaimEvery: every waiting reservation looks, and a thousand of them
+// walking every write ten times a second each would be a thousand times
+// the work for the same answer.
+func (a *answerBudget) reclaimDue(now time.Time) {
+	last := a.lastReclaim.Load()
+	if now.UnixNano()-last < int64(reclaimEvery)*9/10 || !a.lastReclaim.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	a.reclaim(now)
 }
 
 // reclaim stops the writes that have made no progress for a.stall, for

@@ -462,3 +462,35 @@ func (c *wsClient) answer(reqID string) string {
 		}
 	}
 }
+
+// TestAnswerReclaimDue: the waiters' looks for stalled writes are one
+// walk per reclaimEvery however many wait, not one each: a second look
+// within it finds nothing to do, the next one after it does.
+func TestAnswerReclaimDue(t *testing.T) {
+	a := newAnswerBudget(100, 0)
+	a.stall = time.Second
+	stops := 0
+	stalledWriter := func() *answerWriter {
+		w := a.writing(func() { stops++ })
+		w.last.Store(time.Now().Add(-time.Minute).UnixNano())
+		return w
+	}
+	now := time.Now()
+	stalledWriter()
+	a.reclaimDue(now)
+	if stops != 1 {
+		t.Fatalf("the first look stopped %d writes, want 1", stops)
+	}
+	w := stalledWriter()
+	defer a.done(w)
+	for i := range 1000 {
+		a.reclaimDue(now.Add(time.Duration(i) * time.Microsecond))
+	}
+	if stops != 1 {
+		t.Fatalf("1,000 looks within %v stopped %d writes, want none more", reclaimEvery, stops-1)
+	}
+	a.reclaimDue(now.Add(reclaimEvery))
+	if stops != 2 {
+		t.Fatalf("the look after %v stopped %d writes, want 1", reclaimEvery, stops-1)
+	}
+}
