@@ -613,14 +613,15 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 		fail, _ = ParseMap(e.B, nil)
 	}
 	before, running := m.estimate(), m.inflight.Load()
-	w, err := m.admitRequest(memWorkerGrows, fail)
-	if err != nil || w < 1<<20 {
-		t.Fatalf("a FAIL of 1 MiB while refusing: weight %d, %v", w, err)
+	adm, err := m.admitRequest(memWorkerGrows, fail)
+	w := adm.weight
+	if err != nil || w < 1<<20 || adm.bytes != w {
+		t.Fatalf("a FAIL of 1 MiB while refusing: %+v, %v", adm, err)
 	}
 	if m.estimate() != before+w {
 		t.Fatalf("a FAIL under way: estimate %d, want %d", m.estimate(), before+w)
 	}
-	m.settle(w, true)
+	m.settle(adm, true)
 	if m.estimate() != before+w || m.inflight.Load() != running {
 		t.Fatalf("a FAIL done: estimate %d (want %d), in flight %d (want %d)", m.estimate(), before+w, m.inflight.Load(), running)
 	}
@@ -635,8 +636,9 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 // are, not once their handlers finish, so many sent at once pass only
 // until their weight together reaches the mark. Before, with 79 MiB of a
 // 100 MiB budget's 80 MiB mark held, ten 9.9 MB Updates let in together
-// all passed (none had finished, so none was weighed): 178 MiB. A request
-// that fails gives its weight back; one that made what it asked keeps it.
+// all passed (none had finished, so none was weighed): 178 MiB. What is
+// in flight is a request's bytes; a request that fails gives them back,
+// one that made what it asked has its weight kept.
 func TestMemLimitInFlight(t *testing.T) {
 	m := newMemLimit(100<<20, true, nil)
 	m.took(70 << 20)
@@ -646,16 +648,16 @@ func TestMemLimitInFlight(t *testing.T) {
 		u, _ := ParseMap(e.B, nil)
 		return u
 	}()
-	var let []int64
+	var let []admission
 	for range 10 {
-		w, err := m.admitRequest(memGrows, update)
+		adm, err := m.admitRequest(memGrows, update)
 		if err != nil {
 			if !strings.Contains(err.Error(), "--max-memory") {
 				t.Fatalf("refusal: %v", err)
 			}
 			continue
 		}
-		let = append(let, w)
+		let = append(let, adm)
 	}
 	// 70 MiB held: the first takes the estimate to 79.4 MiB, the second
 	// past the 80 MiB mark (let in), the rest are refused.
@@ -665,8 +667,8 @@ func TestMemLimitInFlight(t *testing.T) {
 	// One fails (a bad field): its weight goes; one made its change.
 	m.settle(let[0], false)
 	m.settle(let[1], true)
-	if m.inflight.Load() != 0 || m.admitted.Load() != 70<<20+let[1] {
-		t.Fatalf("settled: in flight %d, admitted %d, want 0 and %d", m.inflight.Load(), m.admitted.Load(), 70<<20+let[1])
+	if m.inflight.Load() != 0 || m.admitted.Load() != 70<<20+let[1].weight {
+		t.Fatalf("settled: in flight %d, admitted %d, want 0 and %d", m.inflight.Load(), m.admitted.Load(), 70<<20+let[1].weight)
 	}
 }
 

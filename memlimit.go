@@ -223,9 +223,9 @@ const (
 
 // admitRequest is the one admission of the command table: a command that
 // grows what jobs hold is refused while the budget is spent; let in, it
-// answers its weight (requestWeight), which is in the estimate while the
-// handler runs (inflight) and stays in it (settle) once the command did
-// not answer with an error: a request refused for a bad field made
+// answers its admission: its bytes are in the estimate while the handler
+// runs (inflight), and its weight (requestWeight) joins it (settle) once
+// the command did not answer with an error: a request refused for a bad field made
 // nothing, and cannot swell the estimate (and so refuse everyone until
 // the next collection) by claiming jobs it never makes. A request whose
 // weight takes the estimate past the mark is let in, and the next ones
@@ -253,32 +253,40 @@ const (
 // group commit, an Update's data on its way to the database), so while
 // the live heap is over the mark they are refused all the same, and the
 // process keeps within its budget.
-func (m *memLimit) admitRequest(use memUse, req Map) (int64, error) {
+func (m *memLimit) admitRequest(use memUse, req Map) (admission, error) {
 	if use == memWorker || use == memSteady || m == nil || m.limit <= 0 {
-		return 0, nil
+		return admission{}, nil
 	}
 	if use == memWorkerGrows {
 		if !m.countJobs {
-			return 0, nil
+			return admission{}, nil
 		}
-		w := int64(req.size())
-		m.inflight.Add(w)
-		return w, nil
+		n := int64(req.size())
+		m.inflight.Add(n)
+		return admission{weight: n, bytes: n}, nil
 	}
 	if m.refusing.Load() {
 		m.refused.Add(1)
-		return 0, m.errFull()
+		return admission{}, m.errFull()
 	}
 	if !m.countJobs {
-		return 0, nil
+		return admission{}, nil
 	}
-	w := requestWeight(req)
-	if m.live.Load()+m.admitted.Load()+m.inflight.Add(w) >= m.high {
+	adm := admission{weight: requestWeight(req), bytes: int64(req.size())}
+	if m.live.Load()+m.admitted.Load()+m.inflight.Add(adm.bytes) >= m.high {
 		// This one is in; what comes next waits for room.
 		m.startRefusing(m.estimate())
 	}
-	return w, nil
+	return adm, nil
 }
+
+// admission is what admitRequest let a request in with: its weight, which
+// joins the estimate once it made what it asked, and its bytes, in the
+// estimate while it runs. Only the bytes, which the request does carry:
+// the weight counts a job's own cost for each job a PUSHB may make, and a
+// request of half a million jobs refused for a bad field would otherwise
+// have started the budget refusing everyone while it ran.
+type admission struct{ weight, bytes int64 }
 
 // spent says whether what grows jobs is being refused (false without a
 // budget, or in PostgreSQL mode, where jobs are not in the process).
@@ -293,16 +301,16 @@ func (m *memLimit) refuse() error {
 	return m.errFull()
 }
 
-// settle ends a request's admission (admitRequest's weight w): its weight
-// leaves the requests under way and, if the command made what it asked
-// (made), joins what was admitted since the last collection.
-func (m *memLimit) settle(w int64, made bool) {
-	if m == nil || w == 0 {
+// settle ends a request's admission: its bytes leave the requests under
+// way and, if the command made what it asked (made), its weight joins
+// what was admitted since the last collection.
+func (m *memLimit) settle(adm admission, made bool) {
+	if m == nil || adm == (admission{}) {
 		return
 	}
-	m.inflight.Add(-w)
+	m.inflight.Add(-adm.bytes)
 	if made {
-		m.took(w)
+		m.took(adm.weight)
 	}
 }
 

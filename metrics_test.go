@@ -57,7 +57,7 @@ func (ls *localServer) raw(m map[string]any) []byte {
 		ls.t.Fatalf("no command %v", m["cmd"])
 	}
 	var e Enc
-	ls.c.run(h, pm, &e, 0)
+	ls.c.run(h, pm, &e, admission{})
 	return e.B[4:]
 }
 

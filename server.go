@@ -397,22 +397,22 @@ func (c *conn) dispatch(m Map, e *Enc) (reserved int64) {
 	default:
 		// The one admission of whatever grows what jobs hold (commands.go).
 		h := commands[cmd]
-		weight, err := c.srv.b.mem.admitRequest(h.mem, m)
+		adm, err := c.srv.b.mem.admitRequest(h.mem, m)
 		if err != nil {
 			appendError(e, m.Get("reqId"), err.Error())
 			return 0
 		}
-		return c.run(h.run, m, e, weight)
+		return c.run(h.run, m, e, adm)
 	}
 	return 0
 }
 
 // run executes a handler and frames its answer into e. It returns the
-// room the answer reserved (see dispatch). weight is what the memory
-// budget let the request in with: it stays in the estimate once the
-// command did not answer with an error, so that a request refused for a
-// bad field cannot swell the estimate.
-func (c *conn) run(h Handler, m Map, e *Enc, weight int64) (reserved int64) {
+// room the answer reserved (see dispatch). adm is what the memory budget
+// let the request in with: its weight joins the estimate once the command
+// did not answer with an error, so that a request refused for a bad field
+// cannot swell the estimate.
+func (c *conn) run(h Handler, m Map, e *Enc, adm admission) (reserved int64) {
 	start := len(e.B)
 	r := Req{c: c, m: m, e: e, reqID: m.Get("reqId"), b: c.srv.b, eng: c.srv.eng}
 	at := e.BeginFrame()
@@ -422,7 +422,7 @@ func (c *conn) run(h Handler, m Map, e *Enc, weight int64) (reserved int64) {
 	e.Bool(true)
 	r.n = 1
 	err := safeCall(h, &r)
-	c.srv.b.mem.settle(weight, err == nil || err == errAsync)
+	c.srv.b.mem.settle(adm, err == nil || err == errAsync)
 	if err == errAsync {
 		e.B = e.B[:start]
 		return r.reserved
@@ -538,7 +538,7 @@ func (r *Req) goAsync(fn func(r *Req) error) error {
 		reserved := c.run(func(ar *Req) error {
 			ar.reqID = reqID
 			return fn(ar)
-		}, Map{}, e, 0)
+		}, Map{}, e, admission{})
 		// The frame is counted as it is written (writeFrame) or queued
 		// (a virtual connection's out): its reservation is no longer needed
 		// then.
