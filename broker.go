@@ -2,7 +2,7 @@ package main
 
 // The broker: the memory engine's state (shards, the job index, results,
 // logs, retired tokens) and helpers its operations share. The operations
-// live in the files of their group (jobs.go, queue.go, ...; engine.go).
+// live in the files of their group (lifecycle.go, queue.go, ...; engine.go).
 
 import (
 	"errors"
@@ -77,7 +77,7 @@ type Broker struct {
 	retention              int64
 	retainStop, retainDone chan struct{}
 
-	// drain says the server is stopping gracefully (drain.go).
+	// drain says the server is stopping gracefully (graceful_stop.go).
 	drain *drainState
 }
 

@@ -11,7 +11,7 @@ package main
 //
 // What comes across is written into a new queued data file (writeSQLite);
 // a PostgreSQL target is filled from that file by the SQLite-to-PostgreSQL
-// migration (pg_migrate.go), so that each target is written one way only.
+// migration (migrate_to_pg.go), so that each target is written one way only.
 
 import (
 	"cmp"

@@ -2,7 +2,7 @@ package main
 
 // `queued migrate`: its options, and the command's run from the data file
 // to the namespace with the counts printed before and after. The copy
-// itself is in pg_migrate.go.
+// itself is in migrate_to_pg.go.
 
 import (
 	"cmp"

@@ -1,7 +1,7 @@
 package main
 
 // Handlers of the job lifecycle: push, pull, ack, fail, and leases. The
-// work is the engine's (JobEngine: jobs.go, pg_jobs.go).
+// work is the engine's (JobEngine: lifecycle.go, pg_lifecycle.go).
 
 import (
 	"errors"
@@ -165,7 +165,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 		return err
 	}
 	if r.b.drain.on() {
-		// Stopping (drain.go): no more jobs are handed out.
+		// Stopping (graceful_stop.go): no more jobs are handed out.
 		r.writeJobs(nil, nil, withToken, batch)
 		return nil
 	}

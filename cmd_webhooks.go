@@ -1,7 +1,7 @@
 package main
 
 // Handlers of webhooks: add, remove, list, enable. Webhooks belong to
-// this broker (webhooks.go), the same in every storage mode.
+// this broker (webhook.go), the same in every storage mode.
 
 import (
 	"errors"

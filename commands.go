@@ -186,7 +186,7 @@ func init() {
 		"DashboardQueues":   steady(cmdDashboardQueues),
 		"DashboardQueue":    steady(cmdDashboardQueue),
 
-		// HTTP handlers, queued's own (cmd_handlers.go)
+		// HTTP handlers, queued's own (cmd_urlworkers.go)
 		"HandlerSet":    steady(cmdHandlerSet),
 		"HandlerRemove": steady(cmdHandlerRemove),
 		"HandlerList":   steady(cmdHandlerList),

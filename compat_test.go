@@ -96,7 +96,7 @@ func startBinaryAt(t *testing.T, argv []string, extra ...string) *serverProc {
 func tryStartBinary(t *testing.T, argv, extra []string) (*serverProc, string) {
 	t.Helper()
 	httpPort := freePort(t)
-	// No drain at a stop (drain.go) unless a test asks for one: a test
+	// No drain at a stop (graceful_stop.go) unless a test asks for one: a test
 	// that leaves jobs active would wait out the 30 s.
 	args := append([]string{"serve", "--host", "127.0.0.1", "--tcp-port", "0",
 		"--http-port", fmt.Sprint(httpPort), "--log-level", "info", "--shutdown-timeout", "0"}, extra...)

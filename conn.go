@@ -73,7 +73,7 @@ type conn struct {
 
 	fields []Field
 
-	// Answers held for this connection (answers.go): pending counts the
+	// Answers held for this connection (answer_budget.go): pending counts the
 	// bytes built or reserved and not yet written; rbReserved the
 	// reservations of the answers waiting in rb (the reader's own).
 	pending    atomic.Int64
@@ -448,7 +448,7 @@ const writePiece = 64 << 10
 // writeBig writes a big answer a piece at a time, registered with the
 // answer budget, which can tell a client that reads it slowly from one
 // that does not read it at all, and close the latter while others wait
-// for room (fair turns, answers.go); c.wmu is held.
+// for room (fair turns, answer_budget.go); c.wmu is held.
 func (c *conn) writeBig(b []byte) error {
 	a := c.srv.answers
 	w := a.writing(func() {

@@ -46,8 +46,8 @@ type Engine interface {
 	DashboardEngine
 }
 
-// JobEngine is the job lifecycle: push, pull, ack, fail, leases (jobs.go,
-// pg_jobs.go).
+// JobEngine is the job lifecycle: push, pull, ack, fail, leases (lifecycle.go,
+// pg_lifecycle.go).
 type JobEngine interface {
 	// Push admits parsed jobs into a queue, in order, until one is
 	// refused (those before it stay). batch says they came as one PUSHB:
@@ -79,7 +79,7 @@ type JobEngine interface {
 	// without costing an attempt, unless its lock was renewed.
 	Release(ctx context.Context, c *conn)
 	// HandedOut counts the jobs this broker handed out that are not yet
-	// finished, for a graceful stop to wait on (drain.go).
+	// finished, for a graceful stop to wait on (graceful_stop.go).
 	HandedOut(ctx context.Context) int
 }
 

@@ -1,6 +1,6 @@
 package main
 
-// What bounds the HTTP side's answers and connections, as answers.go and
+// What bounds the HTTP side's answers and connections, as answer_budget.go and
 // Server.Serve bound the TCP side's: a REST answer counts in the answer
 // budget while it is written and has a deadline to be read by (event
 // streams and WebSockets keep their own rules), and the HTTP port holds a

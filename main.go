@@ -60,7 +60,7 @@ type config struct {
 	maxCompletedJobs   int
 	completedRetention *int
 	// shutdownTimeout bounds a graceful stop's wait for running jobs,
-	// in ms (drain.go); 0 stops at once.
+	// in ms (graceful_stop.go); 0 stops at once.
 	shutdownTimeout int
 	// tcpIdleTimeout: ms an incomplete frame may make no progress before
 	// its connection is closed (the reference's TCP_IDLE_TIMEOUT_MS);
@@ -118,7 +118,7 @@ type config struct {
 	maxHTTPConns int
 	// maxAnswerBytes is the server-wide budget of answers not yet written,
 	// maxWriteQueue one connection's share of it (0: no share), maxMemory
-	// the memory budget for jobs (0: none). See answers.go, memlimit.go.
+	// the memory budget for jobs (0: none). See answer_budget.go, memlimit.go.
 	maxAnswerBytes, maxWriteQueue, maxMemory byteSize
 	// mcpMaxAnswer caps one MCP answer of /mcp (0: the default).
 	mcpMaxAnswer byteSize
@@ -583,7 +583,7 @@ type serverRun struct {
 	hln      net.Listener // HTTP, when on
 	hs       *http.Server
 	lv       *live
-	mem      *memReturn // gives memory back when idle (memory.go)
+	mem      *memReturn // gives memory back when idle (memreturn.go)
 	// statsStop ends the statistics line's loop (settings.go), which
 	// closes statsDone.
 	statsStop, statsDone chan struct{}

@@ -685,7 +685,7 @@ func (b *mcpBackend) storageStatus(ctx context.Context) ([]byte, error) {
 // HTTP handlers
 
 // mcpHandlerTools register a queue's HTTP handler: the server then works
-// the queue's jobs by calling a URL (handlers.go). Unlike the reference's,
+// the queue's jobs by calling a URL (urlworker.go). Unlike the reference's,
 // whose handler is a worker inside the MCP process, the handler lives in
 // the server: it survives the agent, and in SQLite mode a restart too (in
 // memory and PostgreSQL mode it lives in the broker's memory).

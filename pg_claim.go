@@ -4,7 +4,7 @@ package main
 // the same moment are taken in rounds, one transaction for all of them
 // (pgClaimLane); a claim checks the queue's limits (pause, rate,
 // concurrency) and its groups', activates the rows it took and writes
-// their leases. Pull (pg_jobs.go) waits and retries around it.
+// their leases. Pull (pg_lifecycle.go) waits and retries around it.
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package main
 
-// Inserting jobs in PostgreSQL mode: what pushes (pg_jobs.go,
+// Inserting jobs in PostgreSQL mode: what pushes (pg_lifecycle.go,
 // pg_pushbuf.go), flows (pg_flows.go) and cron (pg_cron.go) share.
 
 import (

@@ -1,7 +1,7 @@
 package main
 
 // Rounds: the way PostgreSQL mode batches pushes (pg_pushbuf.go), claims
-// and ACKs (pg_jobs.go). Requests queue up; a few goroutines (lanes) each
+// and ACKs (pg_lifecycle.go). Requests queue up; a few goroutines (lanes) each
 // take the longest run of the oldest requests that fits a round, do it in
 // one transaction, and come back for more until none waits. The owner
 // keeps the lock: pgRounds is only the queue and its count of lanes.

@@ -1,7 +1,7 @@
 package main
 
 // Claiming and reading job rows in PostgreSQL mode: what claims
-// (pg_jobs.go, pg_groups.go) and the other operations share.
+// (pg_lifecycle.go, pg_groups.go) and the other operations share.
 
 import (
 	"context"

@@ -423,7 +423,7 @@ func (srv *Server) promOperational(p *promText, ms *runtime.MemStats, rss int64,
 }
 
 // promBudgets writes queued's own figures of the answer budget and the
-// memory budget (answers.go, memlimit.go).
+// memory budget (answer_budget.go, memlimit.go).
 func (srv *Server) promBudgets(p *promText) {
 	p.one("bunqueue_pulls_waiting", "gauge", "Long polls (PULL, PULLB with a timeout) waiting for a job", float64(srv.b.pullsWaiting.Load()))
 	a := srv.answers

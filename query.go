@@ -129,7 +129,7 @@ type jobsQuery struct {
 	offset, limit int64
 	asc           bool
 	// maxBytes, when set, lets an engine stop reading jobs once their
-	// answer would pass it (answers.go); the handler cuts the page to it.
+	// answer would pass it (answer_budget.go); the handler cuts the page to it.
 	maxBytes int64
 }
 

@@ -66,7 +66,7 @@ type Server struct {
 
 	mx    *Metrics  // per-queue figures, fed by a broker tap
 	hooks *Webhooks // set by runServer; nil answers that webhooks are unavailable
-	// handlers work queues by calling URLs (handlers.go); set by
+	// handlers work queues by calling URLs (urlworker.go); set by
 	// runServer, nil answers that they are unavailable.
 	handlers *Handlers
 	// bk and live are set by runServer before it serves, for the
@@ -77,7 +77,7 @@ type Server struct {
 	// (--metrics-max-queues).
 	promMaxQueues int
 
-	// answers bounds the answer bytes held for clients (answers.go).
+	// answers bounds the answer bytes held for clients (answer_budget.go).
 	answers *answerBudget
 
 	eng Engine // storage: the broker itself, or pg

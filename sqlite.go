@@ -105,7 +105,7 @@ var migrations = []string{
 	CREATE INDEX jobs_retired_list ON jobs(queue, created_at, id) WHERE id IS NOT NULL;
 	CREATE INDEX jobs_retired_done ON jobs(done_at) WHERE id IS NOT NULL;
 	CREATE INDEX jobs_retired_queue_done ON jobs(queue, done_at) WHERE id IS NOT NULL;`,
-	// HTTP handlers (handlers.go), one a queue; rowid order is
+	// HTTP handlers (urlworker.go), one a queue; rowid order is
 	// registration order (a handler set again is deleted and inserted).
 	`CREATE TABLE handlers (
 		queue TEXT PRIMARY KEY,

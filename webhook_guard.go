@@ -3,7 +3,7 @@ package main
 // Where a webhook may send requests. A URL is checked when it is
 // registered, with the reference's rules and messages, and the address is
 // checked again on every connection, after name resolution (see the top
-// of webhooks.go for why both).
+// of webhook.go for why both).
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package main
 
-// The answer budget and the frame limit on answers (answers.go).
+// The answer budget and the frame limit on answers (answer_budget.go).
 
 import (
 	"bytes"

@@ -1,7 +1,7 @@
 package main
 
 // Handlers of the HTTP handlers' commands (queued's own, for its MCP
-// tools): set, remove, list. Handlers belong to this broker (handlers.go).
+// tools): set, remove, list. Handlers belong to this broker (urlworker.go).
 
 import (
 	"encoding/json"

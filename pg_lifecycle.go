@@ -1,6 +1,6 @@
 package main
 
-// The PostgreSQL engine's job lifecycle (JobEngine), as jobs.go answers it
+// The PostgreSQL engine's job lifecycle (JobEngine), as lifecycle.go answers it
 // in memory: push (plain pushes go through the group commit of
 // pg_pushbuf.go), pull and claim, ACK and FAIL behind the lease fence, and
 // lock renewals. Release on disconnect is pg_release.go's.

@@ -2,7 +2,7 @@ package main
 
 // The memory engine's job lifecycle (JobEngine): push, pull, ack, fail,
 // leases and release on disconnect, on the shards (and written through to
-// SQLite when a data file is set). pg_jobs.go answers the same in
+// SQLite when a data file is set). pg_lifecycle.go answers the same in
 // PostgreSQL mode.
 
 import (
