@@ -1,6 +1,9 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -88,6 +91,54 @@ func TestArchitectureNamesInFiles(t *testing.T) {
 		}
 		if !def.Match(src) {
 			t.Errorf("docs/ARCHITECTURE.md says %s is in %s, which does not define it", name, file)
+		}
+	}
+}
+
+// tableFuncs are the functions allowed past maxFuncLines: each is a table
+// (the command table, the MCP tools, the server's flags, the help text),
+// whose length is its rows.
+var tableFuncs = map[string]bool{
+	"commands.go:init": true, "mcp_flows.go:mcpFlowTools": true, "mcp_tools.go:mcpJobTools": true,
+	"mcp_tools.go:mcpConsumeTools": true, "mcp_admin.go:mcpMonitorTools": true, "mcp_admin.go:mcpQueueTools": true,
+	"config.go:serverFlags": true, "cli_help.go:mainHelp": true,
+}
+
+const (
+	maxFileLines = 1000
+	maxFuncLines = 80
+)
+
+// TestSizes: no server file over 1,000 lines, and no function over 80
+// but the tables of tableFuncs: past that a reader loses the thread
+// (sqlite.go was 1,033 lines, loadJobs 152, a pipeline in two inline
+// goroutines).
+func TestSizes(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := fset.File(af.Pos()).LineCount(); n > maxFileLines {
+			t.Errorf("%s has %d lines, over %d: split it by what its parts do", f, n, maxFileLines)
+		}
+		for _, d := range af.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+			if key := f + ":" + fd.Name.Name; n > maxFuncLines && !tableFuncs[key] {
+				t.Errorf("%s is %d lines, over %d, and not a table: split it into named steps", key, n, maxFuncLines)
+			}
 		}
 	}
 }

@@ -178,97 +178,13 @@ var errLineTooLong = errors.New("line too long")
 // taken as it comes, whatever is running (a ping waited 60 s behind 40
 // long waits when the reader waited for a turn).
 func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Writer) error {
-	sess := srv.session()
-	r := bufio.NewReaderSize(in, 64<<10)
-	var wmu sync.Mutex
-	done := false // serveMCPStdio has returned: nothing more is written
-	write := func(b []byte) {
-		wmu.Lock()
-		defer wmu.Unlock()
-		if !done {
-			out.Write(append(b, '\n'))
-		}
-	}
-	slots := make(chan struct{}, mcpMaxPending)
-	// running: the requests under way; stopped once the loop ends, after
-	// which none starts (a WaitGroup takes no Add once waited on).
-	var mu sync.Mutex
-	var running sync.WaitGroup
-	stopped := false
+	st := &stdioServer{ctx: ctx, sess: srv.session(), out: out, slots: make(chan struct{}, mcpMaxPending)}
 	// The reader may outlive this function, blocked reading in until it
 	// ends (the process's standard input, with the process); past this
 	// point it starts nothing and writes nothing.
-	defer func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		running.Wait()
-		wmu.Lock()
-		done = true
-		wmu.Unlock()
-	}()
-	start := func(in rpcIn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return false
-		}
-		// Registered here, in the reader, before the next message is
-		// read: a cancellation that follows at once finds the request.
-		rctx, end, refused := sess.begin(ctx, in)
-		if refused != nil {
-			<-slots
-			write(refused)
-			return true
-		}
-		running.Go(func() {
-			defer func() { <-slots }()
-			ans, release := sess.run(rctx, in)
-			end()
-			write(ans)
-			release()
-		})
-		return true
-	}
+	defer st.stop()
 	readErr := make(chan error, 1)
-	go func() {
-		for {
-			line, err := readMessage(r)
-			if errors.Is(err, errLineTooLong) {
-				write(rpcAnswer(nil, nil, rpcErr(rpcParseError, "Parse error: a message is limited to %d bytes", mcpMaxMessage)))
-				continue
-			}
-			if len(bytes.TrimSpace(line)) > 0 {
-				in, ans, isRequest := sess.parse(line)
-				switch {
-				case ans != nil:
-					write(ans)
-				case !isRequest:
-					// a notification, taken by parse
-				case in.Method == "ping":
-					ans, release := sess.serve(ctx, in)
-					write(ans)
-					release()
-				default:
-					select {
-					case slots <- struct{}{}:
-						if !start(in) {
-							<-slots
-							readErr <- nil
-							return
-						}
-					default:
-						write(rpcAnswer(in.ID, nil, rpcErr(rpcTooManyRequests,
-							"Too many requests in flight: a session runs at most %d at once; wait for an answer, or cancel a request (notifications/cancelled)", mcpMaxPending)))
-					}
-				}
-			}
-			if err != nil {
-				readErr <- err
-				return
-			}
-		}
-	}()
+	go func() { readErr <- st.read(bufio.NewReaderSize(in, 64<<10)) }()
 	select {
 	case <-ctx.Done():
 		return nil
@@ -278,6 +194,116 @@ func serveMCPStdio(ctx context.Context, srv *mcpServer, in io.Reader, out io.Wri
 		}
 		return err
 	}
+}
+
+// stdioServer is one `queued mcp` session over stdio: its reader, the
+// requests it runs (up to mcpMaxPending at once, slots) and its writer.
+type stdioServer struct {
+	ctx   context.Context
+	sess  *mcpSession
+	out   io.Writer
+	slots chan struct{}
+
+	wmu  sync.Mutex
+	done bool // serveMCPStdio has returned: nothing more is written
+
+	// running: the requests under way; stopped once serveMCPStdio ends,
+	// after which none starts (a WaitGroup takes no Add once waited on).
+	mu      sync.Mutex
+	running sync.WaitGroup
+	stopped bool
+}
+
+// write writes one answer on a line of its own, one writer at a time.
+func (st *stdioServer) write(b []byte) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if !st.done {
+		st.out.Write(append(b, '\n'))
+	}
+}
+
+// stop starts no more requests, waits for those under way, and writes
+// nothing more.
+func (st *stdioServer) stop() {
+	st.mu.Lock()
+	st.stopped = true
+	st.mu.Unlock()
+	st.running.Wait()
+	st.wmu.Lock()
+	st.done = true
+	st.wmu.Unlock()
+}
+
+// start runs a request in a goroutine of its own, its slot taken; false
+// once stopped.
+func (st *stdioServer) start(in rpcIn) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.stopped {
+		return false
+	}
+	// Registered here, in the reader, before the next message is read: a
+	// cancellation that follows at once finds the request.
+	rctx, end, refused := st.sess.begin(st.ctx, in)
+	if refused != nil {
+		<-st.slots
+		st.write(refused)
+		return true
+	}
+	st.running.Go(func() {
+		defer func() { <-st.slots }()
+		ans, release := st.sess.run(rctx, in)
+		end()
+		st.write(ans)
+		release()
+	})
+	return true
+}
+
+// read takes messages until the input ends (its error) or the session
+// stops (nil).
+func (st *stdioServer) read(r *bufio.Reader) error {
+	for {
+		line, err := readMessage(r)
+		if errors.Is(err, errLineTooLong) {
+			st.write(rpcAnswer(nil, nil, rpcErr(rpcParseError, "Parse error: a message is limited to %d bytes", mcpMaxMessage)))
+			continue
+		}
+		if len(bytes.TrimSpace(line)) > 0 && !st.take(line) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// take answers or starts one message; false once the session stopped.
+func (st *stdioServer) take(line []byte) bool {
+	in, ans, isRequest := st.sess.parse(line)
+	switch {
+	case ans != nil:
+		st.write(ans)
+	case !isRequest:
+		// a notification, taken by parse
+	case in.Method == "ping":
+		ans, release := st.sess.serve(st.ctx, in)
+		st.write(ans)
+		release()
+	default:
+		select {
+		case st.slots <- struct{}{}:
+			if !st.start(in) {
+				<-st.slots
+				return false
+			}
+		default:
+			st.write(rpcAnswer(in.ID, nil, rpcErr(rpcTooManyRequests,
+				"Too many requests in flight: a session runs at most %d at once; wait for an answer, or cancel a request (notifications/cancelled)", mcpMaxPending)))
+		}
+	}
+	return true
 }
 
 // readMessage reads one line of at most mcpMaxMessage bytes besides its

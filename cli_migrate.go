@@ -159,31 +159,8 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	} else {
 		fmt.Fprintf(out, "Before: %s\n", o.label)
 	}
-	printCounts(out, src.before, src.queueOrder())
-	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
-		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
-	ngroups := 0
-	for _, g := range src.groups {
-		ngroups += len(g)
-	}
-	fmt.Fprintf(out, "%d groups, %d dependencies not yet met\n", ngroups, len(src.waiters))
-	if src.bad > 0 {
-		return fmt.Errorf("%s: %d job records could not be read; nothing migrated", o.from, src.bad)
-	}
-	if src.requeued > 0 {
-		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
-	}
-	if len(src.ended) > 0 {
-		fmt.Fprintf(out, "cron schedules that had used up their runs are not moved: %s\n", strings.Join(src.ended, ", "))
-	}
-	if src.orphans > 0 {
-		fmt.Fprintf(out, "%d logs of jobs no longer in the file are not moved\n", src.orphans)
-	}
-	if src.webhooks > 0 {
-		fmt.Fprintf(out, "%d webhooks are not moved: in PostgreSQL mode each broker has its own; add them on each broker\n", src.webhooks)
-	}
-	if src.released > 0 {
-		fmt.Fprintf(out, "%d jobs whose dependencies all completed run, as after a restart\n", src.released)
+	if err := src.report(out, o.from); err != nil {
+		return err
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -205,6 +182,38 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues, %d paused, %d dependencies not yet met\n",
 		after.logs, after.crons, len(after.order), after.paused, after.deps)
 	fmt.Fprintf(out, "Migrated %s into namespace %s (schema %s); the counts match.\n", label, o.namespace, schema)
+	return nil
+}
+
+// report prints what a SQLite data file holds, and what will not move;
+// an error if a job record cannot be read (nothing is migrated then).
+func (src *sqliteSource) report(out io.Writer, from string) error {
+	printCounts(out, src.before, src.queueOrder())
+	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
+		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
+	ngroups := 0
+	for _, g := range src.groups {
+		ngroups += len(g)
+	}
+	fmt.Fprintf(out, "%d groups, %d dependencies not yet met\n", ngroups, len(src.waiters))
+	if src.bad > 0 {
+		return fmt.Errorf("%s: %d job records could not be read; nothing migrated", from, src.bad)
+	}
+	if src.requeued > 0 {
+		fmt.Fprintf(out, "%d active jobs wait again, with their attempts kept: their workers are gone\n", src.requeued)
+	}
+	if len(src.ended) > 0 {
+		fmt.Fprintf(out, "cron schedules that had used up their runs are not moved: %s\n", strings.Join(src.ended, ", "))
+	}
+	if src.orphans > 0 {
+		fmt.Fprintf(out, "%d logs of jobs no longer in the file are not moved\n", src.orphans)
+	}
+	if src.webhooks > 0 {
+		fmt.Fprintf(out, "%d webhooks are not moved: in PostgreSQL mode each broker has its own; add them on each broker\n", src.webhooks)
+	}
+	if src.released > 0 {
+		fmt.Fprintf(out, "%d jobs whose dependencies all completed run, as after a restart\n", src.released)
+	}
 	return nil
 }
 

@@ -187,33 +187,20 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodOptions {
-		// A browser's preflight, before any token is shown.
-		h := w.Header()
-		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID")
-		h.Set("Access-Control-Max-Age", "86400")
-		w.WriteHeader(http.StatusNoContent)
+		preflight(w) // a browser's, before any token is shown
 		return
 	}
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 	// Checked once: the limiter counts requests with a valid token apart
 	// from those without (see reqlimit.go), and the routes below need it.
 	authorized := a.srv.httpAuthorized(r)
-	if l := a.srv.reqLimit; l != nil && !limitExempt[raw[0]] {
-		if client, ok := l.allowHTTP(r, authorized); !ok {
-			a.srv.b.announce(newNote("ratelimit:hit").str("clientId", clientName(client)))
-			writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "Rate limit exceeded"})
-			return
-		}
+	if !a.withinLimit(w, r, raw[0], authorized) {
+		return
 	}
-	segs := make([]string, len(raw))
-	for i, s := range raw {
-		u, err := url.PathUnescape(s)
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"ok": false, "error": "malformed path: " + err.Error()})
-			return
-		}
-		segs[i] = u
+	segs, err := unescapeSegments(raw)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"ok": false, "error": "malformed path: " + err.Error()})
+		return
 	}
 	rt, params, allow := a.match(r.Method, segs)
 	if rt == nil && !authorized {
@@ -262,6 +249,44 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), restAnswerKey{}, ra))
 	}
 	rt.h(w, r, params)
+}
+
+// preflight answers a browser's CORS preflight (OPTIONS).
+func preflight(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID")
+	h.Set("Access-Control-Max-Age", "86400")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// withinLimit counts the request against the request limiter (not the
+// routes it exempts, first the path's first segment) and, past the
+// limit, answers 429 and announces it: false.
+func (a *httpAPI) withinLimit(w http.ResponseWriter, r *http.Request, first string, authorized bool) bool {
+	l := a.srv.reqLimit
+	if l == nil || limitExempt[first] {
+		return true
+	}
+	client, ok := l.allowHTTP(r, authorized)
+	if !ok {
+		a.srv.b.announce(newNote("ratelimit:hit").str("clientId", clientName(client)))
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "Rate limit exceeded"})
+	}
+	return ok
+}
+
+// unescapeSegments reads a path's segments, each %-unescaped.
+func unescapeSegments(raw []string) ([]string, error) {
+	segs := make([]string, len(raw))
+	for i, s := range raw {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, err
+		}
+		segs[i] = u
+	}
+	return segs, nil
 }
 
 // setCORS lets the configured origins read answers from a browser. With

@@ -243,53 +243,63 @@ func (w *costWalk) at(i, d, nest int) (int, error) {
 		w.container(int64(l), d, 3)
 		return end, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		n, j, err := arrayHead(b[i:])
-		if err != nil {
-			return 0, err
-		}
-		j += i
-		w.container(int64(n), d, 0)
-		for k := 0; k < n; k++ {
-			if j, err = w.at(j, d+1, nest+1); err != nil {
-				return 0, err
-			}
-		}
-		return j, nil
+		return w.array(i, d, nest)
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		n, j, err := mapHeader(b, i)
-		if err != nil {
-			return 0, err
-		}
-		if n > (len(b)-j)/2 {
-			return 0, errCostTruncated
-		}
-		// Each entry: its key and ": ".
-		w.container(int64(n), d, 2)
-		for k := 0; k < n; k++ {
-			if s, e, err := strRange(b, j); err == nil {
-				w.cost += strCost(b[s:e])
-				j = e
-			} else {
-				// A key that is not a string is rendered as its JSON,
-				// quoted: each of its bytes becomes at most 6 of JSON,
-				// escaped twice.
-				end, err := skip(b, j, nest+1, extAny)
-				if err != nil {
-					return 0, err
-				}
-				w.cost += 28*int64(end-j) + 8
-				j = end
-			}
-			if j, err = w.at(j, d+1, nest+1); err != nil {
-				return 0, err
-			}
-		}
-		return j, nil
+		return w.mapAt(i, d, nest)
 	}
 	// An ext: null, or a date as an ISO string.
 	end, err := skip(b, i, 0, extAny)
 	w.cost += 30
 	return end, err
+}
+
+// array is at for an array: its items, a level deeper.
+func (w *costWalk) array(i, d, nest int) (int, error) {
+	n, j, err := arrayHead(w.b[i:])
+	if err != nil {
+		return 0, err
+	}
+	j += i
+	w.container(int64(n), d, 0)
+	for k := 0; k < n; k++ {
+		if j, err = w.at(j, d+1, nest+1); err != nil {
+			return 0, err
+		}
+	}
+	return j, nil
+}
+
+// mapAt is at for a map: each entry's key and ": ", and its value a level
+// deeper.
+func (w *costWalk) mapAt(i, d, nest int) (int, error) {
+	b := w.b
+	n, j, err := mapHeader(b, i)
+	if err != nil {
+		return 0, err
+	}
+	if n > (len(b)-j)/2 {
+		return 0, errCostTruncated
+	}
+	w.container(int64(n), d, 2)
+	for k := 0; k < n; k++ {
+		if s, e, err := strRange(b, j); err == nil {
+			w.cost += strCost(b[s:e])
+			j = e
+		} else {
+			// A key that is not a string is rendered as its JSON, quoted:
+			// each of its bytes becomes at most 6 of JSON, escaped twice.
+			end, err := skip(b, j, nest+1, extAny)
+			if err != nil {
+				return 0, err
+			}
+			w.cost += 28*int64(end-j) + 8
+			j = end
+		}
+		if j, err = w.at(j, d+1, nest+1); err != nil {
+			return 0, err
+		}
+	}
+	return j, nil
 }
 
 // strCost is what a string takes in an answer: quoted by

@@ -127,14 +127,7 @@ func (s *schema) appendJSON(b []byte, top bool) []byte {
 	}
 	if len(s.enum) > 0 {
 		key("enum")
-		b = append(b, '[')
-		for i, v := range s.enum {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, []byte(v))
-		}
-		b = append(b, ']')
+		b = appendJSONStrings(b, s.enum)
 	}
 	if s.min != nil {
 		key("minimum")
@@ -160,30 +153,11 @@ func (s *schema) appendJSON(b []byte, top bool) []byte {
 	}
 	if s.kind == "object" && s.record == nil {
 		key("properties")
-		b = append(b, '{')
 		var required []string
-		for i, p := range s.props {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, []byte(p.name))
-			b = append(b, ':')
-			b = p.s.appendJSON(b, false)
-			if p.required {
-				required = append(required, p.name)
-			}
-		}
-		b = append(b, '}')
+		b, required = s.appendProps(b)
 		if len(required) > 0 {
 			key("required")
-			b = append(b, '[')
-			for i, r := range required {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = appendJSONString(b, []byte(r))
-			}
-			b = append(b, ']')
+			b = appendJSONStrings(b, required)
 		}
 	}
 	if top {
@@ -191,6 +165,36 @@ func (s *schema) appendJSON(b []byte, top bool) []byte {
 		b = append(b, `"http://json-schema.org/draft-07/schema#"`...)
 	}
 	return append(b, '}')
+}
+
+// appendProps writes an object schema's properties, and answers the
+// names of those required.
+func (s *schema) appendProps(b []byte) (_ []byte, required []string) {
+	b = append(b, '{')
+	for i, p := range s.props {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, []byte(p.name))
+		b = append(b, ':')
+		b = p.s.appendJSON(b, false)
+		if p.required {
+			required = append(required, p.name)
+		}
+	}
+	return append(b, '}'), required
+}
+
+// appendJSONStrings writes an array of strings.
+func appendJSONStrings(b []byte, list []string) []byte {
+	b = append(b, '[')
+	for i, v := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, []byte(v))
+	}
+	return append(b, ']')
 }
 
 // check reports the first way v (as encoding/json decodes into any) does
@@ -262,25 +266,32 @@ func (t toolSchema) checkAt(s *schema, v any, at string, depth int) error {
 		if !ok {
 			return fmt.Errorf("%s: expected an object, received %s", where, jsonTypeName(v))
 		}
-		if s.record != nil {
-			for k, item := range obj {
-				if err := t.checkAt(s.record, item, joinPath(at, k), depth+1); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		for _, p := range s.props {
-			item, ok := obj[p.name]
-			if !ok {
-				if p.required {
-					return fmt.Errorf("%s: required", joinPath(at, p.name))
-				}
-				continue
-			}
-			if err := t.checkAt(p.s, item, joinPath(at, p.name), depth+1); err != nil {
+		return t.checkObject(s, obj, at, depth)
+	}
+	return nil
+}
+
+// checkObject is checkAt for an object: a record's every value, or each
+// property, the required ones present.
+func (t toolSchema) checkObject(s *schema, obj map[string]any, at string, depth int) error {
+	if s.record != nil {
+		for k, item := range obj {
+			if err := t.checkAt(s.record, item, joinPath(at, k), depth+1); err != nil {
 				return err
 			}
+		}
+		return nil
+	}
+	for _, p := range s.props {
+		item, ok := obj[p.name]
+		if !ok {
+			if p.required {
+				return fmt.Errorf("%s: required", joinPath(at, p.name))
+			}
+			continue
+		}
+		if err := t.checkAt(p.s, item, joinPath(at, p.name), depth+1); err != nil {
+			return err
 		}
 	}
 	return nil
