@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -40,12 +41,12 @@ func TestCompletedRetentionBound(t *testing.T) {
 		qb = "retain-b" + itoa(int64(i))
 	}
 	oldA := completeAll(t, b, qa, 30000)
-	time.Sleep(5 * time.Millisecond) // completion times of B are later
+	clockPast(t, b.now, b.now()) // completion times of B are later
 	newB := completeAll(t, b, qb, 30000)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.doneTotal.Load() > maxCompleted && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "completed jobs trimmed to the bound", func() (bool, string) {
+		n := b.doneTotal.Load()
+		return n <= maxCompleted, fmt.Sprint(n, " kept")
+	})
 	total := b.doneTotal.Load()
 	if total > maxCompleted || total < maxCompleted*9/10-1000 {
 		t.Fatalf("completed jobs kept: %d", total)

@@ -216,23 +216,20 @@ func startBunqueue(t *testing.T, dir string, args, env []string) *bunqueueRef {
 	r.cmd = cmd
 	go func() { cmd.Wait(); close(r.done) }()
 	t.Cleanup(r.kill)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.tcp), time.Second)
-		if err == nil {
-			c.Close()
-			return r
-		}
+	eventually(t, 60*time.Second, "the reference server listening", func() (bool, string) {
 		select {
 		case <-r.done:
 			t.Fatalf("the reference server exited at start:\n%s", r.output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reference server did not listen within 60 s:\n%s", r.output())
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.tcp), time.Second)
+		if err != nil {
+			return false, err.Error() + "\n" + r.output()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
+	return r
 }
 
 func (r *bunqueueRef) output() string {

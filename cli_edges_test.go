@@ -125,13 +125,9 @@ func TestServeHTTPPortOff(t *testing.T) {
 		t.Errorf("help serve does not say how to turn HTTP off:\n%s", help)
 	}
 	started := func(p *serverProc) string {
-		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(p.output(), "queued started") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no start line:\n%s", p.output())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually(t, 20*time.Second, "the start line", func() (bool, string) {
+			return strings.Contains(p.output(), "queued started"), p.output()
+		})
 		return p.output()
 	}
 	for _, off := range []string{"0", "-1"} {
@@ -169,14 +165,12 @@ func TestBackupCLIAddressAndToken(t *testing.T) {
 		file := filepath.Join(dir, "b"+strconv.Itoa(n)+".db")
 		var code int
 		var out, errOut string
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// The server sends one download at a time, and may still be
+		// removing the previous one's copy: a 429 is asked again.
+		eventually(t, 20*time.Second, "a backup not refused 429", func() (bool, string) {
 			code, out, errOut = runCLI(t, append([]string{"backup", "--out", file}, args...)...)
-			// The server sends one download at a time, and may still be
-			// removing the previous one's copy.
-			if !strings.Contains(errOut, "429") || time.Now().After(deadline) {
-				break
-			}
-		}
+			return !strings.Contains(errOut, "429"), errOut
+		})
 		if code != want {
 			t.Errorf("backup %v: exit %d, want %d: %q %q", args, code, want, out, errOut)
 		}
@@ -241,17 +235,10 @@ func TestCLIPullStallTakesBack(t *testing.T) {
 	out, _ := cli(t, g, 0, "push", "st", "{}")
 	id := uuidRe.FindString(out)
 	cli(t, g, 0, "pull", "st")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually(t, 20*time.Second, "the pulled job back from active after its 300ms stall interval", func() (bool, string) {
 		out, _ = cli(t, g, 0, "job", "state", id)
-		if out != "State: active\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pulled job is still active 20s after its 300ms stall interval")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return out != "State: active\n", out
+	})
 	if out != "State: delayed\n" && out != "State: waiting\n" {
 		t.Errorf("after the stall interval: %q, want it back in its queue", out)
 	}
@@ -313,7 +300,7 @@ func TestCLICleanDefaultKeepsWaiting(t *testing.T) {
 	cli(t, g, 0, "ack", done)
 	out, _ = cli(t, g, 0, "push", "cl", `"waits"`)
 	waiting := uuidRe.FindString(out)
-	time.Sleep(5 * time.Millisecond) // older than a grace of 0 by a clear margin
+	clockPast(t, nowMs, nowMs()+1) // older than a grace of 0 by a clear margin
 	out, _ = cli(t, g, 0, "queue", "clean", "cl", "--grace", "0")
 	if !strings.HasPrefix(out, "Cleaned cl: ") || !strings.Contains(out, " completed jobs older than 0ms removed") {
 		t.Errorf("clean: %q", out)

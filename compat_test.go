@@ -108,29 +108,36 @@ func tryStartBinary(t *testing.T, argv, extra []string) (*serverProc, string) {
 		t.Fatal(err)
 	}
 	go func() { cmd.Wait(); close(p.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	started, portTaken := false, ""
+	t.Cleanup(func() {
+		if !started && portTaken == "" {
+			p.cmd.Process.Kill() // it did not start in time
+			<-p.done
+		}
+	})
+	eventually(t, 30*time.Second, "the server's start line", func() (bool, string) {
 		if m := startedRE.FindStringSubmatch(p.output()); m != nil {
 			p.tcpPort, _ = strconv.Atoi(m[1])
 			p.httpPort, _ = strconv.Atoi(m[2]) // 0 with HTTP off
-			t.Cleanup(func() { p.stop(t) })
-			return p, ""
+			started = true
+			return true, ""
 		}
 		select {
 		case <-p.done:
 			if out := p.output(); strings.Contains(out, "address already in use") {
-				return nil, out
+				portTaken = out
+				return true, ""
 			}
 			t.Fatalf("server exited at start:\n%s", p.output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			p.cmd.Process.Kill()
-			<-p.done
-			t.Fatalf("server did not start within 30s:\n%s", p.output())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false, p.output()
+	})
+	if portTaken != "" {
+		return nil, portTaken
 	}
+	t.Cleanup(func() { p.stop(t) })
+	return p, ""
 }
 
 func (p *serverProc) output() string {

@@ -57,13 +57,10 @@ func (a *answered) count() int {
 // comes in the middle of a stream of pushes, not after a fixed time.
 func awaitAnswers(t *testing.T, a *answered, n int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for a.count() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d pushes answered in 2 minutes", a.count(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 2*time.Minute, fmt.Sprintf("%d pushes answered", n), func() (bool, string) {
+		got := a.count()
+		return got >= n, fmt.Sprint(got, " answered")
+	})
 }
 
 // before returns the ids answered before t.

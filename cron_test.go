@@ -1066,13 +1066,10 @@ func TestCronSchedulerStop(t *testing.T) {
 	r.sch.Stop() // twice is harmless
 	// Stop waited for the goroutine; all that may remain is its last
 	// instructions after closing done.
-	for i := 0; cronGoroutines(r.sch) != 0; i++ {
-		if i == 1000 {
-			t.Fatalf("%d scheduler goroutines left, want none", cronGoroutines(r.sch))
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "no scheduler goroutine left", func() (bool, string) {
+		n := cronGoroutines(r.sch)
+		return n == 0, fmt.Sprint(n, " left")
+	})
 	if d, _ := r.clk.armed(); len(d) != 0 {
 		t.Errorf("timer still armed for %v", d)
 	}

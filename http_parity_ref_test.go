@@ -264,8 +264,12 @@ func startRefServer(t *testing.T, env ...string) *refServer {
 			<-s.done
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(t, 30*time.Second, "the reference server listening", func() (bool, string) {
+		select {
+		case <-s.done:
+			t.Fatalf("the reference server exited at start:\n%s", s.output())
+		default:
+		}
 		ports := listeningPorts(cmd.Process.Pid)
 		if len(ports) >= 2 {
 			// Which is which: the HTTP one answers /healthz.
@@ -277,20 +281,10 @@ func startRefServer(t *testing.T, env ...string) *refServer {
 					s.tcp = addr
 				}
 			}
-			if s.http != "" && s.tcp != "" {
-				return s
-			}
 		}
-		select {
-		case <-s.done:
-			t.Fatalf("the reference server exited at start:\n%s", s.output())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reference server did not listen within 30s:\n%s", s.output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return s.http != "" && s.tcp != "", s.output()
+	})
+	return s
 }
 
 func httpAnswers(addr string) bool {

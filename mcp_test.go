@@ -158,18 +158,12 @@ func TestMCPCancel(t *testing.T) {
 		done <- s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bunqueue_pull_job","arguments":{"queue":"empty","timeoutMs":30000}}}`))
 	}()
 	// Cancelled once it is running: the request is known by then.
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	eventually(t, 20*time.Second, "the call started", func() (bool, string) {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		_, running := s.inflight[`"long"`]
-		s.mu.Unlock()
-		if running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the call never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return running, "not in flight"
+	})
 	s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}}`))
 	select {
 	case ans := <-done:

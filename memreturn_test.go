@@ -47,10 +47,9 @@ func TestMemReturnStops(t *testing.T) {
 	m := &memReturn{every: time.Millisecond, minFree: 1, activity: func() int64 { return 0 },
 		free: func() uint64 { return 1 }, release: func() { released.Add(1) }}
 	m.start()
-	deadline := time.Now().Add(10 * time.Second)
-	for released.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "the loop's first release", func() (bool, string) {
+		return released.Load() > 0, "none"
+	})
 	m.Stop()
 	m.Stop() // twice is harmless
 	after := released.Load()

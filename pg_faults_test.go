@@ -274,7 +274,7 @@ func faultProducer(l *faultLedger, clients []*tclient, queue string, n int) {
 				a, err := c.do(map[string]any{"cmd": "GetJob", "id": id}, 3*time.Second)
 				notFound := err == nil && a["ok"] == false && a["error"] == errJobNotFound.Error()
 				if !notFound && (err != nil || a["ok"] != true) {
-					time.Sleep(20 * time.Millisecond)
+					retryPause()
 					continue
 				}
 				if !notFound {
@@ -296,7 +296,7 @@ func faultProducer(l *faultLedger, clients []*tclient, queue string, n int) {
 			uncertain = true
 			l.note(id, "push through %s failed: %v %v", c.peer(), err, a["error"])
 			l.mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			retryPause()
 		}
 	}
 }
@@ -312,7 +312,7 @@ func faultWorker(l *faultLedger, c *tclient, queue, owner string, stop <-chan st
 		}
 		a, err := c.do(map[string]any{"cmd": "PULL", "queue": queue, "owner": owner, "lockTtl": 4000, "timeout": 300}, 5*time.Second)
 		if err != nil || a["ok"] != true {
-			time.Sleep(20 * time.Millisecond)
+			retryPause()
 			continue
 		}
 		job, _ := a["job"].(map[string]any)

@@ -291,7 +291,7 @@ func outageWorker(c *tclient, queue, owner string, led *ackLedger, stop <-chan s
 		}
 		jobs, _ := a["jobs"].([]any)
 		if a["ok"] != true || len(jobs) == 0 {
-			time.Sleep(20 * time.Millisecond)
+			retryPause()
 			continue
 		}
 		ids := idsOf(jobs)

@@ -38,7 +38,7 @@ func TestPGCompletedRetention(t *testing.T) {
 		}
 		c.ok(M{"cmd": "AddLog", "id": ids[0], "message": "first of its round"})
 		c.ok(M{"cmd": "ACKB", "ids": ids, "tokens": toks})
-		time.Sleep(2 * time.Millisecond) // the next round completes later
+		clockPast(t, brokers[0].pg.now, brokers[0].pg.now()) // the next round completes later
 	}
 	completed := func() int {
 		n := 0
@@ -115,9 +115,7 @@ func TestPGRetainEveryQueue(t *testing.T) {
 		total += n
 	}
 	cutoff := b.pg.now()
-	for b.pg.now() <= cutoff {
-		time.Sleep(time.Millisecond) // the jobs kept complete after the cutoff
-	}
+	clockPast(t, b.pg.now, cutoff) // the jobs kept complete after the cutoff
 	complete("age-b", 5)
 	removed, err := b.pg.retainUpTo(cutoff, math.MaxInt64)
 	if err != nil {

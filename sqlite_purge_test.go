@@ -112,13 +112,9 @@ func TestSQLitePurge(t *testing.T) {
 	if err := st.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for st.Purging() > 0 || rowCount(t, st.db, "purges") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("still %d rows to delete after a minute", st.Purging())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, time.Minute, "the rows deleted", func() (bool, string) {
+		return st.Purging() == 0 && rowCount(t, st.db, "purges") == 0, fmt.Sprint(st.Purging(), " rows to delete")
+	})
 	if n := rowCount(t, st.db, "jobs"); n != 21+2*flushOps {
 		t.Fatalf("%d job rows once the deletion ended, want %d (20 kept, 1 held, %d pushed after the start)", n, 21+2*flushOps, 2*flushOps)
 	}
@@ -220,13 +216,10 @@ func TestCrashBigRemovals(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			deadline := time.Now().Add(2 * time.Minute)
-			for rowCount(t, db, "purges") > 0 || rowCount(t, db, "jobs") > 5 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d rows and %d tombstones left after 2 minutes", rowCount(t, db, "jobs"), rowCount(t, db, "purges"))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			eventually(t, 2*time.Minute, "the rows and their tombstones deleted", func() (bool, string) {
+				jobs, purges := rowCount(t, db, "jobs"), rowCount(t, db, "purges")
+				return purges == 0 && jobs <= 5, fmt.Sprintf("%d rows and %d tombstones left", jobs, purges)
+			})
 			srv.stop(t)
 		})
 	}

@@ -831,17 +831,10 @@ func TestSQLiteThrottleWokenByRemoval(t *testing.T) {
 		close(done)
 	}()
 	// Wait until the client waits (its goroutine parked in waitRoom).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually(t, 10*time.Second, "the client waiting on a full backlog", func() (bool, string) {
 		buf := make([]byte, 1<<20)
-		if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*SQLiteStore).waitRoom") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client never waited on a full backlog")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*SQLiteStore).waitRoom"), "not in waitRoom"
+	})
 	st.JobRemoved(jobs[0])
 	select {
 	case <-done:

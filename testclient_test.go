@@ -463,6 +463,23 @@ func list(t testing.TB, m map[string]any, key string) []any {
 	return v
 }
 
+// clockPast waits until now() has moved past mark: what is made next is
+// later than what was made before (a completion time, a push's age), by
+// the clock that judges it.
+func clockPast(t testing.TB, now func() int64, mark int64) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the clock past its mark", func() (bool, string) {
+		n := now()
+		return n > mark, fmt.Sprint(n, " <= ", mark)
+	})
+}
+
+// retryPause is the pause of a load generator's worker before it tries
+// again after an error (a fault test's producers and consumers, while
+// their broker is cut off): not a wait for anything, a brake on a loop
+// that would otherwise spin.
+func retryPause() { time.Sleep(20 * time.Millisecond) }
+
 // eventually polls cond until it holds or the deadline passes; the last
 // failure message is reported.
 func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
