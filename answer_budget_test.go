@@ -385,6 +385,7 @@ func jobDataJSON(t *testing.T, body []byte) []byte {
 // answer carries (binary data is four times as long in JSON); and an
 // answer whose JSON would pass the frame limit is refused, naming it.
 func TestJSONAnswersInPieces(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	data := binaryData(3_000_000)

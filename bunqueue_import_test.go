@@ -35,6 +35,7 @@ import (
 // reference restarted on its own data; then a worker finishes the
 // migrated work, flows included. The source is left as it was.
 func TestMigrateFromBunqueue(t *testing.T) {
+	t.Parallel()
 	dir, bun := compatDir(t)
 	for _, from := range []string{"sqlite", "postgres"} {
 		t.Run("from-"+from, func(t *testing.T) {

@@ -29,6 +29,7 @@ func docker(t *testing.T, args ...string) string {
 // the wire protocol, that its HEALTHCHECK reports it healthy, and that a
 // job pushed survives docker restart.
 func TestContainerImage(t *testing.T) {
+	t.Parallel()
 	if err := exec.Command("docker", "info").Run(); err != nil {
 		needService(t, "no Docker daemon", "apt-get install -y docker.io && dockerd &")
 	}

@@ -34,6 +34,7 @@ const (
 )
 
 func TestHostileUnreadAnswers(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) { unreadAnswersFlood(t, storageFlags(t, mode)) })
 	}

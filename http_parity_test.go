@@ -667,6 +667,7 @@ func startParityPair(t *testing.T, token string) (ref, ours *paritySide) {
 
 // TestRouteParity is the comparison.
 func TestRouteParity(t *testing.T) {
+	t.Parallel()
 	dir, _ := refServerDir(t)
 	routes, err := parseRefRoutes(dir)
 	if err != nil {

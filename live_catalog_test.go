@@ -375,6 +375,7 @@ func catalogModes() map[string]func(t *testing.T) catalogMode {
 // dead-lettered, timed out, expired, a flow completed, a cron run, ...),
 // in every storage mode.
 func TestLiveCatalogEngine(t *testing.T) {
+	t.Parallel()
 	for mode, start := range catalogModes() {
 		t.Run(mode, func(t *testing.T) {
 			m := start(t)
