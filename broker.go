@@ -5,7 +5,6 @@ package main
 // live in the files of their group (lifecycle.go, queue.go, ...; engine.go).
 
 import (
-	"errors"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -94,13 +93,6 @@ const (
 	// defaultMaxQueues is --max-queues' default.
 	defaultMaxQueues = 10000
 )
-
-// LogEntry is one line of a job's log.
-type LogEntry struct {
-	At      int64
-	Level   string
-	Message Raw
-}
 
 func NewBroker(shards int, store Store) *Broker {
 	if shards < 1 {
@@ -225,21 +217,6 @@ func (b *Broker) isRetired(token string) bool {
 // ---------------------------------------------------------------------------
 // Helpers of ACK and FAIL that other commands use too
 
-// checkLease applies the reference's lease rules to an ACK or FAIL of an
-// active job: with a lock, the token must be given and match.
-func checkLease(j *Job, token string) error {
-	if j.run().lease == nil {
-		return nil
-	}
-	if token == "" {
-		return errors.New("Lock token required for job " + j.ID())
-	}
-	if token != j.run().lease.Token {
-		return errors.New("Invalid or expired lock token for job " + j.ID())
-	}
-	return nil
-}
-
 // normalizeStack trims lines, drops empty ones and keeps the first limit.
 func normalizeStack(stack []string, limit int) []string {
 	out := make([]string, 0, min(len(stack), max(limit, 0)))
@@ -296,14 +273,6 @@ func backoffDelay(j *Job) int64 {
 
 // ---------------------------------------------------------------------------
 // Waiting for a job to finish
-
-// waitOutcome is how a job ended, for WaitJob callers.
-type waitOutcome struct {
-	completed bool
-	result    Raw
-	hasResult bool
-	err       string
-}
 
 // notifyDone wakes WaitJob callers; runs under the shard lock.
 func (j *Job) notifyDone(o waitOutcome) {

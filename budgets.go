@@ -149,21 +149,6 @@ func (u progressSet) check(j *Job) error {
 	return nil
 }
 
-// check says whether a failure may be recorded on j: its error lands in
-// the timeline, the attempt history and (at the end) the DLQ entry, and
-// its stack replaces the job's.
-func (f failure) check(j *Job) error {
-	stack := j.cold().Stack
-	if len(f.stack) > 0 {
-		stack = normalizeStack(f.stack, int(j.cold().StackTraceLimit))
-	}
-	n := j.size() - strsBytes(j.cold().Stack) + strsBytes(stack) + 3*int64(len(f.err))
-	if n > maxJobBytes {
-		return errJobTooBig
-	}
-	return nil
-}
-
 // checkResult applies the result limit to one ACK's result.
 func checkResult(res Raw) error {
 	if len(res) > maxResultBytes {

@@ -37,39 +37,6 @@ type AttemptRec struct {
 	HasErr    bool
 }
 
-// failedAttempt applies a failed attempt to an active job, the same way in
-// both engines: the attempt counted, its stack and timeline kept and its
-// record written. It answers whether the job retries (then RunAt is after
-// the backoff and the timeline says it waits for the next attempt) and,
-// when it does not, the reason it is given up with. The engine then does
-// the rest: the queue it goes back to, the DLQ or its removal.
-func failedAttempt(j *Job, f failure, now int64) (retry bool, reason string) {
-	startedAt := j.StartedAt()
-	j.Attempts++
-	if len(f.stack) > 0 {
-		j.warm().Stack = normalizeStack(f.stack, int(j.cold().StackTraceLimit))
-	}
-	j.addTimeline(TimelineEntry{State: StateFailed, At: now, Error: f.err, HasErr: f.hasErr, Attempt: j.Attempts})
-	retry = !f.unrecoverable && j.Attempts < j.cold().MaxAttempts
-	reason = f.reason
-	if reason == "" {
-		reason = "max_attempts_exceeded"
-	}
-	// The attempt record says why this attempt ended; the last one of a
-	// job that is given up carries the DLQ reason.
-	attempt := "explicit_fail"
-	if f.reason == "timeout" || !retry {
-		attempt = reason
-	}
-	j.recordAttempt(startedAt, now, attempt, f.err, f.hasErr)
-	if retry {
-		j.RunAt = now + backoffDelay(j)
-		j.setStartedAt(0)
-		j.addTimeline(TimelineEntry{State: StateWaiting, At: now, Attempt: j.Attempts + 1})
-	}
-	return retry, reason
-}
-
 func (j *Job) recordAttempt(startedAt, now int64, reason, err string, hasErr bool) {
 	if len(j.cold().history) >= maxTimelineEntries {
 		return
@@ -168,40 +135,6 @@ func (s *Shard) dlqDue(q *Queue, j *Job, now int64) {
 		}
 	}
 	s.watchDLQ(q, j, now)
-}
-
-type dlqAction int
-
-const (
-	dlqWait dlqAction = iota
-	dlqExpire
-	dlqRetry
-)
-
-// dlqStep decides what a DLQ entry's time brings: expiry, or an
-// auto-retry (counted on the entry, with the next one's time doubling).
-func dlqStep(e *DLQEntry, c DLQConfig, now int64) dlqAction {
-	if e.ExpiresAt > 0 && now >= e.ExpiresAt {
-		return dlqExpire
-	}
-	if c.AutoRetry && e.NextRetryAt > 0 && now >= e.NextRetryAt && e.RetryCount < c.MaxAutoRetries {
-		e.RetryCount++
-		e.LastRetryAt = now
-		e.NextRetryAt = 0
-		if e.RetryCount < c.MaxAutoRetries {
-			// The interval doubles with each retry, up to 2^40 times: a
-			// product past int64's end (a day's interval doubled 37
-			// times) wrapped around to a retry due at once.
-			shift := min(e.RetryCount-1, 40)
-			wait := int64(maxTimestamp)
-			if c.AutoRetryInterval <= maxTimestamp>>shift {
-				wait = c.AutoRetryInterval << shift
-			}
-			e.NextRetryAt = later(now, wait)
-		}
-		return dlqRetry
-	}
-	return dlqWait
 }
 
 func (q *Queue) removeDLQ(j *Job) bool {

@@ -243,18 +243,6 @@ func customIDBatch(jobs []*Job) map[string]*Job {
 // ---------------------------------------------------------------------------
 // Pull
 
-// PullOpts says how jobs are claimed.
-type PullOpts struct {
-	Owner  string
-	TTL    int64
-	Conn   *conn // tracked for release when the connection drops
-	Detach bool
-	Group  *groupPull
-	// Limit is the bytes of jobs the answer may carry (answerLimit; 0:
-	// answerCap).
-	Limit int64
-}
-
 // claim takes up to n ready jobs from q and makes them active. It runs with
 // s.mu held; tokens is parallel to jobs when an owner is given.
 func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, tokens []string) ([]*Job, []string) {
@@ -458,24 +446,7 @@ func (s *Shard) leaveWait(ctx context.Context, queue string, w *waiter, woken bo
 // ---------------------------------------------------------------------------
 // ACK and FAIL
 
-// Outcome of an ACK or FAIL that did not apply but is not an error.
-type Outcome uint8
-
-const (
-	Applied Outcome = iota
-	AlreadyFinalized
-)
-
 var errNotProcessing = "Job not found or not in processing state: "
-
-// AckItem is one acknowledgement.
-type AckItem struct {
-	ID        string
-	Token     string
-	Result    Raw
-	HasResult bool
-	Remove    bool
-}
 
 // Ack completes one job.
 func (b *Broker) Ack(_ context.Context, it AckItem) (Outcome, error) {
@@ -617,16 +588,6 @@ func (b *Broker) AckBatch(_ context.Context, items []AckItem) ([]int, error) {
 	}
 	slices.Sort(final)
 	return final, nil
-}
-
-// failure describes why an active job failed.
-type failure struct {
-	err           string
-	hasErr        bool
-	stack         []string
-	unrecoverable bool
-	removeOnFail  bool
-	reason        string // DLQ reason when terminal
 }
 
 // Fail records a failed attempt of one job.

@@ -703,16 +703,6 @@ func (p *PG) copyLogs(ctx context.Context, tx pgx.Tx, sq *SQLiteStore, src *sqli
 	return nil
 }
 
-func (c *JobCounts) plus(o *JobCounts) {
-	c.Waiting += o.Waiting
-	c.Prioritized += o.Prioritized
-	c.Delayed += o.Delayed
-	c.Active += o.Active
-	c.Completed += o.Completed
-	c.Failed += o.Failed
-	c.WaitingChildren += o.WaitingChildren
-}
-
 func jobTotal(c *JobCounts) int {
 	return c.Waiting + c.Prioritized + c.Delayed + c.Active + c.Completed + c.Failed + c.WaitingChildren
 }

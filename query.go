@@ -14,16 +14,6 @@ import (
 
 var errJobNotFound = errors.New("Job not found")
 
-// JobView is a job as a reader saw it. Job is the reader's own copy
-// (nil when there is no such job), State the state it is listed under
-// ("unknown" for no job; GetJobs lists a paused queue's ready jobs as
-// "paused"), Result a completed job's result while it is kept.
-type JobView struct {
-	Job    *Job
-	State  string
-	Result Raw
-}
-
 // noJob is the view of a job that does not exist.
 var noJob = JobView{State: StateNone.String()}
 
@@ -46,11 +36,6 @@ func (b *Broker) ReadJob(ctx context.Context, id string) (JobView, error) {
 	v := noJob
 	b.withJob(id, func(j *Job, _ *Shard) { v = b.view(j, j.stateAt(b.now()).String()) })
 	return b.readHistory(ctx, id, v)
-}
-
-// JobCounts are one queue's jobs by state.
-type JobCounts struct {
-	Waiting, Prioritized, Delayed, Active, Completed, Failed, WaitingChildren, Paused int
 }
 
 func (b *Broker) counts(queue string) JobCounts {

@@ -81,24 +81,7 @@ type doneEnt struct {
 	gen uint32
 }
 
-// StallConfig is a queue's stall-detection policy.
-type StallConfig struct {
-	Enabled       bool
-	StallInterval int64
-	MaxStalls     int32
-	GracePeriod   int64
-}
-
 var defaultStall = StallConfig{Enabled: true, StallInterval: 30000, MaxStalls: 3, GracePeriod: 5000}
-
-// DLQConfig is a queue's dead-letter policy.
-type DLQConfig struct {
-	AutoRetry         bool
-	AutoRetryInterval int64
-	MaxAutoRetries    int32
-	MaxAge            int64
-	MaxEntries        int
-}
 
 var defaultDLQ = DLQConfig{AutoRetryInterval: 3600000, MaxAutoRetries: 3, MaxAge: 604800000, MaxEntries: 10000}
 
