@@ -71,3 +71,74 @@ func recvName(fd *ast.FuncDecl) string {
 	}
 	return ""
 }
+
+// TestEngineLayers: the storage seam holds from both sides.
+//   - Only the PostgreSQL engine (pg_*.go, postgres.go) and the two
+//     migrations that write to or read from PostgreSQL import pgx.
+//   - The shared rules (rule_*.go) and the engine's values
+//     (engine_types.go) are plain functions of plain values: no engine
+//     receiver, no lock, no shard, no storage.
+//   - The PostgreSQL engine names no memory shard: its jobs are not in
+//     them. pgShardUses is what is left to move to the hub (issue 45):
+//     it may shrink, never grow.
+func TestEngineLayers(t *testing.T) {
+	files, _ := filepath.Glob("*.go")
+	pgxAllowed := func(f string) bool {
+		return strings.HasPrefix(f, "pg_") || f == "postgres.go" || f == "migrate_to_pg.go" || f == "bunqueue_pg.go"
+	}
+	pgShardUses := map[string]int{"pg_events.go": 1}
+	shardWords := map[string]bool{"shardOf": true, "withJob": true, "shards": true, "lockJob": true}
+	ruleBanned := map[string]bool{"mu": true, "shards": true, "shardOf": true, "with": true, "withJob": true,
+		"lockJob": true, "pool": true, "db": true, "store": true, "persist": true}
+	fs := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fs, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range f.Imports {
+			if strings.Contains(im.Path.Value, "jackc/pgx") && !pgxAllowed(path) {
+				t.Errorf("%s imports pgx: only the PostgreSQL engine and its migrations may", path)
+			}
+		}
+		rule := strings.HasPrefix(path, "rule_") || path == "engine_types.go"
+		if rule {
+			for _, im := range f.Imports {
+				if strings.Contains(im.Path.Value, "database/sql") || strings.Contains(im.Path.Value, "sqlite") {
+					t.Errorf("%s imports %s: a rule holds no storage", path, im.Path.Value)
+				}
+			}
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+					if recv := recvName(fd); recv == "Broker" || recv == "Shard" || recv == "PG" || recv == "Queue" {
+						t.Errorf("%s: %s.%s is engine code in a rule file", fs.Position(fd.Pos()), recv, fd.Name.Name)
+					}
+				}
+			}
+		}
+		shardUses := 0
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if rule && ruleBanned[n.Sel.Name] {
+					t.Errorf("%s: .%s in a rule file: rules take plain values", fs.Position(n.Pos()), n.Sel.Name)
+				}
+				if shardWords[n.Sel.Name] {
+					shardUses++
+				}
+			case *ast.Ident:
+				if n.Name == "Shard" {
+					shardUses++
+				}
+			}
+			return true
+		})
+		if (strings.HasPrefix(path, "pg_") || path == "postgres.go") && shardUses > pgShardUses[path] {
+			t.Errorf("%s names the memory engine's shards %d times (at most %d): the PostgreSQL engine's jobs are not in them",
+				path, shardUses, pgShardUses[path])
+		}
+	}
+}
