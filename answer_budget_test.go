@@ -279,9 +279,14 @@ func bigJob(t *testing.T, c *tclient, queue string, n, attempts int) string {
 // them and the DLQ are cut to what one frame carries, and what is left is
 // there for the next page or pull. In every storage mode.
 func TestAnswersCutToFrameLimit(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) {
-			srv := startBinary(t, storageFlags(t, mode)...)
+			// The release build: the race detector's took 12 s to read a
+			// frame of big jobs from PostgreSQL, and the answer paths are
+			// checked for races in process (TestJSONAnswersInPieces,
+			// TestAnswerTurnsByClient, ...).
+			srv := startBinaryAt(t, []string{plainBinary(t)}, storageFlags(t, mode)...)
 			c := dial(t, srv.addr())
 			const n, size = 8, 9_900_000
 			ids := map[string]bool{}

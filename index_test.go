@@ -14,6 +14,7 @@ import (
 // at the table's end and the shifting of entries after a deletion are
 // what the table mostly does.
 func TestJobTableAgreesWithMap(t *testing.T) {
+	t.Parallel() // pure computation: it needs only a core
 	for _, tags := range []uint32{1, 3, 17, 1 << 20} {
 		rng := rand.New(rand.NewPCG(uint64(tags), 7))
 		var tb jobTable
