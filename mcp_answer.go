@@ -350,38 +350,6 @@ func (w *costWalk) container(n int64, d int, each int64) {
 // ---------------------------------------------------------------------------
 // Measuring what is written
 
-// jsonStrLen is the length of s quoted as a JSON string by
-// appendJSONString, less its quotes.
-func jsonStrLen(s []byte) int64 {
-	var n int64
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-				n += 2
-			case c < 0x20:
-				n += 6
-			default:
-				n++
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			n += 3
-		case r == '\u2028' || r == '\u2029':
-			n += 6
-		default:
-			n += int64(size)
-		}
-		i += size
-	}
-	return n
-}
-
 // indentCost is what an item of a list takes in the answer's text: on a
 // line of its own at depth d, indented, with its comma, escaped. scratch
 // is reused from item to item.
@@ -392,11 +360,11 @@ func indentCost(scratch *bytes.Buffer, item []byte, d int) int64 {
 		scratch.Reset()
 		scratch.Write(item)
 	}
-	return jsonStrLen(scratch.Bytes()) + 2 + 2*int64(d) + 1
+	return escapedLen(scratch.Bytes()) + 2 + 2*int64(d) + 1
 }
 
 // textCost is what JSON text takes in the answer, indented and escaped.
-func textCost(b []byte) int64 { return jsonStrLen(pretty(b)) }
+func textCost(b []byte) int64 { return escapedLen(pretty(b)) }
 
 // mcpNoteRoom is kept, in a list's room, for the note that tells what was
 // left out.

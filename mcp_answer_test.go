@@ -52,12 +52,12 @@ func TestMCPCostBound(t *testing.T) {
 			if err := json.Indent(&ind, got, strings.Repeat("  ", d), "  "); err != nil {
 				t.Fatalf("value %d: %v", i, err)
 			}
-			if real := jsonStrLen(ind.Bytes()); real > cost {
+			if real := escapedLen(ind.Bytes()); real > cost {
 				t.Errorf("value %d (%.40q) at depth %d takes %d bytes, over its bound %d", i, got, d, real, cost)
 			}
-			// jsonStrLen is appendJSONString's length.
-			if n := int64(len(appendJSONString(nil, ind.Bytes())) - 2); n != jsonStrLen(ind.Bytes()) {
-				t.Errorf("value %d: jsonStrLen %d, appendJSONString wrote %d", i, jsonStrLen(ind.Bytes()), n)
+			// escapedLen is appendJSONString's length.
+			if n := int64(len(appendJSONString(nil, ind.Bytes())) - 2); n != escapedLen(ind.Bytes()) {
+				t.Errorf("value %d: escapedLen %d, appendJSONString wrote %d", i, escapedLen(ind.Bytes()), n)
 			}
 		}
 	}
@@ -71,8 +71,8 @@ func TestMCPCostBound(t *testing.T) {
 	got, _ := appendJSON(nil, e.B)
 	var ind bytes.Buffer
 	json.Indent(&ind, got, "", "  ")
-	if cost, _ := mcpCost(e.B, 0, math.MaxInt64); jsonStrLen(ind.Bytes()) > cost {
-		t.Errorf("non-string keys: %d bytes, over the bound %d", jsonStrLen(ind.Bytes()), cost)
+	if cost, _ := mcpCost(e.B, 0, math.MaxInt64); escapedLen(ind.Bytes()) > cost {
+		t.Errorf("non-string keys: %d bytes, over the bound %d", escapedLen(ind.Bytes()), cost)
 	}
 	// Over the limit: the walk stops and says so; malformed: an error.
 	if cost, _ := mcpCost(e.B, 0, 10); cost <= 10 {
