@@ -36,13 +36,7 @@ func TestHandlersHoldNoStorage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
-				if recv := recvName(fd); recv == "Broker" || recv == "Shard" || recv == "PG" || recv == "Queue" {
-					t.Errorf("%s: %s.%s is engine code in a handler file", fs.Position(fd.Pos()), recv, fd.Name.Name)
-				}
-			}
-		}
+		noEngineMethods(t, fs, f, "a handler file")
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.SelectorExpr:
@@ -111,13 +105,7 @@ func TestEngineLayers(t *testing.T) {
 					t.Errorf("%s imports %s: a rule holds no storage", path, im.Path.Value)
 				}
 			}
-			for _, d := range f.Decls {
-				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
-					if recv := recvName(fd); recv == "Broker" || recv == "Shard" || recv == "PG" || recv == "Queue" {
-						t.Errorf("%s: %s.%s is engine code in a rule file", fs.Position(fd.Pos()), recv, fd.Name.Name)
-					}
-				}
-			}
+			noEngineMethods(t, fs, f, "a rule file")
 		}
 		shardUses := 0
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -139,6 +127,19 @@ func TestEngineLayers(t *testing.T) {
 		if (strings.HasPrefix(path, "pg_") || path == "postgres.go") && shardUses > pgShardUses[path] {
 			t.Errorf("%s names the memory engine's shards %d times (at most %d): the PostgreSQL engine's jobs are not in them",
 				path, shardUses, pgShardUses[path])
+		}
+	}
+}
+
+// noEngineMethods fails on each method of an engine type (Broker, Shard,
+// PG, Queue) that f declares: engine code in what names where.
+func noEngineMethods(t *testing.T, fs *token.FileSet, f *ast.File, where string) {
+	t.Helper()
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+			if recv := recvName(fd); recv == "Broker" || recv == "Shard" || recv == "PG" || recv == "Queue" {
+				t.Errorf("%s: %s.%s is engine code in %s", fs.Position(fd.Pos()), recv, fd.Name.Name, where)
+			}
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -402,18 +401,8 @@ func startAdmitServer(t *testing.T, mode string) *admitServer {
 	}
 	setup(b)
 	srv := NewServer(b, nil, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-		b.Close()
-	})
-	return &admitServer{b: b, srv: srv, addr: ln.Addr().String()}
+	addr := serveTest(t, srv, b.Close)
+	return &admitServer{b: b, srv: srv, addr: addr}
 }
 
 // refusing sets the budget spent (true) or open, as the watch would.

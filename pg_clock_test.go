@@ -51,21 +51,11 @@ func startPGInProcessWith(t *testing.T, dbURL, ns string, clock func() int64, o 
 	srv := NewServer(b, nil, log)
 	srv.usePG(pg)
 	b.pgStatus = pg.storageState
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		pg.Close()
-		b.Close()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
+	addr := serveTest(t, srv, func() {
 		pg.Close()
 		b.Close()
 	})
-	return &pgInProcess{b: b, pg: pg, addr: ln.Addr().String()}
+	return &pgInProcess{b: b, pg: pg, addr: addr}
 }
 
 // dbNow reads the database's clock, in ms.

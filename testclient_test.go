@@ -463,6 +463,27 @@ func list(t testing.TB, m map[string]any, key string) []any {
 	return v
 }
 
+// serveTest serves srv on a loopback port until the test ends, and
+// answers its address. done runs after the server has stopped (closing
+// what the server used: its broker, its engine), and also if it cannot
+// listen.
+func serveTest(t testing.TB, srv *Server, done func()) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		done()
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+		done()
+	})
+	return ln.Addr().String()
+}
+
 // clockPast waits until now() has moved past mark: what is made next is
 // later than what was made before (a completion time, a push's age), by
 // the clock that judges it.

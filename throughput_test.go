@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,23 +42,14 @@ func startMemInProcess(t *testing.T) *memInProcess {
 	t.Helper()
 	b := NewBroker(2, nil)
 	srv := NewServer(b, nil, quietLog())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Close()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
+	addr := serveTest(t, srv, b.Close)
 	api := newHTTPAPI(b, srv, nil, httpConfig{})
 	hs := httptest.NewServer(api)
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the server's own, registered first
 		hs.Close()
 		api.Close()
-		srv.Close()
-		<-served
-		b.Close()
 	})
-	return &memInProcess{b: b, addr: ln.Addr().String(), http: hs.URL}
+	return &memInProcess{b: b, addr: addr, http: hs.URL}
 }
 
 // getJSON fetches a JSON document.
