@@ -67,11 +67,14 @@ func removeStaleDownloads(dataPath string, log *slog.Logger) {
 	}
 }
 
+// fileCopier copies the data file consistently to dst (SQLiteStore.Backup).
+type fileCopier interface {
+	Backup(ctx context.Context, dst string) error
+}
+
 func (a *httpAPI) serveBackupDownload(w http.ResponseWriter, r *http.Request, _ []string) {
-	bk, ok := a.b.store.(interface {
-		Backup(ctx context.Context, dst string) error
-	})
-	if !ok {
+	bk := a.dataFile
+	if bk == nil {
 		writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": "backup needs SQLite storage; " + noSQLiteBackup(a.srv.pg != nil)})
 		return
 	}

@@ -54,7 +54,7 @@ func testBackups(t *testing.T, src backupSource, dataPath, endpoint, bucket stri
 	return bk, logs
 }
 
-func pushN(t *testing.T, b *Broker, st *SQLiteStore, queue string, n int) []string {
+func pushN(t *testing.T, b *MemEngine, st *SQLiteStore, queue string, n int) []string {
 	t.Helper()
 	var ids []string
 	for i := 0; i < n; i += 500 {
@@ -352,9 +352,9 @@ func TestBackupSettings(t *testing.T) {
 
 // POST /backup/s3 and the health section, in-process.
 func TestBackupHTTP(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	srv := NewServer(b, []string{"tok"}, quietLog())
+	srv := memServer(b, []string{"tok"}, quietLog())
 	h := newHTTPHandler(b, srv, nil)
 	do := func(h http.Handler, method, path, token string) (int, map[string]any) {
 		req := httptest.NewRequest(method, path, nil)
@@ -388,7 +388,7 @@ func TestBackupHTTP(t *testing.T) {
 	defer ts.Close()
 	bk, _ := testBackups(t, st, live, ts.URL, "bk", 0, 0)
 	defer bk.Close()
-	h = newHTTPHandler(b2, NewServer(b2, []string{"tok"}, quietLog()), bk)
+	h = newHTTPHandler(b2, memServer(b2, []string{"tok"}, quietLog()), bk)
 	code, m := do(h, "POST", "/backup/s3", "tok")
 	if code != 200 || m["ok"] != true || !strings.HasPrefix(fmt.Sprint(m["url"]), "s3://bk/backups/queued-") {
 		t.Fatalf("backup: %d %v", code, m)
@@ -623,7 +623,7 @@ func BenchmarkBackupS3(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	br := NewBroker(0, st)
+	br := NewMemEngine(0, st)
 	st.Start()
 	defer st.Close()
 	defer br.Close()

@@ -8,7 +8,7 @@ import (
 )
 
 // completeAll pushes n jobs to queue and completes them.
-func completeAll(t *testing.T, b *Broker, queue string, n int) []string {
+func completeAll(t *testing.T, b *MemEngine, queue string, n int) []string {
 	t.Helper()
 	var ids []string
 	for done := 0; done < n; done += 1000 {
@@ -33,7 +33,7 @@ func completeAll(t *testing.T, b *Broker, queue string, n int) []string {
 // Completed jobs are bounded across the broker, oldest evicted first
 // whichever shard holds them, a tenth at a time.
 func TestCompletedRetentionBound(t *testing.T) {
-	b := NewBroker(4, nil)
+	b := NewMemEngine(4, nil)
 	defer b.Close()
 	// Two queues in different shards.
 	qa, qb := "retain-a", "retain-b"

@@ -542,7 +542,7 @@ func (src *bqSource) fill(path string) error {
 		return err
 	}
 	sq.Start()
-	b := NewBroker(1, sq)
+	b := NewMemEngine(1, sq)
 	ctx := context.Background()
 	var ferr error
 	for _, name := range src.order {
@@ -577,7 +577,7 @@ func (src *bqSource) fill(path string) error {
 }
 
 // apply gives the queue its settings through the broker's setters.
-func (q *bqQueue) apply(ctx context.Context, b *Broker, name string) error {
+func (q *bqQueue) apply(ctx context.Context, b *MemEngine, name string) error {
 	if q.paused {
 		if err := b.SetPaused(ctx, name, true); err != nil {
 			return err

@@ -75,10 +75,13 @@ func cmdDashboardQueue(r *Req) error {
 	return nil
 }
 
-// CompactMemory compacts this broker's structures (Broker.compact) and
-// returns freed memory to the system.
+// CompactMemory compacts the engine's structures and returns freed memory
+// to the system.
 func cmdCompactMemory(r *Req) error {
-	r.b.compact()
+	if err := r.eng.CompactMemory(r.ctx()); err != nil {
+		return err
+	}
+	r.b.announce(newNote("memory:compacted"))
 	debug.FreeOSMemory()
 	return r.okID()
 }

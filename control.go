@@ -31,7 +31,7 @@ func isQueued(st State) bool {
 
 // onJob locks job id's shard, brings its delayed jobs due, and runs fn on
 // the job; notFound is the answer when there is no such job.
-func (b *Broker) onJob(id string, notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
+func (b *MemEngine) onJob(id string, notFound error, fn func(s *Shard, q *Queue, j *Job, now int64) error) error {
 	j, s := b.lockJob(id)
 	if j == nil {
 		return notFound
@@ -42,7 +42,7 @@ func (b *Broker) onJob(id string, notFound error, fn func(s *Shard, q *Queue, j 
 	return fn(s, s.queues[j.Queue], j, now)
 }
 
-func (b *Broker) MoveJob(_ context.Context, id string, m JobMove) error {
+func (b *MemEngine) MoveJob(_ context.Context, id string, m JobMove) error {
 	return b.onJob(id, m.notFound(), func(s *Shard, q *Queue, j *Job, now int64) error {
 		step, err := m.plan(j, now)
 		if err != nil {
@@ -173,7 +173,7 @@ func mergeFlowMeta(old, nw Raw) (Raw, error) {
 // ---------------------------------------------------------------------------
 // The memory engine: a queue's jobs
 
-func (b *Broker) PromoteJobs(_ context.Context, queue string, limit int) (int64, error) {
+func (b *MemEngine) PromoteJobs(_ context.Context, queue string, limit int) (int64, error) {
 	n := 0
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -216,7 +216,7 @@ func byCreated(a, b *Job) int {
 	return cmpStr(a.ID(), b.ID())
 }
 
-func (b *Broker) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
+func (b *MemEngine) Clean(ctx context.Context, a cleanArgs) ([]string, error) {
 	var ids []string
 	if a.state == "completed" && !a.none() {
 		// The oldest first: those on disk (history.go), then memory's.
@@ -318,7 +318,7 @@ func (s *Shard) cleanFailed(q *Queue, cutoff, limit int64) []string {
 // already (in SQLite mode those retired to disk are not retried, so
 // nothing is read back), but once waiting they no longer go when
 // --max-completed-jobs trims the history. Its weight is its request's.
-func (b *Broker) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64, error) {
+func (b *MemEngine) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64, error) {
 	n := 0
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {

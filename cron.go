@@ -574,7 +574,7 @@ func cronRoom(n int, bytes int64, s *CronSchedule) error {
 // keeps them across restarts.
 
 // startCron runs the broker's scheduler.
-func (b *Broker) startCron() {
+func (b *MemEngine) startCron() {
 	b.cron = NewCronScheduler(CronConfig{
 		Fire:       b.cronFire,
 		HasWorkers: b.workers.serves,
@@ -593,7 +593,7 @@ func (b *Broker) startCron() {
 }
 
 // cronFire pushes one run's job.
-func (b *Broker) cronFire(s *CronSchedule, at time.Time) {
+func (b *MemEngine) cronFire(s *CronSchedule, at time.Time) {
 	j, err := cronJob(s, b.now())
 	if err != nil {
 		b.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
@@ -683,7 +683,7 @@ func isCronJob(j *Job) bool { return strings.HasPrefix(j.cold().UniqueKey, "cron
 
 var errCronNotFound = errors.New("Cron job not found")
 
-func (b *Broker) AddCron(_ context.Context, s CronSchedule) (CronSchedule, error) {
+func (b *MemEngine) AddCron(_ context.Context, s CronSchedule) (CronSchedule, error) {
 	got, err := b.cron.Add(s)
 	if err != nil {
 		return CronSchedule{}, err
@@ -694,7 +694,7 @@ func (b *Broker) AddCron(_ context.Context, s CronSchedule) (CronSchedule, error
 	return got, nil
 }
 
-func (b *Broker) GetCron(_ context.Context, name string) (CronSchedule, error) {
+func (b *MemEngine) GetCron(_ context.Context, name string) (CronSchedule, error) {
 	s, ok := b.cron.Get(name)
 	if !ok {
 		return CronSchedule{}, errCronNotFound
@@ -702,11 +702,11 @@ func (b *Broker) GetCron(_ context.Context, name string) (CronSchedule, error) {
 	return s, nil
 }
 
-func (b *Broker) ListCrons(context.Context) ([]CronSchedule, error) {
+func (b *MemEngine) ListCrons(context.Context) ([]CronSchedule, error) {
 	return b.cron.List(), nil
 }
 
-func (b *Broker) DeleteCron(_ context.Context, name string) error {
+func (b *MemEngine) DeleteCron(_ context.Context, name string) error {
 	if !b.cron.Delete(name) {
 		return errCronNotFound
 	}

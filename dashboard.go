@@ -17,7 +17,7 @@ type Totals struct {
 	Queues                                                        int
 }
 
-func (b *Broker) totals() Totals {
+func (b *MemEngine) totals() Totals {
 	var t Totals
 	now := b.now()
 	for _, s := range b.shards {
@@ -44,7 +44,7 @@ func (b *Broker) totals() Totals {
 	return t
 }
 
-func (b *Broker) Totals(context.Context) (Totals, error) { return b.totals(), nil }
+func (b *MemEngine) Totals(context.Context) (Totals, error) { return b.totals(), nil }
 
 // collectionSizes are the broker's internal collections, for the overview.
 type collectionSizes struct {
@@ -61,12 +61,12 @@ type dashOverview struct {
 	crons  []CronSchedule
 }
 
-func (b *Broker) DashboardOverview(context.Context) (dashOverview, error) {
+func (b *MemEngine) DashboardOverview(context.Context) (dashOverview, error) {
 	return dashOverview{totals: b.totals(), sizes: b.storeSizes(), crons: b.cron.List()}, nil
 }
 
 // storeSizes counts the collections the engine keeps jobs in.
-func (b *Broker) storeSizes() collectionSizes {
+func (b *MemEngine) storeSizes() collectionSizes {
 	c := collectionSizes{jobIndex: b.idxLen()}
 	locked(&b.rmu, func() {
 		c.results = b.results.Len()
@@ -87,7 +87,7 @@ func (b *Broker) storeSizes() collectionSizes {
 	return c
 }
 
-func (b *Broker) DashboardQueues(context.Context) ([]queueSnap, error) {
+func (b *MemEngine) DashboardQueues(context.Context) ([]queueSnap, error) {
 	return b.queueSnaps(), nil
 }
 
@@ -117,7 +117,7 @@ type dashQueue struct {
 	ready, active, delayed []*Job
 }
 
-func (b *Broker) DashboardQueue(_ context.Context, a dashQueueArgs) (dashQueue, error) {
+func (b *MemEngine) DashboardQueue(_ context.Context, a dashQueueArgs) (dashQueue, error) {
 	s := b.shardOf(a.queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,11 +224,14 @@ func (srv *Server) heldJobs() (clients, jobs int) {
 	return clients, jobs
 }
 
-// compact drops the stale entries the heaps and the completed list keep
-// for lazy deletion, and trims slices grown past their contents
-// (CompactMemory and POST /gc, each announcing memory:compacted).
-func (b *Broker) compact() {
-	defer b.announce(newNote("memory:compacted"))
+// CompactMemory drops the stale entries the heaps and the completed list
+// keep for lazy deletion, and trims slices grown past their contents.
+func (b *MemEngine) CompactMemory(context.Context) error {
+	b.compact()
+	return nil
+}
+
+func (b *MemEngine) compact() {
 	for _, s := range b.shards {
 		s.with(func() {
 			s.delayed.Rebuild()

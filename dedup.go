@@ -105,7 +105,7 @@ func (s *Shard) hasLiveDependents(j *Job) bool {
 
 // The memory engine's dedup key operations (DedupEngine)
 
-func (b *Broker) DedupJobID(_ context.Context, queue, key string) (string, error) {
+func (b *MemEngine) DedupJobID(_ context.Context, queue, key string) (string, error) {
 	id := ""
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
@@ -117,7 +117,7 @@ func (b *Broker) DedupJobID(_ context.Context, queue, key string) (string, error
 	return id, nil
 }
 
-func (b *Broker) RemoveDedupKey(_ context.Context, queue, key string) (bool, error) {
+func (b *MemEngine) RemoveDedupKey(_ context.Context, queue, key string) (bool, error) {
 	removed := false
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil && q.holder(key, now) != nil {
@@ -128,7 +128,7 @@ func (b *Broker) RemoveDedupKey(_ context.Context, queue, key string) (bool, err
 	return removed, nil
 }
 
-func (b *Broker) RemoveJobDedupKey(_ context.Context, id string) (bool, error) {
+func (b *MemEngine) RemoveJobDedupKey(_ context.Context, id string) (bool, error) {
 	removed := false
 	b.withJob(id, func(j *Job, s *Shard) {
 		if q := s.queues[j.Queue]; q != nil && j.cold().UniqueKey != "" {

@@ -241,7 +241,7 @@ func (j *Job) dlqCopy() *Job {
 	return c
 }
 
-func (b *Broker) DLQ(_ context.Context, queue string, sel dlqSelect) ([]*Job, error) {
+func (b *MemEngine) DLQ(_ context.Context, queue string, sel dlqSelect) ([]*Job, error) {
 	var out []*Job
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -292,7 +292,7 @@ func resetDLQ(j *Job, auto bool, now int64) {
 // jobs hold (commands.go): the jobs it puts back are in memory already,
 // but once waiting they no longer go when the queue's DLQ is trimmed to
 // its maxEntries. Its weight is its request's.
-func (b *Broker) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64, error) {
+func (b *MemEngine) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64, error) {
 	n := int64(0)
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -308,7 +308,7 @@ func (b *Broker) RetryDLQ(_ context.Context, queue string, sel dlqSelect) (int64
 	return n, nil
 }
 
-func (b *Broker) PurgeDLQ(_ context.Context, queue string) (int64, error) {
+func (b *MemEngine) PurgeDLQ(_ context.Context, queue string) (int64, error) {
 	n := 0
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -325,7 +325,7 @@ func (b *Broker) PurgeDLQ(_ context.Context, queue string) (int64, error) {
 	return int64(n), nil
 }
 
-func (b *Broker) RemoveDLQJob(_ context.Context, queue, id string) (bool, error) {
+func (b *MemEngine) RemoveDLQJob(_ context.Context, queue, id string) (bool, error) {
 	removed := false
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -375,7 +375,7 @@ func (p dlqPatch) apply(c DLQConfig) DLQConfig {
 	return c
 }
 
-func (b *Broker) SetDLQConfig(_ context.Context, queue string, patch dlqPatch) error {
+func (b *MemEngine) SetDLQConfig(_ context.Context, queue string, patch dlqPatch) error {
 	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.dlqCfg = patch.apply(q.dlqCfg)
 		q.listed = true
@@ -384,7 +384,7 @@ func (b *Broker) SetDLQConfig(_ context.Context, queue string, patch dlqPatch) e
 	})
 }
 
-func (b *Broker) GetDLQConfig(_ context.Context, queue string) (DLQConfig, error) {
+func (b *MemEngine) GetDLQConfig(_ context.Context, queue string) (DLQConfig, error) {
 	c := defaultDLQ
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
@@ -425,7 +425,7 @@ func (st *dlqStats) add(e *DLQEntry, cfg DLQConfig, now int64) {
 	st.newest = max(st.newest, e.EnteredAt)
 }
 
-func (b *Broker) DLQStats(_ context.Context, queue string) (dlqStats, error) {
+func (b *MemEngine) DLQStats(_ context.Context, queue string) (dlqStats, error) {
 	var st dlqStats
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {

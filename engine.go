@@ -309,11 +309,14 @@ type DashboardEngine interface {
 	// at one moment and, when a.withJobs, the first a.limit jobs of each
 	// list.
 	DashboardQueue(ctx context.Context, a dashQueueArgs) (dashQueue, error)
+	// CompactMemory drops what the engine's structures keep past their
+	// contents (CompactMemory, POST /gc).
+	CompactMemory(ctx context.Context) error
 }
 
 var (
-	_ Engine = (*Broker)(nil) // memory and SQLite
-	_ Engine = (*PG)(nil)     // PostgreSQL
+	_ Engine = (*MemEngine)(nil) // memory and SQLite
+	_ Engine = (*PG)(nil)        // PostgreSQL
 )
 
 // jobErr is a refusal of one job of a push, by its index in the push.

@@ -11,6 +11,8 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 type evType uint8
@@ -190,34 +192,71 @@ func (b *Broker) addTap(t Tap) {
 	b.taps.Store(&list)
 }
 
-// emit sends one event to the queue's subscribers and the taps. s.mu is
-// held.
-func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
-	subs := s.subs[q.name]
-	taps := s.b.taps.Load()
+// eventSubs are the connections subscribed to each queue's events. A
+// queue's list is never changed in place but replaced under mu, so that an
+// emit reads it with no lock of its own: the memory engine emits under its
+// shard's lock, the PostgreSQL engine under none.
+type eventSubs struct {
+	mu sync.Mutex
+	n  atomic.Int64 // queues with subscribers
+	m  sync.Map     /* string -> []*conn */
+}
+
+func (e *eventSubs) of(queue string) []*conn {
+	if e.n.Load() == 0 {
+		return nil
+	}
+	v, ok := e.m.Load(queue)
+	if !ok {
+		return nil
+	}
+	return v.([]*conn)
+}
+
+// emitScratch is what an emit reuses from one event to the next: the
+// event lent to the taps and the subscribers' frame. Its owner keeps one
+// emit at a time on it (the memory engine's shard lock).
+type emitScratch struct {
+	ev    Event
+	frame []byte
+}
+
+// emit sends one event to the queue's subscribers and the broker's taps,
+// through scratch (nil: a fresh one).
+func (b *Broker) emit(scratch *emitScratch, queue string, t evType, j *Job, now int64, a evArgs) {
+	subs := b.subs.of(queue)
+	taps := b.taps.Load()
 	if len(subs) == 0 && taps == nil {
 		return
 	}
+	if scratch == nil {
+		scratch = new(emitScratch)
+	}
 	if taps != nil {
-		s.ev = Event{Type: t, Queue: q.name, job: j, At: now, Args: a}
+		scratch.ev = Event{Type: t, Queue: queue, job: j, At: now, Args: a}
 		if j != nil && t == evFailed {
-			s.ev.Data = j.Data
+			scratch.ev.Data = j.Data
 		}
 		for _, tap := range *taps {
-			tap(&s.ev)
+			tap(&scratch.ev)
 		}
-		s.ev = Event{} // holds no job's data past the call
+		scratch.ev = Event{} // holds no job's data past the call
 	}
 	if len(subs) == 0 {
 		return
 	}
-	s.frame = encodeEventFrame(s.frame[:0], q.name, t, j, now, a)
+	scratch.frame = encodeEventFrame(scratch.frame[:0], queue, t, j, now, a)
 	for _, c := range subs {
-		c.pushEvent(s.frame)
+		c.pushEvent(scratch.frame)
 	}
-	if cap(s.frame) > 64<<10 {
-		s.frame = nil // a large completed result is not kept for good
+	if cap(scratch.frame) > 64<<10 {
+		scratch.frame = nil // a large completed result is not kept for good
 	}
+}
+
+// emit sends one of the memory engine's events. s.mu is held.
+func (s *Shard) emit(q *Queue, t evType, j *Job, now int64, a evArgs) {
+	s.b.Broker.emit(&s.scratch, q.name, t, j, now, a)
 }
 
 // encodeEventFrame appends to dst the frame subscribers receive: {type:
@@ -311,9 +350,15 @@ func appendEventFields(e *Enc, t evType, j *Job, a evArgs) int {
 
 func (b *Broker) subscribe(c *conn, queue string) {
 	b.unsubscribe(c)
-	s := b.shardOf(queue)
-	s.with(func() {
-		s.subs[queue] = append(s.subs[queue], c)
+	e := &b.subs
+	locked(&e.mu, func() {
+		var list []*conn
+		if v, ok := e.m.Load(queue); ok {
+			list = v.([]*conn)
+		} else {
+			e.n.Add(1)
+		}
+		e.m.Store(queue, append(list[:len(list):len(list)], c))
 	})
 	c.setSub(queue)
 }
@@ -323,9 +368,13 @@ func (b *Broker) unsubscribe(c *conn) {
 	if !ok {
 		return
 	}
-	s := b.shardOf(queue)
-	s.with(func() {
-		list := s.subs[queue]
+	e := &b.subs
+	locked(&e.mu, func() {
+		v, ok := e.m.Load(queue)
+		if !ok {
+			return
+		}
+		list := v.([]*conn)
 		for i, x := range list {
 			if x == c {
 				list = append(list[:i:i], list[i+1:]...)
@@ -333,9 +382,10 @@ func (b *Broker) unsubscribe(c *conn) {
 			}
 		}
 		if len(list) == 0 {
-			delete(s.subs, queue)
+			e.m.Delete(queue)
+			e.n.Add(-1)
 		} else {
-			s.subs[queue] = list
+			e.m.Store(queue, list)
 		}
 	})
 	c.clearSub()

@@ -7,7 +7,7 @@ import "testing"
 // alike; a copy a tap keeps after asking still names it once the shard
 // has moved on, and an event no tap asked about never made the text.
 func TestEventIDMadeForTaps(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	var asked, kept []Event
 	var unasked []string

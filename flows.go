@@ -69,14 +69,14 @@ type flowState struct {
 
 const maxProofs = 50000
 
-func (b *Broker) startFlows() {
+func (b *MemEngine) startFlows() {
 	b.deps = map[string][]*Job{}
 	b.proofs = NewLRU[string, struct{}](maxProofs, nil)
 	b.fkick, b.fstop, b.fdone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go b.flowWorker()
 }
 
-func (b *Broker) stopFlows() {
+func (b *MemEngine) stopFlows() {
 	select {
 	case <-b.fstop:
 	default:
@@ -85,7 +85,7 @@ func (b *Broker) stopFlows() {
 	}
 }
 
-func (b *Broker) flowPost(it flowItem) {
+func (b *MemEngine) flowPost(it flowItem) {
 	locked(&b.fmu, func() {
 		b.fq = append(b.fq, it)
 	})
@@ -95,7 +95,7 @@ func (b *Broker) flowPost(it flowItem) {
 	}
 }
 
-func (b *Broker) flowWorker() {
+func (b *MemEngine) flowWorker() {
 	defer close(b.fdone)
 	for {
 		select {
@@ -120,7 +120,7 @@ func (b *Broker) flowWorker() {
 // flowSettle waits until the flow goroutine has nothing queued and has
 // applied what it took (a child's value read right after its ACK is
 // there); tests and shutdown use it.
-func (b *Broker) flowSettle() {
+func (b *MemEngine) flowSettle() {
 	for {
 		var n int
 		locked(&b.fmu, func() { n = len(b.fq) + b.fbusy })
@@ -135,7 +135,7 @@ func (b *Broker) flowSettle() {
 	}
 }
 
-func (b *Broker) flowApply(it *flowItem) {
+func (b *MemEngine) flowApply(it *flowItem) {
 	switch it.kind {
 	case flowResolve:
 		for _, w := range it.waiters {
@@ -197,7 +197,7 @@ func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
 
 // depsExist checks that every dependency is a job we know (or knew to have
 // completed). batch holds jobs being admitted together.
-func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
+func (b *MemEngine) depsExist(j *Job, batch map[string]*Job) error {
 	for _, d := range j.cold().DependsOn {
 		if d == j.ID() {
 			return errors.New("Job cannot depend on itself: " + d)
@@ -216,7 +216,7 @@ func (b *Broker) depsExist(j *Job, batch map[string]*Job) error {
 
 // registerDeps records j as waiting for its unfinished dependencies and
 // returns how many there are.
-func (b *Broker) registerDeps(j *Job, batch map[string]*Job) int32 {
+func (b *MemEngine) registerDeps(j *Job, batch map[string]*Job) int32 {
 	var n int32
 	b.depMu.Lock()
 	defer b.depMu.Unlock()
@@ -226,7 +226,7 @@ func (b *Broker) registerDeps(j *Job, batch map[string]*Job) int32 {
 	return n
 }
 
-func (b *Broker) registerOne(w *Job, dep string) int32 {
+func (b *MemEngine) registerOne(w *Job, dep string) int32 {
 	b.depMu.Lock()
 	defer b.depMu.Unlock()
 	return b.registerOneLocked(w, dep, nil)
@@ -236,7 +236,7 @@ func (b *Broker) registerOne(w *Job, dep string) int32 {
 // two flags make a completion racing with the registration land on exactly
 // one side (see completedDeps): the completion sets its flowDone bit then
 // reads flowDep; the registration sets flowDep then reads flowDone.
-func (b *Broker) registerOneLocked(w *Job, d string, batch map[string]*Job) int32 {
+func (b *MemEngine) registerOneLocked(w *Job, d string, batch map[string]*Job) int32 {
 	if _, ok := b.proofs.Peek(d); ok {
 		return 0
 	}
@@ -280,7 +280,7 @@ func (s *Shard) completedDeps(j *Job, result Raw, removed bool) {
 }
 
 // unregisterDep forgets that w waits for dep.
-func (b *Broker) unregisterDep(dep string, w *Job) {
+func (b *MemEngine) unregisterDep(dep string, w *Job) {
 	locked(&b.depMu, func() { dropListed(b.deps, dep, w) })
 }
 
@@ -316,7 +316,7 @@ func policyRecord(p *Job, it *flowItem, now int64) string {
 	return ""
 }
 
-func (b *Broker) applyPolicy(it *flowItem) {
+func (b *MemEngine) applyPolicy(it *flowItem) {
 	p, s := b.lockJob(it.parentID)
 	if p == nil {
 		return
@@ -373,7 +373,7 @@ func (b *Broker) applyPolicy(it *flowItem) {
 }
 
 // unwaitAll forgets every dependency registration of w.
-func (b *Broker) unwaitAll(w *Job) {
+func (b *MemEngine) unwaitAll(w *Job) {
 	for _, d := range w.cold().DependsOn {
 		b.unregisterDep(d, w)
 	}
@@ -397,7 +397,7 @@ type flowJob struct {
 
 // PushFlow admits a flow (read by flowJobs) all or nothing and answers its
 // jobs as they stand once it is written: copies, safe to read unlocked.
-func (b *Broker) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
+func (b *MemEngine) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
 	if err := b.admit(); err != nil {
 		return nil, err
 	}
@@ -423,7 +423,7 @@ func (b *Broker) PushFlow(_ context.Context, jobs []flowJob) ([]*Job, error) {
 // admitFlow admits a validated flow. It locks every shard the flow
 // touches, in ascending order, so that nothing is admitted unless all of
 // it is.
-func (b *Broker) admitFlow(jobs []flowJob) error {
+func (b *MemEngine) admitFlow(jobs []flowJob) error {
 	var idxs []int
 	for _, f := range jobs {
 		k := int(fnv1a(f.queue) & b.mask)
@@ -472,7 +472,7 @@ func (b *Broker) admitFlow(jobs []flowJob) error {
 
 // flowRoom refuses a flow (whose shards the caller holds) that reuses a
 // known id, overflows a group's maxSize or makes queues past the limit.
-func (b *Broker) flowRoom(jobs []flowJob) error {
+func (b *MemEngine) flowRoom(jobs []flowJob) error {
 	groupCount := map[[2]string]int{}
 	for _, f := range jobs {
 		j := f.job
@@ -541,7 +541,7 @@ func parentLink(j *Job) (pid, pqueue string, ok bool) {
 }
 
 // checkLinkable validates a parent before a child is pushed to it.
-func (b *Broker) checkLinkable(pid, pqueue, childID string) error {
+func (b *MemEngine) checkLinkable(pid, pqueue, childID string) error {
 	if pid == childID {
 		return linkable(nil, pid, pqueue, childID)
 	}
@@ -581,7 +581,7 @@ func linkable(p *Job, pid, pqueue, childID string) error {
 // linkChild makes the parent pid wait for the child: false when the parent
 // can no longer take it (gone, or out of the queue since UpdateParent
 // looked), true when it did, or had it already.
-func (b *Broker) linkChild(pid string, child *Job) bool {
+func (b *MemEngine) linkChild(pid string, child *Job) bool {
 	p, s := b.lockJob(pid)
 	if p == nil {
 		return false
@@ -688,24 +688,24 @@ func setDataKey(data Raw, key string, val Raw) Raw {
 // Reading and changing a flow
 
 // Now is the broker's clock in ms.
-func (b *Broker) Now() int64 { return b.now() }
+func (b *MemEngine) Now() int64 { return b.now() }
 
-func (b *Broker) ChildrenValues(_ context.Context, id string) ([]childKV, error) {
+func (b *MemEngine) ChildrenValues(_ context.Context, id string) ([]childKV, error) {
 	return b.childRecords(id, childValuesOf), nil
 }
 
-func (b *Broker) FailedChildren(_ context.Context, id string) ([]childKV, error) {
+func (b *MemEngine) FailedChildren(_ context.Context, id string) ([]childKV, error) {
 	return b.childRecords(id, failedKidsOf), nil
 }
 
-func (b *Broker) IgnoredChildren(_ context.Context, id string) ([]childKV, error) {
+func (b *MemEngine) IgnoredChildren(_ context.Context, id string) ([]childKV, error) {
 	return b.childRecords(id, ignoredKidsOf), nil
 }
 
 // childRecords reads the records pick chooses of job id, once the flow
 // goroutine has applied what it was told (a child's value read right
 // after its ACK is there).
-func (b *Broker) childRecords(id string, pick func(j *Job) []childKV) []childKV {
+func (b *MemEngine) childRecords(id string, pick func(j *Job) []childKV) []childKV {
 	b.flowSettle()
 	var vals []childKV
 	b.withJob(id, func(j *Job, _ *Shard) { vals = pick(j) })
@@ -726,7 +726,7 @@ func unfinishedRecords(j *Job, kvs []childKV) []childKV {
 	return nil
 }
 
-func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, error) {
+func (b *MemEngine) RemoveChildDependency(_ context.Context, cid string) (bool, error) {
 	var pid string
 	var live bool
 	if !b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.cold().ParentID, isQueued(c.state) || c.state == StateActive }) {
@@ -766,7 +766,7 @@ func (b *Broker) RemoveChildDependency(_ context.Context, cid string) (bool, err
 	return removed, nil
 }
 
-func (b *Broker) RemoveUnprocessedChildren(_ context.Context, id string) error {
+func (b *MemEngine) RemoveUnprocessedChildren(_ context.Context, id string) error {
 	var kids []string
 	b.withJob(id, func(p *Job, _ *Shard) { kids = slices.Clone(p.cold().Children) })
 	for _, c := range kids {
@@ -785,7 +785,7 @@ func (b *Broker) RemoveUnprocessedChildren(_ context.Context, id string) error {
 	return nil
 }
 
-func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) error {
+func (b *MemEngine) MoveToWaitingChildren(_ context.Context, id, token string) error {
 	errNotActive := errors.New("Job is not active")
 	j, s := b.lockJob(id)
 	if j == nil {
@@ -812,7 +812,7 @@ func (b *Broker) MoveToWaitingChildren(_ context.Context, id, token string) erro
 	return nil
 }
 
-func (b *Broker) UpdateParent(_ context.Context, cid, pid string) error {
+func (b *MemEngine) UpdateParent(_ context.Context, cid, pid string) error {
 	var child, parent *Job
 	b.withJob(cid, func(c *Job, _ *Shard) { child = c.readCopy() })
 	b.withJob(pid, func(p *Job, _ *Shard) { parent = p.readCopy() })

@@ -155,7 +155,7 @@ func TestCrashFlowsAndGroups(t *testing.T) {
 
 // BenchmarkPushFlow100 admits a 100-node tree: a root, 9 parents, 90 leaves.
 func BenchmarkPushFlow100(b *testing.B) {
-	br := NewBroker(0, nil)
+	br := NewMemEngine(0, nil)
 	defer br.Close()
 	frames := make([][]byte, b.N)
 	for i := range frames {
@@ -203,7 +203,7 @@ func BenchmarkPushFlow100(b *testing.B) {
 // right after its ACK was sometimes missing (TestPGFlowCommands, memory
 // half, on a loaded machine).
 func TestFlowSettleWaitsForApplying(t *testing.T) {
-	b := NewBroker(4, nil)
+	b := NewMemEngine(4, nil)
 	defer b.Close()
 	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
 	b.pushJobs("pq", []*Job{p}, nil)
@@ -250,7 +250,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 // between), rather than answer ok and link nothing; one that declared the
 // child already is linked.
 func TestLinkChildRefusesParentGone(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	parent := mustJob(t, "lc", map[string]any{"jobId": "P", "data": map[string]any{}})
 	child := mustJob(t, "lc", map[string]any{"jobId": "C", "data": map[string]any{}})

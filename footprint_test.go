@@ -26,7 +26,7 @@ func BenchmarkWaitingJobBytes(b *testing.B) {
 	}
 	for range b.N {
 		before := heapInUse()
-		br := NewBroker(0, nil)
+		br := NewMemEngine(0, nil)
 		for i := 0; i < n; i += 1000 {
 			br.pushJobs("footprint", footprintBatch(b, i, min(1000, n-i)), nil)
 		}
@@ -81,7 +81,7 @@ func BenchmarkRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		br := NewBroker(0, st)
+		br := NewMemEngine(0, st)
 		b.StartTimer()
 		rs, err := st.Load(br)
 		b.StopTimer()

@@ -93,7 +93,7 @@ func (s *serverRun) drain(timeout time.Duration) int {
 
 // HandedOut counts the active jobs: in memory and SQLite mode every active
 // job was handed out by this server.
-func (b *Broker) HandedOut(context.Context) int {
+func (b *MemEngine) HandedOut(context.Context) int {
 	n := 0
 	for _, s := range b.shards {
 		s.with(func() {

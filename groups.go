@@ -466,7 +466,7 @@ func positiveSafeInt(m Map, key string) (int64, error) {
 // group: they make the queue and the group when missing, within the
 // queue's room for groups with settings, and write the queue through.
 // After fn the group is forgotten if nothing is left of it.
-func (b *Broker) withGroup(queue, group string, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
+func (b *MemEngine) withGroup(queue, group string, create bool, fn func(s *Shard, q *Queue, g *Group, now int64)) error {
 	var refused error
 	err := b.withQueue(queue, create, func(s *Shard, q *Queue, now int64) {
 		var g *Group
@@ -497,11 +497,11 @@ func (b *Broker) withGroup(queue, group string, create bool, fn func(s *Shard, q
 
 // readGroup runs fn to read a group under its shard lock (g nil: the
 // group does not exist).
-func (b *Broker) readGroup(queue, group string, fn func(g *Group, now int64)) {
+func (b *MemEngine) readGroup(queue, group string, fn func(g *Group, now int64)) {
 	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) { fn(g, now) })
 }
 
-func (b *Broker) GroupJobsCount(_ context.Context, queue, group string) (int64, error) {
+func (b *MemEngine) GroupJobsCount(_ context.Context, queue, group string) (int64, error) {
 	var n int64
 	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
@@ -511,7 +511,7 @@ func (b *Broker) GroupJobsCount(_ context.Context, queue, group string) (int64, 
 	return n, nil
 }
 
-func (b *Broker) GroupsJobsCount(_ context.Context, queue string) (int64, error) {
+func (b *MemEngine) GroupsJobsCount(_ context.Context, queue string) (int64, error) {
 	var n int64
 	b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
@@ -523,7 +523,7 @@ func (b *Broker) GroupsJobsCount(_ context.Context, queue string) (int64, error)
 	return n, nil
 }
 
-func (b *Broker) GroupActiveCount(_ context.Context, queue, group string) (int64, error) {
+func (b *MemEngine) GroupActiveCount(_ context.Context, queue, group string) (int64, error) {
 	var n int64
 	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
@@ -533,7 +533,7 @@ func (b *Broker) GroupActiveCount(_ context.Context, queue, group string) (int64
 	return n, nil
 }
 
-func (b *Broker) SetGroupRateLimit(_ context.Context, queue, group string, l groupLimit) error {
+func (b *MemEngine) SetGroupRateLimit(_ context.Context, queue, group string, l groupLimit) error {
 	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.rateOverride = &l
 		g.window = groupWindow{}
@@ -541,7 +541,7 @@ func (b *Broker) SetGroupRateLimit(_ context.Context, queue, group string, l gro
 	})
 }
 
-func (b *Broker) GroupRateLimit(_ context.Context, queue, group string) (*groupLimit, error) {
+func (b *MemEngine) GroupRateLimit(_ context.Context, queue, group string) (*groupLimit, error) {
 	var l *groupLimit
 	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil && g.rateOverride != nil {
@@ -552,7 +552,7 @@ func (b *Broker) GroupRateLimit(_ context.Context, queue, group string) (*groupL
 	return l, nil
 }
 
-func (b *Broker) RemoveGroupRateLimit(_ context.Context, queue, group string) (bool, error) {
+func (b *MemEngine) RemoveGroupRateLimit(_ context.Context, queue, group string) (bool, error) {
 	removed := false
 	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.rateOverride != nil {
@@ -580,7 +580,7 @@ func (g *Group) rateTTL(now int64, maxJobs float64, hasMax bool) int64 {
 	return w.start + w.duration - now
 }
 
-func (b *Broker) GroupRateLimitTTL(_ context.Context, queue, group string, maxJobs float64, hasMax bool) (int64, error) {
+func (b *MemEngine) GroupRateLimitTTL(_ context.Context, queue, group string, maxJobs float64, hasMax bool) (int64, error) {
 	ttl := int64(-2)
 	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
@@ -590,14 +590,14 @@ func (b *Broker) GroupRateLimitTTL(_ context.Context, queue, group string, maxJo
 	return ttl, nil
 }
 
-func (b *Broker) SetGroupConcurrency(_ context.Context, queue, group string, c int64) error {
+func (b *MemEngine) SetGroupConcurrency(_ context.Context, queue, group string, c int64) error {
 	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.concOverride = c
 		q.wakeAll()
 	})
 }
 
-func (b *Broker) GroupConcurrency(_ context.Context, queue, group string) (int64, error) {
+func (b *MemEngine) GroupConcurrency(_ context.Context, queue, group string) (int64, error) {
 	var c int64
 	b.readGroup(queue, group, func(g *Group, now int64) {
 		if g != nil {
@@ -607,7 +607,7 @@ func (b *Broker) GroupConcurrency(_ context.Context, queue, group string) (int64
 	return c, nil
 }
 
-func (b *Broker) RemoveGroupConcurrency(_ context.Context, queue, group string) (bool, error) {
+func (b *MemEngine) RemoveGroupConcurrency(_ context.Context, queue, group string) (bool, error) {
 	removed := false
 	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.concOverride != 0 {
@@ -619,7 +619,7 @@ func (b *Broker) RemoveGroupConcurrency(_ context.Context, queue, group string) 
 	return removed, nil
 }
 
-func (b *Broker) SetGroupPaused(_ context.Context, queue, group string, paused bool) (bool, error) {
+func (b *MemEngine) SetGroupPaused(_ context.Context, queue, group string, paused bool) (bool, error) {
 	if !paused {
 		return b.resumeGroup(queue, group), nil
 	}
@@ -634,7 +634,7 @@ func (b *Broker) SetGroupPaused(_ context.Context, queue, group string, paused b
 }
 
 // resumeGroup resumes a paused group, back to its turn in the ring.
-func (b *Broker) resumeGroup(queue, group string) bool {
+func (b *MemEngine) resumeGroup(queue, group string) bool {
 	changed := false
 	b.withGroup(queue, group, false, func(s *Shard, q *Queue, g *Group, now int64) {
 		if g != nil && g.paused {
@@ -647,14 +647,14 @@ func (b *Broker) resumeGroup(queue, group string) bool {
 	return changed
 }
 
-func (b *Broker) IsGroupPaused(_ context.Context, queue, group string) (bool, error) {
+func (b *MemEngine) IsGroupPaused(_ context.Context, queue, group string) (bool, error) {
 	paused := false
 	b.readGroup(queue, group, func(g *Group, now int64) { paused = g != nil && g.paused })
 	return paused, nil
 }
 
 // RateLimitGroup's hold is not persisted, as in the reference.
-func (b *Broker) RateLimitGroup(_ context.Context, queue, group string, d int64) error {
+func (b *MemEngine) RateLimitGroup(_ context.Context, queue, group string, d int64) error {
 	return b.withGroup(queue, group, true, func(s *Shard, q *Queue, g *Group, now int64) {
 		g.manualUntil = now + d
 	})

@@ -15,13 +15,13 @@ import (
 
 // churnGroups pushes n jobs, each in its own group, in batches, and pulls
 // and acknowledges each as it goes, through a pull with the group option o.
-func churnGroups(t testing.TB, b *Broker, queue string, n int, o *groupPull) {
+func churnGroups(t testing.TB, b *MemEngine, queue string, n int, o *groupPull) {
 	t.Helper()
 	churn(t, b, queue, n, o, true)
 }
 
 // churn is churnGroups, with jobs in no group unless grouped.
-func churn(t testing.TB, b *Broker, queue string, n int, o *groupPull, grouped bool) {
+func churn(t testing.TB, b *MemEngine, queue string, n int, o *groupPull, grouped bool) {
 	t.Helper()
 	const batch = 1000
 	s := b.shardOf(queue)
@@ -53,7 +53,7 @@ func churn(t testing.TB, b *Broker, queue string, n int, o *groupPull, grouped b
 	}
 }
 
-func groupsOf(b *Broker, queue string) int {
+func groupsOf(b *MemEngine, queue string) int {
 	s := b.shardOf(queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -74,7 +74,7 @@ func TestGroupsForgottenWhenDrained(t *testing.T) {
 		n = 20000
 	}
 	grown := func(grouped bool) int64 {
-		b := NewBroker(1, nil)
+		b := NewMemEngine(1, nil)
 		defer b.Close()
 		// A first round makes the queue, so that what stays is what the
 		// jobs leave.
@@ -99,9 +99,9 @@ func TestGroupsForgottenWhenDrained(t *testing.T) {
 }
 
 // serveBroker serves b on a loopback port for the length of the test.
-func serveBroker(t *testing.T, b *Broker) string {
+func serveBroker(t *testing.T, b *MemEngine) string {
 	t.Helper()
-	srv := NewServer(b, nil, quietLog())
+	srv := memServer(b, nil, quietLog())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func serveBroker(t *testing.T, b *Broker) string {
 }
 
 // wantGroups waits until the queue has n groups.
-func wantGroups(t *testing.T, b *Broker, queue string, n int, what string) {
+func wantGroups(t *testing.T, b *MemEngine, queue string, n int, what string) {
 	t.Helper()
 	eventually(t, 20*time.Second, what, func() (bool, string) {
 		got := groupsOf(b, queue)
@@ -127,7 +127,7 @@ func wantGroups(t *testing.T, b *Broker, queue string, n int, what string) {
 // TestGroupForgottenOnEveryExit: a group is forgotten by whichever way its
 // last job leaves it, and kept while a job is still in it.
 func TestGroupForgottenOnEveryExit(t *testing.T) {
-	b := NewBroker(2, nil)
+	b := NewMemEngine(2, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
 	g := M{"groupId": "G"}
@@ -218,7 +218,7 @@ func TestGroupForgottenOnEveryExit(t *testing.T) {
 // running is kept with no job, so that a job pushed to it again waits for
 // the window as before; it is forgotten once the window is over.
 func TestGroupKeptWhileItsWindowRuns(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
 	const q = "win"
@@ -260,7 +260,7 @@ func TestGroupKeptWhileItsWindowRuns(t *testing.T) {
 // ends), and a queue's groups with settings are limited to
 // maxGroupSettings, the refusal naming the limit.
 func TestGroupSettingsKeptAndLimited(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
 	const q = "set"

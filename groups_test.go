@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func pushJSON(t testing.TB, b *Broker, queue string, fields ...map[string]any) []PushResult {
+func pushJSON(t testing.TB, b *MemEngine, queue string, fields ...map[string]any) []PushResult {
 	t.Helper()
 	jobs := make([]*Job, len(fields))
 	for i, f := range fields {
@@ -17,7 +17,7 @@ func pushJSON(t testing.TB, b *Broker, queue string, fields ...map[string]any) [
 }
 
 // pullNames claims one job at a time and returns their names.
-func pullNames(b *Broker, queue string, n int, o *groupPull) []string {
+func pullNames(b *MemEngine, queue string, n int, o *groupPull) []string {
 	var out []string
 	s := b.shardOf(queue)
 	for i := 0; i < n; i++ {
@@ -34,7 +34,7 @@ func pullNames(b *Broker, queue string, n int, o *groupPull) []string {
 }
 
 func TestGroupRoundRobin(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, g := range []string{"A", "B", "C"} {
 		for i := 1; i <= 3; i++ {
@@ -49,7 +49,7 @@ func TestGroupRoundRobin(t *testing.T) {
 }
 
 func TestGroupOrderingRules(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	push := func(name, group string, prio int64, lifo bool) {
 		f := map[string]any{"name": name, "data": 1, "priority": prio, "lifo": lifo}
@@ -77,7 +77,7 @@ func TestGroupOrderingRules(t *testing.T) {
 
 // A group joining while others rotate enters at the end of the round.
 func TestGroupJoinsEndOfRound(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, n := range []string{"A1", "A2", "A3", "B1", "B2", "B3"} {
 		pushJSON(t, b, "j", map[string]any{"name": n, "data": 1, "groupId": n[:1]})
@@ -92,7 +92,7 @@ func TestGroupJoinsEndOfRound(t *testing.T) {
 }
 
 func TestGroupLimitsAndPause(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, n := range []string{"A1", "A2", "B1", "B2", "C1"} {
 		pushJSON(t, b, "l", map[string]any{"name": n, "data": 1, "groupId": n[:1]})
@@ -106,7 +106,7 @@ func TestGroupLimitsAndPause(t *testing.T) {
 	if got := pullNames(b, "l", 1, nil); !slices.Equal(got, []string{"A2"}) {
 		t.Fatalf("plain pull: %v", got)
 	}
-	b2 := NewBroker(1, nil)
+	b2 := NewMemEngine(1, nil)
 	defer b2.Close()
 	for _, n := range []string{"A1", "A2", "B1", "B2"} {
 		pushJSON(t, b2, "p", map[string]any{"name": n, "data": 1, "groupId": n[:1]})
@@ -128,7 +128,7 @@ func TestGroupLimitsAndPause(t *testing.T) {
 		t.Fatalf("resumed group A: %v", got)
 	}
 	// A window of 1 per hour lets one job per group through.
-	b3 := NewBroker(1, nil)
+	b3 := NewMemEngine(1, nil)
 	defer b3.Close()
 	for _, n := range []string{"A1", "A2", "B1", "B2"} {
 		pushJSON(t, b3, "w", map[string]any{"name": n, "data": 1, "groupId": n[:1]})
@@ -139,7 +139,7 @@ func TestGroupLimitsAndPause(t *testing.T) {
 }
 
 func TestGroupMaxSizeRefusesWholeBatch(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	pushJSON(t, b, "m", map[string]any{"data": 1, "groupId": "G", "groupMaxSize": int64(3)})
 	res := pushJSON(t, b, "m",
@@ -163,7 +163,7 @@ func TestGroupMaxSizeRefusesWholeBatch(t *testing.T) {
 func BenchmarkPullManyGroups(b *testing.B) {
 	for _, groups := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			br := NewBroker(1, nil)
+			br := NewMemEngine(1, nil)
 			defer br.Close()
 			perGroup := b.N/groups + 1
 			for g := 0; g < groups; g++ {

@@ -49,7 +49,7 @@ const (
 // SetCompletedLimits sets how many completed jobs memory holds (0 keeps
 // the default) and, from retention ms on (negative: never), when they are
 // deleted; it starts the retention loop. Called once, before serving.
-func (b *Broker) SetCompletedLimits(maxDone, retention int64) {
+func (b *MemEngine) SetCompletedLimits(maxDone, retention int64) {
 	if maxDone > 0 {
 		b.maxDone = maxDone
 	}
@@ -61,7 +61,7 @@ func (b *Broker) SetCompletedLimits(maxDone, retention int64) {
 	go b.retainLoop()
 }
 
-func (b *Broker) retainLoop() {
+func (b *MemEngine) retainLoop() {
 	defer close(b.retainDone)
 	t := time.NewTicker(retainEvery)
 	defer t.Stop()
@@ -82,7 +82,7 @@ func (b *Broker) retainLoop() {
 // retainOnce deletes up to retainBatch completed jobs older than the
 // retention, oldest first, from memory then from disk, and announces how
 // many went.
-func (b *Broker) retainOnce(ctx context.Context) (int, error) {
+func (b *MemEngine) retainOnce(ctx context.Context) (int, error) {
 	cutoff := b.now() - b.retention
 	n := b.retainHot(cutoff, retainBatch)
 	var err error
@@ -100,7 +100,7 @@ func (b *Broker) retainOnce(ctx context.Context) (int, error) {
 
 // retainHot forgets up to limit completed jobs held in memory that
 // completed at or before cutoff, oldest first, across shards.
-func (b *Broker) retainHot(cutoff int64, limit int) int {
+func (b *MemEngine) retainHot(cutoff int64, limit int) int {
 	n := 0
 	for n < limit {
 		var oldest *Shard
@@ -159,7 +159,7 @@ func (s *Shard) retire(q *Queue, j *Job) {
 
 // forgetRetired drops what memory still knows of retired jobs deleted from
 // disk: their counts, cached logs and results.
-func (b *Broker) forgetRetired(gone []retiredRef) {
+func (b *MemEngine) forgetRetired(gone []retiredRef) {
 	for _, r := range gone {
 		s := b.shardOf(r.queue)
 		s.mu.Lock()
@@ -175,7 +175,7 @@ func (b *Broker) forgetRetired(gone []retiredRef) {
 }
 
 // restoreHistory counts the retired jobs of each queue at recovery.
-func (b *Broker) restoreHistory(ctx context.Context) error {
+func (b *MemEngine) restoreHistory(ctx context.Context) error {
 	if b.hist == nil {
 		return nil
 	}
@@ -196,7 +196,7 @@ func (b *Broker) restoreHistory(ctx context.Context) error {
 
 // readHistory completes a reader's view from disk: a job memory no longer
 // holds, or the result of a completed one the results cache let go.
-func (b *Broker) readHistory(ctx context.Context, id string, v JobView) (JobView, error) {
+func (b *MemEngine) readHistory(ctx context.Context, id string, v JobView) (JobView, error) {
 	if b.hist == nil {
 		return v, nil
 	}
@@ -219,7 +219,7 @@ func (b *Broker) readHistory(ctx context.Context, id string, v JobView) (JobView
 
 // cleanHistory deletes up to limit of a queue's retired jobs completed at
 // or before cutoff, after Clean has taken those in memory.
-func (b *Broker) cleanHistory(ctx context.Context, queue string, cutoff, limit int64) ([]string, error) {
+func (b *MemEngine) cleanHistory(ctx context.Context, queue string, cutoff, limit int64) ([]string, error) {
 	if b.hist == nil || limit <= 0 {
 		return nil, nil
 	}
@@ -234,7 +234,7 @@ func (b *Broker) cleanHistory(ctx context.Context, queue string, cutoff, limit i
 
 // obliterateHistory deletes every retired job of a queue, a batch at a
 // time, so that no write waits on one long transaction.
-func (b *Broker) obliterateHistory(ctx context.Context, queue string) error {
+func (b *MemEngine) obliterateHistory(ctx context.Context, queue string) error {
 	if b.hist == nil {
 		return nil
 	}

@@ -147,13 +147,13 @@ func TestCompletedRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	sq.Start()
-	b := NewBroker(2, sq)
+	b := NewMemEngine(2, sq)
 	t.Cleanup(func() { b.Close(); sq.Close() })
 	var clock atomic.Int64
 	clock.Store(nowMs() + 60_000) // ahead of the jobs' own times, which are real
 	b.now = clock.Load
 	b.maxDone, b.retention = 150, 15_000
-	removed := tapCompletedRemoved(b)
+	removed := tapCompletedRemoved(b.Broker)
 	ctx := context.Background()
 	// Three rounds of 100 completions, 10 s apart: past the memory's 150,
 	// the oldest are on disk.

@@ -393,10 +393,10 @@ func (l panicListener) Accept() (net.Conn, error) {
 // connection, is logged, and leaves the server and its other connections
 // alone. (It ended the process.)
 func TestHostileConnPanicRecovered(t *testing.T) {
-	b := NewBroker(2, nil)
+	b := NewMemEngine(2, nil)
 	defer b.Close()
 	var logs syncBuffer
-	s := NewServer(b, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	s := memServer(b, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -473,9 +473,9 @@ func TestHostileAuthThrottle(t *testing.T) {
 	t.Logf("five failures answered after %v; the other connection authenticated after %v", last, goodDone)
 
 	// Digests compare tokens of any length: prefixes and extensions fail.
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	s := NewServer(b, []string{"sesame", "a-much-longer-token-than-the-first"}, quietLog())
+	s := memServer(b, []string{"sesame", "a-much-longer-token-than-the-first"}, quietLog())
 	for tok, want := range map[string]bool{"sesame": true, "a-much-longer-token-than-the-first": true,
 		"": false, "sesam": false, "sesame ": false, "a-much-longer-token-than-the-firs": false, "SESAME": false} {
 		if s.checkToken(tok) != want {
@@ -694,11 +694,11 @@ func acceptErrors(n int) []error {
 // HTTP one on the first that net/http does not deem temporary, such as
 // ENOBUFS.)
 func TestHostileAcceptErrors(t *testing.T) {
-	b := NewBroker(2, nil)
+	b := NewMemEngine(2, nil)
 	defer b.Close()
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	s := NewServer(b, nil, log)
+	s := memServer(b, nil, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -40,8 +40,10 @@ type httpConfig struct {
 	allowedHosts []string
 	listenHost   string
 	// dataPath is the SQLite file: GET /backup makes its copies beside
-	// it (backup_download.go).
+	// it (backup_download.go) with dataFile, the SQLite store (nil in
+	// memory and PostgreSQL mode).
 	dataPath string
+	dataFile fileCopier
 	// live, when set, serves /events and /ws.
 	live *live
 	// metricsOpen leaves GET /prometheus open when tokens are set
@@ -65,6 +67,7 @@ type httpAPI struct {
 	anyHost bool
 
 	dataPath   string
+	dataFile   fileCopier
 	backupBusy atomic.Bool // one GET /backup at a time
 
 	// metricsOpen: GET /prometheus needs no token (--metrics-auth=false).
@@ -109,7 +112,7 @@ const (
 const anyMethod = "*"
 
 func newHTTPAPI(b *Broker, srv *Server, bk *BackupService, cfg httpConfig) *httpAPI {
-	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath, metricsOpen: cfg.metricsOpen}
+	a := &httpAPI{b: b, srv: srv, bk: bk, live: cfg.live, cors: cfg.corsOrigins, dataPath: cfg.dataPath, dataFile: cfg.dataFile, metricsOpen: cfg.metricsOpen}
 	a.setHosts(cfg)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.addProbeRoutes()

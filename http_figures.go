@@ -216,7 +216,11 @@ func (a *httpAPI) serveDashboardQueue(w http.ResponseWriter, r *http.Request, p 
 // after.
 func (a *httpAPI) serveGC(w http.ResponseWriter, r *http.Request, _ []string) {
 	before := memoryMB(false)
-	a.b.compact()
+	if err := a.srv.eng.CompactMemory(r.Context()); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "error": err.Error()})
+		return
+	}
+	a.b.announce(newNote("memory:compacted"))
 	runtime.GC()
 	debug.FreeOSMemory()
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "before": before, "after": memoryMB(false)})

@@ -93,10 +93,10 @@ func FuzzHTTPJSONBridge(f *testing.F) {
 			}
 		}
 
-		b := NewBroker(1, nil)
+		b := NewMemEngine(1, nil)
 		defer b.Close()
-		srv := NewServer(b, nil, quietLog())
-		a := newHTTPAPI(b, srv, nil, httpConfig{})
+		srv := memServer(b, nil, quietLog())
+		a := newHTTPAPI(b.Broker, srv, nil, httpConfig{})
 		defer a.Close()
 		routes := bridgeRoutes(a)
 		rt := routes[int(pick)%len(routes)]

@@ -208,10 +208,10 @@ func TestHTTPEffectsNeedOrigin(t *testing.T) {
 // without one whether the server is up, and nothing of its paths, its
 // database's address or its storage error; the token shows them.
 func TestHTTPHealthWithTokens(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	srv := NewServer(b, []string{"tok"}, quietLog())
-	api := newHTTPAPI(b, srv, nil, httpConfig{})
+	srv := memServer(b, []string{"tok"}, quietLog())
+	api := newHTTPAPI(b.Broker, srv, nil, httpConfig{})
 	defer api.Close()
 	get := func(path, token string) (int, map[string]any, string) {
 		req := httptest.NewRequest("GET", path, nil)
@@ -236,7 +236,7 @@ func TestHTTPHealthWithTokens(t *testing.T) {
 	}
 
 	// Degraded storage whose error names the database's address.
-	b.pgStatus = func() StorageState {
+	b.storage = func() StorageState {
 		return StorageState{Driver: "postgres", Location: "queued_private_ns", Since: time.Now(),
 			Err: pgErr(errors.New("dial tcp 10.9.8.7:5432: connect: connection refused"))}
 	}
@@ -368,7 +368,7 @@ func TestHTTPBackupDownloadOneAtATime(t *testing.T) {
 	defer st.Close()
 	defer b.Close()
 	pushN(t, b, st, "bk", 2000)
-	api := newHTTPAPI(b, NewServer(b, nil, quietLog()), nil, httpConfig{dataPath: live})
+	api := newHTTPAPI(b.Broker, memServer(b, nil, quietLog()), nil, httpConfig{dataPath: live, dataFile: st})
 	defer api.Close()
 
 	slow := newBlockingWriter(false)

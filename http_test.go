@@ -763,6 +763,6 @@ func TestHTTPDashboardFiles(t *testing.T) {
 }
 
 // newHTTPHandler is the HTTP API with the default settings, for tests.
-func newHTTPHandler(b *Broker, srv *Server, bk *BackupService) http.Handler {
-	return newHTTPAPI(b, srv, bk, httpConfig{})
+func newHTTPHandler(b *MemEngine, srv *Server, bk *BackupService) http.Handler {
+	return newHTTPAPI(b.Broker, srv, bk, httpConfig{})
 }

@@ -48,22 +48,22 @@ func idxHash(k idKey) (part uint32, tag uint32) {
 	return uint32(h) & (idxParts - 1), tag
 }
 
-func (b *Broker) idxPart(k idKey) (*idxPart, uint32) {
+func (b *MemEngine) idxPart(k idKey) (*idxPart, uint32) {
 	part, tag := idxHash(k)
 	return &b.idx[part], tag
 }
 
-func (b *Broker) idxGet(id string) *Job {
+func (b *MemEngine) idxGet(id string) *Job {
 	return b.idxGetKey(keyOf(id))
 }
 
 // idxHolder is the job the index holds under j's id: j itself, another
 // job with its id, or nil.
-func (b *Broker) idxHolder(j *Job) *Job {
+func (b *MemEngine) idxHolder(j *Job) *Job {
 	return b.idxGetKey(j.key())
 }
 
-func (b *Broker) idxGetKey(k idKey) *Job {
+func (b *MemEngine) idxGetKey(k idKey) *Job {
 	p, tag := b.idxPart(k)
 	p.mu.Lock()
 	j := p.t.get(k, tag)
@@ -72,7 +72,7 @@ func (b *Broker) idxGetKey(k idKey) *Job {
 }
 
 // idxPut stores j unless another job holds the id; it returns the holder.
-func (b *Broker) idxPut(j *Job) *Job {
+func (b *MemEngine) idxPut(j *Job) *Job {
 	k := j.key()
 	p, tag := b.idxPart(k)
 	p.mu.Lock()
@@ -84,7 +84,7 @@ func (b *Broker) idxPut(j *Job) *Job {
 // idxReserve makes room in the index for n more jobs spread over its
 // parts, before a recovery puts them back: a table that grows as it
 // fills rehashes every entry at each doubling.
-func (b *Broker) idxReserve(n int) {
+func (b *MemEngine) idxReserve(n int) {
 	per := n/idxParts + n/idxParts/16 + 8
 	for i := range b.idx {
 		p := &b.idx[i]
@@ -95,14 +95,14 @@ func (b *Broker) idxReserve(n int) {
 }
 
 // idxDel forgets j, if the id is still j's.
-func (b *Broker) idxDel(j *Job) {
+func (b *MemEngine) idxDel(j *Job) {
 	p, tag := b.idxPart(j.key())
 	p.mu.Lock()
 	p.t.del(j, tag)
 	p.mu.Unlock()
 }
 
-func (b *Broker) idxLen() int {
+func (b *MemEngine) idxLen() int {
 	n := 0
 	for i := range b.idx {
 		p := &b.idx[i]

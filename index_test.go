@@ -126,7 +126,7 @@ func BenchmarkIndex(b *testing.B) {
 		jobs[i] = withID(&Job{}, newID())
 	}
 	b.Run("index", func(b *testing.B) {
-		br := &Broker{}
+		br := &MemEngine{}
 		for _, j := range jobs {
 			br.idxPut(j)
 		}

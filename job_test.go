@@ -152,7 +152,7 @@ func TestJobSize(t *testing.T) {
 // through warm(), which gave every completed job some 400 bytes of
 // defaults for as long as it was kept.
 func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	ids := completeAll(t, b, "q", 10)
 	for _, id := range ids {
@@ -262,7 +262,7 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 // creation time, as the reference sets it. A claim makes the run part,
 // with the start, heartbeat, completion and timeline a reader sees.
 func TestWaitingJobIsCompact(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	j := mustJob(t, "q", map[string]any{"data": int64(1)})
 	b.pushJobs("q", []*Job{j}, nil)

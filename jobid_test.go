@@ -65,7 +65,7 @@ func TestJobIDForms(t *testing.T) {
 // The index finds a job by its id's text in either form, and tells a
 // UUID from the same digits in upper case.
 func TestIndexMixedIDForms(t *testing.T) {
-	b := NewBroker(0, nil)
+	b := NewMemEngine(0, nil)
 	defer b.Close()
 	lower := "0190f8a2-7b3c-7def-8123-456789abcdef"
 	upper := strings.ToUpper(lower)
@@ -112,7 +112,7 @@ func FuzzJobID(f *testing.F) {
 }
 
 func BenchmarkIndexGet(b *testing.B) {
-	br := NewBroker(0, nil)
+	br := NewMemEngine(0, nil)
 	defer br.Close()
 	ids := make([]string, 1<<16)
 	for i := range ids {

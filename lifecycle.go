@@ -57,7 +57,7 @@ type PushResult struct {
 
 // Push checks the jobs' dependencies, repeat and parent links, admits
 // them and links the children to their parents.
-func (b *Broker) Push(_ context.Context, queue string, jobs []*Job, batch bool) Pushed {
+func (b *MemEngine) Push(_ context.Context, queue string, jobs []*Job, batch bool) Pushed {
 	var byID map[string]*Job
 	if batch {
 		byID = customIDBatch(jobs)
@@ -95,7 +95,7 @@ func (b *Broker) Push(_ context.Context, queue string, jobs []*Job, batch bool) 
 // pushChecks refuses a job whose dependencies are missing, whose repeat
 // is invalid or whose parent cannot take it (a *jobErr), and answers the
 // parents of those that have one, by index (nil when none has).
-func (b *Broker) pushChecks(jobs []*Job, byID map[string]*Job) ([]string, error) {
+func (b *MemEngine) pushChecks(jobs []*Job, byID map[string]*Job) ([]string, error) {
 	var parents []string
 	for i, j := range jobs {
 		if err := b.depsExist(j, byID); err != nil {
@@ -121,7 +121,7 @@ func (b *Broker) pushChecks(jobs []*Job, byID map[string]*Job) ([]string, error)
 // whose custom id or unique key is held by a live job is not created; its
 // result names the holder. batch holds the jobs of the push by custom id,
 // which others of it may depend on.
-func (b *Broker) pushJobs(queue string, jobs []*Job, batch map[string]*Job) []PushResult {
+func (b *MemEngine) pushJobs(queue string, jobs []*Job, batch map[string]*Job) []PushResult {
 	defer b.lat.push.since(time.Now())
 	out := make([]PushResult, len(jobs))
 	// A custom id held by a completed or dead-lettered job is freed before
@@ -206,7 +206,7 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 
 // freeCustomID removes a finished job that still holds id, so that a new
 // job may take the id.
-func (b *Broker) freeCustomID(id string) {
+func (b *MemEngine) freeCustomID(id string) {
 	b.withJob(id, func(j *Job, s *Shard) {
 		if j.state == StateCompleted || j.state == StateFailed {
 			s.dropRecord(s.queues[j.Queue], j)
@@ -320,7 +320,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 
 // Pull claims at once. When nothing was claimed and the pull may wait, it
 // answers a PullWait that waits for a job on the queue's waiters.
-func (b *Broker) Pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, answer PullAnswer) (PullWait, error) {
+func (b *MemEngine) Pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, answer PullAnswer) (PullWait, error) {
 	b.throttle()
 	if claimed, _ := b.pull(ctx, queue, n, o, 0, false, answer); claimed || timeout <= 0 {
 		return nil, nil
@@ -334,7 +334,7 @@ func (b *Broker) Pull(ctx context.Context, queue string, n int, o PullOpts, time
 // pull claims up to n jobs from queue, waiting up to timeout ms for some
 // when wait is set, and hands them to answer. It reports whether it
 // claimed any, and how long it slept waiting for a job.
-func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, wait bool,
+func (b *MemEngine) pull(ctx context.Context, queue string, n int, o PullOpts, timeout int64, wait bool,
 	answer PullAnswer) (claimed bool, waited time.Duration) {
 	s := b.shardOf(queue)
 	var deadline time.Time
@@ -382,7 +382,7 @@ func (b *Broker) pull(ctx context.Context, queue string, n int, o PullOpts, time
 // nothing was claimed and the pull may wait still (done false), it has
 // queued w on the queue, and a limit holding jobs back may let it look
 // again after retryIn.
-func (b *Broker) pullLook(s *Shard, queue string, n int, o PullOpts, wait bool, deadline time.Time,
+func (b *MemEngine) pullLook(s *Shard, queue string, n int, o PullOpts, wait bool, deadline time.Time,
 	answer PullAnswer) (w *waiter, retryIn time.Duration, claimed, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -449,13 +449,13 @@ func (s *Shard) leaveWait(ctx context.Context, queue string, w *waiter, woken bo
 var errNotProcessing = "Job not found or not in processing state: "
 
 // Ack completes one job.
-func (b *Broker) Ack(_ context.Context, it AckItem) (Outcome, error) {
+func (b *MemEngine) Ack(_ context.Context, it AckItem) (Outcome, error) {
 	b.throttle()
 	return b.ackOne(it)
 }
 
 // ackOne is Ack without the store's throttle.
-func (b *Broker) ackOne(it AckItem) (Outcome, error) {
+func (b *MemEngine) ackOne(it AckItem) (Outcome, error) {
 	defer b.lat.ack.since(time.Now())
 	j, s := b.lockJob(it.ID)
 	if j == nil {
@@ -541,7 +541,7 @@ func (s *Shard) complete(q *Queue, j *Job, it AckItem, now int64) {
 
 // AckBatch completes many jobs, locking each shard once. It returns the
 // indexes of the items that did not apply.
-func (b *Broker) AckBatch(_ context.Context, items []AckItem) ([]int, error) {
+func (b *MemEngine) AckBatch(_ context.Context, items []AckItem) ([]int, error) {
 	b.throttle()
 	defer b.lat.ack.since(time.Now())
 	var ignored []int
@@ -591,7 +591,7 @@ func (b *Broker) AckBatch(_ context.Context, items []AckItem) ([]int, error) {
 }
 
 // Fail records a failed attempt of one job.
-func (b *Broker) Fail(_ context.Context, id, token string, f failure) (Outcome, error) {
+func (b *MemEngine) Fail(_ context.Context, id, token string, f failure) (Outcome, error) {
 	b.throttle()
 	j, s := b.lockJob(id)
 	if j == nil {
@@ -685,7 +685,7 @@ func (s *Shard) rewatch(j *Job, now int64) {
 
 // heartbeat marks an active job alive, renewing its lock when token
 // names it.
-func (b *Broker) heartbeat(id, token string, duration int64) bool {
+func (b *MemEngine) heartbeat(id, token string, duration int64) bool {
 	j, s := b.lockJob(id)
 	if j == nil {
 		return false
@@ -703,7 +703,7 @@ func (b *Broker) heartbeat(id, token string, duration int64) bool {
 }
 
 // extendLock renews a lock; without a token, whatever lock the job has.
-func (b *Broker) extendLock(id, token string, duration int64) bool {
+func (b *MemEngine) extendLock(id, token string, duration int64) bool {
 	j, s := b.lockJob(id)
 	if j == nil {
 		return false
@@ -720,7 +720,7 @@ func (b *Broker) extendLock(id, token string, duration int64) bool {
 
 // Heartbeat marks each job of rn alive (renewing its lock when a token
 // names it) and answers how many it found.
-func (b *Broker) Heartbeat(_ context.Context, rn renewals) (int, error) {
+func (b *MemEngine) Heartbeat(_ context.Context, rn renewals) (int, error) {
 	n := 0
 	for i, id := range rn.ids {
 		if b.heartbeat(id, rn.tokens[i], rn.durations[i]) {
@@ -731,7 +731,7 @@ func (b *Broker) Heartbeat(_ context.Context, rn renewals) (int, error) {
 }
 
 // ExtendLocks renews the locks of rn and answers how many it renewed.
-func (b *Broker) ExtendLocks(_ context.Context, rn renewals) (int, error) {
+func (b *MemEngine) ExtendLocks(_ context.Context, rn renewals) (int, error) {
 	n := 0
 	for i, id := range rn.ids {
 		if b.extendLock(id, rn.tokens[i], rn.durations[i]) {
@@ -747,7 +747,7 @@ func (b *Broker) ExtendLocks(_ context.Context, rn renewals) (int, error) {
 // Release puts back the jobs a dropped connection held, except those whose
 // lease was renewed: a worker that renewed is trusted to be alive elsewhere
 // (another connection of its pool) until its lock runs out.
-func (b *Broker) Release(_ context.Context, c *conn) {
+func (b *MemEngine) Release(_ context.Context, c *conn) {
 	held := c.takeHeld()
 	for _, j := range held {
 		s := b.shardOf(j.Queue)

@@ -150,7 +150,7 @@ type QueueLimits struct {
 	At          int64   // when they were read: the bucket's waits count from then
 }
 
-func (b *Broker) SetRateLimit(_ context.Context, queue string, l RateLimit) error {
+func (b *MemEngine) SetRateLimit(_ context.Context, queue string, l RateLimit) error {
 	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
 		q.rate = l.bucket(now)
@@ -159,7 +159,7 @@ func (b *Broker) SetRateLimit(_ context.Context, queue string, l RateLimit) erro
 	})
 }
 
-func (b *Broker) ClearRateLimit(_ context.Context, queue string) error {
+func (b *MemEngine) ClearRateLimit(_ context.Context, queue string) error {
 	return b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			q.rate = nil
@@ -169,7 +169,7 @@ func (b *Broker) ClearRateLimit(_ context.Context, queue string) error {
 	})
 }
 
-func (b *Broker) SetConcurrency(_ context.Context, queue string, limit int64) error {
+func (b *MemEngine) SetConcurrency(_ context.Context, queue string, limit int64) error {
 	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		q.listed = true
 		if q.concLimit == nil {
@@ -183,7 +183,7 @@ func (b *Broker) SetConcurrency(_ context.Context, queue string, limit int64) er
 	})
 }
 
-func (b *Broker) ClearConcurrency(_ context.Context, queue string) error {
+func (b *MemEngine) ClearConcurrency(_ context.Context, queue string) error {
 	return b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
 			q.concLimit, q.concActive = nil, 0
@@ -193,7 +193,7 @@ func (b *Broker) ClearConcurrency(_ context.Context, queue string) error {
 	})
 }
 
-func (b *Broker) QueueLimits(_ context.Context, queue string) (QueueLimits, error) {
+func (b *MemEngine) QueueLimits(_ context.Context, queue string) (QueueLimits, error) {
 	var l QueueLimits
 	err := b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		l.At = now
@@ -238,7 +238,7 @@ func (p stallPatch) apply(c StallConfig) StallConfig {
 	return c
 }
 
-func (b *Broker) SetStallConfig(_ context.Context, queue string, patch stallPatch) error {
+func (b *MemEngine) SetStallConfig(_ context.Context, queue string, patch stallPatch) error {
 	return b.withQueue(queue, true, func(s *Shard, q *Queue, now int64) {
 		c := patch.apply(q.stall)
 		if c != defaultStall {
@@ -249,7 +249,7 @@ func (b *Broker) SetStallConfig(_ context.Context, queue string, patch stallPatc
 	})
 }
 
-func (b *Broker) GetStallConfig(_ context.Context, queue string) (StallConfig, error) {
+func (b *MemEngine) GetStallConfig(_ context.Context, queue string) (StallConfig, error) {
 	c := defaultStall
 	err := b.withQueue(queue, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {

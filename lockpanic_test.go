@@ -14,14 +14,14 @@ import (
 func TestPanickingCommandFreesItsShard(t *testing.T) {
 	// Closed at the end only: with a shard left locked, Close would hang
 	// and the test would never report.
-	b := NewBroker(2, nil)
+	b := NewMemEngine(2, nil)
 	var armed atomic.Bool
 	b.addTap(func(ev *Event) {
 		if armed.Load() && ev.Type == evRemoved {
 			panic("a tap fails")
 		}
 	})
-	srv := NewServer(b, nil, quietLog())
+	srv := memServer(b, nil, quietLog())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

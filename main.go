@@ -272,6 +272,7 @@ type serverRun struct {
 	unlock   func() // the data file's lock, SQLite mode only
 	bk       *BackupService
 	b        *Broker
+	memEng   *MemEngine // memory and SQLite mode
 	srv      *Server
 	pg       *PG // PostgreSQL mode only
 	hooks    *Webhooks
@@ -341,11 +342,12 @@ func (s *serverRun) openStorage() error {
 	return nil
 }
 
-// startBroker makes the broker and, in SQLite mode, recovers it from the
-// data file and starts the file's writer.
+// startBroker makes the broker and, unless in PostgreSQL mode, the memory
+// engine; in SQLite mode it recovers the engine from the data file and
+// starts the file's writer.
 func (s *serverRun) startBroker() error {
 	c, log := s.c, s.log
-	b := NewBroker(c.shards, s.store)
+	b := NewBroker()
 	b.maxQueues = c.maxQueues
 	if c.workerTimeout > 0 {
 		b.workers.timeout = int64(c.workerTimeout)
@@ -353,7 +355,6 @@ func (s *serverRun) startBroker() error {
 	// Jobs live in this process but in PostgreSQL mode.
 	b.mem = newMemLimit(int64(c.maxMemory), c.pgURL == "", log)
 	b.mem.setRuntimeLimit()
-	b.fitCaches()
 	if c.rateEvery > 0 {
 		now := c.rateNow
 		if now == nil {
@@ -362,22 +363,26 @@ func (s *serverRun) startBroker() error {
 		b.rates.restart(c.rateEvery, now)
 	}
 	b.log = log
-	if c.pgURL == "" {
-		// In PostgreSQL mode completed jobs live in the database (pg_retain.go).
-		retention := int64(-1)
-		if c.completedRetention != nil {
-			retention = int64(*c.completedRetention)
-		}
-		b.SetCompletedLimits(int64(c.maxCompletedJobs), retention)
-	}
 	s.b = b
 	if s.bk != nil {
 		s.bk.announce = b.announce
 	}
+	if c.pgURL != "" {
+		return nil // the engine is opened with the server (startServer)
+	}
+	m := newMemEngine(b, c.shards, s.store)
+	m.fitCaches()
+	// In PostgreSQL mode completed jobs live in the database (pg_retain.go).
+	retention := int64(-1)
+	if c.completedRetention != nil {
+		retention = int64(*c.completedRetention)
+	}
+	m.SetCompletedLimits(int64(c.maxCompletedJobs), retention)
+	s.memEng = m
 	if s.sq == nil {
 		return nil
 	}
-	st, err := s.sq.Load(b)
+	st, err := s.sq.Load(m)
 	if err != nil && st.Took == 0 {
 		s.sq.Close()
 		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
@@ -391,6 +396,23 @@ func (s *serverRun) startBroker() error {
 		"queues", st.Queues, "crons", st.Crons, "took", st.Took.Round(time.Millisecond).String())
 	s.sq.Start()
 	return nil
+}
+
+// closeEngine stops the memory engine, when there is one, and the broker.
+func (s *serverRun) closeEngine() {
+	if s.memEng != nil {
+		s.memEng.Close()
+	}
+	s.b.Close()
+}
+
+// shardCount is the shards the start line and server:started name: the
+// memory engine's, or in PostgreSQL mode the count --shards asks for.
+func (s *serverRun) shardCount() int {
+	if s.memEng != nil {
+		return len(s.memEng.shards)
+	}
+	return cmp.Or(max(s.c.shards, 0), defaultShards())
 }
 
 // closeStore closes PostgreSQL and the SQLite file, whichever is open.
@@ -409,7 +431,11 @@ func (s *serverRun) closeStore() {
 // PostgreSQL in that mode, and starts the webhooks.
 func (s *serverRun) startServer(ctx context.Context) error {
 	c, log, b := s.c, s.log, s.b
-	srv := NewServer(b, splitTokens(c.authTokens), log)
+	var eng Engine
+	if s.memEng != nil {
+		eng = s.memEng
+	}
+	srv := NewServer(b, eng, splitTokens(c.authTokens), log)
 	srv.trusted = s.trusted
 	srv.reqLimit = newReqLimiter(c.rateLimitMax, time.Duration(c.rateLimitWindow)*time.Millisecond, nowMs)
 	if srv.reqLimit != nil {
@@ -431,11 +457,10 @@ func (s *serverRun) startServer(ctx context.Context) error {
 		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, o)
 		cancel()
 		if err != nil {
-			b.Close()
+			s.closeEngine()
 			return err
 		}
 		srv.usePG(pg)
-		b.pgStatus = pg.storageState
 		s.pg = pg
 	}
 	hopts := webhookOptions{allowPrivate: c.webhookAllowPrivate, log: log, attempts: c.webhookRetries,
@@ -445,7 +470,7 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	}
 	hooks, err := newWebhooks(b, hopts)
 	if err != nil {
-		b.Close()
+		s.closeEngine()
 		s.closeStore()
 		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
 	}
@@ -458,7 +483,7 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	handlers, err := newHandlers(srv.localSend, hooks.dialContext, hstore, c.webhookAllowPrivate, log)
 	if err != nil {
 		hooks.Close()
-		b.Close()
+		s.closeEngine()
 		s.closeStore()
 		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
 	}
@@ -504,7 +529,7 @@ func (s *serverRun) listen() error {
 	if err != nil {
 		s.handlers.Close()
 		s.hooks.Close()
-		s.b.Close()
+		s.closeEngine()
 		s.closeStore()
 		return fmt.Errorf("listen on TCP %s: %w", cmp.Or(c.tcpSocket, tcpAddr), err)
 	}
@@ -521,7 +546,7 @@ func (s *serverRun) listen() error {
 		ln.Close()
 		s.handlers.Close()
 		s.hooks.Close()
-		s.b.Close()
+		s.closeEngine()
 		s.closeStore()
 		return fmt.Errorf("listen on HTTP %s: %w", cmp.Or(c.httpSocket, httpAddr), err)
 	}
@@ -541,7 +566,7 @@ func (s *serverRun) listen() error {
 	hcfg := httpConfig{corsOrigins: splitTokens(c.corsOrigins), allowedHosts: splitTokens(c.allowedHosts),
 		listenHost: c.host, live: s.lv, metricsOpen: c.metricsAuth != nil && !*c.metricsAuth, mcpMaxAnswer: int64(c.mcpMaxAnswer)}
 	if s.sq != nil {
-		hcfg.dataPath = c.dataPath
+		hcfg.dataPath, hcfg.dataFile = c.dataPath, s.sq
 	}
 	s.api = newHTTPAPI(s.b, s.srv, s.bk, hcfg)
 	s.hs = newHTTPServer(httpAddr, s.api)
@@ -587,7 +612,7 @@ func portOf(a net.Addr) int {
 // and systemd.
 func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
 	c, log := s.c, s.log
-	attrs := []any{"tcp", s.ln.Addr().String(), "shards", len(s.b.shards), "storage", s.storage,
+	attrs := []any{"tcp", s.ln.Addr().String(), "shards", s.shardCount(), "storage", s.storage,
 		"auth", len(s.srv.tokens) > 0, "tls", s.certs != nil, "max_connections", s.srv.maxConns, "version", version}
 	if c.webhookAllowPrivate {
 		attrs = append(attrs, "webhook_allow_private", true)
@@ -604,7 +629,7 @@ func (s *serverRun) announce(ready func(tcp, http net.Addr)) {
 		httpPort = portOf(s.hln.Addr())
 	}
 	s.b.announce(newNote("server:started").int("tcpPort", int64(portOf(s.ln.Addr()))).
-		int("httpPort", int64(httpPort)).int("shards", int64(len(s.b.shards))))
+		int("httpPort", int64(httpPort)).int("shards", int64(s.shardCount())))
 	if st := s.recovered; st != nil {
 		s.b.announce(newNote("server:recovered").int("queues", int64(st.Queues)).
 			int("jobs", int64(st.Waiting+st.Delayed+st.Active+st.Completed+st.Failed)))
@@ -691,7 +716,7 @@ func (s *serverRun) shutdown(signal string) {
 		s.mem.Stop()
 	}
 	s.b.mem.Stop()
-	s.b.Close()
+	s.closeEngine()
 	s.closeStore()
 	log.Info("stopped")
 }

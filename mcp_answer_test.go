@@ -497,9 +497,9 @@ func TestReadMessageLimit(t *testing.T) {
 // answered when the job comes). Before, the room was given back as the
 // answer was returned, and a copy of it made besides.
 func TestLocalSendHeld(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	s := NewServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := memServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
 	// sendErr may run in any goroutine; send, which fails the test, only
 	// in the test's own.

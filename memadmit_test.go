@@ -351,7 +351,7 @@ func (f *admitFx) cron(name string) {
 // jobHeldBytes is what jobs hold in a memory engine, by its own weights:
 // every job's size (data and every string it carries, timeline errors
 // included), its children's values, and the results and logs caches.
-func jobHeldBytes(b *Broker) int64 {
+func jobHeldBytes(b *MemEngine) int64 {
 	for _, s := range b.shards {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -376,7 +376,8 @@ func jobHeldBytes(b *Broker) int64 {
 // jobs in memory, in SQLite or in PostgreSQL.
 type admitServer struct {
 	b    *Broker
-	srv  *Server // nil in PostgreSQL mode
+	m    *MemEngine // nil in PostgreSQL mode
+	srv  *Server    // nil in PostgreSQL mode
 	addr string
 	pg   bool
 }
@@ -391,18 +392,18 @@ func startAdmitServer(t *testing.T, mode string) *admitServer {
 		p := startPGInProcessWith(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{}, setup)
 		return &admitServer{b: p.b, addr: p.addr, pg: true}
 	}
-	var b *Broker
+	var b *MemEngine
 	if mode == "sqlite" {
 		var st *SQLiteStore
 		b, st, _ = openTestStore(t, filepath.Join(t.TempDir(), "q.db"))
 		t.Cleanup(func() { st.Close() })
 	} else {
-		b = NewBroker(2, nil)
+		b = NewMemEngine(2, nil)
 	}
-	setup(b)
-	srv := NewServer(b, nil, log)
+	setup(b.Broker)
+	srv := memServer(b, nil, log)
 	addr := serveTest(t, srv, b.Close)
-	return &admitServer{b: b, srv: srv, addr: addr}
+	return &admitServer{b: b.Broker, m: b, srv: srv, addr: addr}
 }
 
 // refusing sets the budget spent (true) or open, as the watch would.
@@ -418,8 +419,8 @@ func (s *admitServer) held() int64 {
 	if s.pg {
 		return -1
 	}
-	s.b.flowSettle()
-	return jobHeldBytes(s.b)
+	s.m.flowSettle()
+	return jobHeldBytes(s.m)
 }
 
 // reqBytes is what a request carries, encoded.
@@ -555,7 +556,7 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 // logs caches are fitted to an eighth of it each, and a repeating job's
 // next run, never refused, is weighed so that what may be refused is.
 func TestMemLimitWorkerBounds(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	t.Cleanup(b.Close)
 	b.mem = newMemLimit(64<<20, true, nil)
 	b.fitCaches()
@@ -574,7 +575,7 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 		t.Errorf("the logs cache holds %d bytes, over its share of the budget (%d)", n, share)
 	}
 	// Without a budget, the caches keep their own bounds.
-	nb := NewBroker(1, nil)
+	nb := NewMemEngine(1, nil)
 	t.Cleanup(nb.Close)
 	nb.fitCaches()
 	if nb.results.maxBytes != maxResultsBytes || nb.logs.maxBytes != maxLogsBytes {

@@ -355,7 +355,7 @@ const cacheShare = 8
 // budget, up to its own bound; past that the least recently used entries
 // go, as past the bound. Called once the budget is set, before a data
 // file is loaded. PostgreSQL mode keeps results and logs in the database.
-func (b *Broker) fitCaches() {
+func (b *MemEngine) fitCaches() {
 	m := b.mem
 	if m == nil || m.limit <= 0 || !m.countJobs {
 		return

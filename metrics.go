@@ -42,7 +42,8 @@ type queueMetrics struct {
 
 // newMetrics registers the tap on b.
 func newMetrics(b *Broker) *Metrics {
-	mx := &Metrics{b: b, parts: make([]metricsPart, len(b.shards)), mask: b.mask}
+	n := defaultShards()
+	mx := &Metrics{b: b, parts: make([]metricsPart, n), mask: uint32(n - 1)}
 	for i := range mx.parts {
 		mx.parts[i].m = make(map[string]*queueMetrics)
 	}

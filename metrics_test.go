@@ -12,7 +12,7 @@ import (
 // over TCP, on a connection that has no socket.
 type localServer struct {
 	t   *testing.T
-	b   *Broker
+	b   *MemEngine
 	srv *Server
 	c   *conn
 	now int64
@@ -20,11 +20,11 @@ type localServer struct {
 
 func newLocalServer(t *testing.T) *localServer {
 	t.Helper()
-	b := NewBroker(2, nil)
+	b := NewMemEngine(2, nil)
 	ls := &localServer{t: t, b: b, now: 1_800_000_000_000}
 	b.now = func() int64 { return ls.now }
 	b.started = ls.now
-	ls.srv = NewServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ls.srv = memServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ls.c = newConn(ls.srv, nil) // never read from or written to
 	t.Cleanup(b.Close)
 	return ls

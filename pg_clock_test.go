@@ -33,7 +33,7 @@ func startPGInProcess(t *testing.T, dbURL, ns string, clock func() int64, o pgOp
 // before it opens the namespace (setting --max-queues, say).
 func startPGInProcessWith(t *testing.T, dbURL, ns string, clock func() int64, o pgOptions, setup func(b *Broker)) *pgInProcess {
 	t.Helper()
-	b := NewBroker(1, nil)
+	b := NewBroker()
 	if clock != nil {
 		b.now = clock
 	}
@@ -48,9 +48,8 @@ func startPGInProcessWith(t *testing.T, dbURL, ns string, clock func() int64, o 
 		b.Close()
 		t.Fatal(err)
 	}
-	srv := NewServer(b, nil, log)
+	srv := NewServer(b, pg, nil, log)
 	srv.usePG(pg)
-	b.pgStatus = pg.storageState
 	addr := serveTest(t, srv, func() {
 		pg.Close()
 		b.Close()

@@ -157,3 +157,7 @@ func (p *PG) dashList(ctx context.Context, tx pgx.Tx, queue, where string, args 
 	jobs, err := scanJobs(rows)
 	return jobs, pgErr(err)
 }
+
+// CompactMemory has nothing to compact: PostgreSQL mode keeps no jobs in
+// this process's structures.
+func (p *PG) CompactMemory(context.Context) error { return nil }

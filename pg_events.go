@@ -493,7 +493,15 @@ func (p *PG) deadLettered(j *Job) {
 	}
 }
 
+// emitLocal tells this broker's subscribers and taps. PG emits from many
+// goroutines at once: each takes a scratch of the pool's.
 func (p *PG) emitLocal(queue string, t evType, j *Job, now int64, a evArgs) {
-	s := p.b.shardOf(queue)
-	s.with(func() { s.emit(&Queue{name: queue}, t, j, now, a) })
+	sc, _ := pgEmitScratch.Get().(*emitScratch)
+	if sc == nil {
+		sc = new(emitScratch)
+	}
+	p.b.emit(sc, queue, t, j, now, a)
+	pgEmitScratch.Put(sc)
 }
+
+var pgEmitScratch sync.Pool

@@ -152,7 +152,7 @@ func TestPGListensBeforeServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(context.Background())
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	heard := make(chan string, 8)
 	b.addTap(func(ev *Event) {
@@ -161,7 +161,7 @@ func TestPGListensBeforeServing(t *testing.T) {
 		default:
 		}
 	})
-	p, err := OpenPG(ctx, testPGURL(), ns, b, quietLog())
+	p, err := OpenPG(ctx, testPGURL(), ns, b.Broker, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -327,6 +327,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
+	b.storage = p.storageState
 	p.keepCompleted, p.retention = o.keepCompleted, o.retention
 	// The broker's own clock, from here on only to tell how far off it is.
 	p.clock.local = b.now

@@ -44,7 +44,7 @@ type queueSnap struct {
 }
 
 // queueSnaps lists the listed queues in the order they were created.
-func (b *Broker) queueSnaps() []queueSnap {
+func (b *MemEngine) queueSnaps() []queueSnap {
 	var out []queueSnap
 	now := b.now()
 	for _, s := range b.shards {
@@ -189,19 +189,15 @@ type promJobsState struct {
 // cannot be read gives zeros (bunqueue_storage_degraded says why) rather
 // than a failed scrape, which would hide the other figures too.
 func (srv *Server) promState(ctx context.Context) promJobsState {
-	b := srv.b
-	if srv.pg == nil {
-		return promJobsState{totals: b.totals(), queues: b.queueSnaps(), crons: b.cron.Len()}
-	}
 	var st promJobsState
 	var err error
-	if st.totals, err = srv.pg.Totals(ctx); err != nil {
+	if st.totals, err = srv.eng.Totals(ctx); err != nil {
 		srv.log.Debug("prometheus: job figures unavailable", "err", err)
 	}
-	if st.queues, err = srv.pg.DashboardQueues(ctx); err != nil {
+	if st.queues, err = srv.eng.DashboardQueues(ctx); err != nil {
 		srv.log.Debug("prometheus: queue figures unavailable", "err", err)
 	}
-	if crons, err := srv.pg.ListCrons(ctx); err != nil {
+	if crons, err := srv.eng.ListCrons(ctx); err != nil {
 		srv.log.Debug("prometheus: cron schedules unavailable", "err", err)
 	} else {
 		st.crons = len(crons)

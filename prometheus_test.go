@@ -620,7 +620,7 @@ func TestPromBackupMetrics(t *testing.T) {
 	defer st.Close()
 	defer b.Close()
 	pushN(t, b, st, "bk", 200)
-	srv := NewServer(b, nil, quietLog())
+	srv := memServer(b, nil, quietLog())
 	backup := func() map[string]float64 {
 		fams := parseProm(t, string(srv.prometheusText(t.Context())))
 		out := map[string]float64{}

@@ -18,7 +18,7 @@ var errJobNotFound = errors.New("Job not found")
 var noJob = JobView{State: StateNone.String()}
 
 // resultOf is a completed job's result while the results cache keeps it.
-func (b *Broker) resultOf(j *Job) Raw {
+func (b *MemEngine) resultOf(j *Job) Raw {
 	if j.state != StateCompleted {
 		return nil
 	}
@@ -27,18 +27,18 @@ func (b *Broker) resultOf(j *Job) Raw {
 }
 
 // view is the reader's view of j labelled state; s.mu is held.
-func (b *Broker) view(j *Job, state string) JobView {
+func (b *MemEngine) view(j *Job, state string) JobView {
 	return JobView{Job: j.readCopy(), State: state, Result: b.resultOf(j)}
 }
 
 // ReadJob reads one job, as it is now.
-func (b *Broker) ReadJob(ctx context.Context, id string) (JobView, error) {
+func (b *MemEngine) ReadJob(ctx context.Context, id string) (JobView, error) {
 	v := noJob
 	b.withJob(id, func(j *Job, _ *Shard) { v = b.view(j, j.stateAt(b.now()).String()) })
 	return b.readHistory(ctx, id, v)
 }
 
-func (b *Broker) counts(queue string) JobCounts {
+func (b *MemEngine) counts(queue string) JobCounts {
 	s := b.shardOf(queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -56,11 +56,11 @@ func (b *Broker) counts(queue string) JobCounts {
 	return c
 }
 
-func (b *Broker) Counts(_ context.Context, queue string) (JobCounts, error) {
+func (b *MemEngine) Counts(_ context.Context, queue string) (JobCounts, error) {
 	return b.counts(queue), nil
 }
 
-func (b *Broker) CountsPerPriority(_ context.Context, queue string) (map[int64]int, error) {
+func (b *MemEngine) CountsPerPriority(_ context.Context, queue string) (map[int64]int, error) {
 	s := b.shardOf(queue)
 	var per map[int64]int
 	s.with(func() { _, per = s.countsPerPriority(queue) })
@@ -123,7 +123,7 @@ func (a jobsQuery) wants(st string) bool { return len(a.want) == 0 || slices.Con
 
 // Jobs is a page of a queue's jobs, labelled with their states (the
 // handler applies a single state's label).
-func (b *Broker) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, error) {
+func (b *MemEngine) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, error) {
 	s := b.shardOf(queue)
 	cold, results, nCold, err := b.coldListed(ctx, s, queue, a)
 	if err != nil {
@@ -159,7 +159,7 @@ func (b *Broker) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView
 // coldListed reads the retired jobs of a queue that can rank within a
 // GetJobs page (history.go), with their results, and says how many the
 // queue has.
-func (b *Broker) coldListed(ctx context.Context, s *Shard, queue string, a jobsQuery) ([]*Job, map[*Job]Raw, int, error) {
+func (b *MemEngine) coldListed(ctx context.Context, s *Shard, queue string, a jobsQuery) ([]*Job, map[*Job]Raw, int, error) {
 	if b.hist == nil || !a.wants("completed") {
 		return nil, nil, 0, nil
 	}
@@ -427,7 +427,7 @@ func (u progressSet) apply(j *Job, now int64) (evArgs, error) {
 }
 
 // SetProgress sets an active job's progress and tells its subscribers.
-func (b *Broker) SetProgress(_ context.Context, u progressSet) error {
+func (b *MemEngine) SetProgress(_ context.Context, u progressSet) error {
 	j, s := b.lockJob(u.id)
 	if j == nil {
 		return errJobNotFound
@@ -447,7 +447,7 @@ func (b *Broker) SetProgress(_ context.Context, u progressSet) error {
 // Logs
 
 // AddLog adds a log line, stamped now, to a job that exists.
-func (b *Broker) AddLog(_ context.Context, id string, e LogEntry) error {
+func (b *MemEngine) AddLog(_ context.Context, id string, e LogEntry) error {
 	if b.idxGet(id) == nil {
 		return errJobNotFound
 	}
@@ -463,7 +463,7 @@ func (b *Broker) AddLog(_ context.Context, id string, e LogEntry) error {
 }
 
 // Logs are a job's logs, oldest first (none for no job).
-func (b *Broker) Logs(_ context.Context, id string) ([]LogEntry, error) {
+func (b *MemEngine) Logs(_ context.Context, id string) ([]LogEntry, error) {
 	b.lmu.Lock()
 	defer b.lmu.Unlock()
 	logs, _ := b.logs.Get(id)
@@ -472,7 +472,7 @@ func (b *Broker) Logs(_ context.Context, id string) ([]LogEntry, error) {
 
 // ClearLogs drops a job's logs but its keep newest (none when keep is
 // not above zero).
-func (b *Broker) ClearLogs(_ context.Context, id string, keep int64) error {
+func (b *MemEngine) ClearLogs(_ context.Context, id string, keep int64) error {
 	b.lmu.Lock()
 	defer b.lmu.Unlock()
 	if keep <= 0 {
@@ -496,7 +496,7 @@ type jobWait func(ctx context.Context) (waitOutcome, bool, error)
 
 // WaitJob looks at job id. When it has finished already, done says how;
 // otherwise wait waits for it, at most timeout from when wait is called.
-func (b *Broker) WaitJob(ctx context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
+func (b *MemEngine) WaitJob(ctx context.Context, id string, timeout time.Duration) (*waitOutcome, jobWait, error) {
 	ch := make(chan waitOutcome, 1)
 	var done *waitOutcome
 	var j *Job

@@ -11,7 +11,7 @@ import (
 
 // withQueue runs fn on a queue under its shard lock; create makes the queue
 // when it does not exist yet.
-func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue, now int64)) error {
+func (b *MemEngine) withQueue(name string, create bool, fn func(s *Shard, q *Queue, now int64)) error {
 	s := b.shardOf(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -32,7 +32,7 @@ func (b *Broker) withQueue(name string, create bool, fn func(s *Shard, q *Queue,
 	return nil
 }
 
-func (b *Broker) SetPaused(_ context.Context, name string, paused bool) error {
+func (b *MemEngine) SetPaused(_ context.Context, name string, paused bool) error {
 	return b.withQueue(name, true, func(s *Shard, q *Queue, now int64) {
 		q.paused = paused
 		if paused {
@@ -46,7 +46,7 @@ func (b *Broker) SetPaused(_ context.Context, name string, paused bool) error {
 	})
 }
 
-func (b *Broker) IsPaused(_ context.Context, name string) (bool, error) {
+func (b *MemEngine) IsPaused(_ context.Context, name string) (bool, error) {
 	paused := false
 	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) { paused = q != nil && q.paused })
 	return paused, nil
@@ -86,7 +86,7 @@ func (s *Shard) drain(q *Queue) int {
 	return len(gone)
 }
 
-func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
+func (b *MemEngine) Drain(_ context.Context, name string) (int64, error) {
 	n := 0
 	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if q != nil {
@@ -99,7 +99,7 @@ func (b *Broker) Drain(_ context.Context, name string) (int64, error) {
 	return 0, nil
 }
 
-func (b *Broker) Obliterate(ctx context.Context, name string) error {
+func (b *MemEngine) Obliterate(ctx context.Context, name string) error {
 	found := false
 	b.withQueue(name, false, func(s *Shard, q *Queue, now int64) {
 		if found = q != nil; found {
@@ -146,7 +146,7 @@ func (s *Shard) obliterate(q *Queue) {
 	s.b.queueRemoved(q.name)
 }
 
-func (b *Broker) ListQueues(context.Context) ([]string, error) {
+func (b *MemEngine) ListQueues(context.Context) ([]string, error) {
 	type named struct {
 		name string
 		seq  int64

@@ -50,7 +50,7 @@ func TestCronLimits(t *testing.T) {
 // TestCronCountLimit: at most 10,000 schedules, in memory and in
 // PostgreSQL mode (whose table is filled directly, for speed).
 func TestCronCountLimit(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for i := 0; i < maxCrons; i++ {
 		if _, err := b.cron.Add(CronSchedule{Name: fmt.Sprint("c", i), Queue: "q", JobName: "j", RepeatEvery: 3600000}); err != nil {

@@ -121,9 +121,11 @@ const (
 	farewellTime = 2 * time.Second // to write a last error before closing
 )
 
-func NewServer(b *Broker, tokens []string, log *slog.Logger) *Server {
+// NewServer makes the protocol server of broker b over engine eng (in
+// PostgreSQL mode nil, then usePG).
+func NewServer(b *Broker, eng Engine, tokens []string, log *slog.Logger) *Server {
 	s := &Server{b: b, tokens: tokens, log: log, conns: make(map[*conn]struct{}), done: make(chan struct{}),
-		mx: newMetrics(b), eng: b, promMaxQueues: defaultPromMaxQueues,
+		mx: newMetrics(b), eng: eng, promMaxQueues: defaultPromMaxQueues,
 		answers:     newAnswerBudget(defaultAnswerBudget(), defaultWriteQueueBytes),
 		authTimeout: defaultAuthTimeout, handshakeTimeout: defaultHandshakeTimeout, stallTimeout: defaultStallTimeout}
 	for _, t := range tokens {

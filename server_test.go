@@ -1507,9 +1507,9 @@ func TestServerCompletedRetentionAcrossShards(t *testing.T) {
 // Serve at once and closes the listener (a test that ended before its
 // server's goroutine started waited for Serve for ever).
 func TestServeAfterClose(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	srv := NewServer(b, nil, quietLog())
+	srv := memServer(b, nil, quietLog())
 	srv.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

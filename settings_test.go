@@ -242,7 +242,7 @@ func TestWebhookRetrySettings(t *testing.T) {
 	recv := newSwitchReceiver(t)
 	recv.hang.Store(true)
 	ls := newLocalServer(t)
-	h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: true, attempts: 5, retryDelay: 5 * time.Millisecond,
+	h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: true, attempts: 5, retryDelay: 5 * time.Millisecond,
 		attemptTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

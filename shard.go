@@ -47,7 +47,7 @@ func defaultShards() int { return shardCount(runtime.NumCPU()) }
 
 // Shard owns the queues that hash to it.
 type Shard struct {
-	b      *Broker
+	b      *MemEngine
 	id     int
 	mu     sync.Mutex
 	queues map[string]*Queue
@@ -61,13 +61,10 @@ type Shard struct {
 	doneHead int
 	doneLive int
 
-	subs map[string][]*conn // event subscribers by queue name
-
 	// emit's scratch, reused under mu: every job event built an Event
 	// for the taps and a frame for the subscribers, a third of what the
 	// server allocated per job; taps and pushEvent copy what they keep.
-	ev    Event
-	frame []byte
+	scratch emitScratch
 
 	lingering lingerHeap // groups kept only by a window or hold (groups.go)
 
@@ -147,7 +144,7 @@ func (s *Shard) queueFor(name string) (*Queue, error) {
 }
 
 // queueRoom says whether n more queues may be made.
-func (b *Broker) queueRoom(n int) error {
+func (b *MemEngine) queueRoom(n int) error {
 	if b.maxQueues > 0 && b.nQueues.Load()+int64(n) > int64(b.maxQueues) {
 		return errTooManyQueues(b.maxQueues)
 	}
@@ -169,11 +166,11 @@ func (s *Shard) with(fn func()) {
 	fn()
 }
 
-func (b *Broker) shardOf(queue string) *Shard { return b.shards[fnv1a(queue)&b.mask] }
+func (b *MemEngine) shardOf(queue string) *Shard { return b.shards[fnv1a(queue)&b.mask] }
 
 // lockJob finds a job by id and locks its shard. The index is checked again
 // under the lock, since the job may have been replaced in between.
-func (b *Broker) lockJob(id string) (*Job, *Shard) {
+func (b *MemEngine) lockJob(id string) (*Job, *Shard) {
 	for tries := 0; tries < 4; tries++ {
 		j := b.idxGet(id)
 		if j == nil {
@@ -611,7 +608,7 @@ func (s *Shard) addDone(q *Queue, j *Job) {
 // maxCompleted, evicting the oldest first across shards, a tenth at a time
 // as the reference does. It runs apart from the shards so that a shard
 // never needs another shard's lock.
-func (b *Broker) trimmer() {
+func (b *MemEngine) trimmer() {
 	defer close(b.trimDone)
 	for {
 		select {
@@ -764,7 +761,7 @@ func itoa(v int64) string {
 // withJob runs fn on the job of that id with its shard locked, the lock
 // released even if fn panics (a recovered handler must not leave a shard
 // locked for good). It reports whether there was such a job.
-func (b *Broker) withJob(id string, fn func(j *Job, s *Shard)) bool {
+func (b *MemEngine) withJob(id string, fn func(j *Job, s *Shard)) bool {
 	j, s := b.lockJob(id)
 	if j == nil {
 		return false

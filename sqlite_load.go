@@ -19,7 +19,7 @@ type RecoveryStats struct {
 
 // Load rebuilds the broker's state from the database. It runs before the
 // server accepts connections.
-func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
+func (s *SQLiteStore) Load(b *MemEngine) (RecoveryStats, error) {
 	start := time.Now()
 	// Nothing runs beside a recovery, and what it allocates is nearly all
 	// kept: a collector running meanwhile would mark the growing heap
@@ -82,7 +82,7 @@ func (s *SQLiteStore) Load(b *Broker) (RecoveryStats, error) {
 
 // loadQueues restores the queues' settings; unreadable ones are left at
 // their defaults.
-func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoveryStats) error {
+func (s *SQLiteStore) loadQueues(ctx context.Context, b *MemEngine, st *RecoveryStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT name, settings FROM queues`)
 	if err != nil {
 		return fmt.Errorf("read queues: %w", err)
@@ -115,7 +115,7 @@ func (s *SQLiteStore) loadQueues(ctx context.Context, b *Broker, st *RecoverySta
 // had been on the reading goroutine, which then took three quarters of
 // the time alone. The index is sized from a count first (countJobs), so
 // that it never grows (and rehashes) on the way.
-func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats, purged []int64) (bad int, err error) {
+func (s *SQLiteStore) loadJobs(ctx context.Context, b *MemEngine, st *RecoveryStats, purged []int64) (bad int, err error) {
 	// The rows of a big deletion not yet carried out are passed over by
 	// their numbers, without reading them, when they lie in a few runs
 	// (a queue's jobs, pushed together): 1.5M of them took 2.6 s to read
@@ -157,7 +157,7 @@ func (s *SQLiteStore) loadJobs(ctx context.Context, b *Broker, st *RecoveryStats
 // budget cannot hold before anything is loaded (rather than loading until
 // the OOM killer ends it), and says whether any completed job has a
 // result to join.
-func (s *SQLiteStore) countJobs(ctx context.Context, b *Broker, spans [][2]int64) (n int, withResults bool, err error) {
+func (s *SQLiteStore) countJobs(ctx context.Context, b *MemEngine, spans [][2]int64) (n int, withResults bool, err error) {
 	var size, results int64
 	for _, sp := range spans {
 		var k int
@@ -262,7 +262,7 @@ func (s *SQLiteStore) decodeJobRows(raws <-chan *rawBatch, free chan<- *rawBatch
 // restoreJobs is loadJobs' last stage: queued jobs go back into the
 // shards as they come; completed and failed ones are answered, for
 // restoreFinished once all are read.
-func restoreJobs(b *Broker, st *RecoveryStats, batches <-chan []loadedJob) (done, dead []loadedJob) {
+func restoreJobs(b *MemEngine, st *RecoveryStats, batches <-chan []loadedJob) (done, dead []loadedJob) {
 	for batch := range batches {
 		for _, lj := range batch {
 			switch j := lj.j; j.state {
@@ -291,7 +291,7 @@ func restoreJobs(b *Broker, st *RecoveryStats, batches <-chan []loadedJob) (done
 
 // restoreFinished puts completed and failed jobs back in the order they
 // finished (completed by DoneAt, failed by when they entered the DLQ).
-func restoreFinished(b *Broker, done, dead []loadedJob) {
+func restoreFinished(b *MemEngine, done, dead []loadedJob) {
 	slices.SortFunc(done, func(x, y loadedJob) int { return cmpInt(x.j.DoneAt(), y.j.DoneAt()) })
 	slices.SortFunc(dead, func(x, y loadedJob) int { return cmpInt(x.j.dlq.EnteredAt, y.j.dlq.EnteredAt) })
 	for _, lj := range done {
@@ -348,7 +348,7 @@ type loadedJob struct {
 }
 
 // loadCrons restores the cron schedules; unreadable ones are skipped.
-func (s *SQLiteStore) loadCrons(ctx context.Context, b *Broker, st *RecoveryStats) error {
+func (s *SQLiteStore) loadCrons(ctx context.Context, b *MemEngine, st *RecoveryStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT record FROM crons`)
 	if err != nil {
 		return fmt.Errorf("read cron schedules: %w", err)
@@ -376,7 +376,7 @@ func (s *SQLiteStore) loadCrons(ctx context.Context, b *Broker, st *RecoveryStat
 }
 
 // loadLogs restores jobs' logs; unreadable ones are left out.
-func (s *SQLiteStore) loadLogs(ctx context.Context, b *Broker, st *RecoveryStats) error {
+func (s *SQLiteStore) loadLogs(ctx context.Context, b *MemEngine, st *RecoveryStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT job_id, logs FROM job_logs`)
 	if err != nil {
 		return fmt.Errorf("read logs: %w", err)

@@ -23,7 +23,7 @@ import (
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func openTestStore(t testing.TB, path string) (*Broker, *SQLiteStore, RecoveryStats) {
+func openTestStore(t testing.TB, path string) (*MemEngine, *SQLiteStore, RecoveryStats) {
 	t.Helper()
 	b, st, rs := openHeld(t, path, 0)
 	st.Start()
@@ -33,7 +33,7 @@ func openTestStore(t testing.TB, path string) (*Broker, *SQLiteStore, RecoverySt
 // openHeld opens a store and loads a broker from it without starting the
 // writer: the test flushes by hand (flushByHand). A purgeMin other than 0
 // replaces the removals from which a flush writes a tombstone.
-func openHeld(t testing.TB, path string, purgeMin int) (*Broker, *SQLiteStore, RecoveryStats) {
+func openHeld(t testing.TB, path string, purgeMin int) (*MemEngine, *SQLiteStore, RecoveryStats) {
 	t.Helper()
 	st, err := OpenSQLite(path, "normal", quietLog())
 	if err != nil {
@@ -42,7 +42,7 @@ func openHeld(t testing.TB, path string, purgeMin int) (*Broker, *SQLiteStore, R
 	if purgeMin > 0 {
 		st.purgeMin = purgeMin
 	}
-	b := NewBroker(2, st)
+	b := NewMemEngine(2, st)
 	rs, err := st.Load(b)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func flushByHand(t testing.TB, st *SQLiteStore) {
 }
 
 // closeTestStore stops a broker and closes its store.
-func closeTestStore(t testing.TB, b *Broker, st *SQLiteStore) {
+func closeTestStore(t testing.TB, b *MemEngine, st *SQLiteStore) {
 	t.Helper()
 	b.Close()
 	if err := st.Close(); err != nil {
@@ -87,7 +87,7 @@ func mustJob(t testing.TB, queue string, fields map[string]any) *Job {
 }
 
 // claimN pulls n jobs with an owner, the way PULLB does.
-func claimN(b *Broker, queue string, n int) ([]*Job, []string) {
+func claimN(b *MemEngine, queue string, n int) ([]*Job, []string) {
 	s := b.shardOf(queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +281,7 @@ func TestSQLiteDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := NewBroker(2, st)
+	b := NewMemEngine(2, st)
 	if _, err := st.Load(b); err != nil {
 		t.Fatal(err)
 	}
@@ -396,9 +396,9 @@ func TestSQLiteBackupCommand(t *testing.T) {
 
 // A server in memory has nothing to back up, and says so.
 func TestBackupNeedsSQLite(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
-	h := newHTTPHandler(b, NewServer(b, nil, quietLog()), nil)
+	h := newHTTPHandler(b, memServer(b, nil, quietLog()), nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/backup", nil))
 	if rec.Code != 409 || !strings.Contains(rec.Body.String(), "memory") {
@@ -416,7 +416,7 @@ func BenchmarkStoreWrite(b *testing.B) {
 // in memory so that older ones retire to disk, as under a steady load;
 // until committed. What SQLite mode adds to each job.
 func BenchmarkStoreLifecycle(b *testing.B) {
-	benchStore(b, 5000, func(br *Broker, queue string) {
+	benchStore(b, 5000, func(br *MemEngine, queue string) {
 		claimed, tokens := claimN(br, queue, 1000)
 		for k, j := range claimed {
 			if _, err := br.ackOne(AckItem{ID: j.ID(), Token: tokens[k], Result: Raw{0xa2, 0x6f, 0x6b}, HasResult: true}); err != nil {
@@ -430,12 +430,12 @@ func BenchmarkStoreLifecycle(b *testing.B) {
 // time, each thousand followed by then (if given); maxDone bounds the
 // completed jobs kept in memory (0: the default). Timed until everything
 // is committed.
-func benchStore(b *testing.B, maxDone int64, then func(br *Broker, queue string)) {
+func benchStore(b *testing.B, maxDone int64, then func(br *MemEngine, queue string)) {
 	st, err := OpenSQLite(filepath.Join(b.TempDir(), "b.db"), "normal", quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}
-	br := NewBroker(0, st)
+	br := NewMemEngine(0, st)
 	br.SetCompletedLimits(maxDone, -1)
 	st.Start()
 	data := map[string]any{"to": "someone@example.com", "n": int64(1)}
@@ -472,7 +472,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	if _, err := sqlite.Limit(st.wconn, sqlite3.SQLITE_LIMIT_LENGTH, 32<<10); err != nil {
 		t.Fatal(err)
 	}
-	b := NewBroker(2, st)
+	b := NewMemEngine(2, st)
 	if _, err := st.Load(b); err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 	if _, _, serr := st.Status(); serr != nil || st.Dropped() != 2 {
 		t.Fatalf("status %v, %d changes dropped, want none failing and 2 dropped", serr, st.Dropped())
 	}
-	srv := NewServer(b, nil, quietLog())
+	srv := memServer(b, nil, quietLog())
 	if text := string(srv.prometheusText(t.Context())); !strings.Contains(text, "\nbunqueue_storage_dropped_changes_total 2\n") {
 		t.Fatalf("the metric does not count the dropped changes:\n%s", text)
 	}
@@ -774,7 +774,7 @@ func TestSQLiteLoadStages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2 := NewBroker(2, st2)
+	b2 := NewMemEngine(2, st2)
 	defer closeTestStore(t, b2, st2)
 	rs, err := st2.Load(b2)
 	if err == nil || !strings.Contains(err.Error(), "2 job records could not be read") {

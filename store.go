@@ -45,38 +45,38 @@ type Store interface {
 	Close() error
 }
 
-func (b *Broker) persist(j *Job) {
+func (b *MemEngine) persist(j *Job) {
 	if b.store != nil {
 		b.store.JobChanged(j, nil)
 	}
 }
 
-func (b *Broker) unpersist(j *Job) {
+func (b *MemEngine) unpersist(j *Job) {
 	if b.store != nil {
 		b.store.JobRemoved(j)
 	}
 }
 
-func (b *Broker) queueChanged(q *Queue) {
+func (b *MemEngine) queueChanged(q *Queue) {
 	if b.store != nil {
 		b.store.QueueChanged(q)
 	}
 }
 
-func (b *Broker) queueRemoved(name string) {
+func (b *MemEngine) queueRemoved(name string) {
 	if b.store != nil {
 		b.store.QueueRemoved(name)
 	}
 }
 
-func (b *Broker) logsChanged(id string, logs []LogEntry) {
+func (b *MemEngine) logsChanged(id string, logs []LogEntry) {
 	if b.store != nil {
 		b.store.LogsChanged(id, logs)
 	}
 }
 
 // admit asks the store whether new jobs may come in.
-func (b *Broker) admit() error {
+func (b *MemEngine) admit() error {
 	if b.store == nil {
 		return nil
 	}
@@ -85,14 +85,14 @@ func (b *Broker) admit() error {
 
 // throttle lets the store slow a client that changes state faster than it
 // can write.
-func (b *Broker) throttle() {
+func (b *MemEngine) throttle() {
 	if b.store != nil {
 		b.store.Throttle()
 	}
 }
 
 // syncDurable makes pushes marked durable durable before they are answered.
-func (b *Broker) syncDurable(jobs []*Job) error {
+func (b *MemEngine) syncDurable(jobs []*Job) error {
 	if b.store == nil {
 		return nil
 	}
@@ -111,7 +111,7 @@ func (b *Broker) syncDurable(jobs []*Job) error {
 // before they are answered: jobs said to be gone must not come back after
 // a crash. A big one is written as a tombstone (sqlite_purge.go), so this
 // waits for one ordinary flush.
-func (b *Broker) syncRemoval() error {
+func (b *MemEngine) syncRemoval() error {
 	if b.store == nil {
 		return nil
 	}
@@ -136,10 +136,7 @@ type StorageState struct {
 	Purging int64
 }
 
-func (b *Broker) storageState() StorageState {
-	if b.pgStatus != nil {
-		return b.pgStatus()
-	}
+func (b *MemEngine) memStorageState() StorageState {
 	if b.store == nil {
 		return StorageState{Driver: "memory"}
 	}
@@ -329,7 +326,7 @@ func decodeLogs(b []byte) ([]LogEntry, error) {
 // Recovery: the broker's side. These run before the server accepts
 // connections and record nothing back to the store.
 
-func (b *Broker) restoreQueue(name string, settings []byte) error {
+func (b *MemEngine) restoreQueue(name string, settings []byte) error {
 	s := b.shardOf(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -338,11 +335,11 @@ func (b *Broker) restoreQueue(name string, settings []byte) error {
 	return decodeQueueSettings(q, settings)
 }
 
-func (b *Broker) noteSeq(j *Job) { b.seqAtLeast(j.seq) }
+func (b *MemEngine) noteSeq(j *Job) { b.seqAtLeast(j.seq) }
 
 // seqAtLeast makes the next sequence number greater than v: numbers are
 // never given twice in a database's life.
-func (b *Broker) seqAtLeast(v int64) {
+func (b *MemEngine) seqAtLeast(v int64) {
 	for {
 		cur := b.seq.Load()
 		if v <= cur || b.seq.CompareAndSwap(cur, v) {
@@ -353,7 +350,7 @@ func (b *Broker) seqAtLeast(v int64) {
 
 // restoreQueued puts back a job that was waiting, delayed or active; an
 // active job's worker is gone, so it waits again with its attempts kept.
-func (b *Broker) restoreQueued(j *Job) {
+func (b *MemEngine) restoreQueued(j *Job) {
 	s := b.shardOf(j.Queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -382,7 +379,7 @@ func (b *Broker) restoreQueued(j *Job) {
 	}
 }
 
-func (b *Broker) restoreDone(j *Job, result Raw) {
+func (b *MemEngine) restoreDone(j *Job, result Raw) {
 	s := b.shardOf(j.Queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -399,7 +396,7 @@ func (b *Broker) restoreDone(j *Job, result Raw) {
 	}
 }
 
-func (b *Broker) restoreDead(j *Job) {
+func (b *MemEngine) restoreDead(j *Job) {
 	s := b.shardOf(j.Queue)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -422,7 +419,7 @@ func (j *Job) ensureDLQEntry() {
 	}
 }
 
-func (b *Broker) restoreLogs(id string, logs []LogEntry) {
+func (b *MemEngine) restoreLogs(id string, logs []LogEntry) {
 	b.lmu.Lock()
 	b.logs.Put(id, logs)
 	b.lmu.Unlock()
@@ -430,7 +427,7 @@ func (b *Broker) restoreLogs(id string, logs []LogEntry) {
 
 // finishRestore counts the dependencies of jobs waiting for others, now
 // that every job is back, and arms the shard timers.
-func (b *Broker) finishRestore() {
+func (b *MemEngine) finishRestore() {
 	now := b.now()
 	for _, s := range b.shards {
 		s.mu.Lock()

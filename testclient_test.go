@@ -517,3 +517,8 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() (bo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// memServer is a protocol server over memory engine b and its broker.
+func memServer(b *MemEngine, tokens []string, log *slog.Logger) *Server {
+	return NewServer(b.Broker, b, tokens, log)
+}

@@ -33,17 +33,17 @@ func (c *stepClock) now() int64 { return c.at.Add(c.step.Load()) }
 // memInProcess is a memory-mode server in the test's process, TCP and
 // HTTP, so that the test holds its broker.
 type memInProcess struct {
-	b    *Broker
+	b    *MemEngine
 	addr string
 	http string // base URL
 }
 
 func startMemInProcess(t *testing.T) *memInProcess {
 	t.Helper()
-	b := NewBroker(2, nil)
-	srv := NewServer(b, nil, quietLog())
+	b := NewMemEngine(2, nil)
+	srv := memServer(b, nil, quietLog())
 	addr := serveTest(t, srv, b.Close)
-	api := newHTTPAPI(b, srv, nil, httpConfig{})
+	api := newHTTPAPI(b.Broker, srv, nil, httpConfig{})
 	hs := httptest.NewServer(api)
 	t.Cleanup(func() { // before the server's own, registered first
 		hs.Close()
@@ -154,7 +154,7 @@ func TestRateHistoryRing(t *testing.T) {
 // without the wait, stays at rateSlots intervals however long it runs,
 // and ends with the broker.
 func TestRateHistoryLoop(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	clock := newStepClock(rateEvery.Milliseconds())
 	start := clock.at.Load()
 	b.rates.restart(time.Millisecond, clock.now)
@@ -304,7 +304,7 @@ func TestDashboardHistoryAfterRun(t *testing.T) {
 // leaves empty pulls out).
 func TestPullServiceExcludesLongPollWait(t *testing.T) {
 	m := startMemInProcess(t)
-	checkPullService(t, m.b, m.addr)
+	checkPullService(t, m.b.Broker, m.addr)
 	d := getJSON(t, m.http+"/dashboard")
 	ps := sub(t, d, "pullService")
 	pull := sub(t, sub(t, sub(t, d, "latency"), "percentiles"), "pull")

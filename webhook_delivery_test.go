@@ -216,7 +216,7 @@ func TestWebhookCircuitBreaker(t *testing.T) {
 	recv := newSwitchReceiver(t)
 	recv.hang.Store(true)
 	ls := newLocalServer(t)
-	h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: true, retryDelay: 10 * time.Millisecond,
+	h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: true, retryDelay: 10 * time.Millisecond,
 		attemptTimeout: 200 * time.Millisecond, breakAfter: 2, openFor: 1500 * time.Millisecond,
 		openMax: 3 * time.Second, queueLen: 4})
 	if err != nil {
@@ -292,7 +292,7 @@ func TestWebhookCircuitBreaker(t *testing.T) {
 // (whose attempts would last 10 s), and no sender is left running.
 func TestWebhookCloseWithBlackholedReceivers(t *testing.T) {
 	ls := newLocalServer(t)
-	h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: true})
+	h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -454,7 +454,7 @@ func TestWebhookRebindingRefusedAtDial(t *testing.T) {
 
 	for _, allow := range []bool{false, true} {
 		ls := newLocalServer(t)
-		h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: allow, lookup: rebinding, retryDelay: 10 * time.Millisecond})
+		h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: allow, lookup: rebinding, retryDelay: 10 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,7 +491,7 @@ func TestWebhookRebindingRefusedAtDial(t *testing.T) {
 	}
 	// Literal addresses go through the same check.
 	ls := newLocalServer(t)
-	h, err := newWebhooks(ls.b, webhookOptions{})
+	h, err := newWebhooks(ls.b.Broker, webhookOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestWebhookQueueFullDrops(t *testing.T) {
 	defer slow.Close()
 	defer close(release)
 	ls := newLocalServer(t)
-	h, err := newWebhooks(ls.b, webhookOptions{allowPrivate: true, queueLen: 2})
+	h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: true, queueLen: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

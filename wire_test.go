@@ -526,7 +526,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0xc0})
 	f.Add([]byte{0, 0, 0, 5, 0x81, 0xa1, 0x61, 0x01})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	srv := NewServer(NewBroker(1, nil), nil, quietLog())
+	srv := memServer(NewMemEngine(1, nil), nil, quietLog())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bufio.NewReader(bytes.NewReader(b))
 		var buf []byte
@@ -682,7 +682,7 @@ func TestEncodersWellFormed(t *testing.T) {
 		encodeWorker(&e, w, "id", 10, true, uptime)
 		check(fmt.Sprintf("worker, uptime %v", uptime), e.B)
 	}
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	b.SetRateLimit(context.Background(), "enc", RateLimit{Max: 5, Duration: 1000})
 	b.SetConcurrency(context.Background(), "enc", 2)

@@ -14,12 +14,12 @@ import (
 // connection stays as long as its connection. The registry is bounded and
 // its refusal names the limit.
 func TestWorkersWithoutConnectionExpire(t *testing.T) {
-	b := NewBroker(1, nil)
+	b := NewMemEngine(1, nil)
 	defer b.Close()
 	var clock atomic.Int64
 	clock.Store(nowMs())
 	b.now = clock.Load
-	h := newHTTPHandler(b, NewServer(b, nil, quietLog()), nil)
+	h := newHTTPHandler(b, memServer(b, nil, quietLog()), nil)
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
 		rec := httptest.NewRecorder()
