@@ -459,42 +459,37 @@ func (b *MemEngine) ackOne(it AckItem) (Outcome, error) {
 	defer b.lat.ack.since(time.Now())
 	j, s := b.lockJob(it.ID)
 	if j == nil {
-		if b.isRetired(it.Token) {
-			return AlreadyFinalized, nil
-		}
-		return Applied, errors.New(errNotProcessing + it.ID)
+		return finishFence(b.finishFacts(it.ID, it.Token, nil), false)
 	}
 	defer s.mu.Unlock()
 	return s.ack(j, it, b.now())
 }
 
+// finishFacts are what the memory engine knows of j (nil: not found) for
+// finishFence (rule_failure.go): the tokens a job timeout ended, not a
+// queued job's last token.
+func (b *MemEngine) finishFacts(id, token string, j *Job) finishFacts {
+	f := finishFacts{id: id, token: token, retired: b.isRetired}
+	if j != nil {
+		f.id, f.found, f.state, f.attempts = j.ID(), true, j.state, j.Attempts
+		if l := j.run().lease; l != nil && j.state == StateActive {
+			f.leaseOwned, f.leaseToken = true, l.Token
+		}
+	}
+	return f
+}
+
 func (s *Shard) ack(j *Job, it AckItem, now int64) (Outcome, error) {
+	if out, err := finishFence(s.b.finishFacts(it.ID, it.Token, j), false); out != Applied || err != nil {
+		return out, err
+	}
 	q := s.queues[j.Queue]
-	switch j.state {
-	case StateActive:
-		if err := checkLease(j, it.Token); err != nil {
-			if j.run().lease != nil && it.Token != "" && s.b.isRetired(it.Token) {
-				return AlreadyFinalized, nil
-			}
-			return Applied, err
-		}
+	if j.state == StateActive {
 		s.deactivate(q, j)
-	case StateWaiting, StatePrioritized, StateDelayed:
-		if s.b.isRetired(it.Token) {
-			return AlreadyFinalized, nil
-		}
-		if j.Attempts == 0 {
-			return Applied, errors.New(errNotProcessing + j.ID())
-		}
-		// A worker whose lease ran out (or whose failure was retried)
-		// finished the job after all: its work is kept, as the reference
-		// keeps it, rather than running the job again.
+	} else {
+		// Back in the queue (finishFence let the worker finish after
+		// all): out of it.
 		s.unqueue(q, j)
-	default:
-		if s.b.isRetired(it.Token) {
-			return AlreadyFinalized, nil
-		}
-		return Applied, errors.New(errNotProcessing + j.ID())
 	}
 	s.complete(q, j, it, now)
 	return Applied, nil
@@ -595,34 +590,13 @@ func (b *MemEngine) Fail(_ context.Context, id, token string, f failure) (Outcom
 	b.throttle()
 	j, s := b.lockJob(id)
 	if j == nil {
-		if b.isRetired(token) {
-			return AlreadyFinalized, nil
-		}
-		return Applied, errors.New(errNotProcessing + id)
+		return finishFence(b.finishFacts(id, token, nil), true)
 	}
 	defer s.mu.Unlock()
 	now := b.now()
 	q := s.queues[j.Queue]
-	switch j.state {
-	case StateActive:
-		if err := checkLease(j, token); err != nil {
-			if token != "" && b.isRetired(token) {
-				return AlreadyFinalized, nil
-			}
-			return Applied, err
-		}
-	case StateWaiting, StatePrioritized, StateDelayed:
-		// The attempt this FAIL speaks of has already been accounted for
-		// (lease expired, or retried): nothing more to do.
-		if b.isRetired(token) || (token != "" && j.Attempts > 0) {
-			return AlreadyFinalized, nil
-		}
-		return Applied, errors.New(errNotProcessing + id)
-	default:
-		if b.isRetired(token) {
-			return AlreadyFinalized, nil
-		}
-		return Applied, errors.New(errNotProcessing + id)
+	if out, err := finishFence(b.finishFacts(id, token, j), true); out != Applied || err != nil {
+		return out, err
 	}
 	if err := f.check(j); err != nil {
 		return Applied, err

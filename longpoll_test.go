@@ -23,8 +23,8 @@ import (
 
 // The functions a parked long poll blocks in.
 const (
-	parkedPull    = "(*Broker).pull("        // PULL, PULLB in memory mode
-	parkedWaitJob = "(*Broker).WaitJob.func" // WaitJob in memory mode
+	parkedPull    = "(*MemEngine).pull("        // PULL, PULLB in memory mode
+	parkedWaitJob = "(*MemEngine).WaitJob.func" // WaitJob in memory mode
 )
 
 // parkedIn counts the goroutines of this process blocked in a select

@@ -91,11 +91,7 @@ func migrateJob(j *Job, now int64, done map[string]bool) []string {
 		if j.state == StateActive {
 			j.setStartedAt(0)
 		}
-		if j.RunAt > now {
-			j.state = StateDelayed
-		} else {
-			j.state = j.readyState()
-		}
+		j.state = j.queuedState(now)
 	case StateFailed:
 		j.ensureDLQEntry()
 	case StateWaitingChildren:

@@ -169,11 +169,7 @@ func pgTakeActive(j *Job, token string) error {
 // pgEnqueue sets a job that waits on nothing to delayed or ready by its
 // run time.
 func pgEnqueue(j *Job, now int64) {
-	if j.RunAt > now {
-		j.state = StateDelayed
-	} else {
-		j.state = j.readyState()
-	}
+	j.state = j.queuedState(now)
 }
 
 // ---------------------------------------------------------------------------

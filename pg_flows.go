@@ -392,11 +392,7 @@ func (p *PG) repeated(ctx context.Context, tx pgx.Tx, f *pgFlowTx, done []pgDone
 // engine's releaseWaiting does.
 func pgRelease(j *Job, now int64) {
 	j.pending = 0
-	if j.RunAt > now {
-		j.state = StateDelayed
-	} else {
-		j.state = j.readyState()
-	}
+	j.state = j.queuedState(now)
 	j.addTimeline(TimelineEntry{State: j.state, At: now})
 }
 

@@ -58,10 +58,8 @@ func pgAdmit(j *Job, now int64) {
 	switch {
 	case j.pending > 0:
 		j.state = StateWaitingChildren // waits for dependencies (pg_flows.go)
-	case j.RunAt > now:
-		j.state = StateDelayed
 	default:
-		j.state = j.readyState()
+		j.state = j.queuedState(now)
 	}
 	j.addFirstEntry(now)
 }

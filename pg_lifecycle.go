@@ -213,44 +213,16 @@ func (p *PG) Fail(ctx context.Context, id, token string, f failure) (Outcome, er
 	return out, nil
 }
 
-// finishRule decides whether an ACK or FAIL with token applies to a
-// locked job: the fence that keeps a broker whose lease ran out, and whose
-// job another worker now holds, from finishing it.
-func finishRule(l *pgLocked, id, token string, isFail bool) (Outcome, error) {
-	if l == nil {
-		return Applied, errors.New(errNotProcessing + id)
+// finishFacts are what the PostgreSQL engine knows of a locked job (nil:
+// not found) for finishFence (rule_failure.go): its last lease's token,
+// kept on its row, and no set of retired tokens.
+func (l *pgLocked) finishFacts(id, token string) finishFacts {
+	f := finishFacts{id: id, token: token, keepsLastToken: true, finishedAgainIsFinalized: true}
+	if l != nil {
+		f.found, f.state, f.attempts = true, l.j.state, l.j.Attempts
+		f.leaseOwned, f.leaseToken, f.lastToken = l.owned, l.token, l.token
 	}
-	j := l.j
-	switch j.state {
-	case StateActive:
-		if l.owned {
-			if token == "" {
-				return Applied, errors.New("Lock token required for job " + id)
-			}
-			if token != l.token {
-				return Applied, errors.New("Invalid or expired lock token for job " + id)
-			}
-		}
-		return Applied, nil
-	case StateWaiting, StatePrioritized, StateDelayed:
-		if token != "" && token == l.token {
-			if isFail {
-				// That attempt was already counted when its lease ran out.
-				return AlreadyFinalized, nil
-			}
-			// The worker finished after all: its work is kept, as in
-			// memory mode, rather than running the job again.
-			return Applied, nil
-		}
-		if !isFail && token == "" && j.Attempts > 0 {
-			return Applied, nil
-		}
-	case StateCompleted, StateFailed:
-		if token != "" && token == l.token {
-			return AlreadyFinalized, nil
-		}
-	}
-	return Applied, errors.New(errNotProcessing + id)
+	return f
 }
 
 // pgAcked is what an ACK's transaction does, and tells of once it has
@@ -516,7 +488,7 @@ func (a *pgAcked) settle(items []AckItem, idx []int, finished map[string]bool, l
 			continue
 		}
 		l := locked[it.ID]
-		if a.outs[i], a.errs[i] = finishRule(l, it.ID, it.Token, false); a.errs[i] != nil || a.outs[i] != Applied {
+		if a.outs[i], a.errs[i] = finishFence(l.finishFacts(it.ID, it.Token), false); a.errs[i] != nil || a.outs[i] != Applied {
 			continue
 		}
 		j := l.j
@@ -627,16 +599,11 @@ func (p *PG) failTx(ctx context.Context, tx pgx.Tx, id, token string, f failure)
 		return pgFailed{}, pgErr(fmt.Errorf("fail: %w", err))
 	}
 	l := locked[id]
-	out, err := finishRule(l, id, token, true)
+	out, err := finishFence(l.finishFacts(id, token), true)
 	if err != nil || out != Applied {
 		return pgFailed{out: out}, err
 	}
 	j := l.j
-	if j.state != StateActive {
-		// Finished by a FAIL whose lease had run out but whose job had
-		// not been claimed again: nothing more to count.
-		return pgFailed{out: AlreadyFinalized}, nil
-	}
 	if err := f.check(j); err != nil {
 		return pgFailed{}, err
 	}

@@ -117,7 +117,7 @@ func (r *leaseReap) event(j *Job, t evType, a evArgs) {
 // lock's, when it holds one.
 func (r *leaseReap) decide(j *Job, renewals int32, owned bool) {
 	stall, dlq := r.set[j.Queue].stallConfig(), r.set[j.Queue].dlqConfig()
-	timedOut := j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt()+j.cold().Timeout <= r.now
+	timedOut := timedOut(j, r.now)
 	if !owned && !stall.Enabled && !timedOut {
 		// Stall detection was turned off since the claim.
 		r.unwatched = append(r.unwatched, j)
@@ -145,7 +145,7 @@ func (r *leaseReap) decide(j *Job, renewals int32, owned bool) {
 
 // timedOut fails a job past its timeout: a retry, or its end.
 func (r *leaseReap) timedOut(j *Job, dlq DLQConfig) {
-	f := failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
+	f := timeoutFailure()
 	if pgFailJob(j, f, dlq, r.now) {
 		r.keep = append(r.keep, j)
 	} else {

@@ -196,8 +196,8 @@ func (r *pgSavedRows) setLease(i int, j *Job, stall StallConfig) {
 	} else if stall.Enabled {
 		r.ttls[i] = ptr(stallLimit(j, stall))
 	}
-	if j.cold().Timeout != none && j.cold().Timeout > 0 {
-		r.touts[i] = ptr(j.StartedAt() + j.cold().Timeout)
+	if at, ok := timeoutAt(j); ok {
+		r.touts[i] = ptr(at)
 	}
 	if exp := stallDeadline(j, stall); exp != math.MaxInt64 {
 		r.exps[i] = ptr(exp)

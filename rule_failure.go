@@ -2,8 +2,9 @@ package main
 
 // Rules both engines follow when a job's attempt ends: whether a failure
 // may be recorded, whether it retries or dead-letters, what a
-// dead-letter entry's time brings, whether a lease token still holds,
-// and the outcome of an ACK or FAIL that did not apply.
+// dead-letter entry's time brings, whether a lease token still holds, the
+// fence an ACK or FAIL passes (finishFence), and when a job has run past
+// its timeout.
 
 import "errors"
 
@@ -121,3 +122,115 @@ const (
 	Applied Outcome = iota
 	AlreadyFinalized
 )
+
+// finishFacts are what an engine knows of the job an ACK or FAIL names,
+// for finishFence. The engines know different things: the memory engine
+// keeps the tokens a job timeout ended (retired) but not a queued job's
+// last token; the PostgreSQL engine keeps every job's last token on its
+// row but no retired set.
+type finishFacts struct {
+	id       string
+	token    string // the token the request gave ("" for none)
+	found    bool
+	state    State
+	attempts int32
+	// leaseOwned: the job is active under a lease with an owner, whose
+	// token an ACK or FAIL must give.
+	leaseOwned bool
+	leaseToken string
+	// lastToken is the token of the job's last lease once it is no
+	// longer active, when the engine keeps it (keepsLastToken).
+	lastToken      string
+	keepsLastToken bool
+	// retired says whether a token was ended by a job timeout (nil: the
+	// engine keeps no such set).
+	retired func(token string) bool
+	// finishedAgainIsFinalized: a finish, with its token, of a job
+	// already completed or failed answers AlreadyFinalized rather than
+	// "not processing". The reference's engines differ here and queued
+	// follows each: its memory engine refuses, its PostgreSQL engine
+	// answers {applied: false, reason: already-finalized}.
+	finishedAgainIsFinalized bool
+}
+
+// finishFence decides whether an ACK (fail false) or FAIL (fail true)
+// applies: the fence that keeps a worker whose lease ran out, and whose
+// job another worker may now hold, from finishing it. An outcome other
+// than Applied, or an error, means the job is left as it is.
+func finishFence(f finishFacts, fail bool) (Outcome, error) {
+	// ended: the token was ended by a job timeout (asked only where it
+	// matters: the memory engine looks it up under a lock).
+	ended := func() bool { return f.token != "" && f.retired != nil && f.retired(f.token) }
+	if !f.found {
+		if ended() {
+			return AlreadyFinalized, nil
+		}
+		return Applied, errors.New(errNotProcessing + f.id)
+	}
+	// lastAttempt: the token is that of the attempt that ended. An engine
+	// that keeps no queued job's token takes any token given to a job
+	// that has run for it.
+	lastAttempt := f.token != "" && f.token == f.lastToken
+	if !f.keepsLastToken {
+		lastAttempt = f.token != "" && f.attempts > 0
+	}
+	switch f.state {
+	case StateActive:
+		if !f.leaseOwned {
+			return Applied, nil
+		}
+		if f.token == "" {
+			return Applied, errors.New("Lock token required for job " + f.id)
+		}
+		if f.token != f.leaseToken {
+			if ended() {
+				return AlreadyFinalized, nil
+			}
+			return Applied, errors.New("Invalid or expired lock token for job " + f.id)
+		}
+		return Applied, nil
+	case StateWaiting, StatePrioritized, StateDelayed:
+		// The job went back to the queue: its lease ran out, its failure
+		// is being retried, or a timeout ended it.
+		switch {
+		case ended():
+			return AlreadyFinalized, nil
+		case fail && lastAttempt:
+			// That attempt was counted when it ended.
+			return AlreadyFinalized, nil
+		case !fail && (lastAttempt || f.token == "" && f.attempts > 0):
+			// The worker finished after all: its work is kept, as the
+			// reference keeps it, rather than running the job again.
+			return Applied, nil
+		}
+	case StateCompleted, StateFailed:
+		if ended() || f.finishedAgainIsFinalized && lastAttempt {
+			return AlreadyFinalized, nil
+		}
+	default:
+		if ended() {
+			return AlreadyFinalized, nil
+		}
+	}
+	return Applied, errors.New(errNotProcessing + f.id)
+}
+
+// timeoutAt is when job j's processing timeout ends its attempt (ok
+// false: it has none).
+func timeoutAt(j *Job) (at int64, ok bool) {
+	if t := j.cold().Timeout; t != none && t > 0 {
+		return j.StartedAt() + t, true
+	}
+	return 0, false
+}
+
+// timedOut says whether active job j has run past its timeout at now.
+func timedOut(j *Job, now int64) bool {
+	at, ok := timeoutAt(j)
+	return ok && at <= now
+}
+
+// timeoutFailure is what a timeout records as the attempt's failure.
+func timeoutFailure() failure {
+	return failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
+}

@@ -1,9 +1,10 @@
 package main
 
-// Rules both engines follow for a move by hand of one job (Cancel,
-// Discard, Promote, MoveToWait, MoveToDelayed, ChangeDelay,
-// ChangePriority, Update): what the command asked, what it does to the
-// job in its current state, or why it is refused.
+// Rules both engines follow for a job put in its queue (queuedState), and
+// for a move by hand of one job (Cancel, Discard, Promote, MoveToWait,
+// MoveToDelayed, ChangeDelay, ChangePriority, Update): what the command
+// asked, what it does to the job in its current state, or why it is
+// refused.
 
 import "errors"
 
@@ -134,3 +135,12 @@ const (
 	stepRetry                  // the job leaves the DLQ for waiting, as a fresh job
 	stepData                   // the job's data is replaced, nothing else
 )
+
+// queuedState is the state a job put in its queue at now takes: delayed
+// until its run time, then waiting (prioritized with a priority).
+func (j *Job) queuedState(now int64) State {
+	if j.RunAt > now {
+		return StateDelayed
+	}
+	return j.readyState()
+}

@@ -204,7 +204,7 @@ func (s *Shard) enqueue(q *Queue, j *Job, now int64) {
 	if j.cold().GroupID != "" {
 		q.group(j.cold().GroupID).queued++
 	}
-	if j.RunAt > now {
+	if j.queuedState(now) == StateDelayed {
 		j.state = StateDelayed
 		q.nDelayed++
 		s.delayed.Push(j, 0, j.RunAt, j.seq)
@@ -350,10 +350,8 @@ func stallDeadline(j *Job, c StallConfig) int64 {
 			d = g
 		}
 	}
-	if j.cold().Timeout != none && j.cold().Timeout > 0 {
-		if t := j.StartedAt() + j.cold().Timeout; t < d {
-			d = t
-		}
+	if t, ok := timeoutAt(j); ok && t < d {
+		d = t
 	}
 	return d
 }
@@ -464,9 +462,9 @@ func (s *Shard) expire(now int64) {
 			continue
 		}
 		switch {
-		case j.cold().Timeout != none && j.cold().Timeout > 0 && j.StartedAt()+j.cold().Timeout <= now:
+		case timedOut(j, now):
 			s.b.retire(j)
-			s.fail(q, j, failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}, now)
+			s.fail(q, j, timeoutFailure(), now)
 			s.b.announce(noticeQueueJob("job:timeout", q.name, j.ID()).int("timeout", j.cold().Timeout))
 		case j.run().lease != nil:
 			s.lockExpired(q, j, now)

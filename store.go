@@ -370,7 +370,7 @@ func (b *MemEngine) restoreQueued(j *Job) {
 		q.addWC(j)
 		return
 	}
-	if j.RunAt > now {
+	if j.queuedState(now) == StateDelayed {
 		j.state = StateDelayed
 		q.nDelayed++
 		s.delayed.Push(j, 0, j.RunAt, j.seq)

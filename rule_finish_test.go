@@ -1,0 +1,77 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFinishFence walks the fence an ACK or FAIL passes (finishFence) with
+// the facts each engine has. The two engines give the same answers but
+// where their knowledge differs, and in the one difference the reference
+// has on purpose: a finish, with its token, of a finished job.
+func TestFinishFence(t *testing.T) {
+	retired := func(tok string) bool { return tok == "old" }
+	mem := func(state State, attempts int32, lease string) finishFacts {
+		f := finishFacts{id: "j", found: state != 0, state: state, attempts: attempts, retired: retired}
+		if lease != "" && state == StateActive {
+			f.leaseOwned, f.leaseToken = true, lease
+		}
+		return f
+	}
+	pg := func(state State, attempts int32, token string, owned bool) finishFacts {
+		return finishFacts{id: "j", found: state != 0, state: state, attempts: attempts, leaseOwned: owned,
+			leaseToken: token, lastToken: token, keepsLastToken: true, finishedAgainIsFinalized: true}
+	}
+	const applied, final = "applied", "finalized"
+	cases := []struct {
+		what  string
+		f     finishFacts
+		token string
+		fail  bool
+		want  string // applied, finalized, or the start of the error
+	}{
+		{"memory: active, its token", mem(StateActive, 0, "t1"), "t1", false, applied},
+		{"memory: active, no token", mem(StateActive, 0, "t1"), "", false, "Lock token required"},
+		{"memory: active, another token", mem(StateActive, 0, "t1"), "t0", true, "Invalid or expired"},
+		{"memory: active again, a token a timeout ended", mem(StateActive, 1, "t1"), "old", false, final},
+		{"memory: active without a lock", mem(StateActive, 0, ""), "", false, applied},
+		{"memory: not found", mem(0, 0, ""), "t1", false, "Job not found"},
+		{"memory: not found, a token a timeout ended", mem(0, 0, ""), "old", true, final},
+		{"memory: back in the queue, ACK keeps the work", mem(StateWaiting, 1, ""), "t1", false, applied},
+		{"memory: back in the queue, FAIL was counted", mem(StateDelayed, 1, ""), "t1", true, final},
+		{"memory: never ran", mem(StateWaiting, 0, ""), "t1", false, "Job not found"},
+		{"memory: never ran, FAIL", mem(StateWaiting, 0, ""), "", true, "Job not found"},
+		{"memory: completed, ACK again", mem(StateCompleted, 1, ""), "t1", false, "Job not found"},
+		{"memory: completed, timed-out token", mem(StateCompleted, 1, ""), "old", false, final},
+		{"pg: active, its token", pg(StateActive, 0, "t1", true), "t1", false, applied},
+		{"pg: active, no token", pg(StateActive, 0, "t1", true), "", true, "Lock token required"},
+		{"pg: active, an older token", pg(StateActive, 1, "t1", true), "t0", false, "Invalid or expired"},
+		{"pg: active, no owner", pg(StateActive, 0, "t1", false), "x", false, applied},
+		{"pg: not found", pg(0, 0, "", false), "t1", false, "Job not found"},
+		{"pg: back in the queue, ACK with the last token", pg(StateWaiting, 1, "t1", false), "t1", false, applied},
+		{"pg: back in the queue, ACK without a token", pg(StatePrioritized, 1, "t1", false), "", false, applied},
+		{"pg: back in the queue, ACK with another token", pg(StateWaiting, 1, "t1", false), "t0", false, "Job not found"},
+		{"pg: back in the queue, FAIL with the last token", pg(StateDelayed, 1, "t1", false), "t1", true, final},
+		{"pg: completed, ACK again with its token", pg(StateCompleted, 1, "t1", false), "t1", false, final},
+		{"pg: failed, FAIL again with its token", pg(StateFailed, 3, "t1", false), "t1", true, final},
+		{"pg: completed, another token", pg(StateCompleted, 1, "t1", false), "t0", false, "Job not found"},
+		{"pg: waiting for children", pg(StateWaitingChildren, 0, "", false), "", false, "Job not found"},
+	}
+	for _, c := range cases {
+		c.f.token = c.token
+		out, err := finishFence(c.f, c.fail)
+		got := applied
+		switch {
+		case err != nil:
+			got = err.Error()
+		case out == AlreadyFinalized:
+			got = final
+		}
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.what, got, c.want)
+		}
+		if err != nil && out != Applied {
+			t.Errorf("%s: an error with outcome %d", c.what, out)
+		}
+	}
+}
