@@ -199,16 +199,12 @@ func (s *Shard) releaseWaiting(q *Queue, j *Job, now int64, event bool) {
 // completed). batch holds jobs being admitted together.
 func (b *MemEngine) depsExist(j *Job, batch map[string]*Job) error {
 	for _, d := range j.cold().DependsOn {
-		if d == j.ID() {
-			return errors.New("Job cannot depend on itself: " + d)
+		known := d != j.ID() && (batch[d] != nil || b.idxGet(d) != nil)
+		if !known && d != j.ID() {
+			locked(&b.depMu, func() { _, known = b.proofs.Peek(d) })
 		}
-		if batch[d] != nil || b.idxGet(d) != nil {
-			continue
-		}
-		var ok bool
-		locked(&b.depMu, func() { _, ok = b.proofs.Peek(d) })
-		if !ok {
-			return errors.New("Dependency job not found: " + d)
+		if err := dependencyRefusal(j, d, known); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -728,19 +724,21 @@ func unfinishedRecords(j *Job, kvs []childKV) []childKV {
 
 func (b *MemEngine) RemoveChildDependency(_ context.Context, cid string) (bool, error) {
 	var pid string
-	var live bool
-	if !b.withJob(cid, func(c *Job, _ *Shard) { pid, live = c.cold().ParentID, isQueued(c.state) || c.state == StateActive }) {
-		return false, errors.New("Job not found: " + cid)
+	var onward bool
+	var err error
+	found := b.withJob(cid, func(c *Job, _ *Shard) {
+		pid = c.cold().ParentID
+		onward, err = childDependency(cid, c)
+	})
+	if !found {
+		onward, err = childDependency(cid, nil)
 	}
-	if pid == "" {
-		return false, errors.New("Job " + cid + " has no parent")
-	}
-	if !live {
-		return false, nil
+	if !onward || err != nil {
+		return false, err
 	}
 	removed := false
 	b.withJob(pid, func(p *Job, ps *Shard) {
-		if p.state != StateWaitingChildren || !slices.Contains(p.cold().DependsOn, cid) {
+		if !parentWaitsFor(p, cid) {
 			return
 		}
 		q := ps.queues[p.Queue]
@@ -786,17 +784,16 @@ func (b *MemEngine) RemoveUnprocessedChildren(_ context.Context, id string) erro
 }
 
 func (b *MemEngine) MoveToWaitingChildren(_ context.Context, id, token string) error {
-	errNotActive := errors.New("Job is not active")
 	j, s := b.lockJob(id)
 	if j == nil {
-		return errNotActive
+		return parkable(nil, token)
 	}
 	defer s.mu.Unlock()
 	now := b.now()
 	s.promote(now)
 	q := s.queues[j.Queue]
-	if j.state != StateActive {
-		return errNotActive
+	if err := parkable(j, token); err != nil {
+		return err
 	}
 	if err := s.takeActive(q, j, token); err != nil {
 		return err

@@ -97,18 +97,11 @@ func (p *PG) pushChecks(ctx context.Context, tx pgx.Tx, jobs []*Job, batch map[s
 	for i, j := range jobs {
 		var waits []string
 		for _, d := range j.cold().DependsOn {
-			if d == j.ID() {
-				return nil, &jobErr{i, errors.New("Job cannot depend on itself: " + d)}
-			}
-			if batch[d] != nil {
-				waits = append(waits, d)
-				continue
-			}
 			l := rows[d]
-			if l == nil {
-				return nil, &jobErr{i, errors.New("Dependency job not found: " + d)}
+			if err := dependencyRefusal(j, d, d != j.ID() && (batch[d] != nil || l != nil)); err != nil {
+				return nil, &jobErr{i, err}
 			}
-			if l.j.state != StateCompleted {
+			if batch[d] != nil || l.j.state != StateCompleted {
 				waits = append(waits, d)
 			}
 		}
@@ -705,16 +698,12 @@ func (p *PG) lockOne(ctx context.Context, tx pgx.Tx, id string, missing error) (
 }
 
 func (p *PG) MoveToWaitingChildren(ctx context.Context, id, token string) error {
-	errNotActive := errors.New("Job is not active")
 	return p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
-		j, err := p.lockOne(ctx, tx, id, errNotActive)
+		j, err := p.lockOne(ctx, tx, id, nil)
 		if err != nil {
 			return err
 		}
-		if j.state != StateActive {
-			return errNotActive
-		}
-		if err := checkLease(j, token); err != nil {
+		if err := parkable(j, token); err != nil {
 			return err
 		}
 		// Parked until a child is linked to it; it does not check for
@@ -773,19 +762,16 @@ func (p *PG) RemoveChildDependency(ctx context.Context, cid string) (bool, error
 	removed := false
 	err := p.flowTx(ctx, func(ctx context.Context, tx pgx.Tx, f *pgFlowTx, now int64) error {
 		removed = false
-		c, err := p.lockOne(ctx, tx, cid, errors.New("Job not found: "+cid))
+		c, err := p.lockOne(ctx, tx, cid, nil)
 		if err != nil {
 			return err
 		}
+		if onward, err := childDependency(cid, c); !onward || err != nil {
+			return err
+		}
 		pid := c.cold().ParentID
-		if pid == "" {
-			return errors.New("Job " + cid + " has no parent")
-		}
-		if !isQueued(c.state) && c.state != StateActive {
-			return nil
-		}
 		par, err := p.lockOne(ctx, tx, pid, nil)
-		if err != nil || par == nil || par.state != StateWaitingChildren || !slices.Contains(par.cold().DependsOn, cid) {
+		if err != nil || !parentWaitsFor(par, cid) {
 			return err
 		}
 		var left bool

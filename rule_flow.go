@@ -1,7 +1,9 @@
 package main
 
-// Rules both engines follow in flows: what UpdateParent does to a child
-// and its parent, and what a child's failure does to its parent.
+// Rules both engines follow in flows: which dependencies a push may wait
+// for, what UpdateParent does to a child and its parent, what a child's
+// failure does to its parent, and the guards of RemoveChildDependency and
+// MoveToWaitingChildren.
 
 import (
 	"errors"
@@ -63,4 +65,44 @@ func childPolicy(j *Job, err string) (flowItem, bool) {
 		err = "unknown error"
 	}
 	return flowItem{kind: flowPolicy, parentID: j.cold().ParentID, childID: j.ID(), key: j.Queue + ":" + j.ID(), mode: mode, err: err}, true
+}
+
+// dependencyRefusal is why job j cannot be pushed waiting for job d, or
+// nil: d is not j, and d is known (in the same push, or to the engine).
+func dependencyRefusal(j *Job, d string, known bool) error {
+	if d == j.ID() {
+		return errors.New("Job cannot depend on itself: " + d)
+	}
+	if !known {
+		return errors.New("Dependency job not found: " + d)
+	}
+	return nil
+}
+
+// childDependency is RemoveChildDependency's rule for the child c (nil:
+// not found): refused, nothing to do (false: the child has left the
+// queue, its parent no longer waits for it), or on to its parent.
+func childDependency(cid string, c *Job) (bool, error) {
+	if c == nil {
+		return false, errors.New("Job not found: " + cid)
+	}
+	if c.cold().ParentID == "" {
+		return false, errors.New("Job " + cid + " has no parent")
+	}
+	return isQueued(c.state) || c.state == StateActive, nil
+}
+
+// parentWaitsFor says whether parent p (nil: gone) still waits for child
+// cid, so that RemoveChildDependency drops the dependency.
+func parentWaitsFor(p *Job, cid string) bool {
+	return p != nil && p.state == StateWaitingChildren && slices.Contains(p.cold().DependsOn, cid)
+}
+
+// parkable is MoveToWaitingChildren's guard: j (nil: not found) is active
+// and the token holds its lease.
+func parkable(j *Job, token string) error {
+	if j == nil || j.state != StateActive {
+		return errors.New("Job is not active")
+	}
+	return checkLease(j, token)
 }
