@@ -274,24 +274,21 @@ func (c *CronScheduler) round() {
 	for len(c.due) > 0 && c.due[0].NextRun <= nowMs {
 		s := c.due[0]
 		at := s.NextRun
-		if s.SkipIfNoWorker && c.cfg.HasWorkers != nil && !c.cfg.HasWorkers(s.Queue) {
+		skip := s.SkipIfNoWorker && c.cfg.HasWorkers != nil && !c.cfg.HasWorkers(s.Queue)
+		if skip && c.cfg.Skipped != nil {
 			// Skipped: not counted, as the reference counts only runs.
-			if c.cfg.Skipped != nil {
-				c.cfg.Skipped(s)
-			}
-		} else {
-			s.Executions++
+			c.cfg.Skipped(s)
+		}
+		why := s.afterRun(!skip, nowMs)
+		if !skip {
+			// The schedule as it ran: counted, its run the one due.
 			cp := *s
+			cp.NextRun = at
 			fires = append(fires, cronFire{&cp, time.UnixMilli(at)})
 		}
-		next, ok := s.following(at, nowMs)
-		switch {
-		case s.MaxLimit > 0 && s.Executions >= s.MaxLimit:
-			c.end(s, "maxLimit reached")
-		case !ok:
-			c.end(s, "no run left")
-		default:
-			s.NextRun = next
+		if why != "" {
+			c.end(s, why)
+		} else {
 			heap.Fix(&c.due, 0)
 			if c.cfg.Changed != nil {
 				cp := *s

@@ -104,7 +104,8 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 		s.NextRun = now + 60000
 		return run, p.saveCron(ctx, tx, s)
 	}
-	if !s.SkipIfNoWorker || p.b.workers.serves(s.Queue) {
+	ran := !s.SkipIfNoWorker || p.b.workers.serves(s.Queue)
+	if ran {
 		j, err := cronJob(s, now)
 		if err == nil {
 			// Past the memory budget the run is spent, refused as a push
@@ -112,11 +113,11 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 			if merr := p.b.mem.admit(jobMemBytes([]*Job{j})); merr != nil {
 				p.log.Warn("cron run refused", "name", s.Name, "err", merr)
 				run.note = cronOutcome(s, merr)
-				s.Executions++
-				return run, p.nextCronRun(ctx, tx, s, now)
+				return run, p.nextCronRun(ctx, tx, s, true, now)
 			}
 		}
 		if err != nil {
+			// Spent and counted (afterRun): the reference counts it too.
 			p.log.Error("cron schedule could not make its job", "name", s.Name, "err", err)
 			run.note = noticeCronRun("cron:missed", s).str("error", err.Error())
 		} else {
@@ -134,34 +135,24 @@ func (p *PG) fireCron(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64
 			default:
 				run = pgCronRun{s.Queue, made, cronOutcome(s, nil)}
 			}
-			s.Executions++
 		}
 	} else {
 		run.note = noticeCronRun("cron:skipped", s).str("reason", "no-worker")
 	}
-	return run, p.nextCronRun(ctx, tx, s, now)
+	return run, p.nextCronRun(ctx, tx, s, ran, now)
 }
 
-// nextCronRun saves a schedule that just ran with its next run, or
-// removes it when it has run its course.
-func (p *PG) nextCronRun(ctx context.Context, tx pgx.Tx, s *CronSchedule, now int64) error {
-	why := ""
-	next, ok := s.following(s.NextRun, now)
-	switch {
-	case s.MaxLimit > 0 && s.Executions >= s.MaxLimit:
-		why = "maxLimit reached"
+// nextCronRun saves a schedule whose due run was handled (ran: not
+// skipped) with its next run, or removes it when it has run its course
+// (afterRun, rule_cron.go).
+func (p *PG) nextCronRun(ctx context.Context, tx pgx.Tx, s *CronSchedule, ran bool, now int64) error {
+	if why := s.afterRun(ran, now); why != "" {
 		p.log.Info("cron schedule ended", "name", s.Name, "reason", why, "executions", s.Executions)
-	case !ok:
-		why = "no run left"
-		p.log.Info("cron schedule ended", "name", s.Name, "reason", why)
-	}
-	if why != "" {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.crons WHERE name = $1`), s.Name); err != nil {
 			return fmt.Errorf("end schedule %s: %w", s.Name, err)
 		}
 		return nil
 	}
-	s.NextRun = next
 	return p.saveCron(ctx, tx, s)
 }
 
