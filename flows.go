@@ -456,7 +456,6 @@ func (b *MemEngine) admitFlow(jobs []flowJob) error {
 		q.listed = true
 		j.seq = b.seq.Add(1)
 		b.idxPut(j)
-		j.warm().Durable = true
 		j.pending = b.registerDeps(j, batch)
 		s.placeNew(q, j, now)
 		b.stats.pushed.Add(1)

@@ -464,18 +464,7 @@ func withoutKey(t *testing.T, line, key string) string {
 // flowKnownDiffs are the steps of flowScript whose answers differ between
 // the engines today, by step index: the key of the answer that differs
 // (answersAsMemoryBut). Delete an entry when the engines agree on it.
-var flowKnownDiffs = func() map[int]string {
-	known := map[int]string{}
-	// The jobs a PUSHF admits answer durable:true in memory mode
-	// (admitFlow marks them so) and durable:false in PostgreSQL mode, as
-	// the reference (bunqueue 2.9.5) answers them: in PUSHF's answer and
-	// in every read of those jobs (GetJob, PULL, Dlq).
-	for _, step := range []int{5, 9, 10, 15, 19, 23, 26, 29, 105, 106, 109, 115, 118, 119, 120, 123, 125, 128,
-		133, 134, 135, 140, 141, 142, 143, 147, 150, 151, 153, 163, 165, 166, 175, 177, 181, 186, 187, 191, 192} {
-		known[step] = "durable"
-	}
-	return known
-}()
+var flowKnownDiffs = map[int]string{}
 
 // TestPGFlowsAnswerAsMemory: flows and dependencies through two brokers of
 // one namespace answer as through one memory-mode server, field for
