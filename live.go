@@ -41,6 +41,10 @@ const (
 // liveIntervals can be shortened by tests.
 type liveIntervals struct {
 	stats, health, storage, monitor time.Duration
+	// write is how long a client's socket may refuse a write before it
+	// is dropped (0: the hub's 10 s); a test that never reads sets it
+	// past its own length, so that a slow machine does not drop it.
+	write time.Duration
 }
 
 type live struct {
@@ -78,7 +82,7 @@ func liveEventName(t evType) string {
 
 func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 	if every.stats == 0 {
-		every = liveIntervals{stats: liveStatsEvery, health: liveHealthEvery, storage: liveStorageEvery}
+		every = liveIntervals{stats: liveStatsEvery, health: liveHealthEvery, storage: liveStorageEvery, write: every.write}
 	}
 	if every.monitor == 0 {
 		every.monitor = liveMonitorEvery
@@ -95,11 +99,11 @@ func newLive(srv *Server, log *slog.Logger, every liveIntervals) *live {
 		// As the reference: a client that does not keep up misses
 		// messages rather than its connection; binary messages are read
 		// as text.
-		WS: wsOptions{AllowBinary: true, Slow: slowSkip, Answers: srv.answers,
+		WS: wsOptions{AllowBinary: true, Slow: slowSkip, Answers: srv.answers, WriteTimeout: every.write,
 			CheckOrigin: func(r *http.Request) bool { return l.checkOrigin == nil || l.checkOrigin(r) }},
 		// The first chunk carries the retry delay with the connected
 		// message, as the reference sends it (see serveSSE).
-		SSE: sseOptions{Slow: slowSkip, Retry: -1},
+		SSE: sseOptions{Slow: slowSkip, Retry: -1, WriteTimeout: every.write},
 	})
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	if m := l.b.mem; m != nil {

@@ -294,7 +294,9 @@ func TestLiveWebSocketReleasesJobs(t *testing.T) {
 // TestLiveSlowConsumer: a WebSocket client that reads nothing, and an SSE
 // client that reads nothing, do not slow the broker; they miss events.
 func TestLiveSlowConsumer(t *testing.T) {
-	ts := startServerHTTP(t, nil)
+	// Dropped only by a write refused for longer than the test can take:
+	// on a busy machine its 3,000 jobs take more than the default 10 s.
+	ts := startServerHTTP(t, &config{liveEvery: liveIntervals{write: 5 * time.Minute}})
 	ws := dialWS(t, ts.http, "/ws")
 	sse := dialSSE(t, ts.http, "/events")
 	sse.mustNext()
