@@ -205,9 +205,13 @@ func TestCrashBufferedPushes(t *testing.T) {
 		}()
 	}
 	awaitAnswers(t, &got, 5000)
-	// The pushes answered killMargin before the kill must survive: let a
-	// killMargin's worth more come first.
-	time.Sleep(killMargin)
+	// The pushes answered killMargin before the kill must survive: the
+	// kill comes once 5,000 of them were answered that long ago, while
+	// more come.
+	eventually(t, 2*time.Minute, "5000 pushes answered a killMargin ago", func() (bool, string) {
+		n := len(got.before(time.Now().Add(-killMargin)))
+		return n >= 5000, fmt.Sprint(n)
+	})
 	killAt := time.Now()
 	srv.kill9(t)
 	close(stop)
@@ -276,11 +280,14 @@ func TestCrashAckedAndActive(t *testing.T) {
 	}
 	// Take 500 jobs and hold them: active at the kill.
 	a := c.ok(map[string]any{"cmd": "PULLB", "queue": "work", "count": 500, "owner": "w2"})
+	claimed := time.Now()
 	var active []string
 	for _, j := range list(t, a, "jobs") {
 		active = append(active, j.(map[string]any)["id"].(string))
 	}
-	time.Sleep(killMargin) // the claims reach the disk too
+	// The claims reach the disk too: the kill comes a killMargin after
+	// their answer (and so after every ACK's).
+	clockPast(t, nowMs, claimed.Add(killMargin).UnixMilli())
 	killAt := time.Now()
 	srv.kill9(t)
 
@@ -325,10 +332,13 @@ func TestCrashCronSchedules(t *testing.T) {
 	next := num(t, sub(t, a, "cron")["nextRun"])
 	c.ok(map[string]any{"cmd": "Cron", "name": "often", "queue": "cq2", "data": 1, "repeatEvery": 400,
 		"skipMissedOnRestart": false})
+	// A durable push is answered once a flush wrote it and everything
+	// before it: the schedules are on disk.
 	c.ok(map[string]any{"cmd": "PUSH", "queue": "sync", "data": 1, "durable": true})
-	time.Sleep(killMargin)
 	srv.kill9(t)
-	time.Sleep(600 * time.Millisecond) // "often" misses a run while down
+	// "often" misses a run while down: its next run (400 ms at most after
+	// the kill, or one the disk has from before) is past before the start.
+	clockPast(t, nowMs, time.Now().Add(400*time.Millisecond).UnixMilli())
 
 	srv2 := startBinary(t, "--data-path", path)
 	c2 := dial(t, srv2.addr())

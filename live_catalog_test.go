@@ -91,6 +91,46 @@ func (w *liveWatch) expect(name string, fields map[string]any) map[string]any {
 	}
 }
 
+// countWhere is how many events named name, with data of the given
+// fields, have been seen.
+func (w *liveWatch) countWhere(name string, fields map[string]any) int {
+	n := 0
+	for _, m := range w.seen {
+		d, _ := m["data"].(map[string]any)
+		if m["event"] != name {
+			continue
+		}
+		match := true
+		for k, v := range fields {
+			if fmt.Sprint(d[k]) != fmt.Sprint(v) {
+				match = false
+			}
+		}
+		if match {
+			n++
+		}
+	}
+	return n
+}
+
+// expectCount waits until n events named name, with data of the given
+// fields, have been seen.
+func (w *liveWatch) expectCount(name string, fields map[string]any, n int) {
+	w.t.Helper()
+	deadline := time.After(wsTestTimeout)
+	for w.countWhere(name, fields) < n {
+		select {
+		case m, ok := <-w.msgs:
+			if !ok {
+				w.t.Fatalf("the WebSocket closed before %d of %s %v", n, name, fields)
+			}
+			w.seen = append(w.seen, m)
+		case <-deadline:
+			w.t.Fatalf("%d of %s with %v, want %d; seen: %v", w.countWhere(name, fields), name, fields, n, w.names())
+		}
+	}
+}
+
 // names lists the events seen so far.
 func (w *liveWatch) names() []string {
 	var out []string
@@ -435,7 +475,10 @@ func catalogEngineScript(t *testing.T, c *tclient, w *liveWatch) {
 
 	// A job whose ttl ran out while it waited.
 	old := str(t, c.ok(M{"cmd": "PUSH", "queue": "e-ttl", "data": M{}, "ttl": 50}), "id")
-	time.Sleep(150 * time.Millisecond)
+	// The clock past the ttl, with room for a broker's reading of the
+	// database's clock.
+	made := int64(num(t, jobj(t, c.ok(M{"cmd": "GetJob", "id": old})["job"])["createdAt"]))
+	clockPast(t, nowMs, made+150)
 	c.ok(M{"cmd": "PULL", "queue": "e-ttl"})
 	w.expect("job:expired", M{"jobId": old, "queue": "e-ttl", "ttl": 50})
 
@@ -534,8 +577,16 @@ func TestLiveCatalogMonitor(t *testing.T) {
 	// An active job keeps a queue busy; its job done, it goes idle.
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "m-idle", "data": M{}}), "id")
 	c.ok(M{"cmd": "PULL", "queue": "m-idle"})
-	time.Sleep(500 * time.Millisecond) // more than two idle thresholds
-	w.absent("queue:idle", c)
+	// A queue gone idle after that job became active is told of twice:
+	// more than two idle thresholds have passed, and the round that would
+	// have told of m-idle (no later than m-ref's first) is over.
+	ref := str(t, c.ok(M{"cmd": "PUSH", "queue": "m-ref", "data": M{}}), "id")
+	c.ok(M{"cmd": "PULL", "queue": "m-ref"})
+	c.ok(M{"cmd": "ACK", "id": ref})
+	w.expectCount("queue:idle", M{"queue": "m-ref"}, 2)
+	if n := w.countWhere("queue:idle", M{"queue": "m-idle"}); n > 0 {
+		t.Fatalf("queue:idle was announced %d times for a queue with an active job", n)
+	}
 	c.ok(M{"cmd": "ACK", "id": id})
 	d := w.expect("queue:idle", M{"queue": "m-idle"})
 	if n, _ := d["idleSeconds"].(float64); n < 0 {
@@ -553,8 +604,11 @@ func TestLiveCatalogMonitor(t *testing.T) {
 	if d["heapUsedMB"] == nil || d["rssMB"] == nil {
 		t.Errorf("server:memory-warning %v", d)
 	}
-	// Said once while it holds.
-	time.Sleep(300 * time.Millisecond)
+	// Said once while it holds: m-ref, idle, is told of every other round;
+	// its second notice from here on is from a round after a whole one
+	// that followed every notice seen so far (queue:threshold's among
+	// them).
+	w.expectCount("queue:idle", M{"queue": "m-ref"}, w.countWhere("queue:idle", M{"queue": "m-ref"})+2)
 	w.settle(c)
 	if n := w.count("queue:threshold"); n != 1 {
 		t.Errorf("queue:threshold announced %d times while the queue stayed over it", n)

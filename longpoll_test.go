@@ -61,6 +61,28 @@ func parkedIn(fn string) int {
 	return count
 }
 
+// blockedIn counts the goroutines of this process in the given state
+// ("IO wait", say) with fn among their frames.
+func blockedIn(state, fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, rest, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, "["+state) && strings.Contains(rest, fn) {
+			count++
+		}
+	}
+	return count
+}
+
 // awaitParked waits until at least n goroutines are parked in fn, within a
 // deadline far above what a loaded machine needs.
 func awaitParked(t testing.TB, fn string, n int) {

@@ -330,7 +330,7 @@ func TestPGMovesWakeOtherBrokers(t *testing.T) {
 		id := c.setup()
 		drain()
 		rid, ch := b.send(map[string]any{"cmd": "PULL", "queue": q, "timeout": 20000})
-		time.Sleep(100 * time.Millisecond)
+		pollWaiting(t, b)
 		start := time.Now()
 		c.move(id)
 		wait(q)
@@ -408,20 +408,25 @@ func TestPGStallConfigAcrossBrokers(t *testing.T) {
 	if num(t, job["attempts"]) != 1 || num(t, job["stallCount"]) != 1 {
 		t.Fatalf("the default queue's job after a lapsed lock: %v", job)
 	}
-	// Long past the interval, the unwatched job is still active.
-	time.Sleep(time.Second)
-	if st := state(o1); st != "active" {
-		t.Fatalf("a job of a queue with stall detection off is %s", st)
-	}
-	// A heartbeat keeps a job without a lock alive past the interval.
+	// A heartbeat keeps a job without a lock alive past the interval: a2
+	// is beaten until c2, pulled with it and never beaten, has stalled
+	// (so the reaper ran past the interval of both).
 	a2 := push("strict")
 	pull("strict", false)
-	for i := 0; i < 8; i++ {
-		time.Sleep(150 * time.Millisecond)
+	c2 := push("strict")
+	pull("strict", false)
+	eventually(t, 10*time.Second, "the unbeaten job stalled", func() (bool, string) {
 		b.ok(map[string]any{"cmd": "JobHeartbeat", "id": a2})
-	}
+		st := state(c2)
+		return st == "failed", st
+	})
 	if st := state(a2); st != "active" {
-		t.Fatalf("a job with heartbeats every 150 ms (interval 400) is %s", st)
+		t.Fatalf("a job with heartbeats while another stalled (interval 400) is %s", st)
+	}
+	// Long past the interval (c2 stalled after it), the unwatched job is
+	// still active.
+	if st := state(o1); st != "active" {
+		t.Fatalf("a job of a queue with stall detection off is %s", st)
 	}
 	b.ok(map[string]any{"cmd": "ACK", "id": a2})
 }
@@ -436,10 +441,13 @@ func TestPGCleanLimitAndGrace(t *testing.T) {
 	c := []*tclient{dial(t, ps[0].addr()), dial(t, ps[1].addr()), dial(t, ps[2].addr())}
 	q := "clean"
 	old := pushMany(t, c, q, 30, 7)
-	// The old jobs are past the grace from here on; the fresh ones stay
-	// within it for 2.5 s after their push, which a busy machine's cleaning
-	// takes far less than (with 1 s, a loaded run cleaned them too).
-	time.Sleep(3 * time.Second)
+	// The old jobs are past the grace from here on (the clock past the
+	// last one's creation by 2.5 s, and a margin for the brokers' reading
+	// of the database's clock); the fresh ones stay within it for 2.5 s
+	// after their push, which a busy machine's cleaning takes far less
+	// than (with 1 s, a loaded run cleaned them too).
+	last := sub(t, c[0].ok(map[string]any{"cmd": "GetJob", "id": old[len(old)-1]}), "job")
+	clockPast(t, nowMs, int64(num(t, last["createdAt"]))+2500+200)
 	fresh := pushMany(t, c, q, 10, 5)
 
 	// Three brokers clean at once, 4 at a time, with a grace that spares

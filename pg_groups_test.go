@@ -458,9 +458,17 @@ func TestPGDedupTTLRace(t *testing.T) {
 	if !slices.ContainsFunc(answers, func(a ans) bool { return dupOf[a.id] }) {
 		t.Fatalf("duplicated event for %v, not a holder", dupOf)
 	}
-	if left := time.Until(lapsed); left > 0 {
-		time.Sleep(left + 100*time.Millisecond)
-	}
+	// Wait until each ttl key's holder has lapsed by the clock of the
+	// broker that pushes it again: that broker no longer answers it.
+	eventually(t, time.Until(lapsed)+20*time.Second, "the ttl holders lapsed", func() (bool, string) {
+		for k := 0; k < keys; k += 2 {
+			d := sub(t, c[(k+1)%3].ok(map[string]any{"cmd": "GetDeduplicationJobId", "queue": queue, "deduplicationId": fmt.Sprint("k", k)}), "data")
+			if d["jobId"] != nil {
+				return false, fmt.Sprintf("k%d still held by %v", k, d["jobId"])
+			}
+		}
+		return true, ""
+	})
 	for k := range keys {
 		a := c[(k+1)%3].ok(map[string]any{"cmd": "PUSH", "queue": queue, "name": "d", "data": "late",
 			"uniqueKey": fmt.Sprint("k", k), "dedup": map[string]any{"ttl": ttl}})
@@ -713,11 +721,14 @@ func TestPGGroupAndDedupAnswersMatchMemory(t *testing.T) {
 // times leave no doubt; up to five rounds are run.
 func extendRound(t *testing.T, step time.Duration, push func(key string) (id string, sent, got time.Time)) {
 	t.Helper()
-	const ttl = 2000 * time.Millisecond
+	// The brokers judge the ttl by the database's clock as they read it,
+	// which may be a little behind this process's: the waits past a ttl
+	// give it that much more.
+	const ttl, skew = 2000 * time.Millisecond, 100 * time.Millisecond
 	for round := 0; round < 5; round++ {
 		key := fmt.Sprintf("ext-%d", round)
 		e1, s1, g1 := push(key)
-		time.Sleep(step)
+		clockPast(t, nowMs, g1.Add(step).UnixMilli())
 		e2, s2, g2 := push(key)
 		if g2.After(s1.Add(ttl)) {
 			continue // the second push may have come after the ttl
@@ -725,7 +736,7 @@ func extendRound(t *testing.T, step time.Duration, push func(key string) (id str
 		if e2 != e1 {
 			t.Fatalf("extend within the ttl: %s, want %s", e2, e1)
 		}
-		time.Sleep(step)
+		clockPast(t, nowMs, g1.Add(ttl+skew).UnixMilli())
 		e3, s3, g3 := push(key)
 		if !s3.After(g1.Add(ttl)) || g3.After(s2.Add(ttl)) {
 			continue // not surely past the first ttl, or not surely within the extended one
@@ -733,7 +744,7 @@ func extendRound(t *testing.T, step time.Duration, push func(key string) (id str
 		if e3 != e1 {
 			t.Fatalf("extend after the first ttl, within the extended one: %s, want %s", e3, e1)
 		}
-		time.Sleep(ttl + 200*time.Millisecond)
+		clockPast(t, nowMs, g3.Add(ttl+skew).UnixMilli())
 		e4, s4, _ := push(key)
 		if !s4.After(g3.Add(ttl)) {
 			continue

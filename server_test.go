@@ -641,14 +641,20 @@ func TestServerJobHeartbeatKeepsLease(t *testing.T) {
 	if got := c.fail(M{"cmd": "JobHeartbeat", "id": id, "token": "wrong"}); got != "Job not found or not active (or invalid token)" {
 		t.Errorf("heartbeat with a wrong token: %q", got)
 	}
-	// Renew every 40ms for over three lock lifetimes.
-	end := time.Now().Add(1300 * time.Millisecond)
-	for time.Now().Before(end) {
-		a := c.ok(M{"cmd": "JobHeartbeat", "id": id, "token": tok})
-		if d := sub(t, a, "data"); d["ok"] != true {
-			t.Fatalf("JobHeartbeat: %v", a)
-		}
-		time.Sleep(40 * time.Millisecond)
+	// Renew over three lock lifetimes, each shown by a job of the same
+	// lockTtl that is not renewed: its lock lapses and it is put back.
+	for round := range 3 {
+		q := fmt.Sprint("hb-other-", round)
+		other := push(t, c, q, nil)
+		pullOwned(t, c, q, M{"lockTtl": 400})
+		eventually(t, 10*time.Second, fmt.Sprint("round ", round, ": the lock that was not renewed lapsed"), func() (bool, string) {
+			a := c.ok(M{"cmd": "JobHeartbeat", "id": id, "token": tok})
+			if d := sub(t, a, "data"); d["ok"] != true {
+				t.Fatalf("JobHeartbeat: %v", a)
+			}
+			st := state(t, c, other)
+			return st == "waiting", st
+		})
 	}
 	if st := state(t, c, id); st != "active" {
 		t.Fatalf("renewed job is %v, want active", st)
@@ -1137,15 +1143,15 @@ func TestServerEvents(t *testing.T) {
 		}
 	}
 
-	// Unsubscribed: nothing more arrives.
+	// Unsubscribed: nothing more arrives. A later subscription's first
+	// event is that of a later push: one queue's events come in order, so
+	// an event of the push made while unsubscribed would have come first.
 	s.ok(M{"cmd": "UnsubscribeEvents"})
 	push(t, c, "ev", nil)
-	s.ok(M{"cmd": "Ping"})
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case m := <-s.events:
-		t.Errorf("event after UnsubscribeEvents: %v", m)
-	default:
+	s.ok(M{"cmd": "SubscribeEvents", "queue": "ev"})
+	mark := push(t, c, "ev", nil)
+	if ev := s.event(callTimeout); ev["eventType"] != "pushed" || ev["jobId"] != mark {
+		t.Errorf("event after UnsubscribeEvents: %v (the later push was %s)", ev, mark)
 	}
 }
 
@@ -1460,7 +1466,12 @@ func TestServerShutdownWithSlowReader(t *testing.T) {
 	if _, err := nc.Write(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the server fill the socket buffers
+	// The server has filled the socket buffers: its write of an answer
+	// waits for the client to read.
+	eventually(t, 20*time.Second, "the server's write blocked", func() (bool, string) {
+		n := blockedIn("IO wait", ".(*conn).writeBig")
+		return n > 0, fmt.Sprint(n, " writes blocked")
+	})
 
 	returned := ts.stop(5 * time.Second)
 	nc.Close() // unblocks the server's write, so that cleanup can finish
