@@ -263,7 +263,10 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("the drawer shows job %q, want %q", txt, id)
 	}
 	// Wait for the drawer's slide-in to finish before the picture.
-	time.Sleep(300 * time.Millisecond)
+	d.waitFor(3*time.Second, "the drawer's slide-in finished", func() (bool, error) {
+		return d.script(`const d = document.getElementById('drawer');
+			return String(d.classList.contains('open') && d.getAnimations().length === 0 && getComputedStyle(d).transform === 'none')`) == "true", nil
+	})
 
 	png := d.must("GET", "/screenshot", nil)
 	var b64 string

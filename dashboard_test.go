@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -282,7 +283,22 @@ func TestProtoDashboardOverviewClients(t *testing.T) {
 func TestDashboardBrowserFirstPaint(t *testing.T) {
 	d := startBrowser(t)
 	clock := newStepClock(rateEvery.Milliseconds())
-	ts := startServerHTTP(t, &config{rateEvery: 20 * time.Millisecond, rateNow: clock.now})
+	// reads counts the sampler's readings of the clock: one a sample, one
+	// sample after another.
+	var reads atomic.Int64
+	ts := startServerHTTP(t, &config{rateEvery: 20 * time.Millisecond, rateNow: func() int64 {
+		at := clock.now()
+		reads.Add(1)
+		return at
+	}})
+	samples := func(n int64, what string) {
+		t.Helper()
+		from := reads.Load()
+		eventually(t, 10*time.Second, what, func() (bool, string) {
+			r := reads.Load()
+			return r >= from+n, fmt.Sprint(r-from, " samples")
+		})
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
@@ -343,9 +359,11 @@ func TestDashboardBrowserFirstPaint(t *testing.T) {
 	var want float64
 	eventually(t, 30*time.Second, "ten minutes of history, pushes in the last interval", func() (bool, string) {
 		clock.step.Store(rateEvery.Milliseconds())
-		time.Sleep(100 * time.Millisecond)
+		samples(5, "five samples, each rateEvery on")
 		clock.step.Store(0)
-		time.Sleep(100 * time.Millisecond) // a sample taken before the stop is in
+		// A sample that read the clock before the stop is in: the
+		// sampler has read it twice more since.
+		samples(3, "a sample taken before the stop recorded")
 		h, d := getHistory(t, base)
 		want = num(t, sub(t, d, "throughput")["pushPerSec"])
 		return len(h.At) == rateSlots && want > 0, fmt.Sprintf("%d intervals, %v pushes/s", len(h.At), want)
@@ -389,7 +407,12 @@ func TestDashboardBrowserFirstPaint(t *testing.T) {
 	t.Logf("first paint: %d points over %d ms; pushed/s %s (the server's %v)", points, span, pushed, want)
 
 	// The feed and the queue table have something to show in the picture.
-	time.Sleep(2500 * time.Millisecond)
+	d.waitFor(10*time.Second, "events in the feed, both queues in the table", func() (bool, error) {
+		n := d.script(`return document.querySelectorAll('#feed li').length + ' ' + document.querySelectorAll('#queues tr').length`)
+		var feed, rows int
+		fmt.Sscan(n, &feed, &rows)
+		return feed >= 20 && rows >= 2, nil
+	})
 	saveScreenshot(t, d, "QUEUED_SCREENSHOT_LOAD", "queued-dashboard-load.png")
 	if errs := d.script(`return (window.__errors || []).join('\n')`); errs != "" {
 		t.Errorf("the page reported errors:\n%s", errs)

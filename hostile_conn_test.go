@@ -497,6 +497,13 @@ func TestHostileAuthDeadline(t *testing.T) {
 	busy := dial(t, ts.addr)
 	authed := dial(t, ts.addr)
 	authed.ok(M{"cmd": "Auth", "token": "sesame"})
+	// Opened after authed and silent: once it is told of the deadline,
+	// authed's is past too.
+	later, err := dialRaw(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
 
 	a, err := readAnswer(silent, callTimeout)
 	if err != nil {
@@ -516,7 +523,9 @@ func TestHostileAuthDeadline(t *testing.T) {
 	if !busy.closedByPeer(callTimeout) {
 		t.Fatal("a connection sending commands without Auth is not closed at the deadline")
 	}
-	time.Sleep(500 * time.Millisecond)
+	if a, err := readAnswer(later, callTimeout); err != nil || a["error"] == nil {
+		t.Fatalf("a connection opened after the authenticated one got %v %v at the deadline", a, err)
+	}
 	authed.ok(M{"cmd": "Ping"})
 
 	// One that sends and never reads its answers is closed as well, not
@@ -617,7 +626,16 @@ func TestHostileTLSHandshakeDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	time.Sleep(600 * time.Millisecond) // past the handshake deadline
+	// Past the handshake deadline: a connection opened after tc shook
+	// hands has reached its own.
+	later, err := dialRaw(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	if !closedWithin(later, callTimeout) {
+		t.Fatal("a connection that never shook hands is still open")
+	}
 	tc.Write(frame(M{"cmd": "Ping", "reqId": "tls"}))
 	if a, err := readAnswer(tc, callTimeout); err != nil || a["ok"] != true {
 		t.Fatalf("Ping over TLS after the handshake deadline: %v %v", a, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -56,7 +57,17 @@ func TestMemReturnStops(t *testing.T) {
 	if after == 0 {
 		t.Fatal("the loop never checked")
 	}
-	time.Sleep(10 * time.Millisecond)
+	// A loop of the same period, started now, checks ten times: the
+	// stopped one would have too.
+	var ref atomic.Int64 // its checks: each reads the activity count
+	r := &memReturn{every: time.Millisecond, minFree: 1, activity: func() int64 { ref.Add(1); return 0 },
+		free: func() uint64 { return 1 }, release: func() {}}
+	r.start()
+	eventually(t, 10*time.Second, "ten checks of another loop", func() (bool, string) {
+		n := ref.Load()
+		return n >= 10, fmt.Sprint(n)
+	})
+	r.Stop()
 	if released.Load() != after {
 		t.Fatal("the loop went on after Stop")
 	}

@@ -165,7 +165,6 @@ func TestPGDatabaseOutage(t *testing.T) {
 	pollID, pollCh := c.send(map[string]any{"cmd": "PULL", "queue": "empty", "owner": "x", "timeout": 30000})
 	pollWaiting(t, c)
 	px.cut()
-	start := time.Now()
 	if a := c.await(pollID, pollCh, callTimeout); a["ok"] != false || !strings.Contains(fmt.Sprint(a["error"]), "storage error (postgres)") {
 		t.Fatalf("a long poll waiting at the outage: %v", a)
 	}
@@ -201,8 +200,16 @@ func TestPGDatabaseOutage(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	// Long enough for the short leases to run out meanwhile.
-	time.Sleep(time.Until(start.Add(2 * time.Second)))
+	// Long enough for the short leases to run out meanwhile: the broker
+	// that still reaches the database has put their jobs back.
+	eventually(t, 30*time.Second, "the short leases ran out", func() (bool, string) {
+		for _, id := range idsOf(list(t, short, "jobs")) {
+			if st := str(t, direct.ok(map[string]any{"cmd": "GetState", "id": id}), "state"); st == "active" {
+				return false, fmt.Sprint(id, " ", st)
+			}
+		}
+		return true, ""
+	})
 	select {
 	case <-b.done:
 		t.Fatalf("the broker exited during the outage:\n%s", b.output())

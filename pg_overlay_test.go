@@ -69,7 +69,11 @@ func lifecycleScript(t *testing.T, a, b *tclient) []string {
 			// a fifth) before it is due again: wait until it is, so that
 			// both modes pull alike.
 			delete(req, "wait")
-			time.Sleep(400 * time.Millisecond)
+			wait := s.req["wait"]
+			eventually(t, 10*time.Second, fmt.Sprint(wait, " due again"), func() (bool, string) {
+				st := str(t, s.c.ok(M{"cmd": "GetState", "id": wait}), "state")
+				return st == "waiting", st
+			})
 		}
 		for k, v := range req {
 			if str, ok := v.(string); ok && len(str) > 1 && str[0] == '$' {

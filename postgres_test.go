@@ -483,12 +483,16 @@ func TestPGRateLimitAcrossBrokers(t *testing.T) {
 			})
 	}
 	// The bucket's first tokens are taken, however slow the machine; then
-	// the brokers pull on for the rest of the three seconds.
+	// the brokers pull on until they have had two seconds' refill too
+	// (sooner, were the limit not held, which the check below tells).
 	eventually(t, 30*time.Second, "the full bucket pulled", func() (bool, string) {
 		n := pulled.Load()
 		return n >= rate, fmt.Sprint(n, " pulled")
 	})
-	time.Sleep(time.Until(start.Add(3 * time.Second)))
+	eventually(t, 30*time.Second, "two seconds' refill pulled", func() (bool, string) {
+		n := pulled.Load()
+		return n >= 3*rate, fmt.Sprint(n, " pulled")
+	})
 	close(stop)
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()

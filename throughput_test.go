@@ -176,7 +176,17 @@ func TestRateHistoryLoop(t *testing.T) {
 	}
 	// Close waited for the loop to return: the clock is read no more.
 	at := clock.at.Load()
-	time.Sleep(50 * time.Millisecond)
+	// A loop of the same period, started now, samples fifty times: the
+	// closed one would have too.
+	ref := newStepClock(rateEvery.Milliseconds())
+	from := ref.at.Load()
+	h := newRateHistory(func() [4]int64 { return [4]int64{} })
+	h.restart(time.Millisecond, ref.now)
+	eventually(t, 20*time.Second, "fifty samples of another loop", func() (bool, string) {
+		n := (ref.at.Load() - from) / rateEvery.Milliseconds()
+		return n >= 50, fmt.Sprint(n)
+	})
+	h.close()
 	if clock.at.Load() != at {
 		t.Fatal("the sampler still runs after Close")
 	}

@@ -125,11 +125,17 @@ func (ca *testCA) pool() *x509.CertPool {
 // startTLSServer runs runServer in memory with TLS on both ports.
 func startTLSServer(t *testing.T, certFile, keyFile string) (tcpAddr, httpAddr string) {
 	t.Helper()
+	return startTLSServerLog(t, certFile, keyFile, io.Discard)
+}
+
+// startTLSServerLog is startTLSServer with the server's log written to w.
+func startTLSServerLog(t *testing.T, certFile, keyFile string, w io.Writer) (tcpAddr, httpAddr string) {
+	t.Helper()
 	c := &config{host: "127.0.0.1", tcpPort: 0, httpPort: 0, memory: true, tlsCert: certFile, tlsKey: keyFile}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan [2]string, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(w, nil))
 	go func() {
 		done <- runServer(ctx, c, log, func(tcp, h net.Addr) { ready <- [2]string{tcp.String(), h.String()} })
 	}()
@@ -291,7 +297,8 @@ func TestTLSCommandLine(t *testing.T) {
 func TestTLSReloadOnSIGHUP(t *testing.T) {
 	ca := newTestCA(t)
 	certFile, keyFile := ca.issue(t, 1001)
-	addr, _ := startTLSServer(t, certFile, keyFile)
+	logs := &syncBuffer{}
+	addr, _ := startTLSServerLog(t, certFile, keyFile, logs)
 	cfg := ClientConfig{Addr: addr, TLS: &tls.Config{RootCAs: ca.pool()}}
 	serial := func(c *Client) int64 {
 		return c.nc.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.Int64()
@@ -328,7 +335,9 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, 5*time.Second, "the failed reload logged", func() (bool, string) {
+		return strings.Contains(logs.String(), "certificate not reloaded"), "not in the log yet"
+	})
 	c, err := dialClient(t, cfg)
 	if err != nil {
 		t.Fatalf("after a failed reload: %v", err)
