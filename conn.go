@@ -658,10 +658,12 @@ func (c *conn) sub() (string, bool) {
 	return c.subQ, c.hasSub
 }
 
-// pushEvent queues an encoded event frame; it never blocks.
-func (c *conn) pushEvent(frame []byte) {
+// pushEvent queues an encoded event frame of queue's; it never blocks. An
+// emit reads the subscribers without a lock (Broker.emit): a connection
+// that has since unsubscribed, or moved to another queue, drops it.
+func (c *conn) pushEvent(queue string, frame []byte) {
 	c.emu.Lock()
-	if c.ekick == nil {
+	if c.ekick == nil || !c.hasSub || c.subQ != queue {
 		c.emu.Unlock()
 		return
 	}

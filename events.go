@@ -247,7 +247,7 @@ func (b *Broker) emit(scratch *emitScratch, queue string, t evType, j *Job, now 
 	}
 	scratch.frame = encodeEventFrame(scratch.frame[:0], queue, t, j, now, a)
 	for _, c := range subs {
-		c.pushEvent(scratch.frame)
+		c.pushEvent(queue, scratch.frame)
 	}
 	if cap(scratch.frame) > 64<<10 {
 		scratch.frame = nil // a large completed result is not kept for good

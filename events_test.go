@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestEventIDMadeForTaps: a shard's event names its job's id only when a
 // tap asks (Event.ID), for a UUID id kept as bytes and for a custom id
@@ -40,5 +43,28 @@ func TestEventIDMadeForTaps(t *testing.T) {
 	}
 	if len(want[0]) != 36 || uuidJob.id == ([16]byte{}) {
 		t.Fatalf("the broker's id %q is not kept as 16 bytes", want[0])
+	}
+}
+
+// TestEventAfterSubscriptionMoved: an emit reads the subscribers without a
+// lock, so it may still hold a connection that has since moved to another
+// queue; that connection drops the old queue's event, and hears the new
+// queue's.
+func TestEventAfterSubscriptionMoved(t *testing.T) {
+	b := NewMemEngine(1, nil)
+	addr := serveTest(t, memServer(b, nil, quietLog()), b.Close)
+	c := dial(t, addr)
+	c.ok(M{"cmd": "SubscribeEvents", "queue": "old"})
+	held := b.subs.of("old") // what an emit under way read
+	if len(held) != 1 {
+		t.Fatalf("%d subscribers of old", len(held))
+	}
+	c.ok(M{"cmd": "SubscribeEvents", "queue": "new"})
+	frame := encodeEventFrame(nil, "old", evPushed, nil, 1, evArgs{})
+	held[0].pushEvent("old", frame) // the emit goes on
+	p := dial(t, addr)
+	p.ok(M{"cmd": "PUSH", "queue": "new", "data": 1})
+	if ev := c.event(10 * time.Second); ev["queue"] != "new" {
+		t.Fatalf("first event after moving: %v", ev)
 	}
 }

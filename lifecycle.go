@@ -469,9 +469,10 @@ func (b *MemEngine) ackOne(it AckItem) (Outcome, error) {
 // finishFence (rule_failure.go): the tokens a job timeout ended, not a
 // queued job's last token.
 func (b *MemEngine) finishFacts(id, token string, j *Job) finishFacts {
-	f := finishFacts{id: id, token: token, retired: b.isRetired}
+	f := finishFacts{id: id, token: token, retired: b}
 	if j != nil {
-		f.id, f.found, f.state, f.attempts = j.ID(), true, j.state, j.Attempts
+		// id is j's: lockJob finds a job only by its id's one spelling.
+		f.found, f.state, f.attempts = true, j.state, j.Attempts
 		if l := j.run().lease; l != nil && j.state == StateActive {
 			f.leaseOwned, f.leaseToken = true, l.Token
 		}

@@ -136,13 +136,14 @@ func (l *live) Close() {
 	l.wg.Wait()
 }
 
-// tap runs under the emitting shard's lock: it only queues. An event's
+// tap runs in the emitter's path (in memory mode under its shard's lock):
+// it only queues. An event's
 // byte slices are never changed once emitted, so the copy may keep them.
 func (l *live) tap(ev *Event) {
 	if l.hub.Subscribers() == 0 {
 		return
 	}
-	ev.ID() // the copy is read after the shard lock is let go
+	ev.ID() // the copy is read after the emitter has gone on
 	it := liveItem{ev: *ev}
 	it.ev.job = nil
 	l.queue(it)

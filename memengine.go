@@ -117,9 +117,9 @@ func newMemEngine(br *Broker, shards int, store Store) *MemEngine {
 	return b
 }
 
-// Close stops every shard timer, the trimmer and the rate sampler, and
-// wakes every waiter so that long polls end. It is safe to call more than
-// once.
+// Close stops every shard timer and the trimmer (and the Broker's rate
+// sampler when the engine made its Broker), and wakes every waiter so that
+// long polls end. It is safe to call more than once.
 func (b *MemEngine) Close() {
 	if b.retainStop != nil {
 		select {

@@ -4,10 +4,9 @@ package main
 // buckets of completed and failed jobs behind the queue form of Metrics,
 // and the retained-event count TrimEvents trims.
 //
-// The tap runs under the emitting shard's lock. The figures are
-// partitioned the way queues are sharded (same hash, same mask), so a
-// partition's lock is only ever taken under the lock of the one shard
-// whose queues it holds: the tap adds no contention between shards.
+// The tap runs in the emitter's path (in memory mode under its shard's
+// lock). The figures are partitioned by the queue's hash, each part under
+// a lock of its own, so that emitters of different queues seldom meet.
 
 import (
 	"math"

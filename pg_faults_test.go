@@ -500,11 +500,11 @@ func TestPGLatePushFreesNoCustomID(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
 	c := dial(t, startPGBroker(t, ns).addr())
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := OpenPG(ctx, testPGURL(), ns, b.Broker, quietLog())
+	p, err := OpenPG(ctx, testPGURL(), ns, b, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,13 +549,13 @@ func TestPGPartitionFreesLocks(t *testing.T) {
 	ns := pgTestNamespace(t)
 	px := newFaultProxy(t)
 	px.leaveDB = true
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	session := defaultPGSession
 	session.idleTxTimeout = 1500
-	p, err := openPG(ctx, px.url(), ns, b.Broker, quietLog(), pgOptions{session: &session})
+	p, err := openPG(ctx, px.url(), ns, b, quietLog(), pgOptions{session: &session})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,11 +697,11 @@ func TestPGFaultsDatabaseRestart(t *testing.T) {
 func TestPGCloseBounded(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := OpenPG(ctx, testPGURL(), ns, b.Broker, quietLog())
+	p, err := OpenPG(ctx, testPGURL(), ns, b, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -724,7 +724,7 @@ func extendRound(t *testing.T, step time.Duration, push func(key string) (id str
 	// The brokers judge the ttl by the database's clock as they read it,
 	// which may be a little behind this process's: the waits past a ttl
 	// give it that much more.
-	const ttl, skew = 2000 * time.Millisecond, 100 * time.Millisecond
+	const ttl, skew = 2000 * time.Millisecond, 400 * time.Millisecond
 	for round := 0; round < 5; round++ {
 		key := fmt.Sprintf("ext-%d", round)
 		e1, s1, g1 := push(key)

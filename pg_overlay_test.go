@@ -185,9 +185,9 @@ func TestPGAckRoundHalfWritten(t *testing.T) {
 	}
 
 	ctx, conn := pgTestConn(t)
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	defer b.Close()
-	p, err := OpenPG(ctx, testPGURL(), ns, b.Broker, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := OpenPG(ctx, testPGURL(), ns, b, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

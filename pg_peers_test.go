@@ -12,7 +12,7 @@ import (
 // reports the ids of the pushed events it hears.
 func openTestPG(t *testing.T, ctx context.Context, ns string, o pgOptions) (*PG, chan string) {
 	t.Helper()
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	t.Cleanup(b.Close)
 	heard := make(chan string, 256)
 	b.addTap(func(ev *Event) {
@@ -23,7 +23,7 @@ func openTestPG(t *testing.T, ctx context.Context, ns string, o pgOptions) (*PG,
 			}
 		}
 	})
-	p, err := openPG(ctx, testPGURL(), ns, b.Broker, quietLog(), o)
+	p, err := openPG(ctx, testPGURL(), ns, b, quietLog(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

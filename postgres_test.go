@@ -416,9 +416,9 @@ func TestPGSchemaNewerRefused(t *testing.T) {
 	ns := pgTestNamespace(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	b := NewMemEngine(1, nil)
+	b := NewBroker()
 	defer b.Close()
-	p, err := OpenPG(ctx, testPGURL(), ns, b.Broker, log)
+	p, err := OpenPG(ctx, testPGURL(), ns, b, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestPGSchemaNewerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close()
-	_, err = OpenPG(ctx, testPGURL(), ns, b.Broker, log)
+	_, err = OpenPG(ctx, testPGURL(), ns, b, log)
 	if err == nil || !strings.Contains(err.Error(), "newer than this queued knows") {
 		t.Fatalf("opening a newer schema: %v", err)
 	}

@@ -143,8 +143,9 @@ type finishFacts struct {
 	lastToken      string
 	keepsLastToken bool
 	// retired says whether a token was ended by a job timeout (nil: the
-	// engine keeps no such set).
-	retired func(token string) bool
+	// engine keeps no such set). An interface rather than a func value:
+	// a method value made per ACK would be allocated per ACK.
+	retired interface{ isRetired(token string) bool }
 	// finishedAgainIsFinalized: a finish, with its token, of a job
 	// already completed or failed answers AlreadyFinalized rather than
 	// "not processing". The reference's engines differ here and queued
@@ -160,7 +161,7 @@ type finishFacts struct {
 func finishFence(f finishFacts, fail bool) (Outcome, error) {
 	// ended: the token was ended by a job timeout (asked only where it
 	// matters: the memory engine looks it up under a lock).
-	ended := func() bool { return f.token != "" && f.retired != nil && f.retired(f.token) }
+	ended := func() bool { return f.token != "" && f.retired != nil && f.retired.isRetired(f.token) }
 	if !f.found {
 		if ended() {
 			return AlreadyFinalized, nil

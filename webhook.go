@@ -3,8 +3,8 @@ package main
 // Webhooks: AddWebhook, RemoveWebhook, ListWebhooks, SetWebhookEnabled, and
 // delivery of job events to the registered URLs.
 //
-// Delivery leaves the hot path at once. A broker tap, running under the
-// emitting shard's lock, matches the event against a copy-on-write list of
+// Delivery leaves the hot path at once. A broker tap, running in the
+// emitter's path (in memory mode under its shard's lock), matches the event against a copy-on-write list of
 // the enabled webhooks and puts one delivery per match on that webhook's
 // own bounded backlog, served by that webhook's own senders, so that a
 // slow or dead receiver delays nobody else (webhook_delivery.go). When a
