@@ -14,14 +14,6 @@ import (
 	"slices"
 )
 
-var (
-	errCannotCancel = errors.New("Job not found or cannot be cancelled")
-	errNotDelayed   = errors.New("Job not found or not delayed")
-	errChangeDelay  = errors.New("Job not found or cannot change delay")
-	errNotInQueue   = errors.New("Job not found or not in queue")
-	errCannotUpdate = errors.New("Job not found or cannot be updated")
-)
-
 func isQueued(st State) bool {
 	return st == StateWaiting || st == StatePrioritized || st == StateDelayed || st == StateWaitingChildren
 }

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 )
 
 type uniqueEnt struct {
@@ -53,8 +52,6 @@ func (s *Shard) releaseUnique(q *Queue, j *Job) {
 	}
 }
 
-var errDupExtended = errors.New("Duplicate unique_key (extended TTL)")
-
 // dedupCheck applies the job's dedup policy against the key's holder. It
 // returns the holder's id when the push is a duplicate, and whether the new
 // job should be admitted.
@@ -72,7 +69,7 @@ func (s *Shard) dedupCheck(q *Queue, j *Job, now int64) (dupID string, admit boo
 	case dedupReplace:
 		if removeHolder {
 			if s.hasLiveDependents(owner) {
-				return "", false, errors.New("Cannot replace deduplicated job " + owner.ID() + " because live jobs depend on it")
+				return "", false, errDependedOn(owner.ID())
 			}
 			s.unqueue(q, owner)
 			delete(q.unique, j.cold().UniqueKey)

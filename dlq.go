@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"math"
 	"slices"
 )
@@ -437,5 +436,3 @@ func (b *MemEngine) DLQStats(_ context.Context, queue string) (dlqStats, error) 
 	})
 	return st, nil
 }
-
-var errNoDLQ = errors.New("Failed job not in DLQ")

@@ -472,12 +472,12 @@ func (b *MemEngine) flowRoom(jobs []flowJob) error {
 	for _, f := range jobs {
 		j := f.job
 		if b.idxHolder(j) != nil {
-			return errors.New("Flow job " + j.ID() + " already exists")
+			return errFlowJobExists(j.ID())
 		}
 		var proven bool
 		locked(&b.depMu, func() { _, proven = b.proofs.Peek(j.ID()) })
 		if proven {
-			return errors.New("Flow job " + j.ID() + " already exists")
+			return errFlowJobExists(j.ID())
 		}
 		if j.cold().GroupID != "" && j.cold().groupMax > 0 && len(j.cold().DependsOn) == 0 {
 			s := b.shardOf(j.Queue)
@@ -487,7 +487,7 @@ func (b *MemEngine) flowRoom(jobs []flowJob) error {
 				have += q.groups[j.cold().GroupID].queued
 			}
 			if int64(have) >= j.cold().groupMax {
-				return errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))
+				return errGroupFull(j)
 			}
 			groupCount[key]++
 		}
@@ -545,31 +545,6 @@ func (b *MemEngine) checkLinkable(pid, pqueue, childID string) error {
 		defer s.mu.Unlock()
 	}
 	return linkable(p, pid, pqueue, childID)
-}
-
-// linkable says whether a child may link to parent p (nil: not found),
-// which it names pid in queue pqueue.
-func linkable(p *Job, pid, pqueue, childID string) error {
-	if pid == childID {
-		return errors.New("A job cannot be its own parent")
-	}
-	if p == nil {
-		return errParentNotFound(pid)
-	}
-	if !isQueued(p.state) {
-		return errNotLinkable(pid)
-	}
-	if pqueue != "" && p.Queue != pqueue {
-		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
-	}
-	if len(p.cold().Children) >= maxDeps {
-		return tooMany("children of a job are", maxDeps)
-	}
-	// The child's id lands in the parent's children, dependencies and data.
-	if p.size()+3*int64(len(childID)+8) > maxJobBytes {
-		return errJobTooBig
-	}
-	return nil
 }
 
 // linkChild makes parent pid wait for child (already admitted).
@@ -848,6 +823,3 @@ func (b *MemEngine) UpdateParent(_ context.Context, cid, pid string) error {
 	}
 	return nil
 }
-
-func errParentNotFound(pid string) error { return errors.New("Parent job not found: " + pid) }
-func errNotLinkable(pid string) error    { return errors.New("Parent job " + pid + " is not linkable") }

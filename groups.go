@@ -246,25 +246,6 @@ func (q *Queue) groupRoom(jobs []*Job) error {
 	})
 }
 
-// groupRoom is the check itself; queued tells a group's queued jobs.
-func groupRoom(jobs []*Job, queued func(group string) int) error {
-	var added map[string]int
-	for _, j := range jobs {
-		if j.cold().GroupID == "" || len(j.cold().DependsOn) > 0 {
-			continue
-		}
-		have := added[j.cold().GroupID] + queued(j.cold().GroupID)
-		if j.cold().groupMax > 0 && int64(have) >= j.cold().groupMax {
-			return errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))
-		}
-		if added == nil {
-			added = map[string]int{}
-		}
-		added[j.cold().GroupID]++
-	}
-	return nil
-}
-
 // groupKeys orders a group's heap: lower priority number first, then
 // admission order. (LIFO does not apply inside a group.)
 func groupKeys(j *Job) (int64, int64, int64) { return -j.Priority, j.seq, 0 }

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,6 +76,9 @@ func recvName(fd *ast.FuncDecl) string {
 //   - The PostgreSQL engine names no memory shard and no memory engine:
 //     its jobs are not in them; what both share is the Broker.
 //   - The Broker, which every engine is given, is not an Engine.
+//   - The engines' files hold no refusal text of the reference's (a
+//     message that starts with a capital): those are written once, in
+//     the rule files (or read from the request, in the handlers).
 func TestEngineLayers(t *testing.T) {
 	if _, isEngine := any((*Broker)(nil)).(Engine); isEngine {
 		t.Error("the Broker implements Engine: jobs belong in an engine, the Broker is the process")
@@ -126,6 +130,9 @@ func TestEngineLayers(t *testing.T) {
 			}
 			return true
 		})
+		if engineFile(path) {
+			refusalsInRules(t, fs, f)
+		}
 		if (strings.HasPrefix(path, "pg_") || path == "postgres.go") && shardUses > 0 {
 			t.Errorf("%s names the memory engine or its shards %d times: the PostgreSQL engine's jobs are not in them",
 				path, shardUses)
@@ -145,4 +152,44 @@ func noEngineMethods(t *testing.T, fs *token.FileSet, f *ast.File, where string)
 			}
 		}
 	}
+}
+
+// memEngineFiles are the memory engine's files (docs/ARCHITECTURE.md).
+var memEngineFiles = []string{"memengine.go", "shard.go", "index.go", "job.go", "record.go", "lifecycle.go",
+	"flows.go", "query.go", "control.go", "queue.go", "limits.go", "dlq.go", "groups.go", "dedup.go",
+	"dashboard.go", "cron.go", "history.go", "store.go"}
+
+// engineFile says whether path is one of an engine's files.
+func engineFile(path string) bool {
+	return strings.HasPrefix(path, "pg_") || path == "postgres.go" || slices.Contains(memEngineFiles, path)
+}
+
+// refusalsInRules fails on each errors.New or fmt.Errorf in f whose text
+// starts with a capital (the reference's refusals do), but for an error
+// wrapped with %w, which says what failed rather than refusing.
+func refusalsInRules(t *testing.T, fs *token.FileSet, f *ast.File) {
+	t.Helper()
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) == 0 {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		pkg, ok := sel.X.(*ast.Ident)
+		if !ok || !(pkg.Name == "errors" && sel.Sel.Name == "New" || pkg.Name == "fmt" && sel.Sel.Name == "Errorf") {
+			return true
+		}
+		lit, ok := call.Args[0].(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING || len(lit.Value) < 2 {
+			return true
+		}
+		text := lit.Value[1:]
+		if text[0] >= 'A' && text[0] <= 'Z' && !strings.Contains(text, "%w") {
+			t.Errorf("%s: a refusal text in an engine's file: %s (write it once, in a rule file)", fs.Position(lit.Pos()), lit.Value)
+		}
+		return true
+	})
 }

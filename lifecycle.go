@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"math"
 	"slices"
 	"time"
@@ -180,7 +179,7 @@ func (s *Shard) admit(q *Queue, j *Job, now int64, batch map[string]*Job) PushRe
 	}
 	if ok && j.cold().GroupID != "" && j.cold().groupMax > 0 {
 		if g := q.groups[j.cold().GroupID]; g != nil && int64(g.queued) >= j.cold().groupMax {
-			return PushResult{Err: errors.New("Group " + j.cold().GroupID + " has reached its maximum size of " + itoa(j.cold().groupMax))}
+			return PushResult{Err: errGroupFull(j)}
 		}
 	}
 	if !ok {
@@ -445,8 +444,6 @@ func (s *Shard) leaveWait(ctx context.Context, queue string, w *waiter, woken bo
 
 // ---------------------------------------------------------------------------
 // ACK and FAIL
-
-var errNotProcessing = "Job not found or not in processing state: "
 
 // Ack completes one job.
 func (b *MemEngine) Ack(_ context.Context, it AckItem) (Outcome, error) {

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -177,7 +176,7 @@ func (plan *dedupPlan) apply(jobs []*Job, live map[string]bool, held map[string]
 				// As in memory mode: the jobs waiting on it would be left
 				// waiting for a job that is gone.
 				plan.upto = i
-				plan.refused = errors.New("Cannot replace deduplicated job " + h.id + " because live jobs depend on it")
+				plan.refused = errDependedOn(h.id)
 				return w
 			case removeHolder:
 				w.remove = append(w.remove, h.id)

@@ -20,7 +20,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -631,7 +630,7 @@ func (p *PG) flowIDsFree(ctx context.Context, tx pgx.Tx, ids []string) error {
 	}
 	for _, id := range ids {
 		if taken[id] {
-			return errors.New("Flow job " + id + " already exists")
+			return errFlowJobExists(id)
 		}
 	}
 	return nil
@@ -653,7 +652,7 @@ func (p *PG) insertFlow(ctx context.Context, tx pgx.Tx, queue string, jobs []*Jo
 		}
 		for _, j := range jobs {
 			if !in[j] {
-				return nil, errors.New("Flow job " + j.ID() + " already exists")
+				return nil, errFlowJobExists(j.ID())
 			}
 		}
 	}

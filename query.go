@@ -7,12 +7,9 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"time"
 )
-
-var errJobNotFound = errors.New("Job not found")
 
 // noJob is the view of a job that does not exist.
 var noJob = JobView{State: StateNone.String()}
@@ -395,11 +392,6 @@ func jsSlice(n int, start, end int64) (int, int) {
 // Progress
 
 func notActive(j *Job, now int64) error { return notActiveIn(j.stateAt(now).String()) }
-
-// notActiveIn refuses a job that is not active but in state.
-func notActiveIn(state string) error {
-	return errors.New("Job is not active (current state: " + state + ")")
-}
 
 // progressSet is what a Progress request sets.
 type progressSet struct {

@@ -3,6 +3,8 @@ package main
 // Rules both engines follow for a cron schedule once a due run has been
 // handled.
 
+import "errors"
+
 // afterRun does a schedule's bookkeeping once its run due at s.NextRun
 // was handled at now: a run that was not skipped counts as an execution,
 // whether or not its job could be made or was let in (the reference
@@ -23,3 +25,5 @@ func (s *CronSchedule) afterRun(ran bool, now int64) (ended string) {
 	s.NextRun = next
 	return ""
 }
+
+var errCronNotFound = errors.New("Cron job not found")

@@ -1,5 +1,7 @@
 package main
 
+import "errors"
+
 // Rules both engines follow for deduplication: what a push does about a
 // key another job holds.
 
@@ -27,4 +29,14 @@ func dedupPolicy(j *Job, holder State) (act dedupAct, removeHolder bool, err err
 		return dedupExtend, false, errDupExtended
 	}
 	return dedupDuplicate, false, nil
+}
+
+// The refusals of a push whose deduplication key is held, in the
+// reference's words.
+var errDupExtended = errors.New("Duplicate unique_key (extended TTL)")
+
+// errDependedOn refuses to replace the job holding a key, id, while live
+// jobs wait for it.
+func errDependedOn(id string) error {
+	return errors.New("Cannot replace deduplicated job " + id + " because live jobs depend on it")
 }

@@ -235,3 +235,5 @@ func timedOut(j *Job, now int64) bool {
 func timeoutFailure() failure {
 	return failure{err: "Job timeout exceeded", hasErr: true, reason: "timeout"}
 }
+
+var errNotProcessing = "Job not found or not in processing state: "

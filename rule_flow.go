@@ -106,3 +106,34 @@ func parkable(j *Job, token string) error {
 	}
 	return checkLease(j, token)
 }
+
+// linkable says whether a child may link to parent p (nil: not found),
+// which it names pid in queue pqueue.
+func linkable(p *Job, pid, pqueue, childID string) error {
+	if pid == childID {
+		return errors.New("A job cannot be its own parent")
+	}
+	if p == nil {
+		return errParentNotFound(pid)
+	}
+	if !isQueued(p.state) {
+		return errNotLinkable(pid)
+	}
+	if pqueue != "" && p.Queue != pqueue {
+		return errors.New("Parent job " + pid + " belongs to queue " + p.Queue + ", not " + pqueue)
+	}
+	if len(p.cold().Children) >= maxDeps {
+		return tooMany("children of a job are", maxDeps)
+	}
+	// The child's id lands in the parent's children, dependencies and data.
+	if p.size()+3*int64(len(childID)+8) > maxJobBytes {
+		return errJobTooBig
+	}
+	return nil
+}
+
+func errParentNotFound(pid string) error { return errors.New("Parent job not found: " + pid) }
+func errNotLinkable(pid string) error    { return errors.New("Parent job " + pid + " is not linkable") }
+
+// errFlowJobExists refuses a flow whose job id is in use.
+func errFlowJobExists(id string) error { return errors.New("Flow job " + id + " already exists") }

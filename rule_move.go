@@ -8,6 +8,15 @@ package main
 
 import "errors"
 
+// The refusals of a move, in the reference's words.
+var (
+	errCannotCancel = errors.New("Job not found or cannot be cancelled")
+	errNotDelayed   = errors.New("Job not found or not delayed")
+	errChangeDelay  = errors.New("Job not found or cannot change delay")
+	errNotInQueue   = errors.New("Job not found or not in queue")
+	errCannotUpdate = errors.New("Job not found or cannot be updated")
+)
+
 // MoveKind names a move by hand of one job: one per command.
 type MoveKind uint8
 
@@ -143,4 +152,15 @@ func (j *Job) queuedState(now int64) State {
 		return StateDelayed
 	}
 	return j.readyState()
+}
+
+// Refusals of a read or a move of one job, in the reference's words.
+var (
+	errJobNotFound = errors.New("Job not found")
+	errNoDLQ       = errors.New("Failed job not in DLQ")
+)
+
+// notActiveIn refuses a job that is not active but in state.
+func notActiveIn(state string) error {
+	return errors.New("Job is not active (current state: " + state + ")")
 }

@@ -223,3 +223,17 @@ func encodeWorker(e *Enc, w *worker, idKey string, now int64, alive, withUptime 
 	}
 	m.End()
 }
+
+// serves reports whether a registered worker takes jobs from queue.
+func (ws *Workers) serves(queue string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, w := range ws.m {
+		for _, q := range w.Queues {
+			if q == queue {
+				return true
+			}
+		}
+	}
+	return false
+}
