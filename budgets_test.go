@@ -113,6 +113,7 @@ func budgetScenario(t *testing.T, cs []*tclient) map[string]any {
 // failure's error and stack, a result and a log line have a limit, the
 // same in both engines, and each refusal names it; nothing else is lost.
 func TestJobFieldBudgets(t *testing.T) {
+	t.Parallel()
 	got := sameAsMemory(t, budgetScenario)
 	if got["state"] != "active" || got["progress"] != "half" || num(t, got["completed"]) != 1 || num(t, got["waiting"]) != 0 {
 		t.Fatalf("after the refusals: %v", got)

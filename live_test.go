@@ -294,6 +294,7 @@ func TestLiveWebSocketReleasesJobs(t *testing.T) {
 // TestLiveSlowConsumer: a WebSocket client that reads nothing, and an SSE
 // client that reads nothing, do not slow the broker; they miss events.
 func TestLiveSlowConsumer(t *testing.T) {
+	t.Parallel()
 	// Dropped only by a write refused for longer than the test can take:
 	// on a busy machine its 3,000 jobs take more than the default 10 s.
 	ts := startServerHTTP(t, &config{liveEvery: liveIntervals{write: 5 * time.Minute}})
@@ -347,6 +348,7 @@ func TestLiveSlowConsumer(t *testing.T) {
 // budget while subscribers that do not read hold them, and given back
 // once those go.
 func TestLiveEventsCounted(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	legacy := dialWS(t, ts.http, "/ws")

@@ -39,6 +39,7 @@ func cronBudgetScenario(t *testing.T, cs []*tclient) map[string]any {
 
 // TestCronLimits: refusals name their limits, the same in both engines.
 func TestCronLimits(t *testing.T) {
+	t.Parallel()
 	got := sameAsMemory(t, cronBudgetScenario)
 	if got["data"] != "a cron's data is limited to 1 MiB (1048576 bytes)" ||
 		got["name"] != "a cron's name is limited to 512 bytes" ||
