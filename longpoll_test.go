@@ -27,21 +27,25 @@ const (
 	parkedWaitJob = "(*MemEngine).WaitJob.func" // WaitJob in memory mode
 )
 
-// parkedIn counts the goroutines of this process blocked in a select
-// directly in a function of this package whose name, in a stack trace
-// (the package's path, a dot, then fn), starts with fn.
-func parkedIn(fn string) int {
+// allStacks is every goroutine's stack in this process, one per entry,
+// whole however many there are.
+func allStacks() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return strings.Split(string(buf[:n]), "\n\n")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// parkedIn counts the goroutines of this process blocked in a select
+// directly in a function of this package whose name, in a stack trace
+// (the package's path, a dot, then fn), starts with fn.
+func parkedIn(fn string) int {
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range allStacks() {
 		lines := strings.Split(g, "\n")
 		if len(lines) == 0 || !strings.Contains(lines[0], "[select") {
 			continue
@@ -64,17 +68,8 @@ func parkedIn(fn string) int {
 // blockedIn counts the goroutines of this process in the given state
 // ("IO wait", say) with fn among their frames.
 func blockedIn(state, fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range allStacks() {
 		head, rest, _ := strings.Cut(g, "\n")
 		if strings.Contains(head, "["+state) && strings.Contains(rest, fn) {
 			count++

@@ -1,8 +1,8 @@
 package main
 
 // Cron schedules and repeatable jobs through the protocol: PostgreSQL mode
-// answers as memory mode, step by step (answersAsMemoryBut,
-// pg_flow_parity_test.go).
+// answers as memory mode, step by step (answersAsMemory,
+// pg_control_test.go).
 
 import (
 	"math"
@@ -231,15 +231,10 @@ func cronScript(t *testing.T, a, b *tclient) []string {
 	return runSteps(t, steps)
 }
 
-// cronKnownDiffs are the steps of cronScript whose answers differ between
-// the engines today, by step index: the key of the answer that differs.
-// Delete an entry when the engines agree on it.
-var cronKnownDiffs = map[int]string{}
-
 // TestPGCronAnswerAsMemory: cron schedules and repeatable jobs through two
 // brokers of one namespace answer as through one memory-mode server,
-// field for field, but for the known differences.
+// field for field.
 func TestPGCronAnswerAsMemory(t *testing.T) {
 	t.Parallel()
-	answersAsMemoryBut(t, cronScript, cronKnownDiffs)
+	answersAsMemory(t, cronScript)
 }

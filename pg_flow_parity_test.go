@@ -1,15 +1,12 @@
 package main
 
 // Flows and dependencies through the protocol: PostgreSQL mode answers as
-// memory mode, step by step, as in pg_control_test.go's answersAsMemory;
-// with the parity scripts' step runner (runSteps) and the comparison that
-// knows today's differences (answersAsMemoryBut), which
-// pg_cron_parity_test.go uses too.
+// memory mode, step by step (pg_control_test.go's answersAsMemory), with
+// the parity scripts' step runner (runSteps), which pg_cron_parity_test.go
+// uses too.
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -391,85 +388,10 @@ func nested(root, leaf string, leafOpts M) M {
 	}}
 }
 
-// answersAsMemoryBut is answersAsMemory (pg_control_test.go) with the
-// differences known: known names, by step index, the key of the step's
-// answer whose values differ between the engines today. The key is left
-// out of both answers (wherever it is in them) and the rest must match; a
-// step whose answers match in full no longer differs, and fails the test
-// so that its entry goes.
-func answersAsMemoryBut(t *testing.T, script func(t *testing.T, a, b *tclient) []string, known map[int]string) {
-	t.Helper()
-	mem := startBinary(t, "--memory")
-	want := script(t, dial(t, mem.addr()), dial(t, mem.addr()))
-
-	ns := pgTestNamespace(t)
-	pa, pb := startPGBroker(t, ns), startPGBroker(t, ns)
-	got := script(t, dial(t, pa.addr()), dial(t, pb.addr()))
-	if len(got) != len(want) {
-		t.Fatalf("%d answers, want %d", len(got), len(want))
-	}
-	diffs, seen := 0, 0
-	for i := range want {
-		step := -1
-		fmt.Sscanf(want[i], "%d ", &step)
-		key, isKnown := known[step]
-		switch {
-		case got[i] == want[i] && isKnown:
-			t.Errorf("step %d answers alike now, %s and all: delete its known difference\n %s", step, key, want[i])
-		case got[i] == want[i]:
-		case isKnown && withoutKey(t, got[i], key) == withoutKey(t, want[i], key):
-			seen++
-		default:
-			diffs++
-			t.Errorf("answer differs:\n memory:   %s\n postgres: %s", want[i], got[i])
-		}
-	}
-	t.Logf("%d answers compared, %d differ, %d differ as known", len(want), diffs, seen)
-}
-
-// withoutKey is an answer line (answerLine) with key taken out of its
-// answer wherever it is.
-func withoutKey(t *testing.T, line, key string) string {
-	t.Helper()
-	head, js, ok := strings.Cut(line, ": ")
-	if !ok {
-		t.Fatalf("not an answer line: %s", line)
-	}
-	var v any
-	if err := json.Unmarshal([]byte(js), &v); err != nil {
-		t.Fatalf("answer line %q: %v", line, err)
-	}
-	var drop func(v any)
-	drop = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			delete(x, key)
-			for _, e := range x {
-				drop(e)
-			}
-		case []any:
-			for _, e := range x {
-				drop(e)
-			}
-		}
-	}
-	drop(v)
-	out, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return head + ": " + string(out)
-}
-
-// flowKnownDiffs are the steps of flowScript whose answers differ between
-// the engines today, by step index: the key of the answer that differs
-// (answersAsMemoryBut). Delete an entry when the engines agree on it.
-var flowKnownDiffs = map[int]string{}
-
 // TestPGFlowsAnswerAsMemory: flows and dependencies through two brokers of
 // one namespace answer as through one memory-mode server, field for
-// field, but for the known differences.
+// field.
 func TestPGFlowsAnswerAsMemory(t *testing.T) {
 	t.Parallel()
-	answersAsMemoryBut(t, flowScript, flowKnownDiffs)
+	answersAsMemory(t, flowScript)
 }
