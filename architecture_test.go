@@ -2,8 +2,6 @@ package main
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,19 +112,9 @@ const (
 // (sqlite.go was 1,033 lines, loadJobs 152, a pipeline in two inline
 // goroutines).
 func TestSizes(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := parseSources(t, "*.go")
+	for _, sf := range files {
+		f, af := sf.path, sf.f
 		if n := fset.File(af.Pos()).LineCount(); n > maxFileLines {
 			t.Errorf("%s has %d lines, over %d: split it by what its parts do", f, n, maxFileLines)
 		}

@@ -222,15 +222,12 @@ type emitScratch struct {
 }
 
 // emit sends one event to the queue's subscribers and the broker's taps,
-// through scratch (nil: a fresh one).
+// through the caller's scratch.
 func (b *Broker) emit(scratch *emitScratch, queue string, t evType, j *Job, now int64, a evArgs) {
 	subs := b.subs.of(queue)
 	taps := b.taps.Load()
 	if len(subs) == 0 && taps == nil {
 		return
-	}
-	if scratch == nil {
-		scratch = new(emitScratch)
 	}
 	if taps != nil {
 		scratch.ev = Event{Type: t, Queue: queue, job: j, At: now, Args: a}

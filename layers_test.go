@@ -16,7 +16,7 @@ import (
 // lock, reaches into shards, queues or the PostgreSQL pool, or holds SQL;
 // nothing there is a method of an engine.
 func TestHandlersHoldNoStorage(t *testing.T) {
-	files, _ := filepath.Glob("cmd_*.go")
+	fs, files := parseSources(t, "cmd_*.go")
 	if len(files) < 8 {
 		t.Fatalf("only %d cmd_*.go files", len(files))
 	}
@@ -28,15 +28,8 @@ func TestHandlersHoldNoStorage(t *testing.T) {
 		"pg": "the PostgreSQL engine", "sql": "SQL", "begin": "a transaction", "inTx": "a transaction",
 	}
 	sqlWords := []string{"SELECT ", "INSERT INTO", "UPDATE {s}", "DELETE FROM"}
-	fs := token.NewFileSet()
-	for _, path := range files {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fs, path, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, sf := range files {
+		f := sf.f
 		noEngineMethods(t, fs, f, "a handler file")
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -54,6 +47,34 @@ func TestHandlersHoldNoStorage(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// sourceFile is one of the server's files (not a test), parsed.
+type sourceFile struct {
+	path string
+	f    *ast.File
+}
+
+// parseSources parses the server's files that match pattern.
+func parseSources(t *testing.T, pattern string) (*token.FileSet, []sourceFile) {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := token.NewFileSet()
+	var out []sourceFile
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fs, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sourceFile{path, f})
+	}
+	return fs, out
 }
 
 func recvName(fd *ast.FuncDecl) string {
@@ -83,22 +104,15 @@ func TestEngineLayers(t *testing.T) {
 	if _, isEngine := any((*Broker)(nil)).(Engine); isEngine {
 		t.Error("the Broker implements Engine: jobs belong in an engine, the Broker is the process")
 	}
-	files, _ := filepath.Glob("*.go")
+	fs, files := parseSources(t, "*.go")
 	pgxAllowed := func(f string) bool {
 		return strings.HasPrefix(f, "pg_") || f == "postgres.go" || f == "migrate_to_pg.go" || f == "bunqueue_pg.go"
 	}
 	shardWords := map[string]bool{"shardOf": true, "withJob": true, "shards": true, "lockJob": true}
 	ruleBanned := map[string]bool{"mu": true, "shards": true, "shardOf": true, "with": true, "withJob": true,
 		"lockJob": true, "pool": true, "db": true, "store": true, "persist": true}
-	fs := token.NewFileSet()
-	for _, path := range files {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fs, path, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, sf := range files {
+		path, f := sf.path, sf.f
 		for _, im := range f.Imports {
 			if strings.Contains(im.Path.Value, "jackc/pgx") && !pgxAllowed(path) {
 				t.Errorf("%s imports pgx: only the PostgreSQL engine and its migrations may", path)

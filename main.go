@@ -372,7 +372,8 @@ func (s *serverRun) startBroker() error {
 	}
 	m := newMemEngine(b, c.shards, s.store)
 	m.fitCaches()
-	// In PostgreSQL mode completed jobs live in the database (pg_retain.go).
+	// Completed jobs kept in memory (PostgreSQL mode keeps them in the
+	// database: pg_retain.go).
 	retention := int64(-1)
 	if c.completedRetention != nil {
 		retention = int64(*c.completedRetention)
