@@ -286,7 +286,7 @@ func TestAnswersCutToFrameLimit(t *testing.T) {
 			// frame of big jobs from PostgreSQL, and the answer paths are
 			// checked for races in process (TestJSONAnswersInPieces,
 			// TestAnswerTurnsByClient, ...).
-			srv := startBinaryAt(t, []string{plainBinary(t)}, storageFlags(t, mode)...)
+			srv := startBinary(t, storageFlags(t, mode)...)
 			c := dial(t, srv.addr())
 			const n, size = 8, 9_900_000
 			ids := map[string]bool{}

@@ -25,13 +25,55 @@ import (
 	"time"
 )
 
-// queuedBinary is the server the end-to-end tests start: this test
-// binary itself, which runs queued's main instead of the tests when
-// started with serverEnv set (TestMain). It is built with the race
-// detector when the tests are, so end-to-end runs are checked too, and
-// nothing is built again for them: a separate `go build -race` of the
-// server took 15-20 s of every run on two cores.
+// queuedBinary is the server the end-to-end tests start: the release
+// build, as users run it (buildRelease). Under the race detector the
+// end-to-end servers were this test binary, race-built, and spent two
+// thirds of the suite's CPU (437 of 693 CPU-s, the test process 256):
+// the race detector now watches the in-process servers that every
+// command's tests start, and the official client's compat run in memory
+// mode against a race-built server (testBinary).
 func queuedBinary(t *testing.T) string {
+	t.Helper()
+	if !raceEnabled {
+		return testBinary(t) // already a release build
+	}
+	return buildRelease(t)
+}
+
+var (
+	releaseOnce sync.Once
+	releasePath string
+	releaseErr  error
+)
+
+// buildRelease builds the server once per test process without the race
+// detector, as the static release binary is built (the README, and CI
+// just before the tests: the build cache holds every package of it).
+func buildRelease(t *testing.T) string {
+	t.Helper()
+	releaseOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "queued-release")
+		if err != nil {
+			releaseErr = err
+			return
+		}
+		releasePath = filepath.Join(dir, "queued")
+		cmd := exec.Command("go", "build", "-o", releasePath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			releaseErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if releaseErr != nil {
+		t.Fatal(releaseErr)
+	}
+	return releasePath
+}
+
+// testBinary is this test binary, which runs queued's main instead of
+// the tests when started with serverEnv set (TestMain); race-built when
+// the tests are.
+func testBinary(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -265,7 +307,13 @@ func TestCompat(t *testing.T) {
 			defer wg.Done()
 			for r := range next {
 				t.Run(r.mode+"/"+r.name, func(t *testing.T) {
-					runScript(t, dir, bun, r.script, storageFlags(t, r.mode))
+					// The official client against a race-built server, in
+					// one mode: the end-to-end servers are release builds.
+					bin := queuedBinary(t)
+					if r.mode == "memory" {
+						bin = testBinary(t)
+					}
+					runScript(t, dir, bun, bin, r.script, storageFlags(t, r.mode))
 				})
 			}
 		}()
@@ -288,9 +336,9 @@ func storageFlags(t *testing.T, mode string) []string {
 	return []string{"--data-path", filepath.Join(t.TempDir(), "queued.db")}
 }
 
-// runScript starts a server for the script and runs it.
-func runScript(t *testing.T, dir, bun, script string, extra []string) {
-	srv := startBinary(t, append(scriptFlags(script), extra...)...)
+// runScript starts a server (binary bin) for the script and runs it.
+func runScript(t *testing.T, dir, bun, bin, script string, extra []string) {
+	srv := startBinaryAt(t, []string{bin}, append(scriptFlags(script), extra...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bun, "run", script)

@@ -147,7 +147,7 @@ func readRSS(pid int) (int64, bool) {
 
 // unreadAnswersFlood runs the flood against a server started with flags.
 func unreadAnswersFlood(t *testing.T, flags []string) {
-	srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+	srv := startBinary(t, flags...)
 	pid := srv.cmd.Process.Pid
 	c := dial(t, srv.addr())
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "big", "data": strings.Repeat("x", floodJobBytes)}), "id")
@@ -437,7 +437,7 @@ func TestHostileUnreadJSONAnswers(t *testing.T) {
 		for _, transport := range []string{"http", "websocket"} {
 			t.Run(mode+"/"+transport, func(t *testing.T) {
 				flags := append(storageFlags(t, mode), "--max-answer-bytes", "128MiB")
-				srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+				srv := startBinary(t, flags...)
 				c := dial(t, srv.addr())
 				id := str(t, c.ok(M{"cmd": "PUSH", "queue": "big", "data": binaryData(floodJobBytes)}), "id")
 				unreadJSONFlood(t, srv, fmt.Sprintf("127.0.0.1:%d", srv.httpPort), id, transport)
@@ -517,7 +517,7 @@ func unreadJSONFlood(t *testing.T, srv *serverProc, httpAddr, id, transport stri
 // another address, is next in turn once the budget takes room back from
 // those sitting on it. Before, it was refused "Server busy" for 1 to 55 s.
 func TestFairTurnsHonestAnswer(t *testing.T) {
-	srv := startBinaryAt(t, []string{plainBinary(t)}, "--memory", "--max-answer-bytes", "32MiB")
+	srv := startBinary(t, "--memory", "--max-answer-bytes", "32MiB")
 	c := dial(t, srv.addr())
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "big", "data": binaryData(floodJobBytes)}), "id")
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", srv.httpPort)

@@ -55,7 +55,7 @@ func TestHostileMCPAnswers(t *testing.T) {
 	// server whose collector must keep up (420 MB against 400 when run
 	// four at a time).
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
-		t.Run(mode, func(t *testing.T) { mcpBigBinaryJobs(t, []string{plainBinary(t)}, mode) })
+		t.Run(mode, func(t *testing.T) { mcpBigBinaryJobs(t, []string{queuedBinary(t)}, mode) })
 	}
 }
 

@@ -14,8 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,38 +23,6 @@ import (
 	"time"
 	"unsafe"
 )
-
-var (
-	plainOnce sync.Once
-	plainPath string
-	plainErr  error
-)
-
-// plainBinary builds the server without the race detector. The figures
-// measured here are a release build's, and the race detector allows no
-// more than 8128 live goroutines, fewer than 10,000 connections need.
-func plainBinary(t *testing.T) string {
-	t.Helper()
-	if !raceEnabled {
-		return queuedBinary(t) // already one
-	}
-	plainOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "queued-plain")
-		if err != nil {
-			plainErr = err
-			return
-		}
-		plainPath = filepath.Join(dir, "queued")
-		cmd := exec.Command("go", "build", "-o", plainPath, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			plainErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if plainErr != nil {
-		t.Fatal(plainErr)
-	}
-	return plainPath
-}
 
 // procMem reads a process's resident memory and its peak, in bytes.
 func procMem(t *testing.T, pid int) (rss, peak int64) {
@@ -159,7 +125,7 @@ func TestHostileTenThousandIdleConnections(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < n+1000 {
 		t.Fatalf("the test holds %d client connections and needs an open-file limit above %d (have %d: raise it with ulimit -n)", n, n+1000, lim.Cur)
 	}
-	srv := startBinaryAt(t, []string{plainBinary(t)}, "--memory")
+	srv := startBinary(t, "--memory")
 	pid := srv.cmd.Process.Pid
 	base, _ := procMem(t, pid)
 
@@ -367,7 +333,7 @@ func TestHostileDefaultConnectionLimit(t *testing.T) {
 func TestHostileUnauthenticatedHugeFrames(t *testing.T) {
 	const n = 500
 	const unauthRSSBound = 64 * mib
-	srv := startBinaryAt(t, []string{plainBinary(t)}, "--memory", "--auth-tokens", "sesame")
+	srv := startBinary(t, "--memory", "--auth-tokens", "sesame")
 	pid := srv.cmd.Process.Pid
 	c := dial(t, srv.addr())
 	c.ok(M{"cmd": "Auth", "token": "sesame"})

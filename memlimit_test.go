@@ -76,7 +76,7 @@ const maxMemoryRSSBound = 600 * mib
 func TestMaxMemoryRefusesPushes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queued.db")
 	flags := []string{"--data-path", path, "--max-memory", "512MiB"}
-	srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+	srv := startBinary(t, flags...)
 	rss := watchRSS(t, srv.cmd.Process.Pid)
 	c := dial(t, srv.addr())
 	data := strings.Repeat("x", 32<<10)
@@ -160,7 +160,7 @@ func TestMaxMemoryRefusesPushes(t *testing.T) {
 
 	// A restart in the middle loads what was stored, within the bound.
 	srv.stop(t)
-	srv = startBinaryAt(t, []string{plainBinary(t)}, flags...)
+	srv = startBinary(t, flags...)
 	_, hwm := procMem(t, srv.cmd.Process.Pid)
 	c = dial(t, srv.addr())
 	counts = sub(t, c.ok(M{"cmd": "GetJobCounts", "queue": "mem"}), "counts")
@@ -197,7 +197,7 @@ func TestMaxMemoryRefusesPushes(t *testing.T) {
 // the process.
 func TestMaxMemoryRefusesLargeFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queued.db")
-	srv := startBinaryAt(t, []string{plainBinary(t)}, "--data-path", path)
+	srv := startBinary(t, "--data-path", path)
 	c := dial(t, srv.addr())
 	data := strings.Repeat("x", 256<<10)
 	for range 20 {
@@ -209,7 +209,7 @@ func TestMaxMemoryRefusesLargeFile(t *testing.T) {
 	}
 	srv.stop(t)
 	// 400 jobs of 256 KiB: about 100 MiB.
-	out, code := runBinaryOnce(t, plainBinary(t), "--data-path", path, "--max-memory", "64MiB", "--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "0")
+	out, code := runBinaryOnce(t, queuedBinary(t), "--data-path", path, "--max-memory", "64MiB", "--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "0")
 	if code == 0 || !strings.Contains(out, "400 jobs") || !strings.Contains(out, "--max-memory") {
 		t.Fatalf("start with a file too big for --max-memory 64MiB: exit %d\n%s", code, out)
 	}
@@ -262,7 +262,7 @@ func TestMaxMemoryRefusesUpdates(t *testing.T) {
 			case "postgres":
 				flags = append(flags, "--postgres-url", testPGURL(), "--postgres-namespace", pgTestNamespace(t))
 			}
-			srv := startBinaryAt(t, []string{plainBinary(t)}, flags...)
+			srv := startBinary(t, flags...)
 			c := dial(t, srv.addr())
 			// 60 of 9.9 MB: more than twice the budget.
 			n := 60

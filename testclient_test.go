@@ -502,10 +502,14 @@ func clockPast(t testing.TB, now func() int64, mark int64) {
 func retryPause() { time.Sleep(20 * time.Millisecond) }
 
 // eventually polls cond until it holds or the deadline passes; the last
-// failure message is reported.
+// failure message is reported. The pause between polls grows from 2 ms to
+// 50 ms: a condition met at once is seen at once, and a wait of seconds
+// (a schedule, a flood being dealt with) does not spend the machine's CPU
+// asking, often through a metrics scrape, a hundred times a second.
 func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	pause := 2 * time.Millisecond
 	for {
 		ok, msg := cond()
 		if ok {
@@ -514,7 +518,8 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() (bo
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not reached within %v (last: %s)", what, within, msg)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(pause*3/2, 50*time.Millisecond)
 	}
 }
 

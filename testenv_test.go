@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,9 @@ func TestMain(m *testing.M) {
 	}
 	frameCheck = checkFrameBody
 	code := m.Run()
+	if releasePath != "" {
+		os.RemoveAll(filepath.Dir(releasePath))
+	}
 	if bad := malformedFrames(); bad != "" {
 		os.Stderr.WriteString(bad)
 		code = 1
