@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"os"
 	"os/signal"
 	"slices"
@@ -39,6 +38,13 @@ Workloads (default: push pushb drain mixed):
   mixed   half the connections push (PUSHB, or PUSH with --batch 1) while the
           other half pull and acknowledge; reports end-to-end latency and
           checks exactly-once
+  steady  (not in the default) --rate jobs a second for --duration (default
+          10s), pushed one at a time (PUSHB of --batch with --batch above 1)
+          on the first connection, while --workers workers on the others
+          each wait in a long PULL and ACK with their token; reports the
+          latency from each job's due time to a worker holding it, checks
+          exactly-once, and with the server on this machine its CPU per job
+          (and a local PostgreSQL's)
 
 Each workload uses a queue of its own (bench-...), removed with Obliterate at
 the end. Latencies are per request (mixed/e2e: from push to acknowledgement).
@@ -57,6 +63,8 @@ type benchOpts struct {
 	duration    time.Duration
 	workloads   []string
 	progress    bool
+	rate        int // steady: jobs a second
+	workers     int // steady: workers waiting in a long PULL
 }
 
 // runBench is `queued bench`: it reads the options, runs the workloads
@@ -111,6 +119,8 @@ func benchFlags(o *benchOpts, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.payload, "payload", 64, "bytes of payload in each job's data")
 	fs.IntVar(&o.jobs, "jobs", 100000, "jobs per workload")
 	fs.DurationVar(&o.duration, "duration", 0, "run push, pushb and mixed for this long instead of --jobs (e.g. 10s)")
+	fs.IntVar(&o.rate, "rate", 1000, "steady: jobs pushed a second")
+	fs.IntVar(&o.workers, "workers", 20, "steady: workers, each waiting in a long PULL")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fmt.Fprint(fs.Output(), `  --connections N   connections (mixed: half push, half work) (default 4)
@@ -118,12 +128,16 @@ func benchFlags(o *benchOpts, stderr io.Writer) *flag.FlagSet {
   --batch N         jobs per PUSHB, PULLB and ACKB, 1 to 1000 (default 100)
   --payload BYTES   payload in each job's data (default 64)
   --jobs N          jobs per workload (default 100000)
-  --duration D      run push, pushb and mixed this long instead of --jobs (e.g. 10s)
+  --duration D      run push, pushb and mixed this long instead of --jobs (e.g. 10s);
+                    steady: how long to push (default 10s)
+  --rate N          steady: jobs pushed a second (default 1000)
+  --workers N       steady: workers, each waiting in a long PULL (default 20)
   -H, --host, -p, --port, -t, --token, --tls, --tls-ca FILE, --tls-no-verify, --json
                     as for every client command (see queued help)
 
-Example:
+Examples:
   queued bench pushb --connections 4 --pipeline 8 --batch 100 --jobs 1000000
+  queued bench steady --rate 1000 --duration 30s --workers 20 --batch 1
 `)
 	}
 	return fs
@@ -150,8 +164,8 @@ func splitWorkloads(fs *flag.FlagSet, rest []string) (workloads, flagArgs []stri
 // check refuses workloads and figures the bench cannot run.
 func (o *benchOpts) check() error {
 	for _, w := range o.workloads {
-		if !slices.Contains([]string{"push", "pushb", "drain", "mixed"}, w) {
-			return fmt.Errorf("unknown workload %q (push, pushb, drain, mixed)", w)
+		if !slices.Contains([]string{"push", "pushb", "drain", "mixed", "steady"}, w) {
+			return fmt.Errorf("unknown workload %q (push, pushb, drain, mixed, steady)", w)
 		}
 	}
 	switch {
@@ -169,6 +183,12 @@ func (o *benchOpts) check() error {
 		return errors.New("--duration must be positive")
 	case slices.Contains(o.workloads, "mixed") && o.connections < 2:
 		return errors.New("mixed needs at least 2 connections (producers and workers)")
+	case o.rate < 1 || o.rate > 1_000_000:
+		return errors.New("--rate must be from 1 to 1000000 jobs a second")
+	case o.workers < 1 || o.workers > 10_000:
+		return errors.New("--workers must be from 1 to 10000")
+	case slices.Contains(o.workloads, "steady") && o.duration > 0 && float64(o.rate)*o.duration.Seconds() > seenMax:
+		return fmt.Errorf("steady: --rate times --duration must be at most %d jobs", seenMax)
 	}
 	return nil
 }
@@ -201,19 +221,27 @@ func reportBench(o benchOpts, results []benchResult, err error, stdout, stderr i
 
 // benchResult is one workload's outcome.
 type benchResult struct {
-	Workload    string       `json:"workload"`
-	Jobs        int64        `json:"jobs"`
-	Requests    int64        `json:"requests"`
-	Seconds     float64      `json:"seconds"`
-	JobsPerSec  float64      `json:"jobsPerSec"`
-	ReqsPerSec  float64      `json:"requestsPerSec"`
-	LatencyMs   latencyMs    `json:"latencyMs"`
-	Verified    *verifyStats `json:"verified,omitempty"`
-	Description string       `json:"-"`
+	Workload   string       `json:"workload"`
+	Jobs       int64        `json:"jobs"`
+	Requests   int64        `json:"requests"`
+	Seconds    float64      `json:"seconds"`
+	JobsPerSec float64      `json:"jobsPerSec"`
+	ReqsPerSec float64      `json:"requestsPerSec"`
+	LatencyMs  latencyMs    `json:"latencyMs"`
+	Verified   *verifyStats `json:"verified,omitempty"`
+	// steady only: the schedule, the pushes' round trips, and the CPU per
+	// job of a server (and a PostgreSQL) on this machine (0: not known).
+	Rate          int        `json:"rate,omitempty"`
+	Workers       int        `json:"workers,omitempty"`
+	PushMs        *latencyMs `json:"pushLatencyMs,omitempty"`
+	ServerCPUms   float64    `json:"serverCpuMsPerJob,omitempty"`
+	DatabaseCPUms float64    `json:"postgresCpuMsPerJob,omitempty"`
+	Description   string     `json:"-"`
 }
 
 type latencyMs struct {
 	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
 	P95 float64 `json:"p95"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
@@ -248,6 +276,8 @@ func benchWorkloads(ctx context.Context, o benchOpts, stdout io.Writer) ([]bench
 			rs, err = b.drain()
 		case "mixed":
 			rs, err = b.mixed()
+		case "steady":
+			rs, err = b.steady()
 		}
 		b.close()
 		results = append(results, rs...)
@@ -335,7 +365,7 @@ func (b *benchRun) call(c *Client, cmd string, fields func(e *Enc) int) ([]byte,
 
 // writeJob writes one job's fields: its name and data {s: seq, t: µs since
 // the run started, p: payload}.
-func (b *benchRun) writeJob(e *Enc, seq int64) {
+func (b *benchRun) writeJob(e *Enc, seq, at int64) {
 	e.MapHead(2)
 	e.Str("name")
 	e.Str("bench")
@@ -344,7 +374,7 @@ func (b *benchRun) writeJob(e *Enc, seq int64) {
 	e.Str("s")
 	e.Int(seq)
 	e.Str("t")
-	e.Int(time.Since(b.start).Microseconds())
+	e.Int(at)
 	e.Str("p")
 	e.Str(b.payload)
 }
@@ -352,6 +382,18 @@ func (b *benchRun) writeJob(e *Enc, seq int64) {
 // pushBatch pushes jobs seq..seq+n-1 with PUSHB, or PUSH when n is 1 and
 // single is set.
 func (b *benchRun) pushBatch(c *Client, seq int64, n int, single bool) error {
+	return b.pushAt(c, seq, n, single, -1)
+}
+
+// pushAt is pushBatch with the time the jobs carry (µs since the run
+// started): at, or the moment they are written when at is negative.
+func (b *benchRun) pushAt(c *Client, seq int64, n int, single bool, at int64) error {
+	stamp := func() int64 {
+		if at >= 0 {
+			return at
+		}
+		return time.Since(b.start).Microseconds()
+	}
 	if single {
 		_, err := b.call(c, "PUSH", func(e *Enc) int {
 			e.Str("queue")
@@ -363,7 +405,7 @@ func (b *benchRun) pushBatch(c *Client, seq int64, n int, single bool) error {
 			e.Str("s")
 			e.Int(seq)
 			e.Str("t")
-			e.Int(time.Since(b.start).Microseconds())
+			e.Int(stamp())
 			e.Str("p")
 			e.Str(b.payload)
 			return 3
@@ -379,7 +421,7 @@ func (b *benchRun) pushBatch(c *Client, seq int64, n int, single bool) error {
 		e.Str("jobs")
 		e.ArrayHead(n)
 		for i := range n {
-			b.writeJob(e, seq+int64(i))
+			b.writeJob(e, seq+int64(i), stamp())
 		}
 		return 2
 	})
@@ -789,7 +831,7 @@ func (b *benchRun) result(name string, jobs, reqs int64, el time.Duration, h *hi
 	s := el.Seconds()
 	return benchResult{Workload: name, Jobs: jobs, Requests: reqs, Seconds: round3(s),
 		JobsPerSec: math.Round(float64(jobs) / s), ReqsPerSec: math.Round(float64(reqs) / s),
-		LatencyMs: latencyMs{P50: h.quantileMs(0.50), P95: h.quantileMs(0.95), P99: h.quantileMs(0.99),
+		LatencyMs: latencyMs{P50: h.quantileMs(0.50), P90: h.quantileMs(0.90), P95: h.quantileMs(0.95), P99: h.quantileMs(0.99),
 			Max: round3(float64(h.max) / 1e6)}}
 }
 
@@ -813,6 +855,11 @@ func printBench(w io.Writer, o benchOpts, rs []benchResult) {
 			fmtMs(r.LatencyMs.P99), fmtMs(r.LatencyMs.Max)})
 	}
 	table(w, rows)
+	for _, r := range rs {
+		if r.Workload == "steady" {
+			fmt.Fprintln(w, steadyLine(r))
+		}
+	}
 	for _, r := range rs {
 		if v := r.Verified; v != nil {
 			if v.OK {
@@ -851,118 +898,4 @@ func groupDigits(f float64) string {
 		return "-" + string(out)
 	}
 	return string(out)
-}
-
-// seenTable counts how often each sequence number was processed. Its
-// chunks are made as the numbers reach them, so a run pays for the jobs it
-// pushes, up to seenMax.
-type seenTable struct {
-	chunks [seenChunks]atomic.Pointer[seenChunk]
-}
-
-type seenChunk [1 << 16]atomic.Uint32
-
-const (
-	seenChunks = 1024
-	seenMax    = seenChunks << 16
-)
-
-// inc counts one more processing of seq and returns the count; false when
-// seq is out of range.
-func (t *seenTable) inc(seq int64) (uint32, bool) {
-	if seq < 0 || seq >= seenMax {
-		return 0, false
-	}
-	p := &t.chunks[seq>>16]
-	c := p.Load()
-	if c == nil {
-		p.CompareAndSwap(nil, new(seenChunk))
-		c = p.Load()
-	}
-	return c[seq&0xffff].Add(1), true
-}
-
-func (t *seenTable) get(seq int64) uint32 {
-	if seq < 0 || seq >= seenMax {
-		return 0
-	}
-	c := t.chunks[seq>>16].Load()
-	if c == nil {
-		return 0
-	}
-	return c[seq&0xffff].Load()
-}
-
-// ---------------------------------------------------------------------------
-// Latency histogram
-
-// hist is a log-linear histogram of durations: 128 buckets per power of
-// two, so a quantile is within 1% of the true value, in a fixed 35 KiB
-// whatever the count. Each lane has its own; they are merged at the end.
-type hist struct {
-	counts [histBuckets]uint64
-	n      int64
-	max    int64
-	e2e    *hist   // a worker's push-to-ack latencies
-	lanes  []*hist // after merge: the parts, for their e2e
-}
-
-const (
-	histSub     = 128
-	histBuckets = 48 * histSub
-)
-
-func histIndex(v int64) int {
-	if v < histSub {
-		return int(max(v, 0))
-	}
-	e := bits.Len64(uint64(v)) - 8 // v>>e is in [128, 256)
-	return min((e+1)*histSub+int(v>>e)-histSub, histBuckets-1)
-}
-
-// histValue is the middle of bucket i.
-func histValue(i int) float64 {
-	if i < histSub {
-		return float64(i)
-	}
-	e := i/histSub - 1
-	m := i%histSub + histSub
-	return (float64(m) + 0.5) * float64(int64(1)<<e)
-}
-
-func (h *hist) add(d time.Duration) {
-	v := int64(d)
-	h.counts[histIndex(v)]++
-	h.n++
-	if v > h.max {
-		h.max = v
-	}
-}
-
-func (h *hist) merge(o *hist) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-	h.max = max(h.max, o.max)
-	h.lanes = append(h.lanes, o)
-}
-
-// quantileMs is the q-quantile in milliseconds (0 with no samples).
-func (h *hist) quantileMs(q float64) float64 {
-	if h.n == 0 {
-		return 0
-	}
-	if q >= 1 {
-		return round3(float64(h.max) / 1e6)
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	var seen uint64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank && c > 0 {
-			return round3(min(histValue(i), float64(h.max)) / 1e6)
-		}
-	}
-	return round3(float64(h.max) / 1e6)
 }

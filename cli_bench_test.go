@@ -11,6 +11,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -242,5 +245,88 @@ func TestBenchTallyReusesBuffers(t *testing.T) {
 	}) / float64(len(jobs))
 	if perJob > 1 {
 		t.Errorf("tally allocates %.2f times a job, want at most 1 (the id)", perJob)
+	}
+}
+
+// steady: jobs pushed at the rate asked for the duration, each taken by a
+// worker in a long PULL and acknowledged with its token, exactly once;
+// the summary line carries what a script reads, and the in-process
+// server is found listening on this machine and its CPU counted.
+func TestBenchSteady(t *testing.T) {
+	ts := startServer(t, nil)
+	code, out, errOut := runCLI(t, benchArgs(ts, "steady", "--rate", "400", "--duration", "1s", "--workers", "4",
+		"--batch", "1", "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	var doc struct {
+		Results []benchResult `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Results) != 1 {
+		t.Fatalf("not one result: %v\n%s", err, out)
+	}
+	r := doc.Results[0]
+	if r.Workload != "steady" || r.Jobs != 400 || r.Rate != 400 || r.Workers != 4 {
+		t.Errorf("steady result: %+v", r)
+	}
+	if v := r.Verified; v == nil || !v.OK || v.Pushed != 400 {
+		t.Errorf("steady verification: %+v", v)
+	}
+	if r.LatencyMs.P50 <= 0 || r.LatencyMs.P90 < r.LatencyMs.P50 || r.LatencyMs.P99 < r.LatencyMs.P90 ||
+		r.LatencyMs.Max < r.LatencyMs.P99 || r.PushMs == nil || r.PushMs.P50 <= 0 {
+		t.Errorf("implausible latencies: %+v push %+v", r.LatencyMs, r.PushMs)
+	}
+	if r.ServerCPUms <= 0 {
+		t.Errorf("the server listens in this process, its CPU per job not found: %+v", r)
+	}
+
+	// PUSHB of 5 on the producer's side; the text output's summary line.
+	code, out, errOut = runCLI(t, benchArgs(ts, "steady", "--rate", "500", "--duration", "400ms", "--workers", "2",
+		"--batch", "5")...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	line := regexp.MustCompile(`(?m)^steady rate=500 achieved=\d+ workers=2 jobs=200 p50=[\d.]+ p90=[\d.]+ p99=[\d.]+ max=[\d.]+ server_cpu_ms_per_job=[\d.]+`)
+	if !line.MatchString(out) || !strings.Contains(out, "steady: all 200 jobs pushed were processed exactly once") {
+		t.Errorf("steady output:\n%s", out)
+	}
+	c := dial(t, ts.addr)
+	if qs := list(t, c.ok(map[string]any{"cmd": "ListQueues"}), "queues"); len(qs) != 0 {
+		t.Errorf("queues left behind: %v", qs)
+	}
+	for _, args := range [][]string{{"steady", "--rate", "0"}, {"steady", "--workers", "0"},
+		{"steady", "--rate", "1000000", "--duration", "1h"}} {
+		if code, _, errOut := runCLI(t, benchArgs(ts, args...)...); code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+// The server's process is found from its listening port: the inode in
+// /proc/net/tcp, then the descriptor that holds it.
+func TestBenchFindsLocalServer(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1A0B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1A0B 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:1A0C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0
+`
+	got := map[string]bool{}
+	listenInodes(strings.NewReader(table), 0x1A0B, got)
+	if len(got) != 1 || !got["4242"] {
+		t.Errorf("listening inodes of port 0x1A0B: %v, want 4242 only (4343 is a connection)", got)
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if pid := listenerPID(l.Addr().(*net.TCPAddr).Port); pid != os.Getpid() {
+		t.Errorf("listener of this process's port: pid %d, want %d", pid, os.Getpid())
+	}
+	if s, ok := procCPU(os.Getpid()); !ok || s <= 0 {
+		t.Errorf("this process's CPU: %v %v", s, ok)
 	}
 }
