@@ -154,7 +154,10 @@ type tclient struct {
 	t  testing.TB
 	nc net.Conn
 
-	wmu sync.Mutex
+	wmu  sync.Mutex
+	wbuf []byte // the frame being written, reused: under the race
+	// detector every fresh buffer's memory has its shadow cleared, and a
+	// flood of big requests spent most of the test's CPU there
 
 	mu      sync.Mutex
 	pending map[string]chan map[string]any
@@ -196,9 +199,14 @@ func dialRaw(addr string) (net.Conn, error) {
 func (c *tclient) readLoop() {
 	defer close(c.done)
 	br := bufio.NewReaderSize(c.nc, 64<<10)
-	var buf []byte
+	var body []byte
 	for {
-		body, err := ReadFrame(br, buf)
+		var err error
+		// The frame's buffer is read into again: Decode copies what it
+		// answers out of it (a frame of 64 MiB grown afresh for each
+		// answer cost more CPU under the race detector than the server
+		// spent making it).
+		body, err = ReadFrame(br, body)
 		if err != nil {
 			c.readErr = err
 			return
@@ -262,6 +270,22 @@ func (c *tclient) write(b []byte) error {
 	return err
 }
 
+// writeFrame encodes m into the client's frame buffer and sends it.
+func (c *tclient) writeFrame(m map[string]any) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	e := Enc{B: c.wbuf[:0]}
+	at := e.BeginFrame()
+	if err := e.Any(m); err != nil {
+		panic(err)
+	}
+	e.EndFrame(at)
+	c.wbuf = e.B
+	c.nc.SetWriteDeadline(time.Now().Add(callTimeout))
+	_, err := c.nc.Write(e.B)
+	return err
+}
+
 // writeRaw sends bytes as they are; the test fails when the write does.
 func (c *tclient) writeRaw(b []byte) {
 	c.t.Helper()
@@ -288,7 +312,7 @@ func (c *tclient) prepare(m map[string]any) (string, chan map[string]any) {
 // send writes one request and returns its reqId and answer channel.
 func (c *tclient) send(m map[string]any) (string, chan map[string]any) {
 	id, ch := c.prepare(m)
-	if err := c.write(frame(m)); err != nil {
+	if err := c.writeFrame(m); err != nil {
 		ch <- map[string]any{"ok": false, "error": "test client write: " + err.Error(), "reqId": id}
 	}
 	return id, ch
