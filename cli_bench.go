@@ -355,7 +355,12 @@ func (b *benchRun) err() error {
 
 // call sends one request and checks that it succeeded.
 func (b *benchRun) call(c *Client, cmd string, fields func(e *Enc) int) ([]byte, error) {
-	body, err := c.Send(b.ctx, cmd, fields)
+	return b.callIn(b.ctx, c, cmd, fields)
+}
+
+// callIn is call bounded by ctx instead of the run's context.
+func (b *benchRun) callIn(ctx context.Context, c *Client, cmd string, fields func(e *Enc) int) ([]byte, error) {
+	body, err := c.Send(ctx, cmd, fields)
 	if err == nil {
 		err = AnswerError(cmd, body)
 	}
@@ -831,8 +836,13 @@ func (b *benchRun) result(name string, jobs, reqs int64, el time.Duration, h *hi
 	s := el.Seconds()
 	return benchResult{Workload: name, Jobs: jobs, Requests: reqs, Seconds: round3(s),
 		JobsPerSec: math.Round(float64(jobs) / s), ReqsPerSec: math.Round(float64(reqs) / s),
-		LatencyMs: latencyMs{P50: h.quantileMs(0.50), P90: h.quantileMs(0.90), P95: h.quantileMs(0.95), P99: h.quantileMs(0.99),
-			Max: round3(float64(h.max) / 1e6)}}
+		LatencyMs: h.latency()}
+}
+
+// latency is the histogram's quantiles and maximum, in ms.
+func (h *hist) latency() latencyMs {
+	return latencyMs{P50: h.quantileMs(0.50), P90: h.quantileMs(0.90), P95: h.quantileMs(0.95), P99: h.quantileMs(0.99),
+		Max: round3(float64(h.max) / 1e6)}
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,8 +60,44 @@ func (b *benchRun) steady() ([]benchResult, error) {
 		lat[i] = &hist{}
 		wg.Go(func() { b.steadyWorker(wctx, workers[i%len(workers)], lat[i]) })
 	}
+	ph := b.steadyPush(producer, total, per)
+	pushedIn := time.Since(b.start)
+	for b.ctx.Err() == nil && b.processed.Load() < b.pushed.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	el := time.Since(b.start)
+	wcancel()
+	wg.Wait()
+	unwatch()
+	close(stop)
+	wait()
+	all := &hist{}
+	for _, h := range lat {
+		all.merge(h)
+	}
+	r := b.result("steady", b.processed.Load(), b.requests.Load(), el, all)
+	r.Rate = b.o.rate
+	r.Workers = b.o.workers
+	// The rate achieved is the pushes' (the tail of the run is the last
+	// jobs being worked, not the schedule).
+	r.JobsPerSec = math.Round(float64(b.pushed.Load()) / pushedIn.Seconds())
+	pl := ph.latency()
+	r.PushMs = &pl
+	if n := b.processed.Load(); n > 0 {
+		r.ServerCPUms, r.DatabaseCPUms = cpu.perJob(n)
+	}
+	if err := b.err(); err != nil {
+		return []benchResult{r}, err
+	}
+	r.Verified = b.verify(b.pushed.Load())
+	return []benchResult{r}, nil
+}
+
+// steadyPush pushes jobs 0..total-1, per at a time, each batch at its due
+// time on the rate's schedule, and answers the pushes' round trips.
+func (b *benchRun) steadyPush(producer []*Client, total, per int64) *hist {
 	var next atomic.Int64
-	ph := b.lanes(producer, func(c *Client, h *hist) {
+	return b.lanes(producer, func(c *Client, h *hist) {
 		for b.ctx.Err() == nil {
 			seq := next.Add(per) - per
 			if seq >= total {
@@ -81,35 +118,6 @@ func (b *benchRun) steady() ([]benchResult, error) {
 			h.add(time.Since(t0))
 		}
 	})
-	pushedIn := time.Since(b.start)
-	for b.ctx.Err() == nil && b.processed.Load() < b.pushed.Load() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	el := time.Since(b.start)
-	wcancel()
-	wg.Wait()
-	unwatch()
-	close(stop)
-	wait()
-	all := &hist{}
-	for _, h := range lat {
-		all.merge(h)
-	}
-	r := b.result("steady", b.processed.Load(), b.requests.Load(), el, all)
-	r.Rate = b.o.rate
-	r.Workers = b.o.workers
-	// The rate achieved is the pushes' (the tail of the run is the last
-	// jobs being worked, not the schedule).
-	r.JobsPerSec = float64(int64(float64(b.pushed.Load()) / pushedIn.Seconds()))
-	r.PushMs = &latencyMs{P50: ph.quantileMs(0.5), P90: ph.quantileMs(0.9), P99: ph.quantileMs(0.99), Max: round3(float64(ph.max) / 1e6)}
-	if n := b.processed.Load(); n > 0 {
-		r.ServerCPUms, r.DatabaseCPUms = cpu.perJob(n)
-	}
-	if err := b.err(); err != nil {
-		return []benchResult{r}, err
-	}
-	r.Verified = b.verify(b.pushed.Load())
-	return []benchResult{r}, nil
 }
 
 // steadyWorker waits for a job with a long PULL, takes its latency and
@@ -120,7 +128,7 @@ func (b *benchRun) steadyWorker(ctx context.Context, c *Client, h *hist) {
 	ids := make([]string, 0, 1)
 	lh := &hist{e2e: h}
 	for ctx.Err() == nil && b.ctx.Err() == nil {
-		body, err := c.Send(ctx, "PULL", func(e *Enc) int {
+		body, err := b.callIn(ctx, c, "PULL", func(e *Enc) int {
 			e.Str("queue")
 			e.Str(b.queue)
 			e.Str("timeout")
@@ -133,11 +141,6 @@ func (b *benchRun) steadyWorker(ctx context.Context, c *Client, h *hist) {
 			if ctx.Err() == nil {
 				b.fail(err)
 			}
-			return
-		}
-		b.requests.Add(1)
-		if err := AnswerError("PULL", body); err != nil {
-			b.fail(err)
 			return
 		}
 		m, err := ParseMap(body, fields[:0])

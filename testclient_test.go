@@ -113,8 +113,11 @@ func (ts *testServer) stop(within time.Duration) bool {
 // Frames
 
 // frame encodes m as one length-prefixed request frame.
-func frame(m map[string]any) []byte {
-	var e Enc
+func frame(m map[string]any) []byte { return appendFrame(nil, m) }
+
+// appendFrame appends m's request frame to dst.
+func appendFrame(dst []byte, m map[string]any) []byte {
+	e := Enc{B: dst}
 	at := e.BeginFrame()
 	if err := e.Any(m); err != nil {
 		panic(err)
@@ -154,10 +157,11 @@ type tclient struct {
 	t  testing.TB
 	nc net.Conn
 
-	wmu  sync.Mutex
-	wbuf []byte // the frame being written, reused: under the race
-	// detector every fresh buffer's memory has its shadow cleared, and a
-	// flood of big requests spent most of the test's CPU there
+	wmu sync.Mutex
+	// wbuf is the frame being written, reused: under the race detector
+	// every fresh buffer's memory has its shadow cleared, and a flood of
+	// big requests spent most of the test's CPU there.
+	wbuf []byte
 
 	mu      sync.Mutex
 	pending map[string]chan map[string]any
@@ -265,24 +269,21 @@ func (c *tclient) close() {
 func (c *tclient) write(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(callTimeout))
-	_, err := c.nc.Write(b)
-	return err
+	return c.writeLocked(b)
 }
 
 // writeFrame encodes m into the client's frame buffer and sends it.
 func (c *tclient) writeFrame(m map[string]any) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	e := Enc{B: c.wbuf[:0]}
-	at := e.BeginFrame()
-	if err := e.Any(m); err != nil {
-		panic(err)
-	}
-	e.EndFrame(at)
-	c.wbuf = e.B
+	c.wbuf = appendFrame(c.wbuf[:0], m)
+	return c.writeLocked(c.wbuf)
+}
+
+// writeLocked sends b; c.wmu is held.
+func (c *tclient) writeLocked(b []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(callTimeout))
-	_, err := c.nc.Write(e.B)
+	_, err := c.nc.Write(b)
 	return err
 }
 
