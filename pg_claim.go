@@ -24,6 +24,9 @@ type pgClaimed struct {
 	// refused names the limit that held back a ready job (its notice).
 	expired []*Job
 	refused string
+	// fast: the queue has no limits or groups; exhausted: the claim took
+	// fewer jobs than it asked for, so none is left ready (pg_wait.go).
+	fast, exhausted bool
 }
 
 // pgClaimReq is one pull's part of a claim round: it asks for up to n
@@ -128,6 +131,11 @@ func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
 		}
 		return
 	}
+	p.claimsRun.Add(1)
+	var mark pgClaimMark
+	if reqs[0].o.Group == nil {
+		mark = p.claimBegins(queue, claimAsked(reqs))
+	}
 	now := p.now()
 	var c pgClaimed
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
@@ -135,6 +143,9 @@ func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
 		c, err = p.claimTx(ctx, tx, queue, reqs, now)
 		return pgErr(err)
 	})
+	if mark.d != nil {
+		p.claimEnds(queue, mark, err == nil, c.fast, len(c.jobs)+len(c.expired), c.exhausted, c.next)
+	}
 	if err != nil {
 		for _, r := range reqs {
 			r.err = err
@@ -166,13 +177,19 @@ func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
 	}
 }
 
-// claimTx is a claim's transaction: the queue's limits, then its ready
-// jobs, grouped or not (pg_groups.go claimGrouped), made active.
-func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgClaimReq, now int64) (pgClaimed, error) {
+// claimAsked is how many jobs the pulls of a round ask for.
+func claimAsked(reqs []*pgClaimReq) int {
 	n := 0
 	for _, r := range reqs {
 		n += r.n
 	}
+	return n
+}
+
+// claimTx is a claim's transaction: the queue's limits, then its ready
+// jobs, grouped or not (pg_groups.go claimGrouped), made active.
+func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgClaimReq, now int64) (pgClaimed, error) {
+	n := claimAsked(reqs)
 	// Only a round of one pull names a group (claim).
 	group := reqs[0].o.Group
 	first, err := p.claimFirst(ctx, tx, queue, n, now)
@@ -182,9 +199,14 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgCla
 	if first.claimed {
 		if len(first.jobs) == 0 {
 			next, err := p.nextDue(ctx, tx, queue, now, 0)
-			return pgClaimed{next: next}, err
+			return pgClaimed{next: next, fast: true, exhausted: true}, err
 		}
-		return p.activate(ctx, tx, queue, first.jobs, reqs, n, nil, first.set, now)
+		c, err := p.activate(ctx, tx, queue, first.jobs, reqs, n, nil, first.set, now)
+		// Fewer rows than asked for: none was left ready (the next
+		// delayed job is not looked up: a pull that has jobs does not
+		// wait for it, and the mark holds no longer than pgRecheck).
+		c.fast, c.exhausted = true, len(first.jobs) < n
+		return c, err
 	}
 	lim := first.lim
 	if lim.limited() {

@@ -90,6 +90,11 @@ func (p *PG) trimDLQ(ctx context.Context, tx pgx.Tx, queue string, c DLQConfig) 
 	return nil
 }
 
+// pgDLQDueSQL locks the DLQ rows whose next step (a retry or expiry) is
+// due, a batch at a time.
+const pgDLQDueSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE state = {dlq} AND dlq_due <= $1
+		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`
+
 // reapDLQ expires DLQ entries and retries them automatically when their
 // time comes, as the memory engine's dlqDue does.
 func (p *PG) reapDLQ(ctx context.Context) error {
@@ -97,8 +102,7 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 	// By queue, what the committed pass expired and retried (a pass run
 	// again after a conflict counts afresh).
 	var expiredIn, retriedIn map[string]int64
-	err := p.txJobs(ctx, p.sql(`SELECT `+pgJobCols+` FROM {s}.jobs WHERE state = {dlq} AND dlq_due <= $1
-		ORDER BY dlq_due LIMIT 500 FOR UPDATE SKIP LOCKED`), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+	err := p.txJobs(ctx, p.sql(pgDLQDueSQL), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
 		expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
 		set, err := p.settingsOf(ctx, tx, jobs)
 		if err != nil {

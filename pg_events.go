@@ -117,10 +117,16 @@ func encodeRemoteNotice(e *Enc, name string, at int64, data []byte) {
 }
 
 // wakeEverywhere wakes this broker's pulls on queues at once and, when
-// others listen, the other brokers' with the next batch.
-func (p *PG) wakeEverywhere(queues []string) {
-	for _, q := range queues {
-		p.wake(q)
+// others listen, the other brokers' with the next batch. made, when not
+// nil, is how many jobs each queue was given (a push's): as many of its
+// pulls are woken here, where nil wakes them all.
+func (p *PG) wakeEverywhere(queues []string, made []int) {
+	for i, q := range queues {
+		if made != nil {
+			p.wakePushed(q, made[i])
+		} else {
+			p.wake(q)
+		}
 	}
 	if !p.forwarding() {
 		return

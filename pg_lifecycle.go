@@ -119,11 +119,9 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 	t := time.NewTimer(0)
 	<-t.C
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		w := p.addWaiter(queue)
-		cctx, cancel := p.opCtx(ctx)
-		jobs, tokens, next, err := p.claim(cctx, queue, n, o)
-		cancel()
+		jobs, tokens, next, err := p.pullClaim(ctx, queue, n, o, first)
 		if err != nil || len(jobs) > 0 {
 			p.dropWaiter(queue, w)
 			if err != nil && ctx.Err() != nil {
@@ -156,6 +154,22 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		waited += time.Since(slept)
 		p.dropWaiter(queue, w)
 	}
+}
+
+// pullClaim is one look of a waiting pull. A new pull on a queue a claim
+// has just found empty does not claim (pg_wait.go): it answers nothing
+// and when the queue's next delayed job comes due. The pull's waiter is in
+// place before the mark is read, so the wake-up that ends the mark is not
+// missed.
+func (p *PG) pullClaim(ctx context.Context, queue string, n int, o PullOpts, first bool) ([]*Job, []string, int64, error) {
+	if first && o.Group == nil {
+		if empty, next := p.knownEmpty(queue, p.now()); empty {
+			return nil, nil, next, nil
+		}
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return p.claim(ctx, queue, n, o)
 }
 
 // ---------------------------------------------------------------------------

@@ -252,6 +252,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	now := p.now()
 	b := &pgx.Batch{}
 	var wake []string
+	var made []int // parallel to wake
 	jobs := make([]int64, len(order))
 	for i, q := range order {
 		var rows pgRows
@@ -263,6 +264,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		done[q] = res
 		if ready {
 			wake = append(wake, q)
+			made = append(made, len(rows.ids))
 		}
 	}
 	br := p.pool.SendBatch(ctx, b)
@@ -281,14 +283,16 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 			// as rare, obliterated between the two statements: the push
 			// is refused all the same, and may be sent again.)
 			refused[q] = errTooManyQueues(p.b.maxQueues)
-			wake = slices.DeleteFunc(wake, func(w string) bool { return w == q })
+			if k := slices.Index(wake, q); k >= 0 {
+				wake, made = slices.Delete(wake, k, k+1), slices.Delete(made, k, k+1)
+			}
 		}
 	}
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if len(wake) > 0 {
-		p.wakeEverywhere(wake)
+		p.wakeEverywhere(wake, made)
 	}
 	return nil
 }
@@ -318,6 +322,7 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 	defer tx.Rollback(context.Background())
 	table := pgx.Identifier{strings.Trim(p.schema, `"`), "jobs"}
 	var wake []string
+	var made []int // parallel to wake
 	for _, q := range order {
 		var there bool
 		if err := tx.QueryRow(ctx, p.sql(pgRegisterCopySQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q)).Scan(&there); err != nil {
@@ -339,13 +344,14 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		done[q] = res
 		if ready {
 			wake = append(wake, q)
+			made = append(made, len(rows))
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if len(wake) > 0 {
-		p.wakeEverywhere(wake)
+		p.wakeEverywhere(wake, made)
 	}
 	return nil
 }
