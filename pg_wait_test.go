@@ -12,24 +12,7 @@ import (
 // 20 s, and answers a channel that gets the ids it was given.
 func pgWaitingPull(t *testing.T, ctx context.Context, p *PG, queue string, n int) chan []string {
 	t.Helper()
-	got := make(chan []string, 1)
-	var ids []string
-	answer := func(jobs []*Job, _ []string) {
-		for _, j := range jobs {
-			ids = append(ids, j.ID())
-		}
-	}
-	wait, err := p.Pull(ctx, queue, n, PullOpts{}, 20000, answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		if _, err := wait(answer); err != nil {
-			t.Error(err)
-		}
-		got <- ids
-	}()
-	return got
+	return pgPullFor(t, ctx, p, queue, n, 20000)
 }
 
 // pgWaiting waits until n pulls wait on queue.
@@ -121,7 +104,7 @@ func TestPGDrainedMarkEnds(t *testing.T) {
 	} {
 		// An empty claim makes the mark; the next pull waits without one.
 		began := time.Now()
-		if first := <-pgWaitingPullFor(t, ctx, p, q, 0); len(first) != 0 {
+		if first := <-pgPullFor(t, ctx, p, q, 1, 0); len(first) != 0 {
 			t.Fatalf("%s: an empty queue gave %v", tc.what, first)
 		}
 		before := p.claimsRun.Load()
@@ -140,8 +123,9 @@ func TestPGDrainedMarkEnds(t *testing.T) {
 	}
 }
 
-// pgWaitingPullFor is pgWaitingPull with a timeout of ms (0: no wait).
-func pgWaitingPullFor(t *testing.T, ctx context.Context, p *PG, queue string, ms int64) chan []string {
+// pgPullFor starts a pull of up to n jobs on queue that waits up to ms
+// (0: not at all), and answers a channel that gets the ids it was given.
+func pgPullFor(t *testing.T, ctx context.Context, p *PG, queue string, n int, ms int64) chan []string {
 	t.Helper()
 	got := make(chan []string, 1)
 	var ids []string
@@ -150,7 +134,7 @@ func pgWaitingPullFor(t *testing.T, ctx context.Context, p *PG, queue string, ms
 			ids = append(ids, j.ID())
 		}
 	}
-	wait, err := p.Pull(ctx, queue, 1, PullOpts{}, ms, answer)
+	wait, err := p.Pull(ctx, queue, n, PullOpts{}, ms, answer)
 	if err != nil {
 		t.Fatal(err)
 	}
