@@ -24,8 +24,8 @@ type pgClaimed struct {
 	// refused names the limit that held back a ready job (its notice).
 	expired []*Job
 	refused string
-	// fast: the queue has no limits or groups; exhausted: the claim took
-	// fewer jobs than it asked for, so none is left ready (pg_wait.go).
+	// fast: the queue has no limits or groups; exhausted: the claim found
+	// no ready job, locked by others or not (pg_wait.go).
 	fast, exhausted bool
 }
 
@@ -198,14 +198,11 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgCla
 	}
 	if first.claimed {
 		if len(first.jobs) == 0 {
-			next, err := p.nextDue(ctx, tx, queue, now, 0)
-			return pgClaimed{next: next, fast: true, exhausted: true}, err
+			next, ready, err := p.nextDueOrReady(ctx, tx, queue, now)
+			return pgClaimed{next: next, fast: true, exhausted: !ready}, err
 		}
 		c, err := p.activate(ctx, tx, queue, first.jobs, reqs, n, nil, first.set, now)
-		// Fewer rows than asked for: none was left ready (the next
-		// delayed job is not looked up: a pull that has jobs does not
-		// wait for it, and the mark holds no longer than pgRecheck).
-		c.fast, c.exhausted = true, len(first.jobs) < n
+		c.fast = true
 		return c, err
 	}
 	lim := first.lim
@@ -263,6 +260,28 @@ func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket,
 		return "ratelimit:rejected", nil
 	}
 	return "concurrency:rejected", nil
+}
+
+// nextDueOrReady is nextDue for a claim that found nothing on a queue
+// without limits or groups, and whether a ready job is there all the
+// same: the claim skips the rows other transactions hold locked (another
+// broker's claim, a push deduplicated against a waiting job, a progress
+// update), and those may go back to waiting with no wake-up. Only a queue
+// with no ready row at all, locked or not, is marked empty (pg_wait.go).
+func (p *PG) nextDueOrReady(ctx context.Context, tx pgx.Tx, queue string, now int64) (int64, bool, error) {
+	var next *int64
+	var ready bool
+	err := tx.QueryRow(ctx, p.sql(`SELECT
+			(SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at > $2),
+			EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at <= $2)`),
+		queue, now).Scan(&next, &ready)
+	if err != nil {
+		return 0, false, fmt.Errorf("claim: %w", err)
+	}
+	if next == nil {
+		return 0, ready, nil
+	}
+	return *next, ready, nil
 }
 
 // nextDue is when a claim that found nothing should look again: when the

@@ -11,9 +11,9 @@ package main
 // next push. Measured with the official client at 200 jobs/s: 2.8 claim
 // transactions a job, 1.9 of them empty.
 //
-// So a claim that finds a queue's ready jobs exhausted (it took fewer than
-// it asked for) leaves a mark, and from then on the broker counts: jobs
-// its own pushes made, jobs its claims took. While the two agree, a pull
+// So a claim that finds no ready job at all (none to take, and none
+// locked by another transaction either) leaves a mark, and from then on
+// the broker counts: jobs its own pushes made, jobs its claims took. While the two agree, a pull
 // that comes waits at once instead of claiming. The mark is gone at any
 // other wake-up of the queue (a release, a retry, a promotion, another
 // broker's push: the writes waiting pulls already rely on), when the
@@ -93,18 +93,24 @@ func (p *PG) claimBegins(queue string, n int) pgClaimMark {
 
 // claimEnds is called after a claim round: ok when it ran, fast when the
 // queue has no limits or groups. It counts what a fast claim took and,
-// when that was fewer than it asked for (exhausted), makes the mark; next
-// is the queue's next delayed job (0: none). The jobs pushed while the
-// claim ran may not have been seen by it: the mark counts them as ready,
-// and when no claim in flight asks for them a waiting pull is woken to.
-// A wake-up of another kind during the claim leaves no mark.
+// when the claim found no ready job at all (exhausted), makes the mark;
+// next is the queue's next delayed job (0: none). The jobs pushed while
+// the claim ran may not have been seen by it: the mark counts them as
+// ready, and when no claim in flight asks for them a waiting pull is
+// woken to. A round that began before the mark's claim may take a job
+// the mark never counted, so only later rounds count against it. A
+// wake-up of another kind during the claim leaves no mark, and a round
+// that failed ends the mark: the rows it held go back with no wake-up.
 func (p *PG) claimEnds(queue string, m pgClaimMark, ok, fast bool, took int, exhausted bool, next int64) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	d := m.d
 	d.asking -= m.n
-	if ok && fast {
-		if d.set {
+	switch {
+	case !ok:
+		d.woken(-1)
+	case fast:
+		if d.set && !m.began.Before(d.at) {
 			d.unseen = max(d.unseen-int64(took), 0)
 		}
 		if exhausted && d.other == m.other {
@@ -112,7 +118,7 @@ func (p *PG) claimEnds(queue string, m pgClaimMark, ok, fast bool, took int, exh
 			d.unseen = int64(d.pushed - m.pushed)
 		}
 	}
-	if d.set && d.unseen > d.asking && p.drained[queue] == d {
+	if d.set && d.unseen > d.asking {
 		p.wakeSome(queue, 1)
 	}
 }

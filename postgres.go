@@ -750,13 +750,16 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	if again {
 		p.log.Info("postgres wake-ups listening again")
 	}
+	// A notification may have been missed while not listening. Woken
+	// before the broker is announced as serving (holdPresence), so that
+	// this wake-up does not come to the pulls of a broker that has just
+	// opened at a moment of its own.
+	p.wakeAll()
 	defer p.lostPresence()
 	if err := p.holdPresence(ctx, conn); err != nil {
 		return err
 	}
 	p.setDown(nil)
-	// A notification may have been missed while not listening.
-	p.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
