@@ -262,12 +262,13 @@ func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket,
 	return "concurrency:rejected", nil
 }
 
-// nextDueOrReady is nextDue for a claim that found nothing on a queue
-// without limits or groups, and whether a ready job is there all the
-// same: the claim skips the rows other transactions hold locked (another
-// broker's claim, a push deduplicated against a waiting job, a progress
-// update), and those may go back to waiting with no wake-up. Only a queue
-// with no ready row at all, locked or not, is marked empty (pg_wait.go).
+// nextDueOrReady is when the queue's next delayed job comes due (0:
+// none), and whether a ready job is there all the same for a claim that
+// found nothing: the claim skips the rows other transactions hold locked
+// (another broker's claim, a push deduplicated against a waiting job, a
+// progress update), and those may go back to waiting with no wake-up.
+// Only a queue with no ready row at all, locked or not, is marked empty
+// (pg_wait.go).
 func (p *PG) nextDueOrReady(ctx context.Context, tx pgx.Tx, queue string, now int64) (int64, bool, error) {
 	var next *int64
 	var ready bool
@@ -288,16 +289,11 @@ func (p *PG) nextDueOrReady(ctx context.Context, tx pgx.Tx, queue string, now in
 // queue's next delayed job comes due, or at wait (a group's window)
 // when that is sooner (0: neither).
 func (p *PG) nextDue(ctx context.Context, tx pgx.Tx, queue string, now, wait int64) (int64, error) {
-	var next *int64
-	err := tx.QueryRow(ctx, p.sql(`SELECT min(run_at) FROM {s}.jobs WHERE queue = $1 AND state = {queued} AND run_at > $2`),
-		queue, now).Scan(&next)
-	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
+	next, _, err := p.nextDueOrReady(ctx, tx, queue, now)
+	if next > 0 && (wait == 0 || next < wait) {
+		wait = next
 	}
-	if next != nil && (wait == 0 || *next < wait) {
-		wait = *next
-	}
-	return wait, nil
+	return wait, err
 }
 
 // activate makes claimed jobs active, with a lease when the pull has an

@@ -13,8 +13,9 @@ package main
 //
 // So a claim that finds no ready job at all (none to take, and none
 // locked by another transaction either) leaves a mark, and from then on
-// the broker counts: jobs its own pushes made, jobs its claims took. While the two agree, a pull
-// that comes waits at once instead of claiming. The mark is gone at any
+// the broker counts: jobs its own pushes made, jobs its claims took.
+// While the two agree, a pull that comes waits at once instead of
+// claiming. The mark is gone at any
 // other wake-up of the queue (a release, a retry, a promotion, another
 // broker's push: the writes waiting pulls already rely on), when the
 // queue's next delayed job comes due, and pgRecheck after the claim that
@@ -210,12 +211,7 @@ func (p *PG) wakeAll() {
 	for _, d := range p.drained {
 		d.woken(-1)
 	}
-	for _, list := range p.waiters {
-		for _, w := range list {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
+	for q := range p.waiters {
+		p.wakeSome(q, math.MaxInt)
 	}
 }
