@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -50,6 +52,27 @@ type pgEvents struct {
 	dropped int64
 	kick    chan struct{}
 	sent    atomic.Int64 // notifications sent: events, wake-ups, replies
+	wakers  *pgWakers
+}
+
+// pgWakers are the server processes of this broker's pool connections
+// that have sent wake-ups (notifyAll). The listener hears every
+// notification of the channel, its own broker's too; one from these
+// processes woke this broker's pulls when it was sent, and taken for
+// another broker's push it woke every waiting pull again and ended the
+// queue's mark (pg_wait.go): two brokers, 3,000 jobs pushed one at a time,
+// 4.9 claim transactions a job. A process id leaves the set when its
+// connection closes (the pool's BeforeClose), before the database can
+// give it to another broker's connection.
+type pgWakers struct{ pids sync.Map } // uint32 -> struct{}
+
+func (w *pgWakers) sending(pid uint32) { w.pids.Store(pid, struct{}{}) }
+
+func (w *pgWakers) closed(c *pgx.Conn) { w.pids.Delete(c.PgConn().PID()) }
+
+func (w *pgWakers) own(pid uint32) bool {
+	_, ok := w.pids.Load(pid)
+	return ok
 }
 
 // forward queues an event for the other brokers.
@@ -420,7 +443,15 @@ func (p *PG) flushControl() error {
 func (p *PG) notifyAll(channel string, payloads []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := p.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n`, channel, payloads); err != nil {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if channel == p.chName {
+		p.ev.wakers.sending(conn.Conn().PgConn().PID())
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n`, channel, payloads); err != nil {
 		return err
 	}
 	p.ev.sent.Add(int64(len(payloads)))

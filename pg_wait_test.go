@@ -32,10 +32,27 @@ func pgWaiting(t *testing.T, p *PG, queue string, n int) {
 // waited: 2.8 claims a job at 200 jobs/s, 1.9 of them finding nothing.
 func TestPGSteadyClaimsOncePerJob(t *testing.T) {
 	t.Parallel()
+	t.Run("alone", func(t *testing.T) { t.Parallel(); steadyClaims(t, false) })
+	// With another broker on the namespace, this one's wake-ups go out to
+	// it, and come back: they were taken for another broker's pushes,
+	// which wake every waiting pull and end the mark (two brokers, 3,000
+	// jobs pushed one at a time: 4.9 claim transactions a job).
+	t.Run("beside a peer", func(t *testing.T) { t.Parallel(); steadyClaims(t, true) })
+}
+
+// steadyClaims pushes jobs one at a time to two waiting pulls, which ask
+// again as soon as they have their job, and counts the claim transactions.
+func steadyClaims(t *testing.T, peer bool) {
 	ns := pgTestNamespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	if peer {
+		openTestPG(t, ctx, ns, pgOptions{})
+		eventually(t, 20*time.Second, "the broker forwarding to its peer", func() (bool, string) {
+			return p.forwarding(), "alone"
+		})
+	}
 	const q, jobs = "steady", 30
 	pulls := []chan []string{pgWaitingPull(t, ctx, p, q, 10), pgWaitingPull(t, ctx, p, q, 10)}
 	pgWaiting(t, p, q, 2)

@@ -386,12 +386,14 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		cfg.MaxConns = max(cfg.MaxConns, 16)
 	}
 	pgSessionParams(cfg.ConnConfig, session, namespace)
+	wakers := &pgWakers{}
+	cfg.BeforeClose = wakers.closed
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1)}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
+		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	p.sqlr = sqlReplacer(p.schema)
@@ -765,9 +767,13 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 		if err != nil {
 			return err
 		}
-		if n.Channel == p.evName {
+		switch {
+		case n.Channel == p.evName:
 			p.received(n.Payload)
-		} else {
+		case p.ev.wakers.own(n.PID):
+			// This broker's own wake-up, come back: its pulls were woken
+			// when it was sent (wakeEverywhere).
+		default:
 			p.wake(n.Payload)
 		}
 	}
