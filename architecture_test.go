@@ -2,6 +2,8 @@ package main
 
 import (
 	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 // file of the server (by name, or by a pattern such as cmd_*.go), and
 // every file it names exists: the map stays true as files come and go.
 func TestArchitectureFileMap(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("docs/ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +67,7 @@ func TestArchitectureFileMap(t *testing.T) {
 // that type. The prose drifted before (a writer placed in the file it had
 // left, an engine's methods "file for file" where four were not).
 func TestArchitectureNamesInFiles(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("docs/ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +116,7 @@ const (
 // (sqlite.go was 1,033 lines, loadJobs 152, a pipeline in two inline
 // goroutines).
 func TestSizes(t *testing.T) {
+	t.Parallel()
 	fset, files := parseSources(t, "*.go")
 	for _, sf := range files {
 		f, af := sf.path, sf.f
@@ -129,4 +134,47 @@ func TestSizes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTestsRunInParallel: every test runs beside the others (t.Parallel)
+// or says in its comment why it cannot ("Serial: ..."). The serial tests
+// run first, one at a time, while the machine is otherwise idle: 450 of
+// them took 254 of the suite's 528 s on two cores, mostly waiting.
+func TestTestsRunInParallel(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := token.NewFileSet()
+	for _, path := range paths {
+		f, err := parser.ParseFile(fs, path, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || fd.Body == nil || !strings.HasPrefix(fd.Name.Name, "Test") || fd.Name.Name == "TestMain" {
+				continue
+			}
+			if strings.Contains(fd.Doc.Text(), "Serial: ") || callsParallel(fd.Body) {
+				continue
+			}
+			t.Errorf("%s: %s neither calls t.Parallel() nor says why not in a \"Serial: \" line of its comment", fs.Position(fd.Pos()), fd.Name.Name)
+		}
+	}
+}
+
+// callsParallel reports a statement of body that is a call of t.Parallel.
+func callsParallel(body *ast.BlockStmt) bool {
+	for _, s := range body.List {
+		if e, ok := s.(*ast.ExprStmt); ok {
+			if c, ok := e.X.(*ast.CallExpr); ok {
+				if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Parallel" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -187,6 +187,7 @@ func suiteRequest(t *testing.T, host string, c sigCase) *http.Request {
 }
 
 func TestSigV4TestSuite(t *testing.T) {
+	t.Parallel()
 	at, _ := time.Parse("20060102T150405Z", suiteDate)
 	s := sigV4Signer{creds: s3Credentials{AccessKeyID: suiteKey, Secret: suiteSecret}, region: "us-east-1", service: "service"}
 	for _, c := range sigV4Suite {
@@ -225,6 +226,7 @@ func TestSigV4TestSuite(t *testing.T) {
 // their example credentials, bucket and date. These sign
 // x-amz-content-sha256 as S3 requires.
 func TestSigV4S3Examples(t *testing.T) {
+	t.Parallel()
 	at, _ := time.Parse("20060102T150405Z", "20130524T000000Z")
 	s := sigV4Signer{creds: s3Credentials{AccessKeyID: "AKIAIOSFODNN7EXAMPLE", Secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"},
 		region: "us-east-1", service: "s3"}
@@ -310,6 +312,7 @@ func TestSigV4S3Examples(t *testing.T) {
 // The signing-key derivation example of the SigV4 documentation, and the
 // IAM ListUsers request it signs.
 func TestSigV4SigningKey(t *testing.T) {
+	t.Parallel()
 	k := sigV4Key("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20120215", "us-east-1", "iam")
 	if got := hex.EncodeToString(k); got != "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d" {
 		t.Fatalf("signing key %s", got)
@@ -329,6 +332,7 @@ func TestSigV4SigningKey(t *testing.T) {
 
 // A session token is signed (it is set before the headers are read).
 func TestSigV4SessionToken(t *testing.T) {
+	t.Parallel()
 	s := sigV4Signer{creds: s3Credentials{AccessKeyID: "AK", Secret: "sssssssss", SessionToken: "tok/en+=="}, region: "eu-west-1", service: "s3"}
 	req, _ := http.NewRequest("GET", "https://b.s3.eu-west-1.amazonaws.com/k", nil)
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
@@ -342,6 +346,7 @@ func TestSigV4SessionToken(t *testing.T) {
 // Keys are encoded once per segment, query values the SigV4 way (space as
 // %20, '+' kept literal), and what is sent is what was signed.
 func TestSigV4Encoding(t *testing.T) {
+	t.Parallel()
 	if got := uriEncode("a b+c/ä~*", true); got != "a%20b%2Bc/%C3%A4~%2A" {
 		t.Errorf("uriEncode: %s", got)
 	}
@@ -380,6 +385,7 @@ func mustClient(t *testing.T, cfg S3Config, hc *http.Client) *S3Client {
 }
 
 func TestS3Addressing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		cfg  S3Config
 		key  string
@@ -424,6 +430,7 @@ func TestS3Addressing(t *testing.T) {
 // Virtual-hosted requests reach the bucket's host name and are signed for
 // it; a dialer stands in for the wildcard DNS a real service has.
 func TestS3VirtualHostedRequests(t *testing.T) {
+	t.Parallel()
 	fake := newFakeS3("vbucket")
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -447,6 +454,7 @@ func TestS3VirtualHostedRequests(t *testing.T) {
 
 // Credentials print as [redacted] whatever the formatter.
 func TestS3CredentialsRedacted(t *testing.T) {
+	t.Parallel()
 	const sec = "SUPER-SECRET-KEY-123"
 	creds := s3Credentials{AccessKeyID: "AKID", Secret: sec, SessionToken: sec + "-token"}
 	cfg := S3Config{Bucket: "b", Creds: creds}
@@ -470,6 +478,7 @@ func TestS3CredentialsRedacted(t *testing.T) {
 // Client behaviour against an in-process fake (failures on demand)
 
 func TestS3RetriesTransientFailures(t *testing.T) {
+	t.Parallel()
 	fake := newFakeS3("b")
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -515,6 +524,7 @@ func TestS3RetriesTransientFailures(t *testing.T) {
 // Multipart upload: parts, completion, an error inside a 200 answer, and
 // the abort after a failed part.
 func TestS3Multipart(t *testing.T) {
+	t.Parallel()
 	fake := newFakeS3("b")
 	fake.pageSize = 2
 	ts := httptest.NewServer(fake)
@@ -891,6 +901,7 @@ func startS3rver(t testing.TB, buckets ...string) string {
 // nothing about the signer), then runs every operation the backups use,
 // with keys that need encoding, and a multipart upload.
 func TestS3rverChecksSignatures(t *testing.T) {
+	t.Parallel()
 	ep := startS3rver(t, "sigcheck")
 	ctx := t.Context()
 	wrong := mustClient(t, S3Config{Endpoint: ep, Bucket: "sigcheck", Creds: s3Credentials{AccessKeyID: "S3RVER", Secret: "not-the-secret"}}, nil)

@@ -75,6 +75,7 @@ func pushN(t *testing.T, b *MemEngine, st *SQLiteStore, queue string, n int) []s
 // checksums, the newest N stay, and a restore into a new path finds every
 // job; a restore never overwrites, and a damaged object is refused.
 func TestBackupRestoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.db")
 	b, st, _ := openTestStore(t, live)
@@ -179,6 +180,7 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 // reported in the health section and the log, and recover; shutdown does
 // not wait for a hung upload.
 func TestBackupFailuresDoNotBlockTheQueue(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.db")
 	b, st, _ := openTestStore(t, live)
@@ -245,6 +247,7 @@ func TestBackupFailuresDoNotBlockTheQueue(t *testing.T) {
 
 // The schedule resumes from the newest backup in the bucket.
 func TestBackupScheduleResumes(t *testing.T) {
+	t.Parallel()
 	fake := newFakeS3("bk")
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -269,6 +272,8 @@ func TestBackupScheduleResumes(t *testing.T) {
 }
 
 // Flags, the reference's environment variables and the usual AWS ones.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestBackupSettings(t *testing.T) {
 	parse := func(args ...string) *config {
 		t.Helper()
@@ -352,6 +357,7 @@ func TestBackupSettings(t *testing.T) {
 
 // POST /backup/s3 and the health section, in-process.
 func TestBackupHTTP(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	srv := memServer(b, []string{"tok"}, quietLog())
@@ -446,6 +452,8 @@ func TestBackupHTTP(t *testing.T) {
 // environment, backs up from the command line, lists, restores into a new
 // path, starts a server on the restored file and finds every job. A server
 // with a wrong secret fails visibly, without showing it.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestBackupS3rverEndToEnd(t *testing.T) {
 	ep := startS3rver(t, "e2e", "sched")
 	dir := t.TempDir()
@@ -697,6 +705,7 @@ func BenchmarkBackupS3(b *testing.B) {
 // copy, and says what backs its data up instead (it used to say that it
 // kept its data in memory).
 func TestBackupInPostgresMode(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	err := runServer(t.Context(), &config{pgURL: testPGURL(), pgNamespace: ns,
 		backup: backupSettings{s3Settings: s3Settings{bucket: "b", accessKey: "a", secretKey: "s"}}}, quietLog(), nil)
@@ -718,6 +727,7 @@ func TestBackupInPostgresMode(t *testing.T) {
 // A backup announces itself to the live streams: started, then completed
 // with its key, or failed with the error.
 func TestBackupNotices(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.db")
 	b, st, _ := openTestStore(t, live)

@@ -33,6 +33,7 @@ func completeAll(t *testing.T, b *MemEngine, queue string, n int) []string {
 // Completed jobs are bounded across the broker, oldest evicted first
 // whichever shard holds them, a tenth at a time.
 func TestCompletedRetentionBound(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(4, nil)
 	defer b.Close()
 	// Two queues in different shards.

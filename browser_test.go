@@ -222,6 +222,7 @@ func startBrowser(t *testing.T, extraArgs ...string) *wd {
 // TestDashboardBrowser needs chromium and chromedriver (Debian packages
 // chromium and chromium-driver); without them it is skipped, except in CI.
 func TestDashboardBrowser(t *testing.T) {
+	t.Parallel()
 	d := startBrowser(t)
 	ts := startServerHTTP(t, nil)
 

@@ -124,6 +124,7 @@ func TestJobFieldBudgets(t *testing.T) {
 // used entries while over it (never the one just put), and keeps its
 // weight right through replacements and deletions.
 func TestLRUByteBudget(t *testing.T) {
+	t.Parallel()
 	var evicted []string
 	l := NewLRU[string, []byte](100, func(k string, _ []byte) { evicted = append(evicted, k) })
 	l.SetBudget(1000, func(v []byte) int64 { return int64(len(v)) })
@@ -149,6 +150,7 @@ func TestLRUByteBudget(t *testing.T) {
 // TestPageJobsSameAsSort: the bounded page of GetJobs is the page a full
 // sort and JavaScript's slice give, for every kind of offset and limit.
 func TestPageJobsSameAsSort(t *testing.T) {
+	t.Parallel()
 	var items []jobItem
 	for i := 0; i < 500; i++ {
 		// Few distinct times: the id decides among equals.
@@ -193,6 +195,8 @@ func TestPageJobsSameAsSort(t *testing.T) {
 // TestGetJobsSmallPageOfLargeQueue: a GetJobs page of 10 from a queue of
 // 100,000 jobs keeps only its page, not a copy of the queue to sort (the
 // bytes allocated while it runs say which: a copy is ~2.4 MB at least).
+//
+// Serial: it measures the test process's heap.
 func TestGetJobsSmallPageOfLargeQueue(t *testing.T) {
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
@@ -224,6 +228,7 @@ func TestGetJobsSmallPageOfLargeQueue(t *testing.T) {
 
 // Sizes are read as people write them, and what is not a size is refused.
 func TestParseByteSize(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]int64{
 		"0": 0, "512": 512, "512MiB": 512 << 20, "512mib": 512 << 20, "1GiB": 1 << 30, "64KiB": 64 << 10,
 		"100MB": 100e6, "2GB": 2e9, "16M": 16 << 20, " 3 GiB ": 3 << 30, "7B": 7,

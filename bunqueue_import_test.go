@@ -533,6 +533,7 @@ func refuseWhatCannotComeAcross(t *testing.T, src string) {
 // refused in a report that lists the first few and counts the rest; what
 // is kept of them is as bounded. Before, every refusal's text was kept.
 func TestMigrateRefusalsBounded(t *testing.T) {
+	t.Parallel()
 	src := newBQSource("a test")
 	for i := range 100_000 {
 		src.refuse("dlq row %d: job_id is null", i)

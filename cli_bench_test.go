@@ -26,6 +26,7 @@ func benchArgs(ts *testServer, extra ...string) []string {
 }
 
 func TestBenchAllWorkloads(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	code, out, errOut := runCLI(t, benchArgs(ts, "--jobs", "3000", "--connections", "2", "--pipeline", "4",
 		"--batch", "50", "--payload", "16")...)
@@ -50,6 +51,7 @@ func TestBenchAllWorkloads(t *testing.T) {
 }
 
 func TestBenchJSONAndDuration(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	start := time.Now()
 	code, out, errOut := runCLI(t, benchArgs(ts, "push,mixed", "--duration", "300ms", "--connections", "2",
@@ -85,6 +87,7 @@ func TestBenchJSONAndDuration(t *testing.T) {
 }
 
 func TestBenchBadOptions(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"bench", "frob"},
 		{"bench", "--connections", "0"},
@@ -114,6 +117,7 @@ func TestBenchBadOptions(t *testing.T) {
 // The exactly-once check reports jobs never seen, seen twice, and jobs
 // still on the server.
 func TestBenchVerifyCatchesLossAndDuplicates(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	host, port, _ := net.SplitHostPort(ts.addr)
 	g, _, err := parseGlobal([]string{"-H", host, "-p", port})
@@ -165,6 +169,7 @@ func TestBenchVerifyCatchesLossAndDuplicates(t *testing.T) {
 }
 
 func TestBenchHistogramQuantiles(t *testing.T) {
+	t.Parallel()
 	var h hist
 	vals := make([]int64, 0, 100000)
 	r := rand.New(rand.NewPCG(1, 2))
@@ -209,6 +214,8 @@ func TestBenchHistogramQuantiles(t *testing.T) {
 // one machine. A job of the protocol's 48 fields parsed into a fresh
 // slice took seven allocations (the slice grown from empty) and its data
 // two more; what is left is the id's string.
+//
+// Serial: it counts allocations (AllocsPerRun).
 func TestBenchTallyReusesBuffers(t *testing.T) {
 	ts := startServer(t, nil)
 	host, port, _ := net.SplitHostPort(ts.addr)
@@ -253,6 +260,7 @@ func TestBenchTallyReusesBuffers(t *testing.T) {
 // the summary line carries what a script reads, and the in-process
 // server is found listening on this machine and its CPU counted.
 func TestBenchSteady(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	code, out, errOut := runCLI(t, benchArgs(ts, "steady", "--rate", "400", "--duration", "1s", "--workers", "4",
 		"--batch", "1", "--json")...)
@@ -305,6 +313,7 @@ func TestBenchSteady(t *testing.T) {
 // The server's process is found from its listening port: the inode in
 // /proc/net/tcp, then the descriptor that holds it.
 func TestBenchFindsLocalServer(t *testing.T) {
+	t.Parallel()
 	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1A0B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
    1: 0100007F:1A0B 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1

@@ -23,6 +23,7 @@ import (
 // only before the client commands': `queued -p P help push` was `unknown
 // command "help"`.
 func TestCLIGlobalOptionsBeforeCommand(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, &config{dataPath: filepath.Join(t.TempDir(), "q.db"), syncMode: "normal"})
 	before := func(args ...string) []string { return append(append([]string{}, g...), args...) }
 
@@ -67,6 +68,7 @@ func TestCLIGlobalOptionsBeforeCommand(t *testing.T) {
 // Every command of the dispatch tables has help, and queued help lists
 // each; each word queued help lists at the head of a line is a command.
 func TestCLIHelpCoversEveryCommand(t *testing.T) {
+	t.Parallel()
 	var words []string
 	for _, c := range clientCommands {
 		words = append(words, c.name)
@@ -105,6 +107,7 @@ func TestCLIHelpCoversEveryCommand(t *testing.T) {
 // A mistyped server flag: the error and where to look, not the ~60 lines
 // of every flag.
 func TestServeBadFlagShortError(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"serve", "--bogus"}, {"--bogus"}, {"start", "--tcp-port", "x"},
 		{"serve", "--memory", "stray"}, {"-p", "6789", "--bogus"}} {
 		code, out, errOut := runCLI(t, args...)
@@ -120,6 +123,7 @@ func TestServeBadFlagShortError(t *testing.T) {
 
 // --http-port 0 and -1 both turn the HTTP port off, as its help says.
 func TestServeHTTPPortOff(t *testing.T) {
+	t.Parallel()
 	_, help, _ := runCLI(t, "help", "serve")
 	if !strings.Contains(help, "0 or -1 turns it off") {
 		t.Errorf("help serve does not say how to turn HTTP off:\n%s", help)
@@ -150,6 +154,8 @@ func TestServeHTTPPortOff(t *testing.T) {
 // -p, the TCP port, HTTP being the next), --http-port when HTTP is
 // elsewhere, --url as before; the token from --token, BQ_TOKEN, then
 // QUEUED_TOKEN.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestBackupCLIAddressAndToken(t *testing.T) {
 	t.Setenv("BQ_TOKEN", "")
 	t.Setenv("BUNQUEUE_TOKEN", "")
@@ -217,6 +223,7 @@ func TestBackupCLIAddressAndToken(t *testing.T) {
 // takes it back, an attempt used, as pull's help says, with the figure the
 // server uses by default.
 func TestCLIPullStallTakesBack(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	c := dial(t, "127.0.0.1:"+g[3])
 	cfg := c.ok(map[string]any{"cmd": "GetStallConfig", "queue": "fresh"})
@@ -251,6 +258,7 @@ func TestCLIPullStallTakesBack(t *testing.T) {
 // queued fail says what became of the job: retried, dead-lettered on its
 // last attempt, or removed; it said "it is retried" in every case.
 func TestCLIFailSaysWhatHappened(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "push", "f", "{}", "--max-attempts", "2", "--backoff", "60000")
 	id := uuidRe.FindString(out)
@@ -291,6 +299,7 @@ func TestCLIFailSaysWhatHappened(t *testing.T) {
 // queue clean without --state removes completed jobs only; waiting jobs
 // go only when asked for (it removed a waiting job).
 func TestCLICleanDefaultKeepsWaiting(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "push", "cl", `"done"`)
 	done := uuidRe.FindString(out)
@@ -324,6 +333,8 @@ func TestCLICleanDefaultKeepsWaiting(t *testing.T) {
 // TestServeRefusesBadEnv: a number or yes/no variable that is neither is
 // refused, naming it, as its flag would be (TCP_PORT=abc used to start on
 // 6789 without a word); the flag on the command line wins over it.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestServeRefusesBadEnv(t *testing.T) {
 	for _, c := range []struct{ key, val, want string }{
 		{"TCP_PORT", "abc", `TCP_PORT="abc" is not a whole number (it sets --tcp-port)`},

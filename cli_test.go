@@ -120,6 +120,7 @@ func (r *recorder) take() []map[string]any {
 
 // Every subcommand sends what the reference CLI sends, field for field.
 func TestCLIWireRequests(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t)
 	rec.answers["GetState"] = map[string]any{"state": "waiting"}
 	rec.answers["WaitJob"] = map[string]any{"completed": true}
@@ -212,6 +213,7 @@ func TestCLIWireRequests(t *testing.T) {
 
 // Bad input exits 2 with a message naming the problem, and nothing is sent.
 func TestCLIBadInput(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t)
 	g := []string{"-H", "127.0.0.1", "-p", rec.port()}
 	for _, tc := range []struct {
@@ -329,6 +331,7 @@ func cli(t *testing.T, g []string, want int, args ...string) (stdout, stderr str
 }
 
 func TestCLIJobLifecycle(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "push", "emails", `{"to":"a@example.com"}`, "--priority", "5", "--tags", "x,y")
 	id := uuidRe.FindString(out)
@@ -417,6 +420,7 @@ func TestCLIJobLifecycle(t *testing.T) {
 }
 
 func TestCLIFailAndDLQ(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "push", "work", `{"n":1}`, "--max-attempts", "1")
 	id := uuidRe.FindString(out)
@@ -448,6 +452,7 @@ func TestCLIFailAndDLQ(t *testing.T) {
 }
 
 func TestCLIQueues(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "queue", "list")
 	if out != "No queues\n" {
@@ -515,6 +520,7 @@ func TestCLIQueues(t *testing.T) {
 // subcommands against a live server: what the server refuses is shown with
 // exit 1, what it does is reported with exit 0.
 func TestCLIControlCommands(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	for _, tc := range []struct {
 		args []string
@@ -584,6 +590,7 @@ func TestCLIControlCommands(t *testing.T) {
 }
 
 func TestCLIMonitoring(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	cli(t, g, 0, "push", "m", "1")
 	out, _ := cli(t, g, 0, "ping")
@@ -646,6 +653,7 @@ func TestCLIMonitoring(t *testing.T) {
 }
 
 func TestCLIWorkerListTable(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	c.ok(map[string]any{"cmd": "RegisterWorker", "name": "mailer", "queues": []any{"emails", "sms"}, "concurrency": 4})
@@ -657,6 +665,7 @@ func TestCLIWorkerListTable(t *testing.T) {
 	}
 }
 
+// Serial: it sets environment variables (t.Setenv).
 func TestCLIAuthAndConnection(t *testing.T) {
 	ts := startServer(t, &config{authTokens: "s3cret"})
 	_, port, _ := net.SplitHostPort(ts.addr)
@@ -685,6 +694,7 @@ func TestCLIAuthAndConnection(t *testing.T) {
 }
 
 func TestCLIHelp(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCLI(t, "help")
 	if code != 0 || !strings.Contains(out, "push <queue> <data>") || !strings.Contains(out, "--tls-no-verify") {
 		t.Errorf("help: %d %q", code, out)
@@ -719,6 +729,7 @@ func TestCLIHelp(t *testing.T) {
 }
 
 func TestCLIHelpers(t *testing.T) {
+	t.Parallel()
 	for ms, want := range map[float64]string{0: "0ms", 850: "850ms", 12000: "12s", 250000: "4m 10s",
 		7500000: "2h 5m", 3*86400000 + 4*3600000: "3d 4h", 3600000: "1h"} {
 		if got := humanMs(ms); got != want {
@@ -738,6 +749,7 @@ func TestCLIHelpers(t *testing.T) {
 // address (-p, --port, -H) as `queued` alone does; `serve --port` was
 // refused as an unknown flag.
 func TestServeTakesClientAddressFlags(t *testing.T) {
+	t.Parallel()
 	for _, sub := range []string{"serve", "start"} {
 		var out, errb bytes.Buffer
 		code := run([]string{sub, "--memory", "--port", "notaport"}, &out, &errb)

@@ -16,6 +16,7 @@ import (
 )
 
 func TestHTTPHealthVersionFields(t *testing.T) {
+	t.Parallel()
 	if version == compatVersion {
 		t.Fatal("queued's version equals the bunqueue version it answers for: these tests cannot tell them apart")
 	}
@@ -47,6 +48,7 @@ func TestHTTPHealthVersionFields(t *testing.T) {
 // queued version asks a live server over HTTP and prints queued's version
 // for both sides, not the bunqueue version the server answers for.
 func TestVersionCLILive(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	out, _ := cli(t, g, 0, "version")
 	if !strings.Contains(out, "Client: queued "+version+" (bunqueue protocol 3, compatible with bunqueue "+compatVersion+")") ||
@@ -104,6 +106,7 @@ func doctorVersion(t *testing.T, g []string) map[string]any {
 // queued doctor against queued of the same version has nothing to say
 // about versions; against another queued or the reference it warns.
 func TestDoctorVersion(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, nil)
 	c := doctorVersion(t, g)
 	if c["ok"] != true || c["warning"] == true || c["detail"] != "server and this client are both queued "+version {
@@ -156,6 +159,7 @@ func fakeHealth(t *testing.T, doc string) int {
 
 // The dashboard's header shows queued's version, read from /health.
 func TestVersionDashboardHeader(t *testing.T) {
+	t.Parallel()
 	d := startBrowser(t)
 	ts := startServerHTTP(t, nil)
 	d.must("POST", "/url", map[string]string{"url": "http://" + ts.http + "/"})

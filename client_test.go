@@ -16,6 +16,7 @@ import (
 )
 
 func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c, err := dialClient(t, ClientConfig{Addr: ts.addr})
 	if err != nil {
@@ -87,6 +88,7 @@ func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
 }
 
 func TestClientServerErrorsAndTimeouts(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c, err := dialClient(t, ClientConfig{Addr: ts.addr})
 	if err != nil {
@@ -134,6 +136,7 @@ func TestClientServerErrorsAndTimeouts(t *testing.T) {
 }
 
 func TestClientConnectionLossEndsCalls(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c, err := dialClient(t, ClientConfig{Addr: ts.addr})
 	if err != nil {
@@ -180,6 +183,7 @@ func TestClientConnectionLossEndsCalls(t *testing.T) {
 }
 
 func TestClientAuthOnConnect(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{authTokens: "a,b"})
 	if c, err := dialClient(t, ClientConfig{Addr: ts.addr, Token: "b"}); err != nil {
 		t.Fatal(err)
@@ -200,6 +204,7 @@ func TestClientAuthOnConnect(t *testing.T) {
 }
 
 func TestClientEvents(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	events := make(chan string, 16)
 	c, err := dialClient(t, ClientConfig{Addr: ts.addr, OnEvent: func(body []byte) {

@@ -272,6 +272,7 @@ func scriptFlags(path string) []string {
 var compatSlowFirst = []string{"cron", "limits", "timing", "crash", "groups", "events", "control", "dedup"}
 
 func TestCompat(t *testing.T) {
+	t.Parallel()
 	dir, bun := compatDir(t)
 	scripts, _ := filepath.Glob(filepath.Join(dir, "*.test.ts"))
 	if len(scripts) < 10 {

@@ -132,6 +132,7 @@ func crashServer(t *testing.T) (string, *serverProc) {
 
 // (a) Every durable push that was answered survives a kill.
 func TestCrashDurablePushes(t *testing.T) {
+	t.Parallel()
 	path, srv := crashServer(t)
 	var got answered
 	var wg sync.WaitGroup
@@ -174,6 +175,7 @@ func TestCrashDurablePushes(t *testing.T) {
 // (b) Every ordinary push answered more than killMargin before the kill
 // survives.
 func TestCrashBufferedPushes(t *testing.T) {
+	t.Parallel()
 	path, srv := crashServer(t)
 	var got answered
 	var wg sync.WaitGroup
@@ -251,6 +253,7 @@ func TestCrashBufferedPushes(t *testing.T) {
 // (c) A job acknowledged before the last flush is not delivered again; (d)
 // a job that was active at the kill is delivered again after restart.
 func TestCrashAckedAndActive(t *testing.T) {
+	t.Parallel()
 	path, srv := crashServer(t)
 	c := dial(t, srv.addr())
 	// 6,000 jobs show what 30,000 did: 3,000 acknowledged before the
@@ -324,6 +327,7 @@ func TestCrashAckedAndActive(t *testing.T) {
 // A schedule survives a kill -9 with its next run; with skipMissedOnRestart
 // false, a run missed while the server was down happens once at start.
 func TestCrashCronSchedules(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cron.db")
 	srv := startBinary(t, "--data-path", path)
 	c := dial(t, srv.addr())

@@ -19,6 +19,7 @@ import (
 // Parser
 
 func TestCronParseFields(t *testing.T) {
+	t.Parallel()
 	set := func(vs ...int) uint64 {
 		var s uint64
 		for _, v := range vs {
@@ -88,6 +89,7 @@ func TestCronParseFields(t *testing.T) {
 }
 
 func TestCronParseErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ expr, field, text, reason string }{
 		{"61 * * * *", "minute", "61", "value 61 out of range 0-59"},
 		{"0 24 * * *", "hour", "24", "value 24 out of range 0-23"},
@@ -166,6 +168,7 @@ func TestCronParseErrors(t *testing.T) {
 
 // The reference trims and splits on JavaScript's whitespace.
 func TestCronParseSpaces(t *testing.T) {
+	t.Parallel()
 	for _, expr := range []string{"0\u00a00 * * *", "\ufeff0 0 * * *", "\t0  0\n* * *\r", "0\u30000 * * *", "@daily\u00a0"} {
 		if _, err := ParseCron(expr); err != nil {
 			t.Errorf("%q: %v", expr, err)
@@ -285,6 +288,7 @@ var cronKnown = []struct{ expr, zone, from, want string }{
 }
 
 func TestCronNextKnownAnswers(t *testing.T) {
+	t.Parallel()
 	for _, c := range cronKnown {
 		e, err := ParseCron(c.expr)
 		if err != nil {
@@ -326,6 +330,7 @@ func mustTime(t *testing.T, s string) time.Time {
 // thirteen zones, mostly within hours of their 2026 clock changes, and
 // malformed expressions it refuses.
 func TestCronReferenceVectors(t *testing.T) {
+	t.Parallel()
 	f, err := os.Open("testdata/vectors/cron-next-reference-2.9.5.tsv")
 	if err != nil {
 		t.Fatal(err)
@@ -429,6 +434,7 @@ func matchesUTC(e *CronExpr, t time.Time) bool {
 }
 
 func TestCronNextProperties(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	zones := []string{"UTC", "America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe", "Asia/Kolkata"}
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -474,6 +480,7 @@ func TestCronNextProperties(t *testing.T) {
 // A fixed-time schedule runs once a day through a whole year of clock
 // changes in each zone: never twice in a wall day, never a wall day missed.
 func TestCronNextOncePerDayAcrossYear(t *testing.T) {
+	t.Parallel()
 	for _, zone := range []string{"America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe", "America/Havana", "America/Santiago"} {
 		loc, _ := LoadCronZone(zone)
 		for _, expr := range []string{"30 2 * * *", "0 0 * * *", "45 1 * * *", "15 0 * * *"} {
@@ -504,6 +511,7 @@ func TestCronNextOncePerDayAcrossYear(t *testing.T) {
 }
 
 func TestLoadCronZone(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]string{
 		"UTC": "UTC", "utc": "UTC", "Europe/Berlin": "Europe/Berlin", "europe/berlin": "Europe/Berlin",
 		"america/new_york": "America/New_York", "EST5EDT": "EST5EDT", "est5edt": "EST5EDT", "Etc/GMT+5": "Etc/GMT+5",
@@ -524,6 +532,7 @@ func TestLoadCronZone(t *testing.T) {
 }
 
 func TestCronCalendarArithmetic(t *testing.T) {
+	t.Parallel()
 	// Against the time package, over a span that crosses leap centuries.
 	for d := int64(-800000); d <= 800000; d += 37 {
 		y, m, day := civilFromDays(d)
@@ -811,6 +820,7 @@ func (r *cronRig) wantArmed(when string) {
 }
 
 func TestCronSchedulerFiresOnTime(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T12:07:00Z")
 	s := r.add(CronSchedule{Name: "q15", Queue: "q", Schedule: "*/15 * * * *", Timezone: "UTC"})
 	if want := mustTime(t, "2026-01-01T12:15:00Z").UnixMilli(); s.NextRun != want || s.Executions != 0 {
@@ -838,6 +848,7 @@ func TestCronSchedulerFiresOnTime(t *testing.T) {
 }
 
 func TestCronSchedulerInterval(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	r.add(CronSchedule{Name: "every", Queue: "q", RepeatEvery: 1000})
 	r.wantArmed("2026-01-01T00:00:01Z")
@@ -853,6 +864,7 @@ func TestCronSchedulerInterval(t *testing.T) {
 }
 
 func TestCronSchedulerDST(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-03-07T12:00:00Z")
 	r.add(CronSchedule{Name: "night", Queue: "q", Schedule: "30 2 * * *", Timezone: "America/New_York"})
 	r.wantArmed("2026-03-08T03:30:00-04:00") // 02:30 does not exist that night
@@ -878,6 +890,7 @@ func TestCronSchedulerDST(t *testing.T) {
 }
 
 func TestCronSchedulerMaxLimit(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	r.add(CronSchedule{Name: "thrice", Queue: "q", RepeatEvery: 60000, MaxLimit: 3})
 	r.add(CronSchedule{Name: "other", Queue: "q", Schedule: "0 * * * *", Timezone: "UTC"})
@@ -905,6 +918,7 @@ func TestCronSchedulerMaxLimit(t *testing.T) {
 }
 
 func TestCronSchedulerImmediately(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T10:00:00Z")
 	r.add(CronSchedule{Name: "now", Queue: "q", RepeatEvery: 3600000, Immediately: true})
 	r.add(CronSchedule{Name: "cron", Queue: "q", Schedule: "@daily", Timezone: "UTC", Immediately: true})
@@ -922,6 +936,7 @@ func TestCronSchedulerImmediately(t *testing.T) {
 }
 
 func TestCronSchedulerOneTimer(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	r.wantArmed("")
 	r.add(CronSchedule{Name: "late", Queue: "q", RepeatEvery: 3600000})
@@ -944,6 +959,7 @@ func TestCronSchedulerOneTimer(t *testing.T) {
 }
 
 func TestCronSchedulerSkipIfNoWorker(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	r.add(CronSchedule{Name: "w", Queue: "jobs", RepeatEvery: 1000, SkipIfNoWorker: true})
 	r.add(CronSchedule{Name: "any", Queue: "jobs", RepeatEvery: 1000})
@@ -958,6 +974,7 @@ func TestCronSchedulerSkipIfNoWorker(t *testing.T) {
 }
 
 func TestCronSchedulerRestore(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T12:00:00Z")
 	ms := func(s string) int64 { return mustTime(t, s).UnixMilli() }
 	err := r.sch.Restore([]CronSchedule{
@@ -1005,6 +1022,7 @@ func TestCronSchedulerRestore(t *testing.T) {
 }
 
 func TestCronSchedulerAddErrors(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	for _, c := range []struct {
 		s    CronSchedule
@@ -1028,6 +1046,7 @@ func TestCronSchedulerAddErrors(t *testing.T) {
 }
 
 func TestCronSchedulerList(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	for _, n := range []string{"c", "a", "b"} {
 		r.add(CronSchedule{Name: n, Queue: "q", RepeatEvery: 1000})
@@ -1057,6 +1076,7 @@ func cronGoroutines(sch *CronScheduler) int {
 }
 
 func TestCronSchedulerStop(t *testing.T) {
+	t.Parallel()
 	r := newCronRig(t, "2026-01-01T00:00:00Z")
 	r.add(CronSchedule{Name: "a", Queue: "q", RepeatEvery: 1000})
 	if n := cronGoroutines(r.sch); n != 1 {
@@ -1083,6 +1103,7 @@ func TestCronSchedulerStop(t *testing.T) {
 
 // The system clock and timer, for real: an interval of 10 ms fires.
 func TestCronSchedulerSystemClock(t *testing.T) {
+	t.Parallel()
 	fired := make(chan time.Time, 10)
 	sch := NewCronScheduler(CronConfig{Fire: func(s *CronSchedule, at time.Time) {
 		select {
@@ -1116,6 +1137,7 @@ func TestCronSchedulerSystemClock(t *testing.T) {
 
 // PUSH's repeat option: each completion pushes the next run, until limit.
 func TestRepeatableJob(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	c.ok(map[string]any{"cmd": "PUSH", "queue": "rep", "name": "r", "data": 1, "repeat": map[string]any{"every": 100, "limit": 3}})

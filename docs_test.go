@@ -182,6 +182,8 @@ func codeBlocks(lines []string) []codeBlock {
 // every flag `queued help serve` lists and no other, with the environment
 // variables the help names for it and, where the default is a plain value,
 // that default.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestREADMEConfigurationFlags(t *testing.T) {
 	// Defaults as a fresh shell sees them, whatever this one has set.
 	var probe []*flag.Flag
@@ -265,6 +267,7 @@ func cliCommandsOf(t *testing.T) [][]string {
 // the CLI (the client commands with their subcommands, and the tools),
 // and nothing else.
 func TestDocsCLICommands(t *testing.T) {
+	t.Parallel()
 	want := map[string]bool{}
 	for _, c := range clientCommands {
 		if c.subs == nil {
@@ -311,6 +314,7 @@ func TestDocsCLICommands(t *testing.T) {
 // TestDocsCompatibilityCommands: the protocol commands listed in
 // docs/compatibility.md are exactly those the server answers.
 func TestDocsCompatibilityCommands(t *testing.T) {
+	t.Parallel()
 	d := readMD(t, "docs/compatibility.md")
 	lines := d.section(t, "Compatibility")
 	start, end := -1, -1
@@ -503,6 +507,7 @@ func checkQueuedLine(args []string) error {
 // TestDocsCommandLines: every queued command in a code block of the README
 // and the docs is one the CLI accepts, with its options, as written.
 func TestDocsCommandLines(t *testing.T) {
+	t.Parallel()
 	checked := 0
 	for _, path := range docFiles(t) {
 		for _, b := range codeBlocks(readMD(t, path).lines) {
@@ -567,6 +572,7 @@ func anchors(d mdDoc) map[string]bool {
 // a file that exists and, when it names an anchor in a markdown file, to
 // a heading there.
 func TestDocsLinks(t *testing.T) {
+	t.Parallel()
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	checked := 0
 	for _, path := range docFiles(t) {
@@ -611,6 +617,7 @@ var uuidLike = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 // port, with Bun and the official client against a fresh server: it must
 // print what the README shows and exit by itself.
 func TestREADMEFirstJobBun(t *testing.T) {
+	t.Parallel()
 	dir, bun := compatDir(t)
 	readme := readMD(t, "README.md")
 	sec := readme.section(t, "With the official client (Bun)")
@@ -668,6 +675,7 @@ func TestREADMEFirstJobBun(t *testing.T) {
 // line as written, against a fresh server on a free port (TCP_PORT, which
 // the CLI reads as its default port).
 func TestREADMEFirstJobCLI(t *testing.T) {
+	t.Parallel()
 	bin := queuedBinary(t)
 	sec := readMD(t, "README.md").section(t, "With the queued command line")
 	blocks := codeBlocks(sec)

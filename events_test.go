@@ -10,6 +10,7 @@ import (
 // alike; a copy a tap keeps after asking still names it once the shard
 // has moved on, and an event no tap asked about never made the text.
 func TestEventIDMadeForTaps(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	var asked, kept []Event
@@ -51,6 +52,7 @@ func TestEventIDMadeForTaps(t *testing.T) {
 // queue; that connection drops the old queue's event, and hears the new
 // queue's.
 func TestEventAfterSubscriptionMoved(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	addr := serveTest(t, memServer(b, nil, quietLog()), b.Close)
 	c := dial(t, addr)

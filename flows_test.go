@@ -31,6 +31,7 @@ func flowFrame(parent string, q string, cq string, kids []string) map[string]any
 }
 
 func TestFlowValidation(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	cases := map[string]func(m map[string]any){
@@ -87,6 +88,7 @@ func TestFlowValidation(t *testing.T) {
 
 // Flows and groups survive a kill -9 of the binary mid-flow.
 func TestCrashFlowsAndGroups(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "flow.db")
 	srv := startBinary(t, "--data-path", path)
 	c := dial(t, srv.addr())
@@ -203,6 +205,7 @@ func BenchmarkPushFlow100(b *testing.B) {
 // right after its ACK was sometimes missing (TestPGFlowCommands, memory
 // half, on a loaded machine).
 func TestFlowSettleWaitsForApplying(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(4, nil)
 	defer b.Close()
 	p := mustJob(t, "pq", map[string]any{"name": "parent", "data": 1})
@@ -250,6 +253,7 @@ func TestFlowSettleWaitsForApplying(t *testing.T) {
 // between), rather than answer ok and link nothing; one that declared the
 // child already is linked.
 func TestLinkChildRefusesParentGone(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	parent := mustJob(t, "lc", map[string]any{"jobId": "P", "data": map[string]any{}})

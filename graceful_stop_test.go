@@ -21,6 +21,7 @@ import (
 // reconnected by itself. Each job runs once. In PostgreSQL mode another
 // broker of the namespace keeps serving meanwhile.
 func TestGracefulDrain(t *testing.T) {
+	t.Parallel()
 	dir, bun := compatDir(t)
 	for _, mode := range []string{"sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) {
@@ -110,6 +111,7 @@ func TestGracefulDrain(t *testing.T) {
 // TestDrainSecondSignal: a second signal ends the drain at once, with the
 // job still running; the log says so.
 func TestDrainSecondSignal(t *testing.T) {
+	t.Parallel()
 	srv := startBinary(t, "--memory", "--shutdown-timeout", "60000")
 	c := dial(t, srv.addr())
 	c.ok(map[string]any{"cmd": "PUSH", "queue": "held", "data": 1})

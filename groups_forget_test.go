@@ -68,6 +68,8 @@ func groupsOf(b *MemEngine, queue string) int {
 // kept a group, and its heap, for the life of the server: 62 MB for
 // 200,000 groups), and the heap grows by what the same jobs without a
 // group leave (the job index keeps its size), not by a group each.
+//
+// Serial: it measures the test process's heap.
 func TestGroupsForgottenWhenDrained(t *testing.T) {
 	n := 200000
 	if raceEnabled || testing.Short() {
@@ -127,6 +129,7 @@ func wantGroups(t *testing.T, b *MemEngine, queue string, n int, what string) {
 // TestGroupForgottenOnEveryExit: a group is forgotten by whichever way its
 // last job leaves it, and kept while a job is still in it.
 func TestGroupForgottenOnEveryExit(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(2, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
@@ -219,6 +222,7 @@ func TestGroupForgottenOnEveryExit(t *testing.T) {
 // running is kept with no job, so that a job pushed to it again waits for
 // the window as before; it is forgotten once the window is over.
 func TestGroupKeptWhileItsWindowRuns(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
@@ -261,6 +265,7 @@ func TestGroupKeptWhileItsWindowRuns(t *testing.T) {
 // ends), and a queue's groups with settings are limited to
 // maxGroupSettings, the refusal naming the limit.
 func TestGroupSettingsKeptAndLimited(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	c := dial(t, serveBroker(t, b))
@@ -330,6 +335,7 @@ func TestGroupSettingsKeptAndLimited(t *testing.T) {
 // SQLite counted against the limit, and go once their settings are
 // removed.
 func TestGroupSettingsRestoredCounted(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "g.db")
 	b, st, _ := openTestStore(t, path)
 	c := dial(t, serveBroker(t, b))

@@ -34,6 +34,7 @@ func pullNames(b *MemEngine, queue string, n int, o *groupPull) []string {
 }
 
 func TestGroupRoundRobin(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, g := range []string{"A", "B", "C"} {
@@ -49,6 +50,7 @@ func TestGroupRoundRobin(t *testing.T) {
 }
 
 func TestGroupOrderingRules(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	push := func(name, group string, prio int64, lifo bool) {
@@ -77,6 +79,7 @@ func TestGroupOrderingRules(t *testing.T) {
 
 // A group joining while others rotate enters at the end of the round.
 func TestGroupJoinsEndOfRound(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, n := range []string{"A1", "A2", "A3", "B1", "B2", "B3"} {
@@ -92,6 +95,7 @@ func TestGroupJoinsEndOfRound(t *testing.T) {
 }
 
 func TestGroupLimitsAndPause(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for _, n := range []string{"A1", "A2", "B1", "B2", "C1"} {
@@ -139,6 +143,7 @@ func TestGroupLimitsAndPause(t *testing.T) {
 }
 
 func TestGroupMaxSizeRefusesWholeBatch(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	pushJSON(t, b, "m", map[string]any{"data": 1, "groupId": "G", "groupMaxSize": int64(3)})

@@ -39,6 +39,7 @@ func modelLess(a, b modelEnt) int {
 // TestHeapMatchesModel drives the heap and the model with the same random
 // pushes, pops and removals and requires the same answers throughout.
 func TestHeapMatchesModel(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 40; seed++ {
 		rng := rand.New(rand.NewPCG(seed, seed*7))
 		h := newHeap(heapPlace)
@@ -100,6 +101,7 @@ func TestHeapMatchesModel(t *testing.T) {
 
 // A job pushed again (re-prioritised) leaves exactly one live entry.
 func TestHeapRepushAndRebuild(t *testing.T) {
+	t.Parallel()
 	h := newHeap(heapPlace)
 	jobs := make([]*Job, 1000)
 	for i := range jobs {
@@ -148,6 +150,7 @@ func TestHeapRepushAndRebuild(t *testing.T) {
 // Ordering as the broker uses it: priority, then LIFO newest first, then
 // FIFO by run time and insertion.
 func TestReadyOrder(t *testing.T) {
+	t.Parallel()
 	h := newHeap(heapPlace)
 	mk := func(id string, pri, runAt, seq int64, lifo bool) *Job {
 		j := withID(&Job{Priority: pri, RunAt: runAt, seq: seq}, id)
@@ -222,6 +225,7 @@ func BenchmarkHeapFill1M(b *testing.B) {
 // TestHentSize: a heap entry is 32 bytes, one for every waiting job; and
 // priorities past the 32 bits it keeps still order against the rest.
 func TestHentSize(t *testing.T) {
+	t.Parallel()
 	if n := unsafe.Sizeof(hent{}); n != 32 {
 		t.Errorf("a heap entry is %d bytes, want 32", n)
 	}

@@ -7,6 +7,7 @@ import (
 )
 
 func TestHistogramBucketsAndQuantiles(t *testing.T) {
+	t.Parallel()
 	h := newHistogram(opBounds)
 	if s := h.Snapshot(); s.Count != 0 || s.QuantileMs(0.5) != 0 || s.MeanMs() != 0 {
 		t.Fatalf("empty histogram: %+v", s)
@@ -39,6 +40,7 @@ func TestHistogramBucketsAndQuantiles(t *testing.T) {
 
 // Observations from many goroutines are all counted (run with -race).
 func TestHistogramConcurrent(t *testing.T) {
+	t.Parallel()
 	h := newHistogram(jobBounds)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {

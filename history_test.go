@@ -111,6 +111,7 @@ func reversed(s []string) []string {
 // listed, after a restart too; Clean takes the oldest first and Obliterate
 // takes them all.
 func TestCompletedHistorySQLite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "history.db")
 	c, ids := historyAcrossRestart(t, []string{"--data-path", path, "--max-completed-jobs", "100"}, "hist", 1000, 100)
 
@@ -142,6 +143,7 @@ func TestCompletedHistorySQLite(t *testing.T) {
 // TestCompletedRetention: --completed-retention-ms deletes the completed
 // jobs older than that, from memory and from disk, and announces how many.
 func TestCompletedRetention(t *testing.T) {
+	t.Parallel()
 	sq, err := OpenSQLite(filepath.Join(t.TempDir(), "r.db"), "normal", quietLog())
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +208,7 @@ func TestCompletedRetention(t *testing.T) {
 // completed with its result, counted and listed, before and after a
 // restart, in SQLite and in PostgreSQL mode.
 func TestCompletedHistory60k(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -271,6 +274,7 @@ func tapCompletedRemoved(b *Broker) chan string {
 // and a restart. A measurement, not a check: it runs when asked,
 // QUEUED_MEASURE=1 go test -count=1 -run TestMeasureCompletedHistory -v .
 func TestMeasureCompletedHistory(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("QUEUED_MEASURE") != "1" {
 		t.Skip("a measurement; QUEUED_MEASURE=1 runs it")
 	}

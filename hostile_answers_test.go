@@ -33,8 +33,12 @@ const (
 	floodJobBytes  = 9_900_000
 )
 
+// TestHostileUnreadAnswers floods a server with clients that ask for a
+// big job and never read, in every storage mode.
+//
+// Serial: it bounds an honest client's pings beside the flood (p99 100 ms),
+// which other tests on the same cores would change.
 func TestHostileUnreadAnswers(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) { unreadAnswersFlood(t, storageFlags(t, mode)) })
 	}
@@ -310,6 +314,7 @@ func scrapeOne(t *testing.T, httpAddr, name string) float64 {
 // are long polls answered as jobs arrive: the reader stays free to take
 // more, so only the share stops them piling up.
 func TestUnreadAnswersCloseConnection(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{maxWriteQueue: 1 << 20})
 	nc, err := net.DialTimeout("tcp", ts.addr, callTimeout)
 	if err != nil {
@@ -347,6 +352,7 @@ func TestUnreadAnswersCloseConnection(t *testing.T) {
 // answered 503 with the limit named, and closed; once one closes, the
 // next is served.
 func TestHTTPConnectionBound(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{maxHTTPConns: 4})
 	var held []net.Conn
 	for range 4 {
@@ -399,6 +405,7 @@ func rawHTTPGet(t *testing.T, addr, path string) (*http.Response, string) {
 // before another big answer is built for it, and what its answers held is
 // given back.
 func TestWSUnreadAnswersClosed(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	id := bigJob(t, c, "q", 6<<20, 3)
@@ -432,6 +439,8 @@ const jsonFloodRSS = 350 * mib
 // and WebSocket (60 sockets), in every storage mode: the server holds what
 // its answer budget lets it, and takes room back from those that sit on it
 // while others wait.
+//
+// Serial: its bound is a server's peak resident memory, which a busy machine raises.
 func TestHostileUnreadJSONAnswers(t *testing.T) {
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		for _, transport := range []string{"http", "websocket"} {
@@ -516,6 +525,8 @@ func unreadJSONFlood(t *testing.T, srv *serverProc, httpAddr, id, transport stri
 // their connections fill the budget (32 MiB), and the honest one, from
 // another address, is next in turn once the budget takes room back from
 // those sitting on it. Before, it was refused "Server busy" for 1 to 55 s.
+//
+// Serial: it times an honest answer beside a flood.
 func TestFairTurnsHonestAnswer(t *testing.T) {
 	srv := startBinary(t, "--memory", "--max-answer-bytes", "32MiB")
 	c := dial(t, srv.addr())

@@ -87,6 +87,7 @@ func closedWithin(nc net.Conn, d time.Duration) bool {
 // the limit named and the connection closed without its body being read;
 // after Auth, large frames are fine.
 func TestHostilePreAuthFrameLimit(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{authTokens: "sesame"})
 	nc, err := dialRaw(ts.addr)
 	if err != nil {
@@ -120,6 +121,8 @@ func TestHostilePreAuthFrameLimit(t *testing.T) {
 // count refuses it before any field is parsed, and nothing is pinned. (It
 // was parsed in full, 48 bytes a field, and the fields kept for the
 // connection's life: 400 MB a connection.)
+//
+// Serial: it measures the test process's heap.
 func TestHostileEmptyPairsMap(t *testing.T) {
 	ts := startServer(t, &config{authTokens: "sesame"})
 	body := emptyPairsMap(8 << 20)
@@ -168,6 +171,8 @@ func TestHostileEmptyPairsMap(t *testing.T) {
 // Per-connection buffers shrink back: eight connections that each sent an
 // 8 MiB frame and got a 3 MiB answer keep none of it once idle. (Each kept
 // its frame buffer and its answer buffer: 88 MiB for the eight.)
+//
+// Serial: it measures the test process's heap.
 func TestHostileConnBuffersShrink(t *testing.T) {
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
@@ -216,6 +221,8 @@ func TestHostileConnBuffersShrink(t *testing.T) {
 // (8 MiB on the wire) is refused, naming the limit, before anything is
 // allocated for its elements (it cost 40 bytes an element: 320 MiB), and
 // an array announcing more elements than bytes is refused at once.
+//
+// Serial: it measures the test process's heap.
 func TestHostileArrayAllocation(t *testing.T) {
 	var e Enc
 	e.MapHead(1)
@@ -317,6 +324,7 @@ func TestHostileArrayAllocation(t *testing.T) {
 // client could not read them back), naming the field; the reqId is echoed
 // wherever it stands, and nothing is stored.
 func TestHostileExtTypesRefused(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	ext := Ext{Type: 5, Data: []byte{1, 2, 3, 4}}
@@ -393,6 +401,7 @@ func (l panicListener) Accept() (net.Conn, error) {
 // connection, is logged, and leaves the server and its other connections
 // alone. (It ended the process.)
 func TestHostileConnPanicRecovered(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(2, nil)
 	defer b.Close()
 	var logs syncBuffer
@@ -435,6 +444,7 @@ func TestHostileConnPanicRecovered(t *testing.T) {
 // closed at the fifth, and another connection authenticates meanwhile.
 // (They were answered at once, without end.)
 func TestHostileAuthThrottle(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{authTokens: "sesame,open-sesame"})
 	bad := dial(t, ts.addr)
 	start := time.Now()
@@ -488,6 +498,7 @@ func TestHostileAuthThrottle(t *testing.T) {
 // whether it says nothing or sends commands; an authenticated one idles
 // as long as it likes. (Such connections were held forever.)
 func TestHostileAuthDeadline(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{authTokens: "sesame", authTimeout: 400 * time.Millisecond})
 	silent, err := dialRaw(ts.addr)
 	if err != nil {
@@ -561,6 +572,7 @@ func TestHostileAuthDeadline(t *testing.T) {
 // after the stall timeout (the reference's TCP_IDLE_TIMEOUT_MS); one idle
 // between frames is not.
 func TestHostileStalledFrame(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{tcpIdleTimeout: 400})
 	idle := dial(t, ts.addr)
 	idle.ok(M{"cmd": "Ping"})
@@ -599,6 +611,7 @@ func TestHostileStalledFrame(t *testing.T) {
 // A TLS handshake that does not complete in time ends the connection.
 // (A client that connected and sent nothing was held forever.)
 func TestHostileTLSHandshakeDeadline(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	cert, key := ca.issue(t, 1)
 	ts := startServer(t, &config{tlsCert: cert, tlsKey: key, handshakeTimeout: 400 * time.Millisecond})
@@ -645,6 +658,7 @@ func TestHostileTLSHandshakeDeadline(t *testing.T) {
 // Connections past --max-connections are told the limit and closed;
 // once one closes, a new one is served.
 func TestHostileMaxConnections(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{maxConns: 3})
 	var cs []*tclient
 	for i := 0; i < 3; i++ {
@@ -712,6 +726,7 @@ func acceptErrors(n int) []error {
 // HTTP one on the first that net/http does not deem temporary, such as
 // ENOBUFS.)
 func TestHostileAcceptErrors(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(2, nil)
 	defer b.Close()
 	var logs syncBuffer
@@ -764,6 +779,7 @@ func TestHostileAcceptErrors(t *testing.T) {
 // for the server's other descriptors, and allows 10,000 connections when
 // the file limit does.
 func TestDefaultMaxConnections(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		files     uint64
 		min, max  int
@@ -784,6 +800,8 @@ func TestDefaultMaxConnections(t *testing.T) {
 
 // --max-connections and QUEUED_MAX_CONNECTIONS set the limit; without
 // them it follows the open-file limit; below 1 is refused.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestMaxConnectionsFlag(t *testing.T) {
 	t.Setenv("QUEUED_MAX_CONNECTIONS", "")
 	fs, c := serverFlags(io.Discard)

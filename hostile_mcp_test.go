@@ -50,6 +50,7 @@ var mcpRSSBounds = map[string]struct{ one, ten float64 }{
 	"postgres": {300e6, 400e6},
 }
 
+// Serial: its bound is a server's peak resident memory, which a busy machine raises.
 func TestHostileMCPAnswers(t *testing.T) {
 	// Not beside other tests: its bound is the peak resident memory of a
 	// server whose collector must keep up (420 MB against 400 when run

@@ -119,6 +119,7 @@ func exercise(t *testing.T, c *tclient, queue string) {
 // a 4 KiB answer buffer for its whole life: 10,000 cost 390 MB resident,
 // measured before the change.)
 func TestHostileTenThousandIdleConnections(t *testing.T) {
+	t.Parallel()
 	const n = 10000
 	const idleRSSBound = 128 * mib
 	var lim syscall.Rlimit
@@ -197,6 +198,7 @@ func TestHostileTenThousandIdleConnections(t *testing.T) {
 // connections it has, does not exit, and accepts again once the flood
 // ends. (It exited on the first EMFILE: "accept4: too many open files".)
 func TestHostileFileLimitFlood(t *testing.T) {
+	t.Parallel()
 	// The limit on connections is well above the file limit, so that the
 	// flood meets the file limit rather than the connection limit.
 	srv := startBinary(t, "--memory", "--max-connections", "100000")
@@ -282,6 +284,7 @@ func TestHostileFileLimitFlood(t *testing.T) {
 // connection limit is derived from it: a flood is answered with the
 // limit's error, not with EMFILE.
 func TestHostileDefaultConnectionLimit(t *testing.T) {
+	t.Parallel()
 	const files = 256
 	want := defaultMaxConnections(files)
 	srv := startBinaryAt(t, []string{"/bin/sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, queuedBinary(t)}, "--memory")
@@ -331,6 +334,7 @@ func TestHostileDefaultConnectionLimit(t *testing.T) {
 // meanwhile and afterwards. (Each such frame was read in full: before the
 // change, 20 connections already took the server past 1.2 GiB.)
 func TestHostileUnauthenticatedHugeFrames(t *testing.T) {
+	t.Parallel()
 	const n = 500
 	const unauthRSSBound = 64 * mib
 	srv := startBinary(t, "--memory", "--auth-tokens", "sesame")

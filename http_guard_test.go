@@ -56,6 +56,7 @@ func browserReq(t *testing.T, ts *testServer, method, path, host string, hdr map
 // only for a Host on the allow-list, which is what stops a DNS-rebound
 // page (whose requests are same-origin to it); scripts may use any name.
 func TestHTTPHostAllowList(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{allowedHosts: "queue.lan, .corp.example", corsOrigins: "https://ops.example"})
 	_, port, _ := net.SplitHostPort(ts.http)
 
@@ -159,6 +160,7 @@ func wsHandshake(t *testing.T, addr, host, origin string) (int, string) {
 // the server's own pages, an address typed by the user and scripts are
 // not.
 func TestHTTPEffectsNeedOrigin(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	c.ok("POST", "/queues/fx/jobs", map[string]any{"data": 1})
@@ -208,6 +210,7 @@ func TestHTTPEffectsNeedOrigin(t *testing.T) {
 // without one whether the server is up, and nothing of its paths, its
 // database's address or its storage error; the token shows them.
 func TestHTTPHealthWithTokens(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	srv := memServer(b, []string{"tok"}, quietLog())
@@ -260,6 +263,7 @@ func TestHTTPHealthWithTokens(t *testing.T) {
 // TestHTTPPagingOverflow: offsets and limits at the ends of int64 page
 // like any other number (they used to overflow into a slice panic).
 func TestHTTPPagingOverflow(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	tc := dial(t, ts.addr)
@@ -363,6 +367,7 @@ func downloads(t *testing.T, dataPath string) []string {
 // being sent is answered 429, and the copy on disk goes when the request
 // ends, whether the client read it all, hung up, or the server shut down.
 func TestHTTPBackupDownloadOneAtATime(t *testing.T) {
+	t.Parallel()
 	live := filepath.Join(t.TempDir(), "live.db")
 	b, st, _ := openTestStore(t, live)
 	defer st.Close()
@@ -446,6 +451,7 @@ func TestHTTPBackupDownloadOneAtATime(t *testing.T) {
 // beside its database are gone once the next one has started; other
 // files there are not touched.
 func TestHTTPBackupStaleCopiesRemovedAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.db")
 	stale := filepath.Join(dir, downloadPrefix(live)+"123456")
@@ -492,6 +498,7 @@ func TestHTTPBackupStaleCopiesRemovedAtStart(t *testing.T) {
 // route same-origin. The job stays waiting and the queue unpaused; the
 // dashboard opened by localhost still works.
 func TestBrowserRebindingAndCrossSite(t *testing.T) {
+	t.Parallel()
 	d := startBrowser(t, "--host-resolver-rules=MAP evil.test 127.0.0.1, MAP rebound.test 127.0.0.1")
 	ts := startServerHTTP(t, nil)
 	_, port, _ := net.SplitHostPort(ts.http)

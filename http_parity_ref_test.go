@@ -330,6 +330,7 @@ func listeningPorts(pid int) []int {
 // TestRouteJSParseInt: query integers as JavaScript's parseInt(s, 10)
 // reads them.
 func TestRouteJSParseInt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in string
 		n  int64

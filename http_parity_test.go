@@ -908,6 +908,7 @@ func parityWSHandshake(t *testing.T, s *paritySide, path string) (int, string) {
 // docs/http-api.md's "Differences from the reference", and that the README
 // points there.
 func TestRouteParityDocs(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("docs/http-api.md")
 	if err != nil {
 		t.Fatal(err)

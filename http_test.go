@@ -158,6 +158,7 @@ func jarr(t *testing.T, v any) []any {
 }
 
 func TestHTTPProbes(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	h := c.ok("GET", "/health", nil)
@@ -195,6 +196,7 @@ func TestHTTPProbes(t *testing.T) {
 }
 
 func TestHTTPNotFoundAndMethods(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	if e := c.fail("GET", "/nope", nil, 404); e != "Not found" {
@@ -216,6 +218,7 @@ func TestHTTPNotFoundAndMethods(t *testing.T) {
 	}
 }
 
+// Serial: it lowers maxHTTPBody, which every HTTP server of the process reads.
 func TestHTTPBadInput(t *testing.T) {
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
@@ -271,6 +274,7 @@ func TestHTTPBadInput(t *testing.T) {
 
 // TestHTTPJobLifecycle walks one job through the job routes.
 func TestHTTPJobLifecycle(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 
@@ -371,6 +375,7 @@ func TestHTTPJobLifecycle(t *testing.T) {
 }
 
 func TestHTTPBatchesAndQueues(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	ids := jarr(t, c.ok("POST", "/queues/b/jobs/bulk", `{"jobs":[{"data":{"i":1}},{"name":"named","data":{"i":2}},{"name":7,"data":{"i":3}}]}`)["ids"])
@@ -450,6 +455,7 @@ func TestHTTPBatchesAndQueues(t *testing.T) {
 }
 
 func TestHTTPResources(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	cr := jobj(t, c.ok("POST", "/crons", map[string]any{"name": "nightly", "queue": "r", "schedule": "0 3 * * *", "data": map[string]any{"k": 1}})["cron"])
@@ -496,6 +502,7 @@ func TestHTTPResources(t *testing.T) {
 }
 
 func TestHTTPFigures(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	for i := range 3 {
@@ -556,6 +563,7 @@ func TestHTTPFigures(t *testing.T) {
 // TestHTTPWaits: a long-poll pull and WaitJob answer when the job comes,
 // and a shutdown ends a waiting request with an empty answer.
 func TestHTTPWaits(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	got := make(chan map[string]any, 1)
@@ -623,6 +631,7 @@ func TestHTTPWaits(t *testing.T) {
 }
 
 func TestHTTPAuth(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{authTokens: "s3cret,other"})
 	c := newHC(t, ts)
 	// Open: the probes and the dashboard's files.
@@ -666,6 +675,7 @@ func TestHTTPAuth(t *testing.T) {
 }
 
 func TestHTTPCORS(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{corsOrigins: "https://ops.example, https://other.example"})
 	c := newHC(t, ts)
 	get := func(method, origin string) *http.Response {
@@ -732,6 +742,7 @@ func TestHTTPCORS(t *testing.T) {
 var refRE = regexp.MustCompile(`(src|href|url)[=(]["']?([^"')\s>]+)`)
 
 func TestHTTPDashboardFiles(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	for _, tc := range []struct{ path, ctype, has string }{

@@ -64,6 +64,7 @@ func TestJobTableAgreesWithMap(t *testing.T) {
 // TestJobTableGrowsAndShrinks: a table filled with a hundred thousand
 // jobs finds each, and emptied again gives most of its slots back.
 func TestJobTableGrowsAndShrinks(t *testing.T) {
+	t.Parallel()
 	var tb jobTable
 	jobs := make([]*Job, 100000)
 	for i := range jobs {
@@ -111,6 +112,7 @@ func TestJobTableGrowsAndShrinks(t *testing.T) {
 
 // TestIdxPartSize: a partition is one cache line.
 func TestIdxPartSize(t *testing.T) {
+	t.Parallel()
 	if n := unsafe.Sizeof(idxPart{}); n != 64 {
 		t.Fatalf("an index partition is %d bytes, want 64", n)
 	}

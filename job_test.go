@@ -13,6 +13,7 @@ import (
 // slices that may change in place is shared. A field added to Job and not
 // to readCopy fails here.
 func TestReadCopyHasEveryField(t *testing.T) {
+	t.Parallel()
 	j := &Job{state: StateFailed}
 	j.warm().failErr, j.warm().hasFail = "boom", true
 	fill := func(v reflect.Value) {
@@ -88,6 +89,7 @@ func TestReadCopyHasEveryField(t *testing.T) {
 // jobCold, so that a job whose only unusual setting is in a field added
 // later keeps it (settle would drop it otherwise).
 func TestColdIsDefaultCoversEveryField(t *testing.T) {
+	t.Parallel()
 	if !noCold.isDefault() {
 		t.Fatal("noCold is not the default")
 	}
@@ -119,6 +121,7 @@ func TestColdIsDefaultCoversEveryField(t *testing.T) {
 // TestPlainJobHasNoColdPart: a job pushed with no rare option carries no
 // cold part, after a push and after a round trip through its record.
 func TestPlainJobHasNoColdPart(t *testing.T) {
+	t.Parallel()
 	j := mustJob(t, "q", map[string]any{"name": "n", "data": map[string]any{"a": 1}})
 	if j.c != nil {
 		t.Fatalf("a plain job has a cold part: %+v", *j.c)
@@ -142,6 +145,7 @@ func TestPlainJobHasNoColdPart(t *testing.T) {
 // costs every job 16 bytes more (the next class is 224), so it belongs
 // in jobCold (or jobRun, for a claimed job's) unless most jobs set it.
 func TestJobSize(t *testing.T) {
+	t.Parallel()
 	if n := unsafe.Sizeof(Job{}); n > 160 {
 		t.Errorf("a Job is %d bytes, over its 160-byte size class", n)
 	}
@@ -152,6 +156,7 @@ func TestJobSize(t *testing.T) {
 // through warm(), which gave every completed job some 400 bytes of
 // defaults for as long as it was kept.
 func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	ids := completeAll(t, b, "q", 10)
@@ -169,6 +174,7 @@ func TestCompletedPlainJobHasNoColdPart(t *testing.T) {
 // TestTimelineEntrySize: every job has at least one entry, so its size
 // is a waiting job's.
 func TestTimelineEntrySize(t *testing.T) {
+	t.Parallel()
 	if n := unsafe.Sizeof(TimelineEntry{}); n != 32 {
 		t.Errorf("a timeline entry is %d bytes, want 32", n)
 	}
@@ -187,6 +193,7 @@ func (j *Job) timeline() []TimelineEntry {
 // the record carry it as before, byte for byte, and a record read back
 // holds it the same way.
 func TestImpliedFirstTimelineEntry(t *testing.T) {
+	t.Parallel()
 	const created = 1796007115626
 	j := withID(&Job{Queue: "q", Name: "n", Data: rawUndefined, CreatedAt: created, state: StateWaiting}, "a")
 	j.addFirstEntry(created + 3) // admitted a moment after its batch was parsed
@@ -262,6 +269,7 @@ func TestImpliedFirstTimelineEntry(t *testing.T) {
 // creation time, as the reference sets it. A claim makes the run part,
 // with the start, heartbeat, completion and timeline a reader sees.
 func TestWaitingJobIsCompact(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	j := mustJob(t, "q", map[string]any{"data": int64(1)})

@@ -8,6 +8,7 @@ import (
 // An id reads back exactly as it was given, whichever form it is kept
 // in, and only a canonical lower-case UUID is kept as 16 bytes.
 func TestJobIDForms(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		id      string
 		compact bool
@@ -65,6 +66,7 @@ func TestJobIDForms(t *testing.T) {
 // The index finds a job by its id's text in either form, and tells a
 // UUID from the same digits in upper case.
 func TestIndexMixedIDForms(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(0, nil)
 	defer b.Close()
 	lower := "0190f8a2-7b3c-7def-8123-456789abcdef"

@@ -10,6 +10,7 @@ import (
 )
 
 func TestJSONRoundTrip(t *testing.T) {
+	t.Parallel()
 	docs := []string{
 		`{"a":1,"b":[true,false,null],"c":{"d":"é ✓ \"q\" \n"},"e":-5,"f":1.5,"g":1700000000123,"h":[]}`,
 		`[1,2,3]`, `"x"`, `null`, `12345678901234`, `{"nested":{"deep":{"deeper":[{"k":"v"}]}}}`,
@@ -46,6 +47,7 @@ func TestJSONRoundTrip(t *testing.T) {
 }
 
 func TestJSONFromMsgpackSpecials(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	e.MapHead(6)
 	e.Str("date") // 2023-11-14T22:13:20Z, as msgpackr packs a Date (timestamp32)
@@ -128,6 +130,7 @@ func renderInPieces(t *testing.T, r Raw, piece int) []byte {
 // (never inside one, nor inside an invalid sequence), binary data, long
 // arrays and maps.
 func TestJSONPiecesMatchWhole(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	e.MapHead(4)
 	e.Str("text") // multi-byte characters across every cut, and bytes that are not UTF-8
@@ -182,6 +185,7 @@ func firstDiff(a, b []byte) int {
 // MessagePack became 8 MB of JSON, and 30 levels (61 bytes, a job's data
 // pushed by anyone) would have been 2 GB for each reader of the job.
 func TestJSONMapKeysBounded(t *testing.T) {
+	t.Parallel()
 	v := []byte{0xc2}
 	for range 24 { // 33 MB of JSON before
 

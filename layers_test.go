@@ -16,6 +16,7 @@ import (
 // lock, reaches into shards, queues or the PostgreSQL pool, or holds SQL;
 // nothing there is a method of an engine.
 func TestHandlersHoldNoStorage(t *testing.T) {
+	t.Parallel()
 	fs, files := parseSources(t, "cmd_*.go")
 	if len(files) < 8 {
 		t.Fatalf("only %d cmd_*.go files", len(files))
@@ -101,6 +102,7 @@ func recvName(fd *ast.FuncDecl) string {
 //     message that starts with a capital): those are written once, in
 //     the rule files (or read from the request, in the handlers).
 func TestEngineLayers(t *testing.T) {
+	t.Parallel()
 	if _, isEngine := any((*Broker)(nil)).(Engine); isEngine {
 		t.Error("the Broker implements Engine: jobs belong in an engine, the Broker is the process")
 	}

@@ -170,6 +170,7 @@ func (w *liveWatch) count(name string) int {
 // TestLiveCatalogCommands: each command of the catalogue announces its
 // notice, with the reference's fields, and only when the reference does.
 func TestLiveCatalogCommands(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{webhookAllowPrivate: true})
 	w := watchLive(t, ts.http, "/ws/queues/other", "*")
 	sse := dialSSE(t, ts.http, "/events/queues/other")
@@ -332,6 +333,7 @@ func TestLiveCatalogCommands(t *testing.T) {
 // TestLiveCatalogAuthFailed: a wrong token is announced, over TCP with
 // the connection's id and over HTTP with the transport.
 func TestLiveCatalogAuthFailed(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{authTokens: "right"})
 	ws := rawHandshake(t, ts.http, wsRequest("/ws", "Authorization: Bearer right"))
 	ws.text(`{"cmd":"Subscribe","events":["auth:*","client:connected"],"reqId":"s"}`)
@@ -364,6 +366,7 @@ func TestLiveCatalogAuthFailed(t *testing.T) {
 // TestLiveCatalogNames keeps the catalogue the reference's: every name
 // Subscribe takes, sorted, by family.
 func TestLiveCatalogNames(t *testing.T) {
+	t.Parallel()
 	var names []string
 	for p := range wsValidPatterns {
 		names = append(names, p)
@@ -565,6 +568,8 @@ func catalogEngineScript(t *testing.T, c *tclient, w *liveWatch) {
 
 // TestLiveCatalogMonitor: the monitor's notices, with the reference's
 // thresholds from the environment.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestLiveCatalogMonitor(t *testing.T) {
 	t.Setenv("QUEUE_IDLE_THRESHOLD_MS", "200")
 	t.Setenv("QUEUE_SIZE_THRESHOLD", "3")
@@ -627,6 +632,7 @@ func markerHook(t testing.TB, c *tclient) string {
 // TestLiveCatalogDocs: docs/http-api.md's catalogue names every event
 // Subscribe takes.
 func TestLiveCatalogDocs(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("docs/http-api.md")
 	if err != nil {
 		t.Fatal(err)
@@ -651,6 +657,7 @@ func TestLiveCatalogDocs(t *testing.T) {
 // TestLiveCatalogShutdown: subscribers hear the server go before their
 // streams close.
 func TestLiveCatalogShutdown(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	w := watchLive(t, ts.http, "/ws", "server:*")
 	ts.cancel()
@@ -659,6 +666,7 @@ func TestLiveCatalogShutdown(t *testing.T) {
 
 // TestLiveCatalogStall: a stall, with its count and what became of the job.
 func TestLiveCatalogStall(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	w := watchLive(t, ts.http, "/ws", "job:stalled")
 	c := dial(t, ts.addr)
@@ -671,6 +679,7 @@ func TestLiveCatalogStall(t *testing.T) {
 // TestLiveCatalogCronMissed: a run whose push is refused is announced as
 // missed, with the refusal.
 func TestLiveCatalogCronMissed(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{maxQueues: 1})
 	w := watchLive(t, ts.http, "/ws", "cron:*")
 	c := dial(t, ts.addr)
@@ -685,6 +694,7 @@ func TestLiveCatalogCronMissed(t *testing.T) {
 // TestWorkersRemovedStale: a worker registered without a connection and
 // unheard for three worker timeouts is removed and announced.
 func TestWorkersRemovedStale(t *testing.T) {
+	t.Parallel()
 	now := int64(1_000_000)
 	ws := newWorkers(func() int64 { return now })
 	var got []string

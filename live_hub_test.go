@@ -51,6 +51,7 @@ func waitSubscribers(t testing.TB, hb *hub, n int) {
 }
 
 func TestHubFilters(t *testing.T) {
+	t.Parallel()
 	hb, addr := startHub(t, hubOptions{})
 	wsAll := dialWS(t, addr, "/ws")
 	wsA := dialWS(t, addr, "/ws/queues/a")
@@ -100,6 +101,7 @@ func TestHubFilters(t *testing.T) {
 }
 
 func TestHubLastEventIDReplay(t *testing.T) {
+	t.Parallel()
 	hb, addr := startHub(t, hubOptions{Replay: 3})
 	hb.Publish("a", []byte(`{"unheard":true}`)) // nobody listens: not kept, no id
 	first := dialSSE(t, addr, "/events")
@@ -149,6 +151,7 @@ func TestHubLastEventIDReplay(t *testing.T) {
 // an SSE stream) while a third keeps up. Publish never waits on them; they
 // are dropped, counted, and the reader gets everything.
 func TestHubSlowConsumer(t *testing.T) {
+	t.Parallel()
 	small := wsOptions{SendQueue: 64, SendQueueBytes: 256 << 10, CloseTimeout: 300 * time.Millisecond}
 	hb, addr := startHub(t, hubOptions{WS: small,
 		SSE: sseOptions{SendQueue: 64, SendQueueBytes: 256 << 10, CloseTimeout: 300 * time.Millisecond}})
@@ -234,6 +237,8 @@ func TestHubSlowConsumer(t *testing.T) {
 
 // TestHubShutdownNoLeaks: Close ends every subscriber, including one that
 // never reads, within its CloseTimeout, and leaves no goroutine behind.
+//
+// Serial: it counts the process's goroutines.
 func TestHubShutdownNoLeaks(t *testing.T) {
 	runtime.GC()
 	base := runtime.NumGoroutine()
@@ -306,6 +311,7 @@ func TestHubShutdownNoLeaks(t *testing.T) {
 // budget, dropping the oldest, however few they are; a reconnecting
 // stream gets the kept ones.
 func TestHubReplayByteBudget(t *testing.T) {
+	t.Parallel()
 	hb, addr := startHub(t, hubOptions{ReplayBytes: 40 << 10})
 	first := dialSSE(t, addr, "/events")
 	waitSubscribers(t, hb, 1)

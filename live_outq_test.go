@@ -6,6 +6,7 @@ import "testing"
 // one oversized message when empty, reports the first refusal once, and
 // hands everything to the writer in order.
 func TestOutQueueBounds(t *testing.T) {
+	t.Parallel()
 	q := outQueue{maxN: 3, maxB: 10}
 	if ok, _, _, _ := q.offer(outMsg{b: make([]byte, 50)}, false); !ok {
 		t.Fatal("an empty queue refused one oversized message")

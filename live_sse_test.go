@@ -192,6 +192,7 @@ func (h *sseHarness) end(t testing.TB) error {
 // Tests
 
 func TestSSEFormat(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		ev   sseEvent
 		want string
@@ -214,6 +215,7 @@ func TestSSEFormat(t *testing.T) {
 }
 
 func TestSSEStream(t *testing.T) {
+	t.Parallel()
 	h := startSSEServer(t, sseOptions{Heartbeat: 40 * time.Millisecond}, nil)
 	c := dialSSE(t, h.addr, "/events", "Last-Event-ID: 41")
 	if c.resp.StatusCode != 200 {
@@ -262,6 +264,7 @@ func TestSSEStream(t *testing.T) {
 }
 
 func TestSSENoLastEventID(t *testing.T) {
+	t.Parallel()
 	h := startSSEServer(t, sseOptions{Retry: -1}, nil)
 	c := dialSSE(t, h.addr, "/events")
 	st := h.stream(t)
@@ -277,6 +280,7 @@ func TestSSENoLastEventID(t *testing.T) {
 // TestSSEOutlivesReadTimeout: the server's ReadTimeout is for reading
 // requests; it must not end a stream that lasts longer.
 func TestSSEOutlivesReadTimeout(t *testing.T) {
+	t.Parallel()
 	h := startSSEServer(t, sseOptions{Heartbeat: 50 * time.Millisecond}, func(s *http.Server) {
 		s.ReadTimeout = 100 * time.Millisecond
 	})
@@ -292,6 +296,7 @@ func TestSSEOutlivesReadTimeout(t *testing.T) {
 }
 
 func TestSSEClose(t *testing.T) {
+	t.Parallel()
 	h := startSSEServer(t, sseOptions{}, nil)
 	c := dialSSE(t, h.addr, "/events")
 	st := h.stream(t)
@@ -316,6 +321,7 @@ func TestSSEClose(t *testing.T) {
 // TestSSESlowConsumer: a client that does not read fills its socket and
 // then its queue; Send never blocks, and the stream is ended.
 func TestSSESlowConsumer(t *testing.T) {
+	t.Parallel()
 	h := startSSEServer(t, sseOptions{SendQueue: 64, SendQueueBytes: 256 << 10, CloseTimeout: 300 * time.Millisecond}, nil)
 	nc, err := net.Dial("tcp", h.addr)
 	if err != nil {
@@ -358,6 +364,7 @@ func TestSSESlowConsumer(t *testing.T) {
 // stream after its headers: an event right after a client connected could
 // miss it, and TestLiveCatalogCommands waited for it forever.)
 func TestSSEReadyBeforeHeaders(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st, err := startSSEThen(w, r, sseOptions{}, func(s *sseStream) {

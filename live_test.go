@@ -63,6 +63,7 @@ func (c *wsClient) wsUntil(what string, ok func(m map[string]any) bool) map[stri
 }
 
 func TestLiveSSE(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{liveEvery: liveIntervals{stats: 150 * time.Millisecond, health: 200 * time.Millisecond, storage: 250 * time.Millisecond}})
 	all := dialSSE(t, ts.http, "/events")
 	if ct := all.resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -136,6 +137,7 @@ func TestLiveSSE(t *testing.T) {
 }
 
 func TestLiveWebSocket(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	legacy := dialWS(t, ts.http, "/ws")
 	sub := dialWS(t, ts.http, "/ws/queues/w")
@@ -186,6 +188,7 @@ func TestLiveWebSocket(t *testing.T) {
 // TestLiveWebSocketCommands: protocol commands as JSON text, answered with
 // what TCP answers.
 func TestLiveWebSocketCommands(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	ws := dialWS(t, ts.http, "/ws")
 	c := dial(t, ts.addr)
@@ -266,6 +269,7 @@ func TestLiveWebSocketCommands(t *testing.T) {
 // TestLiveWebSocketReleasesJobs: jobs pulled over a WebSocket go back to
 // waiting when it closes, and its workers are gone, as on TCP.
 func TestLiveWebSocketReleasesJobs(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	id := str(t, c.ok(map[string]any{"cmd": "PUSH", "queue": "rel", "data": 1}), "id")

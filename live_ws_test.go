@@ -361,6 +361,7 @@ func (h *wsHarness) end(t testing.TB) error {
 // Handshake
 
 func TestWSAcceptKey(t *testing.T) {
+	t.Parallel()
 	// RFC 6455 section 1.3.
 	if got := wsAcceptKey("dGhlIHNhbXBsZSBub25jZQ=="); got != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
 		t.Fatalf("wsAcceptKey = %q", got)
@@ -374,6 +375,7 @@ func TestWSAcceptKey(t *testing.T) {
 }
 
 func TestWSHandshakeTokens(t *testing.T) {
+	t.Parallel()
 	// Header tokens are case-insensitive and may come in lists.
 	h := startWSServer(t, wsOptions{})
 	c := rawHandshake(t, h.addr, wsRequest("/", "Upgrade: WebSocket", "Connection: keep-alive, Upgrade"))
@@ -383,6 +385,7 @@ func TestWSHandshakeTokens(t *testing.T) {
 }
 
 func TestWSBadHandshakes(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{CheckOrigin: func(r *http.Request) bool {
 		return r.Header.Get("Origin") != "https://evil.example"
 	}})
@@ -432,6 +435,7 @@ func TestWSBadHandshakes(t *testing.T) {
 }
 
 func TestWSFramesRightAfterHandshake(t *testing.T) {
+	t.Parallel()
 	// A client may send frames in the same packet as its request; they sit
 	// in net/http's buffer at the hijack and must not be lost.
 	h := startWSServer(t, wsOptions{})
@@ -445,6 +449,7 @@ func TestWSFramesRightAfterHandshake(t *testing.T) {
 // Frames
 
 func TestWSReadFrameRFCExamples(t *testing.T) {
+	t.Parallel()
 	// RFC 6455 section 5.7: a masked "Hello" from a client.
 	br := bufio.NewReader(bytes.NewReader([]byte{0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58}))
 	f, err := readWSFrame(br, 1024)
@@ -468,6 +473,7 @@ func TestWSReadFrameRFCExamples(t *testing.T) {
 }
 
 func TestWSMaskedMessages(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{AllowBinary: true})
 	c := dialWS(t, h.addr, "/ws")
 	for _, n := range []int{0, 1, 125, 126, 65535, 65536, 200000} {
@@ -487,6 +493,7 @@ func TestWSMaskedMessages(t *testing.T) {
 }
 
 func TestWSFragmentedWithInterleavedPing(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{})
 	c := dialWS(t, h.addr, "/ws")
 	// "héllo wörld" in three fragments, split inside a two-byte rune, with
@@ -521,6 +528,7 @@ func TestWSFragmentedWithInterleavedPing(t *testing.T) {
 // close code, that the server closes the TCP connection after its close
 // frame, and that nothing reached the application.
 func TestWSProtocolErrors(t *testing.T) {
+	t.Parallel()
 	big := func(n int) []byte { return bytes.Repeat([]byte("a"), n) }
 	lengthOnly := func(n uint64) []byte { // a header that promises n bytes, and nothing else
 		return binary.BigEndian.AppendUint64([]byte{0x82, 0x80 | 127}, n)
@@ -598,6 +606,7 @@ func TestWSProtocolErrors(t *testing.T) {
 }
 
 func TestWSPeerCloseIsEchoed(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{})
 	for _, tc := range []struct {
 		body []byte
@@ -630,6 +639,7 @@ func TestWSPeerCloseIsEchoed(t *testing.T) {
 }
 
 func TestWSServerCloseHandshake(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{CloseTimeout: 5 * time.Second})
 	c := dialWS(t, h.addr, "/ws")
 	srv := h.conn(t)
@@ -660,6 +670,7 @@ func TestWSServerCloseHandshake(t *testing.T) {
 }
 
 func TestWSServerCloseUnanswered(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{CloseTimeout: 200 * time.Millisecond})
 	c := dialWS(t, h.addr, "/ws")
 	srv := h.conn(t)
@@ -676,6 +687,7 @@ func TestWSServerCloseUnanswered(t *testing.T) {
 }
 
 func TestWSKeepalive(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{PingInterval: 30 * time.Millisecond, IdleTimeout: 400 * time.Millisecond})
 	c := dialWS(t, h.addr, "/ws")
 	// A client that answers pings stays, for several idle timeouts.
@@ -707,6 +719,7 @@ func TestWSKeepalive(t *testing.T) {
 // then its queue; Send never blocks meanwhile, and the connection is
 // closed with 1008 once the queue is full.
 func TestWSSlowConsumerClosed(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{SendQueue: 64, SendQueueBytes: 256 << 10, CloseTimeout: 5 * time.Second})
 	c := dialWS(t, h.addr, "/ws")
 	c.slowReader()
@@ -759,6 +772,7 @@ func TestWSSlowConsumerClosed(t *testing.T) {
 }
 
 func TestWSSlowConsumerSkips(t *testing.T) {
+	t.Parallel()
 	h := startWSServer(t, wsOptions{SendQueue: 64, SendQueueBytes: 256 << 10, Slow: slowSkip})
 	c := dialWS(t, h.addr, "/ws")
 	c.slowReader()
@@ -887,6 +901,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // ready arrives first. (The hub registered a subscriber after the reply:
 // a job pushed the moment a client connected could miss it.)
 func TestWSReadyBeforeReply(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := upgradeWSThen(w, r, wsOptions{}, func(c *wsConn) {

@@ -12,6 +12,7 @@ import (
 // is answered with an error by the connection's recover, and the shard is
 // not left locked: the queue goes on answering.
 func TestPanickingCommandFreesItsShard(t *testing.T) {
+	t.Parallel()
 	// Closed at the end only: with a shard left locked, Close would hang
 	// and the test would never report.
 	b := NewMemEngine(2, nil)

@@ -3,6 +3,7 @@ package main
 import "testing"
 
 func TestLRU(t *testing.T) {
+	t.Parallel()
 	var evicted []string
 	l := NewLRU[string, int](3, func(k string, _ int) { evicted = append(evicted, k) })
 	l.Put("a", 1)

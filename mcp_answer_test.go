@@ -21,6 +21,7 @@ import (
 // depth as pretty indents it, escaped as the text content escapes it) is
 // never more than the bound worked out from its MessagePack.
 func TestMCPCostBound(t *testing.T) {
+	t.Parallel()
 	values := []any{
 		nil, true, false, 0, -32, 127, 128, -129, 65536, math.MaxInt32 + 1, -1 << 40, uint64(math.MaxUint64),
 		math.Pi, -1.7976931348623157e308, 5e-324, float32(1.5),
@@ -142,6 +143,7 @@ type jobsPage struct {
 // every job once. Before, the answer was the data as indented numbers,
 // escaped again: 10 to 14 times the data.
 func TestMCPGetJobsBigData(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	const bins, strs = 4, 40
@@ -210,6 +212,7 @@ func TestMCPGetJobsBigData(t *testing.T) {
 // what fits in full, with their values summarised); an answer that cannot
 // fit even so is refused, naming the limit and its value.
 func TestMCPAnswerCap(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{mcpMaxAnswer: minMCPAnswer})
 	if ans := mcpPost(t, ts.http, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); decodeRPC(t, ans).Error != nil || len(ans) > minMCPAnswer {
 		t.Fatalf("tools/list under the least cap: %.300s", ans)
@@ -265,6 +268,8 @@ func TestMCPAnswerCap(t *testing.T) {
 
 // TestMCPAnswerOption: `queued mcp` takes the cap from its option or the
 // environment, within its range.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestMCPAnswerOption(t *testing.T) {
 	t.Setenv("QUEUED_MCP_MAX_ANSWER_BYTES", "")
 	for _, c := range []struct {
@@ -366,6 +371,7 @@ func (s *stdioMCP) next() rpc {
 // again. Nothing here waits on time: the waits last 30 s, and every
 // answer checked comes before any of them could end on its own.
 func TestMCPStdioKeepsReading(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "never", "data": M{}}), "id")
@@ -419,6 +425,7 @@ func TestMCPStdioKeepsReading(t *testing.T) {
 // wait then ran its 30 s). A second request with the id of one under way
 // is refused, naming the rule: a cancellation could not tell them apart.
 func TestMCPStdioCancelAtOnce(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "never", "data": M{}}), "id")
@@ -447,6 +454,7 @@ func TestMCPStdioCancelAtOnce(t *testing.T) {
 // the reference's MCP server, which reads the wire answer's ok), a wait
 // that timed out answered completed:true.
 func TestMCPWaitForJobTimesOut(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "w", "data": M{}}), "id")
@@ -470,6 +478,7 @@ func TestMCPWaitForJobTimesOut(t *testing.T) {
 // its newline not counted (it was refused before); one byte more is not,
 // and the next message is read whole.
 func TestReadMessageLimit(t *testing.T) {
+	t.Parallel()
 	exact := bytes.Repeat([]byte("x"), mcpMaxMessage)
 	var in bytes.Buffer
 	in.Write(exact)
@@ -497,6 +506,7 @@ func TestReadMessageLimit(t *testing.T) {
 // answered when the job comes). Before, the room was given back as the
 // answer was returned, and a copy of it made besides.
 func TestLocalSendHeld(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	s := memServer(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))

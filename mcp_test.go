@@ -64,6 +64,7 @@ func toolText(t *testing.T, s *mcpSession, name, args string) (string, bool) {
 // TestMCPProtocol: JSON-RPC as MCP clients expect it, malformed messages
 // answered with the right errors, and the tools' refusals as results.
 func TestMCPProtocol(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	s := mcpOver(t, ts.addr).session()
 	ctx := context.Background()
@@ -151,6 +152,7 @@ func TestMCPProtocol(t *testing.T) {
 // TestMCPCancel: notifications/cancelled ends the request it names, here a
 // pull that would wait 30 s.
 func TestMCPCancel(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	s := mcpOver(t, ts.addr).session()
 	done := make(chan []byte, 1)
@@ -178,6 +180,7 @@ func TestMCPCancel(t *testing.T) {
 // TestMCPStdio: messages one per line; a line past the limit is refused
 // and the next ones are still answered; the end of the input ends it.
 func TestMCPStdio(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	srv := mcpOver(t, ts.addr)
 	var in bytes.Buffer
@@ -214,6 +217,7 @@ func TestMCPStdio(t *testing.T) {
 // TestMCPHTTP: /mcp behind the HTTP API's guards, and the transport's
 // answers: JSON for a request, 202 for a notification, 405 for GET.
 func TestMCPHTTP(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{authTokens: "s3cret"})
 	post := func(body string, hdr map[string]string) (int, string) {
 		t.Helper()
@@ -272,6 +276,7 @@ func TestMCPHTTP(t *testing.T) {
 // calling the URL, with the registered headers, and completes each with
 // the answer.
 func TestHandlersSurviveRestart(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -321,6 +326,7 @@ func TestHandlersSurviveRestart(t *testing.T) {
 // TestHandlerAddressGuard: without --webhook-allow-private a handler may
 // not call the server's own network, as a webhook may not.
 func TestHandlerAddressGuard(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	for _, u := range []string{"http://127.0.0.1:9/x", "http://169.254.169.254/latest", "ftp://example.com/x", "http://" + strings.Repeat("a", 3000) + ".com"} {
@@ -335,6 +341,7 @@ func TestHandlerAddressGuard(t *testing.T) {
 
 // TestToolSchemaCheck: the schema check's own cases, recursion included.
 func TestToolSchemaCheck(t *testing.T) {
+	t.Parallel()
 	flow := mcpToolIndex["bunqueue_add_flow"].in
 	deep := `{"name":"a","queueName":"q"}`
 	for range maxSchemaDepth { // past the check's bound, whatever the flow's own

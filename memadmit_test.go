@@ -449,6 +449,7 @@ func memRefusal(a M) bool {
 // an Update through a virtual connection (MCP tools, URL handlers) is
 // refused too.
 func TestAdmissionWalksCommandTable(t *testing.T) {
+	t.Parallel()
 	names := make([]string, 0, len(commands))
 	for name := range commands {
 		names = append(names, name)
@@ -556,6 +557,7 @@ func TestAdmissionWalksCommandTable(t *testing.T) {
 // logs caches are fitted to an eighth of it each, and a repeating job's
 // next run, never refused, is weighed so that what may be refused is.
 func TestMemLimitWorkerBounds(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	t.Cleanup(b.Close)
 	b.mem = newMemLimit(64<<20, true, nil)
@@ -630,6 +632,7 @@ func TestMemLimitWorkerBounds(t *testing.T) {
 // in flight is a request's bytes; a request that fails gives them back,
 // one that made what it asked has its weight kept.
 func TestMemLimitInFlight(t *testing.T) {
+	t.Parallel()
 	m := newMemLimit(100<<20, true, nil)
 	m.took(70 << 20)
 	update := func() Map {
@@ -668,6 +671,7 @@ func TestMemLimitInFlight(t *testing.T) {
 // record, was not weighed at all: FAILs between two collections grew
 // what jobs hold unseen.
 func TestFailWeighed(t *testing.T) {
+	t.Parallel()
 	s := startAdmitServer(t, "memory")
 	c := dial(t, s.addr)
 	q := "fw"
@@ -699,6 +703,7 @@ func TestFailWeighed(t *testing.T) {
 // RetryDlq is; MoveToWait of an active job (giving it back) is not.
 // Before, the retry passed as a steady command.
 func TestMoveToWaitOfFailedRefused(t *testing.T) {
+	t.Parallel()
 	s := startAdmitServer(t, "memory")
 	c := dial(t, s.addr)
 	failed := str(t, c.ok(M{"cmd": "PUSH", "queue": "mw", "data": M{}, "maxAttempts": 1}), "id")
@@ -723,6 +728,7 @@ func TestMoveToWaitOfFailedRefused(t *testing.T) {
 // requestWeight bounds what a request can make jobs hold: its bytes, and
 // a job's own cost for each job a PUSHB or PUSHF may make.
 func TestRequestWeight(t *testing.T) {
+	t.Parallel()
 	parse := func(m M) Map {
 		var e Enc
 		if err := e.Any(m); err != nil {
@@ -755,6 +761,7 @@ func TestRequestWeight(t *testing.T) {
 // never makes, 256 MB by their own cost. One that made something is
 // weighed.
 func TestRefusedCommandLeavesNoWeight(t *testing.T) {
+	t.Parallel()
 	s := startAdmitServer(t, "memory")
 	c := dial(t, s.addr)
 	s.refusing(false)

@@ -25,6 +25,7 @@ import (
 // estimate reaches memHigh, are refused (naming the budget) until it is
 // under memLow, and a file's jobs are weighed at start.
 func TestMemLimitDecides(t *testing.T) {
+	t.Parallel()
 	var m *memLimit
 	if err := m.admit(1 << 40); err != nil {
 		t.Fatalf("no budget refused a push: %v", err)
@@ -73,6 +74,8 @@ const maxMemoryRSSBound = 600 * mib
 // bound, refused pushes say why, a restart in the middle loads what was
 // stored within the same bound, the worker drains to empty, and pushes
 // are accepted again.
+//
+// Serial: its bound is a server's peak resident memory, which a busy machine raises.
 func TestMaxMemoryRefusesPushes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queued.db")
 	flags := []string{"--data-path", path, "--max-memory", "512MiB"}
@@ -195,6 +198,8 @@ func TestMaxMemoryRefusesPushes(t *testing.T) {
 // A data file whose jobs need more than --max-memory is refused at start,
 // saying how much it needs, rather than loaded until the OOM killer ends
 // the process.
+//
+// Serial: its bound is a server's peak resident memory, which a busy machine raises.
 func TestMaxMemoryRefusesLargeFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queued.db")
 	srv := startBinary(t, "--data-path", path)
@@ -250,6 +255,8 @@ const maxMemoryUpdatesRSSBound = 600 * mib
 // were accepted: 1.49 GB of job data, 1,448 MiB resident. In PostgreSQL
 // mode the data goes to the database: 30 Updates are taken while the
 // process's own heap is under the mark, and it stays under the bound.
+//
+// Serial: its bound is a server's peak resident memory, which a busy machine raises.
 func TestMaxMemoryRefusesUpdates(t *testing.T) {
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 // interval with enough of it free, once per quiet spell, never after a
 // busy interval or when there is little to give.
 func TestMemReturnOnlyWhenIdle(t *testing.T) {
+	t.Parallel()
 	var work int64
 	var free uint64
 	released := 0
@@ -44,6 +45,7 @@ func TestMemReturnOnlyWhenIdle(t *testing.T) {
 
 // TestMemReturnStops: the loop runs its checks and ends on Stop.
 func TestMemReturnStops(t *testing.T) {
+	t.Parallel()
 	// Each check reads the activity count (a release comes only once
 	// per quiet spell, so releases would not show a loop still running).
 	var released, checks atomic.Int64
@@ -78,6 +80,8 @@ func TestMemReturnStops(t *testing.T) {
 // TestHeapReclaimableReads: the runtime metrics it reads are there and
 // move: 64 MiB made garbage count as reclaimable, and after a collection
 // and a release they no longer do.
+//
+// Serial: it measures the test process's heap.
 func TestHeapReclaimableReads(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no collection midway
 	runtime.GC()
@@ -98,6 +102,8 @@ func TestHeapReclaimableReads(t *testing.T) {
 
 // TestGCHoldsNest: overlapping holds restore the setting in force before
 // the first one, whatever order they end in.
+//
+// Serial: it measures the test process's heap.
 func TestGCHoldsNest(t *testing.T) {
 	before := debug.SetGCPercent(77)
 	defer debug.SetGCPercent(before)
@@ -125,6 +131,7 @@ func TestGCHoldsNest(t *testing.T) {
 
 // TestAvailableMemory: on Linux the figure is there and plausible.
 func TestAvailableMemory(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/meminfo")
 	}

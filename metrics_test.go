@@ -104,6 +104,7 @@ func nums(t *testing.T, v any) []float64 {
 }
 
 func TestMinuteSeries(t *testing.T) {
+	t.Parallel()
 	var s minuteSeries
 	t0 := int64(1_800_000_000_000) // a minute boundary
 	s.add(t0 + 5)
@@ -144,6 +145,7 @@ func TestMinuteSeries(t *testing.T) {
 // The queue form of Metrics over three minutes: newest bucket first, gaps
 // as zeros, start/end slicing, and only terminal failures counted.
 func TestMetricsQueueFormSeries(t *testing.T) {
+	t.Parallel()
 	ls := newLocalServer(t)
 	t0 := ls.now
 	complete := func() {
@@ -208,6 +210,7 @@ func TestMetricsQueueFormSeries(t *testing.T) {
 }
 
 func TestProtoMetricsQueueForm(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	// Validation, in the reference's order and words.
@@ -275,6 +278,7 @@ func TestProtoMetricsQueueForm(t *testing.T) {
 }
 
 func TestProtoTrimEvents(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	for _, tc := range []struct {

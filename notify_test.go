@@ -41,6 +41,7 @@ func readNotify(t *testing.T, uc *net.UnixConn, within time.Duration) string {
 }
 
 func TestNotifyReadyAndStopping(t *testing.T) {
+	t.Parallel()
 	bin := queuedBinary(t)
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	uc := listenNotify(t, sock)
@@ -93,6 +94,8 @@ func TestNotifyReadyAndStopping(t *testing.T) {
 }
 
 // An @ name is a socket in the abstract namespace, as systemd may give.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestNotifyAbstractSocket(t *testing.T) {
 	name := fmt.Sprintf("queued-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	uc := listenNotify(t, "@"+name)
@@ -113,6 +116,7 @@ func TestNotifyAbstractSocket(t *testing.T) {
 	}
 }
 
+// Serial: it sets environment variables (t.Setenv).
 func TestJournalLogsWithoutTime(t *testing.T) {
 	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {

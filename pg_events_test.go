@@ -110,6 +110,7 @@ func TestPGEventsAcrossBrokers(t *testing.T) {
 // TestRemoteEventRoundTrip: every field of an event survives the trip
 // through a notification, and an oversized one loses only its data.
 func TestRemoteEventRoundTrip(t *testing.T) {
+	t.Parallel()
 	j := withID(&Job{Data: Raw{0x81, 0xa1, 'k', 0x01}}, "j1")
 	all := evArgs{data: Raw{0x2a}, err: "boom", hasErr: true, terminal: true, hasTerminal: true,
 		prev: "failed", delay: 1500, hasDelay: true, stallCount: 2, action: "retry",

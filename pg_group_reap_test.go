@@ -25,6 +25,7 @@ func pgCountRows(t *testing.T, p *PG, sql string, args ...any) int {
 // still running keeps its row, and a job that comes back from the DLQ or
 // is pushed again to a forgotten group is claimed as before.
 func TestPGGroupRowsForgotten(t *testing.T) {
+	t.Parallel()
 	br := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
 	c := dial(t, br.addr)
 	// The broker's own rounds put off: the test runs the reaper.
@@ -112,6 +113,7 @@ func TestPGGroupRowsForgotten(t *testing.T) {
 // while the reaper runs over and over never leave a job without its
 // group's row: every job pushed is claimed.
 func TestPGGroupReapRacesPushes(t *testing.T) {
+	t.Parallel()
 	br := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
 	const q, groups, rounds = "race", 4, 60
 	stop := make(chan struct{})
@@ -171,6 +173,7 @@ func TestPGGroupReapRacesPushes(t *testing.T) {
 // TestPGGroupSettingsLimited: a queue's groups with settings are limited
 // to maxGroupSettings in PostgreSQL mode too, with memory mode's refusal.
 func TestPGGroupSettingsLimited(t *testing.T) {
+	t.Parallel()
 	br := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
 	c := dial(t, br.addr)
 	const q = "set"

@@ -217,6 +217,7 @@ func TestPGPeersListenerLost(t *testing.T) {
 // TestPeerPayloadsAreEmptyBatches: a hello and its reply read, to a
 // broker of an older version, as batches of no events.
 func TestPeerPayloadsAreEmptyBatches(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{pgHello, pgReply} {
 		b, err := base64.StdEncoding.DecodeString(body)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 // refusal; the queues there go on working, a refused queue leaves no row
 // and no job, and an obliterated queue makes room.
 func TestPGQueueCountLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 5
 	setup := func(b *Broker) { b.maxQueues = limit }
 	br := startPGInProcessWith(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{}, setup)

@@ -9,6 +9,7 @@ import (
 // requests that fit (a larger one alone), and a lane stops when none is
 // left.
 func TestPGRounds(t *testing.T) {
+	t.Parallel()
 	var q pgRounds[int]
 	size := func(n int) int { return n }
 	var started []bool

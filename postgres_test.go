@@ -433,6 +433,8 @@ func TestPGSchemaNewerRefused(t *testing.T) {
 }
 
 // TestPGStorageFlags: PostgreSQL and SQLite are not both asked for.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestPGStorageFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"serve", "--postgres-url", testPGURL(), "--data-path", "/tmp/x.db"}, &out, &errb)

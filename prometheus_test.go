@@ -365,6 +365,7 @@ func promCmd(t *testing.T, c *tclient) string {
 // per-queue ones are absent (no HELP or TYPE either), with queues they
 // are there; the text begins and ends as the reference's.
 func TestPromReferenceFamilies(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	text := promCmd(t, c)
@@ -416,6 +417,7 @@ func TestPromReferenceFamilies(t *testing.T) {
 // TestPromConnections: bunqueue_connections counts each transport's
 // clients.
 func TestPromConnections(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, nil)
 	c := dial(t, ts.addr)
 	dial(t, ts.addr)
@@ -433,6 +435,7 @@ func TestPromConnections(t *testing.T) {
 // TestPromReferenceFamiliesSQLite: in SQLite mode the database's size is
 // there too, in the reference's place.
 func TestPromReferenceFamiliesSQLite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "p.db")
 	tcp, _, stop := startSQLiteServer(t, path, "")
 	defer stop()
@@ -452,6 +455,7 @@ func TestPromReferenceFamiliesSQLite(t *testing.T) {
 // same (no SQLite size), and the job figures are the namespace's: a
 // broker exports the jobs and schedules another broker made.
 func TestPromReferenceFamiliesPG(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
@@ -483,6 +487,7 @@ func TestPromReferenceFamiliesPG(t *testing.T) {
 
 // TestProtoPrometheus: the figures follow what the server did.
 func TestProtoPrometheus(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	for i := 0; i < 3; i++ {
@@ -549,6 +554,7 @@ func TestProtoPrometheus(t *testing.T) {
 // TestPromNoQueuedNames: no family keeps the names queued had before it
 // took the reference's.
 func TestPromNoQueuedNames(t *testing.T) {
+	t.Parallel()
 	ls := newLocalServer(t)
 	ls.ok(M{"cmd": "PUSH", "queue": "q", "data": 1})
 	for _, name := range promOrder(string(ls.srv.prometheusText(t.Context()))) {
@@ -563,6 +569,7 @@ func TestPromNoQueuedNames(t *testing.T) {
 // concurrency over the active ones (seen in the last 30 s), processed and
 // failed as the workers report them, kept after a worker goes.
 func TestPromWorkerMetrics(t *testing.T) {
+	t.Parallel()
 	ls := newLocalServer(t)
 	figures := func() map[string]float64 {
 		fams := parseProm(t, string(ls.srv.prometheusText(t.Context())))
@@ -614,6 +621,7 @@ func equalMaps(a, b map[string]float64) bool {
 // zeros without one; the schedule's settings; attempts, successes and
 // failures counted, with the last of each's time, duration and size.
 func TestPromBackupMetrics(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.db")
 	b, st, _ := openTestStore(t, live)
@@ -697,6 +705,7 @@ func TestPromBackupMetrics(t *testing.T) {
 // the queues given labelled series: the first made keep theirs and the
 // rest are counted as omitted; 0 gives none, and no per-queue family.
 func TestPromQueueLimit(t *testing.T) {
+	t.Parallel()
 	ls := newLocalServer(t)
 	for i := range 5 {
 		ls.ok(M{"cmd": "PUSH", "queue": "q" + strconv.Itoa(i), "data": i})
@@ -730,6 +739,8 @@ func TestPromQueueLimit(t *testing.T) {
 // TestPromMetricsFlags: --metrics-max-queues and --metrics-auth, from the
 // command line or the environment, reach the server; a negative limit is
 // refused at start.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestPromMetricsFlags(t *testing.T) {
 	t.Setenv("METRICS_MAX_QUEUES", "")
 	t.Setenv("METRICS_AUTH", "")
@@ -779,6 +790,7 @@ func TestPromMetricsFlags(t *testing.T) {
 }
 
 func TestPromLabelEscaping(t *testing.T) {
+	t.Parallel()
 	if got := promLabel("a\\b\"c\nd"); got != `"a\\b\"c\nd"` {
 		t.Fatalf("%s", got)
 	}
@@ -811,6 +823,7 @@ func httpGet(t *testing.T, addr, route, token string) (*http.Response, string) {
 // bearer token when tokens are set; GET /metrics answers the reference's
 // JSON, whatever the client accepts, under the token too.
 func TestHTTPMetrics(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")
 	tcp, httpAddr, stop := startSQLiteServer(t, path, "tok")
 	defer stop()
@@ -865,6 +878,7 @@ func TestHTTPMetrics(t *testing.T) {
 // to a scraper without a token, as the reference leaves it; every other
 // route, /metrics included, still wants the token.
 func TestHTTPMetricsAuthOff(t *testing.T) {
+	t.Parallel()
 	off := false
 	ts := startServerHTTP(t, &config{authTokens: "tok", metricsAuth: &off})
 	resp, body := httpGet(t, ts.http, "/prometheus", "")
@@ -901,6 +915,7 @@ func TestHTTPMetricsAuthOff(t *testing.T) {
 // name that needs escaping, workers, live clients). promtool is Debian's
 // prometheus package; without it the test is skipped, except in CI.
 func TestPromtool(t *testing.T) {
+	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		needService(t, "promtool not installed", "apt-get install -y prometheus")

@@ -34,6 +34,7 @@ func fullJob() *Job {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, j := range []*Job{fullJob(), withID(&Job{Queue: "q", Data: rawUndefined,
 		state: StateWaiting}, "minimal")} {
 		var e Enc
@@ -52,6 +53,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestRecordRejectsDamage(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	encodeRecord(&e, fullJob())
 	for _, b := range [][]byte{nil, {0xc0}, e.B[:len(e.B)/2], {0x91, 0x07}} {
@@ -83,6 +85,7 @@ func FuzzDecodeRecord(f *testing.F) {
 // TestRecordUnknownTimelineState: a timeline state this build does not
 // know reads as StateNone rather than failing the record.
 func TestRecordUnknownTimelineState(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	encodeRecord(&e, withID(&Job{Queue: "q", Data: rawUndefined,
 		state: StateWaiting, rt: &jobRun{timeline: []TimelineEntry{{State: StateWaiting, At: 5}}}}, "1"))
@@ -104,6 +107,7 @@ func TestRecordUnknownTimelineState(t *testing.T) {
 // does: each job comes back as it was, whatever its neighbours held, and
 // neighbours with the same queue and name share one string of each.
 func TestRecordRunSharesStrings(t *testing.T) {
+	t.Parallel()
 	mk := func(id, queue, name string, state State) *Job {
 		return withID(&Job{Queue: queue, Name: name, Data: rawUndefined,
 			state: StateWaiting, rt: &jobRun{timeline: []TimelineEntry{{State: state, At: 5}}}}, id)

@@ -51,6 +51,7 @@ func TestCronLimits(t *testing.T) {
 // TestCronCountLimit: at most 10,000 schedules, in memory and in
 // PostgreSQL mode (whose table is filled directly, for speed).
 func TestCronCountLimit(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	for i := 0; i < maxCrons; i++ {
@@ -95,6 +96,7 @@ func TestCronCountLimit(t *testing.T) {
 // by every command that makes a queue; the queues there go on working,
 // and an obliterated queue makes room.
 func TestQueueCountLimit(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{maxQueues: 5})
 	c := dial(t, ts.addr)
 	for i := 0; i < 5; i++ {

@@ -53,6 +53,7 @@ const limitTestWindow = 3600000
 // a different X-Forwarded-For and X-Real-IP, pass 100 times in all under a
 // limit of 100. Before, all 300 passed, each counted as a new client.
 func TestLimiterIgnoresSpoofedHeaders(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{rateLimitMax: 100, rateLimitWindow: limitTestWindow})
 	hc := &http.Client{}
 	passed, refused := 0, 0
@@ -79,6 +80,7 @@ func TestLimiterIgnoresSpoofedHeaders(t *testing.T) {
 // when there is no X-Forwarded-For; each forwarded client has its own
 // count, and the proxy itself none of theirs.
 func TestLimiterTrustedProxy(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{rateLimitMax: 100, rateLimitWindow: limitTestWindow,
 		trustedProxies: "127.0.0.1, 10.0.0.0/8"})
 	hc := &http.Client{}
@@ -134,6 +136,7 @@ func TestLimiterTrustedProxy(t *testing.T) {
 // TestTrustedProxiesFlag: --trusted-proxies takes addresses, CIDRs and
 // unix; anything else is refused at start, naming the flag and the entry.
 func TestTrustedProxiesFlag(t *testing.T) {
+	t.Parallel()
 	tp, err := parseTrustedProxies(" 10.0.0.0/8,192.168.1.7, ::1,fd00::/8 , ::ffff:172.16.0.0/108, 10.1.2.3/8, unix,")
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +172,7 @@ func TestTrustedProxiesFlag(t *testing.T) {
 
 // TestTrustedProxiesClient: who a request's client is, header by header.
 func TestTrustedProxiesClient(t *testing.T) {
+	t.Parallel()
 	tp, err := parseTrustedProxies("10.0.0.0/8, ::1")
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +216,7 @@ func TestTrustedProxiesClient(t *testing.T) {
 // first, and a client behind such a proxy named itself anew with each
 // request (300 of 300 passed a limit of 100).
 func TestTrustedProxyHeaderRealIP(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{rateLimitMax: 100, rateLimitWindow: limitTestWindow,
 		trustedProxies: "127.0.0.1", trustedProxyHeader: "X-Real-IP"})
 	hc := &http.Client{}
@@ -270,6 +275,7 @@ func TestTrustedProxyHeaderRealIP(t *testing.T) {
 // TestLimiterClientOfUnixSocket: over --http-socket a peer has no address;
 // its headers name the client only with "unix" among the trusted proxies.
 func TestLimiterClientOfUnixSocket(t *testing.T) {
+	t.Parallel()
 	req := func(xff string) *http.Request {
 		r, _ := http.NewRequest("GET", "/queues", nil)
 		r.RemoteAddr = "@"
@@ -291,6 +297,7 @@ func TestLimiterClientOfUnixSocket(t *testing.T) {
 // client seen least recently is forgotten (and would start fresh), while
 // those seen since keep their counts. No client shares another's count.
 func TestLimiterTableForgetsOldest(t *testing.T) {
+	t.Parallel()
 	var now int64 = 1_000_000
 	l := newReqLimiter(3, time.Hour, func() int64 { return now })
 	l.setClients(3)
@@ -341,6 +348,7 @@ func TestLimiterTableForgetsOldest(t *testing.T) {
 // Before, past 100,000 clients every new one shared one count, so every
 // new client, with a token or not, was refused for the whole window.
 func TestLimiterFloodWithoutTokenLocksNobodyOut(t *testing.T) {
+	t.Parallel()
 	var now int64 = 1_000_000
 	l := newReqLimiter(100, time.Minute, func() int64 { return now })
 	flooder := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
@@ -382,6 +390,7 @@ func TestLimiterFloodWithoutTokenLocksNobodyOut(t *testing.T) {
 // answered, a WebSocket and /mcp included. Before, once the table was
 // full every new client shared one count and all of these were refused.
 func TestLimiterLockoutEndToEnd(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{authTokens: "T", rateLimitMax: 100, rateLimitWindow: limitTestWindow,
 		trustedProxies: "127.0.0.1", rateLimitClients: 1000})
 	hc := &http.Client{}
@@ -450,6 +459,7 @@ func TestLimiterLockoutEndToEnd(t *testing.T) {
 // measurement, not a check: it runs when asked,
 // QUEUED_MEASURE=1 go test -count=1 -run TestMeasureLimiterAttack -v .
 func TestMeasureLimiterAttack(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("QUEUED_MEASURE") != "1" {
 		t.Skip("a measurement; QUEUED_MEASURE=1 runs it")
 	}

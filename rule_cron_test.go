@@ -48,6 +48,7 @@ func TestCronMissedRunCounts(t *testing.T) {
 // engines: a skipped run is not counted, a run is whether or not it made
 // its job, and the schedule ends at its limit.
 func TestCronAfterRun(t *testing.T) {
+	t.Parallel()
 	s := CronSchedule{Name: "n", Queue: "q", RepeatEvery: 1000, MaxLimit: 2, NextRun: 5000}
 	if why := s.afterRun(false, 5000); why != "" || s.Executions != 0 || s.NextRun != 6000 {
 		t.Fatalf("skipped: %q %d %d", why, s.Executions, s.NextRun)

@@ -10,6 +10,7 @@ import (
 // where their knowledge differs, and in the one difference the reference
 // has on purpose: a finish, with its token, of a finished job.
 func TestFinishFence(t *testing.T) {
+	t.Parallel()
 	retired := retiredSet{"old": true}
 	mem := func(state State, attempts int32, lease string) finishFacts {
 		f := finishFacts{id: "j", found: state != 0, state: state, attempts: attempts, retired: retired}
@@ -83,6 +84,8 @@ func (r retiredSet) isRetired(tok string) bool { return r[tok] }
 
 // TestFinishFenceAllocates: the fence an ACK passes in memory mode, on its
 // usual path (an active job, its token), allocates nothing.
+//
+// Serial: it counts allocations (AllocsPerRun).
 func TestFinishFenceAllocates(t *testing.T) {
 	b := NewMemEngine(1, nil)
 	defer b.Close()

@@ -8,6 +8,7 @@ import (
 // TestFlowGuards: the refusals both engines give for flows come from one
 // place, and say what the reference says.
 func TestFlowGuards(t *testing.T) {
+	t.Parallel()
 	j := &Job{}
 	j.setID("a")
 	if err := dependencyRefusal(j, "a", true); err == nil || err.Error() != "Job cannot depend on itself: a" {

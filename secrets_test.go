@@ -46,6 +46,8 @@ func noSecrets(t *testing.T, what, text string) {
 
 // TestSecretsNotInHelp: help and the usage a mistyped flag prints list
 // every flag's default, and defaults come from the environment.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestSecretsNotInHelp(t *testing.T) {
 	setSecretEnv(t)
 	for _, args := range [][]string{{"help", "serve"}, {"serve", "--help"}, {"serve", "--no-such-flag"}, {"--no-such-flag"},
@@ -78,6 +80,7 @@ func TestSecretsNotInHelp(t *testing.T) {
 }
 
 func TestSecretsRedactDSN(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"postgres://u:pw@h:5432/db":                   "postgres://u:xxxxx@h:5432/db",
 		"postgresql://u@h/db":                         "postgresql://u@h/db",
@@ -107,6 +110,7 @@ func TestSecretsRedactDSN(t *testing.T) {
 // cannot be reached; the error and the log name the database but not the
 // password, from the server and from queued migrate.
 func TestSecretsPGConnectError(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +162,7 @@ func TestSecretsPGConnectError(t *testing.T) {
 // sends its token to /health and shows the details; without one it says
 // they were withheld (and the Ping fails: exit 1).
 func TestCLIDoctorWithTokens(t *testing.T) {
+	t.Parallel()
 	g := cliServer(t, &config{authTokens: "s3cret"})
 	out, _ := cli(t, g, 0, "doctor", "--token", "s3cret")
 	for _, want := range []string{"storage", "memory", "dlq", "0 dead-lettered jobs", "All checks passed."} {

@@ -89,6 +89,7 @@ func wantUndefined(t testing.TB, what string, v any) {
 // 1. Framing and bad input
 
 func TestProtoFrameTooLarge(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	c.ok(M{"cmd": "Ping"})
@@ -123,6 +124,7 @@ func TestProtoFrameTooLarge(t *testing.T) {
 // undefined types are carried: TestProtoExtTimestampInJobData), and a field
 // the server reads refuses an ext value, naming it.
 func TestProtoExtValues(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 
@@ -161,6 +163,7 @@ func TestProtoExtValues(t *testing.T) {
 }
 
 func TestProtoMalformedBodies(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	cases := []struct {
@@ -210,6 +213,7 @@ func TestProtoMalformedBodies(t *testing.T) {
 }
 
 func TestProtoUndefinedIsAbsent(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	u := Undefined{}
@@ -239,6 +243,7 @@ func TestProtoUndefinedIsAbsent(t *testing.T) {
 }
 
 func TestProtoReqIDEchoedBeforeFault(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 
@@ -280,6 +285,7 @@ func TestProtoReqIDEchoedBeforeFault(t *testing.T) {
 }
 
 func TestProtoUnknownAndMissingCommand(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	if got := c.fail(M{"cmd": "Bogus"}); got != "Unknown command: Bogus" {
@@ -304,6 +310,7 @@ func TestProtoUnknownAndMissingCommand(t *testing.T) {
 // 2. Pipelining
 
 func TestProtoPipelining200(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	type pend struct {
@@ -353,6 +360,7 @@ func TestProtoPipelining200(t *testing.T) {
 // 3-4. Session
 
 func TestServerAuth(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{authTokens: "a,b"})
 	c := dial(t, ts.addr)
 	for _, cmd := range []string{"Ping", "Hello", "Bogus"} {
@@ -392,6 +400,7 @@ func TestServerAuth(t *testing.T) {
 }
 
 func TestServerHelloPing(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	h := c.ok(M{"cmd": "Hello", "protocolVersion": 3})
@@ -419,6 +428,7 @@ func TestServerHelloPing(t *testing.T) {
 // 5. Job lifecycle
 
 func TestServerJobLifecycleAck(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "life", M{"name": "email", "data": M{"to": "a@example.com"}})
@@ -507,6 +517,7 @@ func TestServerJobLifecycleAck(t *testing.T) {
 }
 
 func TestServerFailRetryDLQ(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	const q = "retry"
@@ -603,6 +614,7 @@ func TestServerFailRetryDLQ(t *testing.T) {
 // 6. Leases and timeouts
 
 func TestServerLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "lease", nil)
@@ -633,6 +645,7 @@ func TestServerLeaseExpiry(t *testing.T) {
 }
 
 func TestServerJobHeartbeatKeepsLease(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "hb", nil)
@@ -670,6 +683,7 @@ func TestServerJobHeartbeatKeepsLease(t *testing.T) {
 }
 
 func TestServerJobTimeout(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 
 	t.Run("terminal", func(t *testing.T) {
@@ -719,6 +733,7 @@ func TestServerJobTimeout(t *testing.T) {
 // 7. Long polls
 
 func TestServerLongPoll(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 
 	t.Run("woken by a push", func(t *testing.T) {
@@ -805,6 +820,7 @@ func TestServerLongPoll(t *testing.T) {
 // 8. Disconnect
 
 func TestServerDisconnectReleasesJobs(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "disc", nil)
@@ -845,6 +861,7 @@ func TestServerDisconnectReleasesJobs(t *testing.T) {
 // 9. PUSHB
 
 func TestServerPushBatch(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	const q = "pb"
@@ -913,6 +930,7 @@ func TestServerPushBatch(t *testing.T) {
 // 10. Queries and queue control
 
 func TestServerQueriesAndQueueControl(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	push(t, c, "lq-first", nil)
@@ -1017,6 +1035,7 @@ func TestServerQueriesAndQueueControl(t *testing.T) {
 // 11. ACKB
 
 func TestServerAckBatchIgnoredIndices(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	const q = "ackb"
@@ -1073,6 +1092,7 @@ func TestServerAckBatchIgnoredIndices(t *testing.T) {
 // 12. WaitJob
 
 func TestServerWaitJob(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	w := dial(t, ts.addr)
@@ -1117,6 +1137,7 @@ func TestServerWaitJob(t *testing.T) {
 // 13. Events
 
 func TestServerEvents(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	s := dial(t, ts.addr)
 	c := dial(t, ts.addr)
@@ -1158,6 +1179,7 @@ func TestServerEvents(t *testing.T) {
 // ===========================================================================
 // 14. Graceful shutdown and goroutine leaks
 
+// Serial: it counts the process's goroutines.
 func TestServerGracefulShutdownNoLeaks(t *testing.T) {
 	runtime.GC()
 	base := runtime.NumGoroutine()
@@ -1236,6 +1258,7 @@ func goroutineDump() string {
 // Concurrency
 
 func TestServerConcurrentPushPullAck(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{shards: 4})
 	const (
 		total   = 5000
@@ -1398,6 +1421,7 @@ func TestServerConcurrentPushPullAck(t *testing.T) {
 // The reference accepts it and so must queued, giving the value back as
 // sent. (It was refused when ParseMap rejected every ext value.)
 func TestProtoExtTimestampInJobData(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 
@@ -1429,6 +1453,7 @@ func TestProtoExtTimestampInJobData(t *testing.T) {
 // is answered at once, not when the rest of that frame arrives. (Answers
 // were flushed only when the read buffer was empty.)
 func TestProtoPartialFrameDoesNotHoldAnswers(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	first := M{"cmd": "Ping"}
@@ -1448,6 +1473,7 @@ func TestProtoPartialFrameDoesNotHoldAnswers(t *testing.T) {
 // A client that stops reading its answers cannot hold up a shutdown: its
 // blocked write gives up after a grace period. (Shutdown waited forever.)
 func TestServerShutdownWithSlowReader(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "slow", M{"data": strings.Repeat("x", 1<<20)})
@@ -1484,6 +1510,7 @@ func TestServerShutdownWithSlowReader(t *testing.T) {
 // one queue, living in one shard, must be able to keep them all. (The bound
 // was split per shard: 1,000 completions read back as 763 with 64 shards.)
 func TestServerCompletedRetentionAcrossShards(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{shards: 64})
 	c := dial(t, ts.addr)
 	const n, q = 1000, "retention"
@@ -1518,6 +1545,7 @@ func TestServerCompletedRetentionAcrossShards(t *testing.T) {
 // Serve at once and closes the listener (a test that ended before its
 // server's goroutine started waited for Serve for ever).
 func TestServeAfterClose(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	srv := memServer(b, nil, quietLog())
@@ -1543,6 +1571,7 @@ func TestServeAfterClose(t *testing.T) {
 // reused, emptied, and bounded: none bigger than asyncEncKeepBytes, and
 // no more than asyncEncsKeptBytes of them in all.
 func TestEncFreeListBounded(t *testing.T) {
+	t.Parallel()
 	var l encFreeList
 	e := l.get()
 	e.B = append(e.B, "answer"...)

@@ -25,6 +25,7 @@ import (
 // TestLogFormatJSON: LOG_FORMAT=json, as the reference reads it, makes
 // every log line one JSON object, from the start line to the stop.
 func TestLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, queuedBinary(t), "serve", "--memory", "--host", "127.0.0.1", "--tcp-port", "0",
@@ -63,6 +64,8 @@ func TestLogFormatJSON(t *testing.T) {
 // TestHealthcheckCommand: queued healthcheck exits 0 for a server that
 // answers healthy, and 1 for one that does not answer, answers otherwise,
 // or redirects; it prints nothing of the answer.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestHealthcheckCommand(t *testing.T) {
 	srv := startBinary(t, "--memory")
 	probe := func(args ...string) (int, string) {
@@ -164,6 +167,7 @@ func honouredSettings(t *testing.T) map[string]bool {
 // with a reason, and docs/compatibility.md lists those; nothing is both, and the
 // list names nothing the reference does not read.
 func TestReferenceSettingsAccounted(t *testing.T) {
+	t.Parallel()
 	ref, ours := referenceServerSettings(t), honouredSettings(t)
 	docs, err := os.ReadFile("docs/compatibility.md")
 	if err != nil {
@@ -193,6 +197,8 @@ func TestReferenceSettingsAccounted(t *testing.T) {
 
 // TestIgnoredSettingWarned: a reference setting queued does not honour is
 // named in a warning at start, with why, and without its value.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestIgnoredSettingWarned(t *testing.T) {
 	t.Setenv("BUNQUEUE_CLOUD_API_KEY", "sekrit-value")
 	var buf bytes.Buffer
@@ -205,6 +211,8 @@ func TestIgnoredSettingWarned(t *testing.T) {
 
 // TestStatsIntervalLine: STATS_INTERVAL_MS makes the server log a line of
 // queue statistics that often, as the reference does.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestStatsIntervalLine(t *testing.T) {
 	t.Setenv("STATS_INTERVAL_MS", "100")
 	srv := startBinary(t, "--memory")
@@ -217,6 +225,8 @@ func TestStatsIntervalLine(t *testing.T) {
 
 // TestWorkerTimeoutSetting: WORKER_TIMEOUT_MS is how long a silent worker
 // stays active, as in the reference.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestWorkerTimeoutSetting(t *testing.T) {
 	t.Setenv("WORKER_TIMEOUT_MS", "300")
 	srv := startBinary(t, "--memory")
@@ -238,6 +248,8 @@ func TestWorkerTimeoutSetting(t *testing.T) {
 
 // TestWebhookRetrySettings: WEBHOOK_MAX_RETRIES and WEBHOOK_RETRY_DELAY_MS
 // are how many times a failing delivery is tried, and how far apart.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestWebhookRetrySettings(t *testing.T) {
 	recv := newSwitchReceiver(t)
 	recv.hang.Store(true)
@@ -269,6 +281,8 @@ func TestWebhookRetrySettings(t *testing.T) {
 // TestReferenceAliasSettings: the reference's other names for the data
 // file and the S3 bucket and endpoint, and its PostgreSQL pool size, set
 // what the reference's set.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestReferenceAliasSettings(t *testing.T) {
 	t.Setenv("SQLITE_PATH", "/tmp/from-sqlite-path.db")
 	t.Setenv("AWS_BUCKET", "from-aws-bucket")
@@ -315,6 +329,7 @@ func TestReferenceAliasSettings(t *testing.T) {
 // and over HTTP with 429, and ratelimit:hit names it; another client, and
 // the health probe, are not held back.
 func TestRequestLimiter(t *testing.T) {
+	t.Parallel()
 	ts := startServerHTTP(t, &config{rateLimitMax: 5, rateLimitWindow: 60000, trustedProxies: "127.0.0.1"})
 	c := dial(t, ts.addr)
 	for i := range 5 {
@@ -361,6 +376,7 @@ func TestRequestLimiter(t *testing.T) {
 // TestReqLimiterSlides: the window slides: a client at the limit is let
 // through again as the counted requests age out of it.
 func TestReqLimiterSlides(t *testing.T) {
+	t.Parallel()
 	var now int64 = 1_000_000
 	l := newReqLimiter(10, time.Second, func() int64 { return now })
 	var c reqWindow
@@ -390,6 +406,7 @@ func TestReqLimiterSlides(t *testing.T) {
 // protocol and HTTP on Unix sockets instead of ports, as the reference's
 // do; a socket file left behind is replaced, and the files go at the stop.
 func TestUnixSockets(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tcpSock, httpSock := filepath.Join(dir, "q.sock"), filepath.Join(dir, "http.sock")
 	stale, err := net.Listen("unix", tcpSock)

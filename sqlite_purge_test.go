@@ -12,6 +12,7 @@ import (
 )
 
 func TestSeqsRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, seqs := range [][]int64{nil, {0}, {1}, {1, 2, 3}, {5, 5, 9}, {1, 1 << 40, 1<<62 - 1}} {
 		got, err := decodeSeqs(encodeSeqs(seqs))
 		if err != nil {
@@ -59,6 +60,7 @@ func FuzzDecodeSeqs(f *testing.F) {
 // (the job an active worker holds is not among them), and the writer then
 // deletes them and the tombstone.
 func TestSQLitePurge(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	// The drained jobs have the highest numbers: the numbers of dead rows
@@ -132,6 +134,7 @@ func TestSQLitePurge(t *testing.T) {
 // change waited for all of them, 580 ms for 150,000), and a pause after a
 // failed step never leaves the writer waiting for a kick that may not come.
 func TestAwaitFlushWithPurges(t *testing.T) {
+	t.Parallel()
 	st, err := OpenSQLite(filepath.Join(t.TempDir(), "q.db"), "normal", quietLog())
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +252,7 @@ func BenchmarkObliterateBig(bm *testing.B) {
 }
 
 func TestLiveSpans(t *testing.T) {
+	t.Parallel()
 	const lo, hi = math.MinInt64, math.MaxInt64
 	whole := [][2]int64{{lo, hi}}
 	many := make([]int64, 0, 200)
@@ -276,6 +280,7 @@ func TestLiveSpans(t *testing.T) {
 // queues pushed in turn, one drained) are read past one by one at a
 // start, and none comes back.
 func TestSQLitePurgeInterleaved(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	for i := range 300 {

@@ -101,6 +101,7 @@ func claimN(b *MemEngine, queue string, n int) ([]*Job, []string) {
 // TestSQLiteRestart writes every kind of state, restarts on the same file
 // and finds each of them again.
 func TestSQLiteRestart(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, rs := openTestStore(t, path)
 	if rs.Waiting+rs.Completed+rs.Failed != 0 {
@@ -197,6 +198,7 @@ func TestSQLiteRestart(t *testing.T) {
 // TestSQLiteDurableSync: Sync returns only once the change is on disk,
 // visible to a second connection.
 func TestSQLiteDurableSync(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	defer st.Close()
@@ -213,6 +215,7 @@ func TestSQLiteDurableSync(t *testing.T) {
 }
 
 func TestSQLiteOpenErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A path whose folder cannot be made: a file stands in the way.
 	block := filepath.Join(dir, "file")
@@ -245,6 +248,7 @@ func TestSQLiteOpenErrors(t *testing.T) {
 
 // TestSQLiteBackup copies a live database and restarts from the copy.
 func TestSQLiteBackup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b, st, _ := openTestStore(t, filepath.Join(dir, "q.db"))
 	var jobs []*Job
@@ -276,6 +280,7 @@ func TestSQLiteBackup(t *testing.T) {
 // for a full disk), the failure is reported, new jobs are refused with a
 // clear error, reads go on, and what was committed is intact.
 func TestSQLiteDiskFull(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "full.db")
 	st, err := openSQLite(path, "normal", quietLog(), "&_pragma=max_page_count(64)")
 	if err != nil {
@@ -355,6 +360,7 @@ func startSQLiteServer(t *testing.T, path string, tokens string) (tcp, httpAddr 
 // TestSQLiteBackupCommand takes a backup of a running server with the
 // command line, restores from it, and finds every job.
 func TestSQLiteBackupCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tcp, httpAddr, stop := startSQLiteServer(t, filepath.Join(dir, "live.db"), "tok")
 	defer stop()
@@ -396,6 +402,7 @@ func TestSQLiteBackupCommand(t *testing.T) {
 
 // A server in memory has nothing to back up, and says so.
 func TestBackupNeedsSQLite(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	h := newHTTPHandler(b, memServer(b, nil, quietLog()), nil)
@@ -463,6 +470,7 @@ func benchStore(b *testing.B, maxDone int64, then func(br *MemEngine, queue stri
 // (never its data) and a metric; everything else in its batch and after it
 // is written, pushes go on being taken, and a restart finds the good jobs.
 func TestSQLitePoisonedRowDropped(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "poison.db")
 	var logBuf syncBuffer
 	st, err := OpenSQLite(path, "normal", slog.New(slog.NewTextHandler(&logBuf, nil)))
@@ -549,6 +557,7 @@ func TestSQLitePoisonedRowDropped(t *testing.T) {
 // TestTransientWriteErrors: a full disk or a busy database is retried,
 // never taken for a change at fault (which would drop it).
 func TestTransientWriteErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err       error
 		transient bool
@@ -608,6 +617,7 @@ func mustEnc(t *testing.T, v any) []byte {
 // were kept) is recovered into the DLQ; sorting the dead-lettered jobs
 // read its missing entry and panicked.
 func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	var ids []string
@@ -647,6 +657,7 @@ func TestSQLiteRestartFailedWithoutDLQEntry(t *testing.T) {
 // removeOnComplete before any flush took it costs no write at all; one a
 // flush took (or that was read from the file) is deleted as before.
 func TestSQLiteUnwrittenRemoval(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openHeld(t, path, 0)
 	flush := func() { flushByHand(t, st) }
@@ -706,6 +717,7 @@ func TestSQLiteUnwrittenRemoval(t *testing.T) {
 // the rows of retired history above the jobs read back were overwritten
 // by new pushes, and that history was lost).
 func TestSQLiteSeqPastFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	pushN(t, b, st, "q", 5)
@@ -739,6 +751,7 @@ func TestSQLiteSeqPastFile(t *testing.T) {
 // come through: every readable job back, in its order, with its data, and
 // the unreadable ones counted.
 func TestSQLiteLoadStages(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openTestStore(t, path)
 	big := strings.Repeat("x", 300<<10)
@@ -817,6 +830,7 @@ func TestSQLiteLoadStages(t *testing.T) {
 // backlog under its bound; no flush may come to tell it (here none can:
 // the writer is not running).
 func TestSQLiteThrottleWokenByRemoval(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	b, st, _ := openHeld(t, path, 0)
 	defer closeTestStore(t, b, st)
@@ -847,6 +861,7 @@ func TestSQLiteThrottleWokenByRemoval(t *testing.T) {
 // page size must be set before WAL mode fixes it); a file made with 4 KB
 // pages keeps them, and its jobs come back and new ones are written.
 func TestSQLitePageSize(t *testing.T) {
+	t.Parallel()
 	pragmas := func(path string) (pageSize int, mode string) {
 		t.Helper()
 		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")

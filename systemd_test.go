@@ -342,6 +342,7 @@ func loopback(t *testing.T) []string {
 // TestSystemdUnitSQLiteDefault: with nothing in the env file about
 // storage, the unit's own default puts SQLite in its state directory.
 func TestSystemdUnitSQLiteDefault(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	r := startFromUnit(t, root, loopback(t))
 	want := filepath.Join(root, "queued", "queued.db")
@@ -357,6 +358,7 @@ func TestSystemdUnitSQLiteDefault(t *testing.T) {
 // TestSystemdUnitDataPathFromEnvFile: DATA_PATH in the env file is the
 // file used, not the unit's default.
 func TestSystemdUnitDataPathFromEnvFile(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	want := filepath.Join(t.TempDir(), "elsewhere", "jobs.db")
 	r := startFromUnit(t, root, append(loopback(t), "# the operator's choice", "DATA_PATH="+want))
@@ -372,6 +374,7 @@ func TestSystemdUnitDataPathFromEnvFile(t *testing.T) {
 // TestSystemdUnitPostgresFromEnvFile: BUNQUEUE_POSTGRES_URL in the env
 // file alone turns PostgreSQL mode on, although the unit sets DATA_PATH.
 func TestSystemdUnitPostgresFromEnvFile(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	root := t.TempDir()
 	r := startFromUnit(t, root, append(loopback(t),

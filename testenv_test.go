@@ -118,6 +118,7 @@ func needPG(t testing.TB) string {
 // TestFuzzingLeavesServersOut: a fuzzing run is told apart from an
 // ordinary one, so that its workers fuzz rather than serve.
 func TestFuzzingLeavesServersOut(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want bool

@@ -91,6 +91,7 @@ func getHistory(t *testing.T, base string) (dashHistory, map[string]any) {
 // its own rates; a repeated time is ignored and a clock that stepped back
 // starts the history over.
 func TestRateHistoryRing(t *testing.T) {
+	t.Parallel()
 	if time.Duration(rateSlots)*rateEvery != 10*time.Minute {
 		t.Fatalf("the ring holds %v of history, want ten minutes", time.Duration(rateSlots)*rateEvery)
 	}
@@ -154,6 +155,7 @@ func TestRateHistoryRing(t *testing.T) {
 // without the wait, stays at rateSlots intervals however long it runs,
 // and ends with the broker.
 func TestRateHistoryLoop(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	clock := newStepClock(rateEvery.Milliseconds())
 	start := clock.at.Load()
@@ -198,6 +200,7 @@ func TestRateHistoryLoop(t *testing.T) {
 // pulled, completed and failed over TCP, and reports the last interval's
 // rates as the current ones (over HTTP and in DashboardOverview).
 func TestDashboardHistoryEndpoint(t *testing.T) {
+	t.Parallel()
 	m := startMemInProcess(t)
 	m.b.rates.close() // the test takes the samples
 	c := dial(t, m.addr)
@@ -272,6 +275,7 @@ func TestDashboardHistoryEndpoint(t *testing.T) {
 // a clock that says rateEvery passes between samples) under load answers
 // ten minutes of history on GET /dashboard, with the load in it.
 func TestDashboardHistoryAfterRun(t *testing.T) {
+	t.Parallel()
 	clock := newStepClock(rateEvery.Milliseconds())
 	ts := startServerHTTP(t, &config{rateEvery: time.Millisecond, rateNow: clock.now})
 	c := dial(t, ts.addr)
@@ -313,6 +317,7 @@ func TestDashboardHistoryAfterRun(t *testing.T) {
 // nothing is in the service time only (the reference's pull latency
 // leaves empty pulls out).
 func TestPullServiceExcludesLongPollWait(t *testing.T) {
+	t.Parallel()
 	m := startMemInProcess(t)
 	checkPullService(t, m.b.Broker, m.addr)
 	d := getJSON(t, m.http+"/dashboard")
@@ -370,6 +375,7 @@ func checkPullService(t *testing.T, b *Broker, addr string) {
 // (they stayed at zero), and the pull service time leaves the long poll's
 // wait out there too.
 func TestPGLatencyHistograms(t *testing.T) {
+	t.Parallel()
 	ns := pgTestNamespace(t)
 	p := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	c := dial(t, p.addr)

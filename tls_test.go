@@ -183,6 +183,7 @@ func ping(t *testing.T, c *Client) error {
 }
 
 func TestTLSHandshakeAndVerification(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	certFile, keyFile := ca.issue(t, 100)
 	addr, httpAddr := startTLSServer(t, certFile, keyFile)
@@ -260,6 +261,7 @@ func TestTLSHandshakeAndVerification(t *testing.T) {
 // The command line's TLS options: verification by default, --tls-ca,
 // --tls-no-verify.
 func TestTLSCommandLine(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	certFile, keyFile := ca.issue(t, 7)
 	addr, _ := startTLSServer(t, certFile, keyFile)
@@ -295,6 +297,7 @@ func TestTLSCommandLine(t *testing.T) {
 // SIGHUP rereads the certificate: a new connection gets the new one, while
 // a connection made before keeps working.
 func TestTLSReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	certFile, keyFile := ca.issue(t, 1001)
 	logs := &syncBuffer{}
@@ -349,6 +352,7 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 
 // A certificate that cannot be loaded stops the start with its path.
 func TestTLSBadCertificateRefusesToStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "cert.pem")
 	os.WriteFile(bad, []byte("nope"), 0o600)

@@ -134,6 +134,7 @@ func (r *latencyReceiver) measure(t *testing.T, c *tclient, queue string, n int,
 // webhooks (and one refusing connections) subscribed to the same events;
 // each of their deliveries takes three 10-second attempts.
 func TestWebhookBlackholeDoesNotDelayOthers(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{webhookAllowPrivate: true})
 	c := dial(t, ts.addr)
 	healthy := newLatencyReceiver(t)
@@ -213,6 +214,7 @@ func hookState(t *testing.T, ls *localServer) map[string]any {
 // the receiver answers, a probe gets through, the circuit closes and what
 // was held is delivered.
 func TestWebhookCircuitBreaker(t *testing.T) {
+	t.Parallel()
 	recv := newSwitchReceiver(t)
 	recv.hang.Store(true)
 	ls := newLocalServer(t)
@@ -291,6 +293,7 @@ func TestWebhookCircuitBreaker(t *testing.T) {
 // Close returns promptly with deliveries in flight to blackholed receivers
 // (whose attempts would last 10 s), and no sender is left running.
 func TestWebhookCloseWithBlackholedReceivers(t *testing.T) {
+	t.Parallel()
 	ls := newLocalServer(t)
 	h, err := newWebhooks(ls.b.Broker, webhookOptions{allowPrivate: true})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 // Each is refused on connection and, written as a literal, at
 // registration; the same forms around a public IPv4 address stay allowed.
 func TestWebhookGuardSpecialRanges(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ addr, why string }{
 		// IPv4 special-purpose space.
 		{"100.64.0.1", "shared (CGNAT)"},

@@ -89,6 +89,7 @@ func checkWebhookLimits(t *testing.T, c *tclient) {
 // A client cannot register webhooks without end, nor with fields of any
 // size, in memory mode.
 func TestWebhookLimitsMemory(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	checkWebhookLimits(t, dial(t, ts.addr))
 }
@@ -96,6 +97,7 @@ func TestWebhookLimitsMemory(t *testing.T) {
 // The same limits on SQLite, where webhooks are stored; after a restart
 // the full registry still refuses one more.
 func TestWebhookLimitsSQLite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "limits.db")
 	tcp, _, stop := startSQLiteServer(t, path, "")
 	c := dial(t, tcp)

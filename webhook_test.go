@@ -98,6 +98,7 @@ func webhookList(t *testing.T, c *tclient) []map[string]any {
 // Every event type reaches a receiver, signed when a secret is set, with
 // the reference's headers and bodies.
 func TestProtoWebhookDelivery(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{webhookAllowPrivate: true})
 	c := dial(t, ts.addr)
 	recv, got := receiver(t, 200)
@@ -218,6 +219,7 @@ func TestProtoWebhookDelivery(t *testing.T) {
 // A disabled webhook is not called; enabling it again resumes delivery;
 // removing it ends it.
 func TestProtoWebhookEnableRemove(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{webhookAllowPrivate: true})
 	c := dial(t, ts.addr)
 	offRecv, offGot := receiver(t, 200)
@@ -266,6 +268,7 @@ func TestProtoWebhookEnableRemove(t *testing.T) {
 // A receiver that answers 500 gets three attempts, 1 s then 2 s apart,
 // and the webhook's failure is counted once.
 func TestProtoWebhookRetries(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, &config{webhookAllowPrivate: true})
 	c := dial(t, ts.addr)
 	recv, got := receiver(t, 500)
@@ -295,6 +298,7 @@ func TestProtoWebhookRetries(t *testing.T) {
 // Without --webhook-allow-private, inside addresses are refused when the
 // webhook is added, with the reference's messages.
 func TestProtoWebhookRefusals(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	ev := []any{"job.completed"}
@@ -345,6 +349,7 @@ func TestProtoWebhookRefusals(t *testing.T) {
 }
 
 func TestWebhookURLCheck(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ url, want string }{
 		{"http://LOCALHOST/", "localhost"},
 		{"http://localhost./", "localhost"},
@@ -402,6 +407,7 @@ func TestWebhookURLCheck(t *testing.T) {
 
 // The connection-time check, called as the dialer calls it.
 func TestWebhookDialGuard(t *testing.T) {
+	t.Parallel()
 	for addr, why := range map[string]string{
 		"127.0.0.1:80":                "loopback",
 		"127.9.9.9:80":                "loopback",
@@ -439,6 +445,7 @@ func TestWebhookDialGuard(t *testing.T) {
 // rebinding) passes the registration check, and is refused when the
 // connection is made; with private addresses allowed it is delivered.
 func TestWebhookRebindingRefusedAtDial(t *testing.T) {
+	t.Parallel()
 	recv, got := receiver(t, 200)
 	port := recv.Listener.Addr().(*net.TCPAddr).Port
 	rebinding := func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -510,6 +517,7 @@ func TestWebhookRebindingRefusedAtDial(t *testing.T) {
 // A full delivery queue drops deliveries and counts them; the command
 // that emitted the events is not held up.
 func TestWebhookQueueFullDrops(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var hits atomic.Int64
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -544,6 +552,7 @@ func TestWebhookQueueFullDrops(t *testing.T) {
 // Webhooks survive a restart on SQLite: definitions, order, secret and
 // enabled state; removal too.
 func TestSQLiteWebhooksPersist(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "hooks.db")
 	tcp, _, stop := startSQLiteServer(t, path, "")
 	c := dial(t, tcp)
@@ -586,6 +595,7 @@ func TestSQLiteWebhooksPersist(t *testing.T) {
 
 // The secret is kept on disk: a reloaded webhook still signs.
 func TestSQLiteWebhookSecretReloaded(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sec.db")
 	st, err := OpenSQLite(path, "normal", quietLog())
 	if err != nil {
@@ -612,6 +622,8 @@ func TestSQLiteWebhookSecretReloaded(t *testing.T) {
 }
 
 // The flag, and the environment variable behind it; the command line wins.
+//
+// Serial: it sets environment variables (t.Setenv).
 func TestWebhookAllowPrivateFlag(t *testing.T) {
 	parse := func(args ...string) bool {
 		fs, c := serverFlags(io.Discard)
@@ -642,6 +654,7 @@ func TestWebhookAllowPrivateFlag(t *testing.T) {
 // A database written before webhooks existed (schema version 1) gains the
 // table on open and keeps its jobs.
 func TestSQLiteWebhooksMigration(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "old.db")
 	st, err := OpenSQLite(path, "normal", quietLog())
 	if err != nil {

@@ -82,6 +82,7 @@ func normalize(v any) any {
 }
 
 func TestVectorsDecodeAsCaptured(t *testing.T) {
+	t.Parallel()
 	n := 0
 	for _, v := range loadVectors(t) {
 		for _, pair := range [][2]any{{v.RequestHex, v.Request}, {v.ResponseHex, v.Response}} {
@@ -121,6 +122,7 @@ func TestVectorsDecodeAsCaptured(t *testing.T) {
 }
 
 func TestVectorsReencodeRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, v := range loadVectors(t) {
 		b, _ := hex.DecodeString(v.RequestHex)
 		if len(b) == 0 {
@@ -145,6 +147,7 @@ func TestVectorsReencodeRoundTrip(t *testing.T) {
 }
 
 func TestRequestFieldsFromVector(t *testing.T) {
+	t.Parallel()
 	for _, v := range loadVectors(t) {
 		if v.Cmd != "PULLB" {
 			continue
@@ -169,6 +172,7 @@ func TestRequestFieldsFromVector(t *testing.T) {
 // The reference writes millisecond timestamps as float64; ours must match
 // byte for byte (taken from a captured GetJob response).
 func TestIntEncodingMatchesReference(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		v   int64
 		hex string
@@ -202,6 +206,7 @@ func TestIntEncodingMatchesReference(t *testing.T) {
 // Every format of the spec decodes, including those the encoder only emits
 // on request (int64, uint64, bin, ext).
 func TestDecodeEveryFormat(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		hex  string
 		want any
@@ -261,6 +266,7 @@ func TestDecodeEveryFormat(t *testing.T) {
 }
 
 func TestEncodeLengthBoundaries(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{0, 15, 16, 31, 32, 255, 256, 65535, 65536} {
 		s := string(bytes.Repeat([]byte("x"), n))
 		var e Enc
@@ -296,6 +302,7 @@ func TestEncodeLengthBoundaries(t *testing.T) {
 }
 
 func TestNumEncoding(t *testing.T) {
+	t.Parallel()
 	cases := map[float64]string{0: "00", 1.5: "cb3ff8000000000000", 42: "2a", -5: "fb", 1e10: "cb4202a05f20000000"}
 	for f, want := range cases {
 		var e Enc
@@ -307,6 +314,7 @@ func TestNumEncoding(t *testing.T) {
 }
 
 func TestParseMapRejects(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"not a map":        "92 01 02",
 		"non-string key":   "81 01 02",
@@ -353,6 +361,7 @@ func TestParseMapRejects(t *testing.T) {
 }
 
 func TestTypedGetters(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	if err := e.Any(map[string]any{
 		"s": "x", "n": 3.9, "i": int64(-7), "b": true, "f": float32(2.5),
@@ -400,6 +409,7 @@ func TestTypedGetters(t *testing.T) {
 }
 
 func TestFraming(t *testing.T) {
+	t.Parallel()
 	var e Enc
 	at := e.BeginFrame()
 	e.MapHead(1)
@@ -656,6 +666,7 @@ func BenchmarkEncodeJob(b *testing.B) {
 // trailing bytes, in every mode, for a job with nothing set and one with
 // everything.
 func TestEncodersWellFormed(t *testing.T) {
+	t.Parallel()
 	bare := mustJob(t, "enc", map[string]any{"data": 1})
 	full := mustJob(t, "enc", map[string]any{"data": map[string]any{"k": "v"}, "priority": 3, "delay": 1000,
 		"attempts": 5, "backoff": map[string]any{"type": "exponential", "delay": 100}, "ttl": 60000, "timeout": 500,
@@ -740,6 +751,7 @@ func frameBodyErr(body []byte) error {
 // TestFrameCheck: the check the suite runs on every frame tells a header
 // that counts one pair too many or too few from a right one.
 func TestFrameCheck(t *testing.T) {
+	t.Parallel()
 	frame := func(head int) []byte {
 		var e Enc
 		e.MapHead(head)
@@ -763,6 +775,8 @@ func TestFrameCheck(t *testing.T) {
 // nothing, whatever its size; every request and every job of a PUSHB is
 // read this way. Taking the address of an error target in the loop had
 // put one on the heap for each field.
+//
+// Serial: it counts allocations (AllocsPerRun).
 func TestParseMapAllocates(t *testing.T) {
 	frame := pushFrame(t)
 	fields := make([]Field, 0, 32)

@@ -14,6 +14,7 @@ import (
 // connection stays as long as its connection. The registry is bounded and
 // its refusal names the limit.
 func TestWorkersWithoutConnectionExpire(t *testing.T) {
+	t.Parallel()
 	b := NewMemEngine(1, nil)
 	defer b.Close()
 	var clock atomic.Int64
