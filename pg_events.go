@@ -62,13 +62,21 @@ type pgEvents struct {
 // another broker's push it woke every waiting pull again and ended the
 // queue's mark (pg_wait.go): two brokers, 3,000 jobs pushed one at a time,
 // 4.9 claim transactions a job. A process id leaves the set when its
-// connection closes (the pool's BeforeClose), before the database can
-// give it to another broker's connection.
+// connection closes (the pool's BeforeClose), and the set is emptied
+// when the listener connects again: a connection whose server died is
+// closed only when the pool next notices, and the database, restarted,
+// may meanwhile give its process id to another broker's connection,
+// whose wake-ups this broker would skip (its pulls would find those jobs
+// at their next look, pgRecheck).
 type pgWakers struct{ pids sync.Map } // uint32 -> struct{}
 
 func (w *pgWakers) sending(pid uint32) { w.pids.Store(pid, struct{}{}) }
 
 func (w *pgWakers) closed(c *pgx.Conn) { w.pids.Delete(c.PgConn().PID()) }
+
+// forget empties the set; the connections still in use record themselves
+// again at their next wake-up.
+func (w *pgWakers) forget() { w.pids.Clear() }
 
 func (w *pgWakers) own(pid uint32) bool {
 	_, ok := w.pids.Load(pid)

@@ -756,6 +756,7 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	// before the broker is announced as serving (holdPresence), so that
 	// this wake-up does not come to the pulls of a broker that has just
 	// opened at a moment of its own.
+	p.ev.wakers.forget()
 	p.wakeAll()
 	defer p.lostPresence()
 	if err := p.holdPresence(ctx, conn); err != nil {
@@ -791,6 +792,9 @@ func (p *PG) notify(ctx context.Context, q pgx.Tx, queue string) error {
 		}
 		return nil
 	}
+	// Only queued migrate, which serves no pulls, comes here: a broker
+	// skips the wake-ups of its own pool connections (pgWakers), so one
+	// sent here would not wake its own pulls.
 	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, p.chName, queue)
 	return err
 }
