@@ -25,6 +25,18 @@ func pgWaiting(t *testing.T, p *PG, queue string, n int) {
 	})
 }
 
+// waitTestBroker opens a broker on a namespace of its own, with a
+// context that ends with the test or after d, before the broker closes
+// (the pulls still waiting end on it rather than on a closed pool).
+func waitTestBroker(t *testing.T, d time.Duration) (context.Context, string, *PG) {
+	t.Helper()
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	t.Cleanup(cancel) // after openTestPG's, so run before them
+	return ctx, ns, p
+}
+
 // TestPGSteadyClaimsOncePerJob: at a steady trickle, with two pulls always
 // waiting and a pull sent again as soon as one is answered (the official
 // Worker's way), a job costs about one claim transaction. Before, every
@@ -43,10 +55,7 @@ func TestPGSteadyClaimsOncePerJob(t *testing.T) {
 // steadyClaims pushes jobs one at a time to two waiting pulls, which ask
 // again as soon as they have their job, and counts the claim transactions.
 func steadyClaims(t *testing.T, peer bool) {
-	ns := pgTestNamespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	ctx, ns, p := waitTestBroker(t, 90*time.Second)
 	if peer {
 		openTestPG(t, ctx, ns, pgOptions{})
 		eventually(t, 20*time.Second, "the broker forwarding to its peer", func() (bool, string) {
@@ -93,10 +102,7 @@ func steadyClaims(t *testing.T, peer bool) {
 // of this broker, another broker's push, a delayed job coming due.
 func TestPGDrainedMarkEnds(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	ctx, ns, p := waitTestBroker(t, 90*time.Second)
 	const q = "marks"
 	take := func(pull chan []string, want string, what string) {
 		t.Helper()
@@ -153,10 +159,7 @@ func TestPGDrainedMarkEnds(t *testing.T) {
 // its claim would have slept a second.
 func TestPGMarkOnlyWhenNothingReady(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
 	const q = "locked"
 	ids, _, err := p.Push(ctx, q, []*Job{mustJob(t, q, map[string]any{"data": 1})}, false).Wait()
 	if err != nil {
@@ -223,10 +226,7 @@ func pgPullFor(t *testing.T, ctx context.Context, p *PG, queue string, n int, ms
 // after 100,000 jobs with VACUUM behind, four looks a second).
 func TestPGScansWalkTheirIndex(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
 	// A table most of whose rows have finished, as after a busy day, and
 	// not analyzed since (as with autovacuum behind): the planner guesses a
 	// few hundred rows from each partial index, and picks a bitmap scan for
