@@ -400,14 +400,26 @@ func hasJobData(t *testing.T, body []byte, want []byte) bool {
 // the same as the whole rendering; lists of jobs are cut to what a JSON
 // answer carries (binary data is four times as long in JSON); and an
 // answer whose JSON would pass the frame limit is refused, naming it.
+//
+// The rendering in pieces runs in this process, under the race detector,
+// with an answer of 1.2 MB (37 pieces); the answers near the frame limit,
+// 20 to 72 MB of JSON each, from the release build (under the race
+// detector they took 25 s of the test's 37).
 func TestJSONAnswersInPieces(t *testing.T) {
 	t.Parallel()
 	ts := startServerHTTP(t, nil)
-	c := dial(t, ts.addr)
-	data := binaryData(3_000_000)
+	jsonAnswerWhole(t, ts.addr, ts.http, binaryData(300_000))
+	srv := startBinary(t, "--memory")
+	jsonAnswersToFrameLimit(t, srv.addr(), fmt.Sprintf("127.0.0.1:%d", srv.httpPort))
+}
+
+// jsonAnswerWhole pushes data and reads its job back over HTTP and
+// WebSocket: the JSON is exactly as long as announced and holds the data.
+func jsonAnswerWhole(t *testing.T, addr, httpAddr string, data []byte) {
+	c := dial(t, addr)
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "j", "data": data}), "id")
 
-	resp, body := httpGet(t, ts.http, "/jobs/"+id, "")
+	resp, body := httpGet(t, httpAddr, "/jobs/"+id, "")
 	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("GET /jobs/ID: %s, Content-Length %d, %d bytes", resp.Status, resp.ContentLength, len(body))
 	}
@@ -415,12 +427,20 @@ func TestJSONAnswersInPieces(t *testing.T) {
 	if !hasJobData(t, []byte(body), want) {
 		t.Fatalf("GET /jobs/ID: data of %d bytes did not come back whole in %d bytes of JSON", len(data), len(body))
 	}
-	ws := dialWS(t, ts.http, "/ws")
+	ws := dialWS(t, httpAddr, "/ws")
 	ws.text(`{"cmd":"GetJob","id":"` + id + `","reqId":"r1"}`)
 	msg := ws.answer("r1")
 	if !hasJobData(t, []byte(msg), want) {
 		t.Fatalf("WebSocket GetJob: data of %d bytes did not come back whole in %d bytes of JSON", len(data), len(msg))
 	}
+}
+
+// jsonAnswersToFrameLimit: pages and pulls of big jobs cut to what a
+// JSON answer carries, and a job whose JSON passes the frame limit
+// refused, over HTTP and WebSocket.
+func jsonAnswersToFrameLimit(t *testing.T, addr, httpAddr string) {
+	c := dial(t, addr)
+	ws := dialWS(t, httpAddr, "/ws")
 
 	// Six jobs of 5 MB: over TCP a page and a pull carry several; as JSON,
 	// what stays under the frame limit, 20 MB of JSON each.
@@ -430,7 +450,7 @@ func TestJSONAnswersInPieces(t *testing.T) {
 	if n := len(list(t, c.ok(M{"cmd": "GetJobs", "queue": "list", "limit": 10}), "jobs")); n != 6 {
 		t.Fatalf("GetJobs over TCP answered %d of 6 jobs of 5 MB", n)
 	}
-	_, body = httpGet(t, ts.http, "/queues/list/jobs/list?limit=10", "")
+	_, body := httpGet(t, httpAddr, "/queues/list/jobs/list?limit=10", "")
 	var page struct {
 		Jobs []json.RawMessage `json:"jobs"`
 	}
@@ -438,7 +458,7 @@ func TestJSONAnswersInPieces(t *testing.T) {
 		t.Fatalf("GetJobs over HTTP: %d jobs in %d bytes of JSON (err %v)", len(page.Jobs), len(body), err)
 	}
 	ws.text(`{"cmd":"PULLB","queue":"list","count":6,"reqId":"r2"}`)
-	msg = ws.answer("r2")
+	msg := ws.answer("r2")
 	var pulled struct {
 		Jobs []json.RawMessage `json:"jobs"`
 	}
@@ -459,12 +479,12 @@ func TestJSONAnswersInPieces(t *testing.T) {
 		e.B = append(e.B, 0x80, 0xc2)
 	}
 	huge := str(t, c.ok(M{"cmd": "PUSH", "queue": "huge", "data": Raw(e.B)}), "id")
-	resp, body = httpGet(t, ts.http, "/jobs/"+huge, "")
+	resp, body := httpGet(t, httpAddr, "/jobs/"+huge, "")
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "frame limit of 64 MiB") {
 		t.Fatalf("GET /jobs/ID of 72 MB of JSON: %s %.300s", resp.Status, body)
 	}
 	ws.text(`{"cmd":"GetJob","id":"` + huge + `","reqId":"r3"}`)
-	if msg = ws.answer("r3"); !strings.Contains(msg, "frame limit of 64 MiB") {
+	if msg := ws.answer("r3"); !strings.Contains(msg, "frame limit of 64 MiB") {
 		t.Fatalf("WebSocket GetJob of 72 MB of JSON: %.300s", msg)
 	}
 }

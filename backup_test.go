@@ -453,17 +453,23 @@ func TestBackupHTTP(t *testing.T) {
 // path, starts a server on the restored file and finds every job. A server
 // with a wrong secret fails visibly, without showing it.
 //
-// Serial: it sets environment variables (t.Setenv).
+// The servers and the commands run as the release binary with the S3
+// settings in their environment, not the test process's (which the other
+// tests share).
 func TestBackupS3rverEndToEnd(t *testing.T) {
+	t.Parallel()
 	ep := startS3rver(t, "e2e", "sched")
 	dir := t.TempDir()
-	t.Setenv("AWS_ACCESS_KEY_ID", "S3RVER")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_ENDPOINT_URL", ep)
+	env := []string{"AWS_ACCESS_KEY_ID=S3RVER", "AWS_SECRET_ACCESS_KEY=S3RVER", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=" + ep}
 	for _, k := range []string{"S3_BUCKET", "S3_BACKUP_INTERVAL", "S3_BACKUP_ENABLED", "S3_BACKUP_PREFIX", "S3_ENDPOINT", "S3_ACCESS_KEY_ID",
 		"S3_SECRET_ACCESS_KEY", "S3_REGION", "S3_VIRTUAL_HOSTED_STYLE", "S3_SESSION_TOKEN", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"} {
-		t.Setenv(k, "")
+		env = append(env, k+"=")
+	}
+	startBinary := func(t *testing.T, extra ...string) *serverProc {
+		return startBinaryAt(t, append(append([]string{"env"}, env...), queuedBinary(t)), extra...)
+	}
+	run := func(args []string, stdout, stderr io.Writer) int {
+		return runBinaryEnv(t, env, args, stdout, stderr)
 	}
 	httpPort := freePort(t)
 	live := filepath.Join(dir, "live.db")
@@ -583,7 +589,7 @@ func TestBackupS3rverEndToEnd(t *testing.T) {
 
 	// A wrong secret: the backup fails visibly, and the secret shows nowhere.
 	const wrongSecret = "WRONG-secret-0123456789"
-	t.Setenv("AWS_SECRET_ACCESS_KEY", wrongSecret)
+	env = append(env, "AWS_SECRET_ACCESS_KEY="+wrongSecret)
 	httpPort4 := freePort(t)
 	srv4 := startBinary(t, "--data-path", filepath.Join(dir, "wrong.db"), "--http-port", fmt.Sprint(httpPort4), "--s3-bucket", "e2e")
 	errOut.Reset()

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -107,6 +108,24 @@ type serverProc struct {
 func startBinary(t *testing.T, extra ...string) *serverProc {
 	t.Helper()
 	return startBinaryAt(t, []string{queuedBinary(t)}, extra...)
+}
+
+// runBinaryEnv runs the release binary with args, its environment the
+// test process's with env added (a later "K=V" overrides an earlier K),
+// and answers its exit code.
+func runBinaryEnv(t *testing.T, env, args []string, stdout, stderr io.Writer) int {
+	t.Helper()
+	cmd := exec.Command(queuedBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return 0
 }
 
 // startedRE reads the ports a server listens on from its "queued started"

@@ -40,7 +40,10 @@ const (
 // which other tests on the same cores would change.
 func TestHostileUnreadAnswers(t *testing.T) {
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
-		t.Run(mode, func(t *testing.T) { unreadAnswersFlood(t, storageFlags(t, mode)) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			unreadAnswersFlood(t, storageFlags(t, mode))
+		})
 	}
 }
 
@@ -445,6 +448,7 @@ func TestHostileUnreadJSONAnswers(t *testing.T) {
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		for _, transport := range []string{"http", "websocket"} {
 			t.Run(mode+"/"+transport, func(t *testing.T) {
+				t.Parallel()
 				flags := append(storageFlags(t, mode), "--max-answer-bytes", "128MiB")
 				srv := startBinary(t, flags...)
 				c := dial(t, srv.addr())

@@ -260,6 +260,7 @@ const maxMemoryUpdatesRSSBound = 600 * mib
 func TestMaxMemoryRefusesUpdates(t *testing.T) {
 	for _, mode := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			flags := []string{"--max-memory", "256MiB"}
 			switch mode {
 			case "memory":
