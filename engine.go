@@ -120,10 +120,13 @@ type FlowEngine interface {
 // ReadEngine reads jobs, counts, progress and logs, and waits for results
 // (query.go, pg_query.go).
 type ReadEngine interface {
-	// ReadJob reads one job as it is now, for GetJob, GetJobByCustomId,
-	// GetState, GetResult and GetProgress. No such job: a nil Job, state
+	// ReadJob reads one job as it is now, for GetJob, GetState, GetResult and GetProgress. No such job: a nil Job, state
 	// "unknown", no error.
 	ReadJob(ctx context.Context, id string) (JobView, error)
+	// ReadJobByCustomID reads the job holding a custom id, for
+	// GetJobByCustomId, as ReadJob does when customIDFinds finds it
+	// (rule_customid.go).
+	ReadJobByCustomID(ctx context.Context, id string) (JobView, error)
 	// Jobs is the page of a queue's jobs a jobsQuery selects, in
 	// creation order, each labelled with the state it is listed under.
 	Jobs(ctx context.Context, queue string, q jobsQuery) ([]JobView, error)

@@ -14,6 +14,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// ReadJobByCustomID reads the job holding a custom id, finished or not:
+// this engine, as the reference's PostgreSQL engine, finds every job its
+// table holds (a custom id is its job's id here).
+func (p *PG) ReadJobByCustomID(ctx context.Context, id string) (JobView, error) {
+	v, err := p.ReadJob(ctx, id)
+	if err != nil || !customIDFinds(v.Job, true) {
+		return noJob, err
+	}
+	return v, nil
+}
+
 func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()

@@ -35,6 +35,17 @@ func (b *MemEngine) ReadJob(ctx context.Context, id string) (JobView, error) {
 	return b.readHistory(ctx, id, v)
 }
 
+// ReadJobByCustomID reads the job holding a custom id while it is live:
+// this engine, as the reference's memory engine, forgets a custom id once
+// its job has finished.
+func (b *MemEngine) ReadJobByCustomID(ctx context.Context, id string) (JobView, error) {
+	v, err := b.ReadJob(ctx, id)
+	if err != nil || !customIDFinds(v.Job, false) {
+		return noJob, err
+	}
+	return v, nil
+}
+
 func (b *MemEngine) counts(queue string) JobCounts {
 	s := b.shardOf(queue)
 	s.mu.Lock()
