@@ -224,6 +224,7 @@ var pgMigrations = []string{
 	CREATE INDEX jobs_done ON {s}.jobs (queue, done_at, seq) WHERE state = 5;
 	DROP INDEX IF EXISTS {s}.jobs_children;
 	CREATE INDEX jobs_children ON {s}.jobs (queue) WHERE state = 7;`,
+	pgEnqueueMigration(),
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm
@@ -241,9 +242,12 @@ type PG struct {
 	schema  string // quoted schema name
 	chName  string // LISTEN/NOTIFY channel for wake-ups
 	evName  string // LISTEN/NOTIFY channel for events (pg_events.go)
-	broker  string // this broker's session id, written on its leases
-	log     *slog.Logger
-	b       *Broker // for what stays per broker: workers, subscribers, taps
+	// inboxName is the channel of transactional pushes (pg_enqueue.go).
+	inboxName string
+	inboxKick chan struct{}
+	broker    string // this broker's session id, written on its leases
+	log       *slog.Logger
+	b         *Broker // for what stays per broker: workers, subscribers, taps
 
 	jobWaits pgJobWaits // WaitJob callers (pg_query.go)
 
@@ -353,6 +357,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	p.every(pgCronTick, nil, p.cronRound)
 	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
 	p.every(pgRetainEvery, nil, p.retainRound)
+	p.every(pgInboxEvery, p.inboxKick, p.inboxRound)
 	// Serve only once this broker hears the others: an event or wake-up
 	// another broker sends before the LISTEN is in place is lost to this
 	// one (a subscriber that connected at once missed the first events).
@@ -393,7 +398,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
+		evName: schema + "_events", inboxName: schema + "_inbox", inboxKick: make(chan struct{}, 1), ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	p.sqlr = sqlReplacer(p.schema)
@@ -595,7 +600,8 @@ func (p *PG) migrate(ctx context.Context, schema string) error {
 			tx.Rollback(ctx)
 			return fmt.Errorf("postgres: migration to schema version %d: %w", v+1, err)
 		}
-		if _, err := tx.Exec(ctx, p.sql(pgMigrations[v])); err != nil {
+		// {inbox} is the channel the transactional pushes notify (pg_enqueue.go).
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(p.sql(pgMigrations[v]), "{inbox}", p.inboxName)); err != nil {
 			tx.Rollback(ctx)
 			return fmt.Errorf("postgres: migration to schema version %d: %w", v+1, err)
 		}
@@ -744,7 +750,7 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	for _, ch := range []string{p.chName, p.evName} {
+	for _, ch := range []string{p.chName, p.evName, p.inboxName} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}
@@ -758,6 +764,7 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	// opened at a moment of its own.
 	p.ev.wakers.forget()
 	p.wakeAll()
+	p.kickInbox()
 	defer p.lostPresence()
 	if err := p.holdPresence(ctx, conn); err != nil {
 		return err
@@ -771,6 +778,8 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 		switch {
 		case n.Channel == p.evName:
 			p.received(n.Payload)
+		case n.Channel == p.inboxName:
+			p.kickInbox()
 		case p.ev.wakers.own(n.PID):
 			// This broker's own wake-up, come back: its pulls were woken
 			// when it was sent (wakeEverywhere).
