@@ -706,6 +706,8 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 		ALTER TABLE `+schema+`.crons ALTER COLUMN name TYPE text COLLATE "default";
 		ALTER TABLE `+schema+`.jobs RENAME COLUMN body TO record;
 		ALTER TABLE `+schema+`.jobs DROP COLUMN started_at, DROP COLUMN plain;
+		DROP TABLE `+schema+`.inbox;
+		DROP FUNCTION `+schema+`.push, `+schema+`.push_many, `+schema+`.push_one, `+schema+`.push_num, `+schema+`.push_str;
 		UPDATE `+schema+`.schema_version SET version = 7`); err != nil {
 		t.Fatal(err)
 	}
