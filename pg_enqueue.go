@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgInboxEvery is how often a broker looks for inbox rows it was not
@@ -54,7 +55,7 @@ func pgEnqueueMigration() string {
 		"{maxAttemptCap}", n(maxAttemptCap), "{maxKeyBytes}", n(maxKeyBytes), "{maxTags}", n(maxTags),
 		// PUSH's own words for the limits (budgets.go).
 		"{keyTooBig}", tooBig("", maxKeyBytes).Error(), "{tagsTooMany}", tooMany("tags of a job are", maxTags).Error(),
-		"{jobTooBig}", errJobTooBig.Error(),
+		"{jobTooBig}", errJobTooBig.Error(), "{tagTooBig}", tooBig("each entry of tags is", maxKeyBytes).Error(),
 	).Replace(pgEnqueueSQL)
 }
 
@@ -62,60 +63,78 @@ func pgEnqueueMigration() string {
 // (SECURITY DEFINER), so that a role granted EXECUTE on them and USAGE on
 // the schema may enqueue and do nothing else (docs/postgresql.md).
 const pgEnqueueSQL = `-- MIGRATION transactional enqueue
+	-- at: when push() was called (ms, the database's clock), the job's
+	-- creation time; size: the request's length as JSON text.
 	CREATE TABLE {s}.inbox (
 		seq        BIGSERIAL PRIMARY KEY,
 		id         TEXT COLLATE "C" NOT NULL,
 		queue      TEXT COLLATE "C" NOT NULL,
 		unique_key TEXT COLLATE "C",
+		at         BIGINT NOT NULL,
+		size       BIGINT NOT NULL,
 		request    JSONB NOT NULL,
 		error      TEXT
 	);
 	CREATE UNIQUE INDEX inbox_id ON {s}.inbox (id) WHERE error IS NULL;
 	CREATE UNIQUE INDEX inbox_unique ON {s}.inbox (queue, unique_key) WHERE error IS NULL AND unique_key IS NOT NULL;
 
-	-- push_num checks a number option as PUSH does.
-	CREATE FUNCTION {s}.push_num(label text, v jsonb, lo numeric, hi numeric, whole boolean) RETURNS numeric
+	-- push_num checks a number option as PUSH does; pfx starts the message.
+	CREATE FUNCTION {s}.push_num(pfx text, label text, v jsonb, lo numeric, hi numeric, whole boolean) RETURNS numeric
 	LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $f$
 	DECLARE x numeric;
 	BEGIN
 		IF v IS NULL OR jsonb_typeof(v) = 'null' THEN RETURN NULL; END IF;
 		IF jsonb_typeof(v) <> 'number' THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be a number';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be a number';
 		END IF;
 		x := v::text::numeric;
 		IF abs(x) > 1.7976931348623157e308 THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be a finite number';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be a finite number';
 		END IF;
 		IF whole AND x <> trunc(x) THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be an integer';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be an integer';
 		END IF;
 		IF x < lo THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be at least ' || lo;
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be at least ' || lo;
 		END IF;
 		IF x > hi THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be at most ' || hi;
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be at most ' || hi;
 		END IF;
 		RETURN x;
 	END $f$;
 
 	-- push_str checks a string option: a string of at most maxKeyBytes.
-	CREATE FUNCTION {s}.push_str(label text, v jsonb) RETURNS text
+	CREATE FUNCTION {s}.push_str(pfx text, label text, v jsonb) RETURNS text
 	LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $f$
 	BEGIN
 		IF v IS NULL OR jsonb_typeof(v) = 'null' THEN RETURN NULL; END IF;
 		IF jsonb_typeof(v) <> 'string' THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: ' || label || ' must be a string';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || label || ' must be a string';
 		END IF;
 		IF octet_length(v #>> '{}') > {maxKeyBytes} THEN
-			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = 'queued push: ' || label || ' is{keyTooBig}';
+			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = pfx || label || ' is{keyTooBig}';
 		END IF;
 		RETURN v #>> '{}';
 	END $f$;
 
+	-- push_bound is at least the bytes v takes as MessagePack, which is
+	-- what PUSH's size limits count: its JSON text, 8 bytes more for each
+	-- number (at least one character, at most 9 bytes), 3 for each string
+	-- (2 quotes, a header of at most 5 bytes) and each array or object (2
+	-- brackets, at most 5). Counted in the text, where a string's digits
+	-- and quotes count too: more, never less.
+	CREATE FUNCTION {s}.push_bound(v jsonb) RETURNS bigint
+	LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $f$
+		SELECT octet_length(t) + 8 * regexp_count(t, '[0-9][-+0-9.eE]*')
+			+ 3 * ((octet_length(t) - octet_length(replace(t, '"', ''))) / 2
+				+ octet_length(t) - octet_length(replace(replace(t, '[', ''), '{', '')))
+		FROM (SELECT v::text AS t) x
+	$f$;
+
 	-- push_one checks one job and writes it to the inbox; it answers the
 	-- job's id. A job with a custom id or unique key a live job or a
 	-- request in the inbox holds answers that one's id, as PUSH does.
-	CREATE FUNCTION {s}.push_one(q text, name text, data jsonb, options jsonb) RETURNS text
+	CREATE FUNCTION {s}.push_one(q text, name text, data jsonb, options jsonb, pfx text) RETURNS text
 	LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 	DECLARE
 		k text;
@@ -126,91 +145,134 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 		found_id text;
 		b bytea;
 		quiet boolean;
+		size bigint;
+		dsize bigint;
 	BEGIN
-		IF q IS NULL OR q = '' OR char_length(q) > {maxQueueName} OR q !~ '^[a-zA-Z0-9_.:-]+$' THEN
-			RAISE EXCEPTION USING ERRCODE = '22023',
-				MESSAGE = 'queued push: the queue name must be 1 to {maxQueueName} characters of a-z, A-Z, 0-9, _, -, ., :';
+		IF q IS NULL OR q = '' THEN
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'Queue name is required';
+		END IF;
+		IF octet_length(q) > {maxQueueName} THEN
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'Queue name too long (max {maxQueueName} characters)';
+		END IF;
+		IF q !~ '^[a-zA-Z0-9_.:-]+$' THEN
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'Queue name contains invalid characters';
 		END IF;
 		IF name IS NOT NULL AND (name = '' OR char_length(name) > {maxJobName}) THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: Job name must be a non-empty string of at most 256 characters';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'Job name must be a non-empty string of at most {maxJobName} characters';
 		END IF;
 		options := coalesce(options, '{}');
 		IF jsonb_typeof(options) <> 'object' THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: options must be a JSON object';
+			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'options must be a JSON object';
 		END IF;
 		FOR k IN SELECT jsonb_object_keys(options) LOOP
 			IF k IN ('parentId', 'dependsOn', 'childrenIds', 'dedup', 'debounceId', 'debounceTtl', 'repeat') THEN
 				RAISE EXCEPTION USING ERRCODE = '0A000',
-					MESSAGE = 'queued push: option ' || k || ' is not taken in a transaction; push that job over the wire';
+					MESSAGE = pfx || 'option ' || k || ' is not taken in a transaction; push that job over the wire';
 			END IF;
 			IF k NOT IN ('priority', 'delay', 'timeout', 'maxAttempts', 'backoff', 'ttl', 'jobId', 'uniqueKey', 'groupId',
 					'tags', 'lifo', 'removeOnComplete', 'removeOnFail', 'durable', 'stallTimeout', 'keepLogs', 'sizeLimit',
 					'stackTraceLimit', 'failParentOnFailure', 'continueParentOnFailure', 'ignoreDependencyOnFailure',
 					'removeDependencyOnFailure', 'timestamp') THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: unknown option ' || k;
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'unknown option ' || k;
 			END IF;
 		END LOOP;
-		IF data IS NOT NULL AND octet_length(data::text) > {maxDataBytes} THEN
-			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = 'queued push: Job data too large (max 10MB)';
+		-- MessagePack takes at most 5 bytes for a character of JSON text (a
+		-- number of one digit and its comma: 9 for 2), so push_bound only
+		-- counts for data of a fifth of the limit or more.
+		dsize := coalesce(octet_length(data::text), 0);
+		IF dsize * 5 > {maxDataBytes} AND {s}.push_bound(data) > {maxDataBytes} THEN
+			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = pfx || 'Job data too large (max 10MB)';
 		END IF;
-		IF jsonb_typeof(options->'groupId') NOT IN ('string', 'null') THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: groupId must be a string';
+		IF options ? 'groupId' THEN
+			IF jsonb_typeof(options->'groupId') <> 'string' THEN
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'groupId must be a string';
+			END IF;
+			grp := options->>'groupId';
+			IF grp = '' THEN
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'groupId must be a non-empty string';
+			END IF;
+			IF char_length(grp) > {maxGroupID} THEN
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'groupId must be at most {maxGroupID} characters';
+			END IF;
 		END IF;
-		grp := options->>'groupId';
-		IF grp = '' THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: groupId must be a non-empty string';
-		END IF;
-		IF char_length(grp) > {maxGroupID} THEN
-			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: groupId must be at most 256 characters';
-		END IF;
-		IF grp IS NULL THEN
-			PERFORM {s}.push_num('priority', options->'priority', -{maxPriority}, {maxPriority}, true);
+		IF grp IS NULL AND options ? 'priority' THEN
+			PERFORM {s}.push_num(pfx, 'priority', options->'priority', -{maxPriority}, {maxPriority}, true);
 		ELSIF options ? 'priority' AND jsonb_typeof(options->'priority') <> 'null' THEN
 			IF jsonb_typeof(options->'priority') <> 'number' OR abs((options->>'priority')::numeric) > 1.7976931348623157e308 THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: group.priority must be a finite number';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'group.priority must be a finite number';
 			END IF;
 			IF (options->>'priority')::numeric <> trunc((options->>'priority')::numeric) THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: group.priority must be an integer';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'group.priority must be an integer';
 			END IF;
 			IF (options->>'priority')::numeric NOT BETWEEN 0 AND {maxGroupPrio} THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: group.priority must be between 0 and {maxGroupPrio}';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'group.priority must be between 0 and {maxGroupPrio}';
 			END IF;
 		END IF;
-		PERFORM {s}.push_num('delay', options->'delay', 0, {maxDelayMs}, false);
-		PERFORM {s}.push_num('timeout', options->'timeout', 0, {maxTimeoutMs}, false);
-		PERFORM {s}.push_num('maxAttempts', options->'maxAttempts', 1, {maxAttemptCap}, true);
-		IF jsonb_typeof(options->'backoff') = 'object' THEN
+		IF options ? 'delay' THEN
+			PERFORM {s}.push_num(pfx, 'delay', options->'delay', 0, {maxDelayMs}, false);
+		END IF;
+		IF options ? 'timeout' THEN
+			PERFORM {s}.push_num(pfx, 'timeout', options->'timeout', 0, {maxTimeoutMs}, false);
+		END IF;
+		IF options ? 'maxAttempts' THEN
+			PERFORM {s}.push_num(pfx, 'maxAttempts', options->'maxAttempts', 1, {maxAttemptCap}, true);
+		END IF;
+		IF NOT options ? 'backoff' THEN
+			NULL;
+		ELSIF jsonb_typeof(options->'backoff') = 'object' THEN
 			IF coalesce(options->'backoff'->>'type', '') NOT IN ('fixed', 'exponential') THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: backoff.type must be ''fixed'' or ''exponential''';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'backoff.type must be ''fixed'' or ''exponential''';
 			END IF;
-			IF {s}.push_num('backoff.delay', options->'backoff'->'delay', 0, {maxTimeoutMs}, false) IS NULL THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: backoff.delay is required';
+			IF {s}.push_num(pfx, 'backoff.delay', options->'backoff'->'delay', 0, {maxTimeoutMs}, false) IS NULL THEN
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'backoff.delay is required';
 			END IF;
-			PERFORM {s}.push_num('backoff.maxDelay', options->'backoff'->'maxDelay', 0, {maxDelayMs}, false);
+			PERFORM {s}.push_num(pfx, 'backoff.maxDelay', options->'backoff'->'maxDelay', 0, {maxDelayMs}, false);
 		ELSE
-			PERFORM {s}.push_num('backoff', options->'backoff', 0, {maxTimeoutMs}, false);
+			PERFORM {s}.push_num(pfx, 'backoff', options->'backoff', 0, {maxTimeoutMs}, false);
 		END IF;
-		PERFORM {s}.push_num('ttl', options->'ttl', 0, {maxDelayMs}, false);
-		jid := {s}.push_str('jobId', options->'jobId');
-		ukey := {s}.push_str('uniqueKey', options->'uniqueKey');
+		IF options ? 'ttl' THEN
+			PERFORM {s}.push_num(pfx, 'ttl', options->'ttl', 0, {maxDelayMs}, false);
+		END IF;
+		IF options ? 'jobId' THEN
+			jid := {s}.push_str(pfx, 'jobId', options->'jobId');
+		END IF;
+		IF options ? 'uniqueKey' THEN
+			ukey := {s}.push_str(pfx, 'uniqueKey', options->'uniqueKey');
+		END IF;
+		-- Numbers kept as given: PUSH refuses what is not one, and those of
+		-- the first three past 2^53.
+		FOREACH k IN ARRAY ARRAY['stallTimeout', 'keepLogs', 'sizeLimit'] LOOP
+			IF options ? k AND abs({s}.push_num(pfx, k, options->k, '-Infinity', 'Infinity', false)) > 9007199254740991 THEN
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || k || ' must be a finite number';
+			END IF;
+		END LOOP;
+		FOREACH k IN ARRAY ARRAY['stackTraceLimit', 'timestamp'] LOOP
+			IF options ? k THEN
+				PERFORM {s}.push_num(pfx, k, options->k, '-Infinity', 'Infinity', false);
+			END IF;
+		END LOOP;
 		IF options ? 'tags' AND jsonb_typeof(options->'tags') <> 'null' THEN
 			IF jsonb_typeof(options->'tags') <> 'array' THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: tags must be an array';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'tags must be an array';
 			END IF;
 			SELECT min(n) - 1 INTO k FROM jsonb_array_elements(options->'tags') WITH ORDINALITY AS t(v, n) WHERE jsonb_typeof(v) <> 'string';
 			IF k IS NOT NULL THEN
-				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: tags[' || k || '] must be a string';
+				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'tags[' || k || '] must be a string';
 			END IF;
 			IF jsonb_array_length(options->'tags') > {maxTags} THEN
-				RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = 'queued push: {tagsTooMany}';
+				RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = pfx || '{tagsTooMany}';
+			END IF;
+			IF EXISTS (SELECT 1 FROM jsonb_array_elements_text(options->'tags') t(v) WHERE octet_length(v) > {maxKeyBytes}) THEN
+				RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = pfx || '{tagTooBig}';
 			END IF;
 		END IF;
 		req := options || jsonb_build_object('name', coalesce(name, 'default'));
 		IF data IS NOT NULL THEN
 			req := req || jsonb_build_object('data', data);
 		END IF;
-		IF octet_length(req::text) > {maxJobBytes} THEN
-			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = 'queued push: {jobTooBig}';
+		size := dsize + octet_length(options::text) + coalesce(octet_length(name), 7) + 32;
+		IF size * 5 + 64 > {maxJobBytes} AND {s}.push_bound(req) + 64 > {maxJobBytes} THEN
+			RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = pfx || '{jobTooBig}';
 		END IF;
 		IF jid = '' THEN
 			jid := NULL;
@@ -244,7 +306,8 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 		-- NOTIFY in every push cost a quarter of the pushes a second, as
 		-- PostgreSQL commits the transactions that notify one at a time.
 		quiet := NOT EXISTS (SELECT 1 FROM {s}.inbox WHERE error IS NULL);
-		INSERT INTO {s}.inbox (id, queue, unique_key, request) VALUES (jid, q, ukey, req) ON CONFLICT DO NOTHING;
+		INSERT INTO {s}.inbox (id, queue, unique_key, at, size, request)
+			VALUES (jid, q, ukey, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, size, req) ON CONFLICT DO NOTHING;
 		IF NOT FOUND THEN
 			-- Another request in the inbox holds the id or the key.
 			SELECT id INTO found_id FROM {s}.inbox WHERE error IS NULL AND (id = jid OR (queue = q AND unique_key = ukey)) ORDER BY seq LIMIT 1;
@@ -258,7 +321,7 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 
 	CREATE FUNCTION {s}.push(queue text, name text, data jsonb, options jsonb DEFAULT '{}') RETURNS text
 	LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-	AS $f$ SELECT {s}.push_one(queue, name, data, options) $f$;
+	AS $f$ SELECT {s}.push_one(queue, name, data, options, 'queued push: ') $f$;
 
 	-- push_many pushes jobs, a JSON array of {"name", "data", "options"},
 	-- in their order; it answers their ids in the same order.
@@ -276,18 +339,15 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 			IF jsonb_typeof(j) <> 'object' THEN
 				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queued push: jobs[' || i || '] must be an object';
 			END IF;
-			BEGIN
-				ids := ids || {s}.push_one(queue, j->>'name', j->'data', j->'options');
-			EXCEPTION WHEN OTHERS THEN
-				RAISE EXCEPTION USING ERRCODE = SQLSTATE, MESSAGE = replace(SQLERRM, 'queued push: ', 'queued push: jobs[' || i || ']: ');
-			END;
+			ids := ids || {s}.push_one(queue, j->>'name', j->'data', j->'options', 'queued push: jobs[' || i || ']: ');
 			i := i + 1;
 		END LOOP;
 		RETURN ids;
 	END $f$;
 
 	REVOKE ALL ON FUNCTION {s}.push(text, text, jsonb, jsonb), {s}.push_many(text, jsonb),
-		{s}.push_one(text, text, jsonb, jsonb), {s}.push_num(text, jsonb, numeric, numeric, boolean), {s}.push_str(text, jsonb) FROM PUBLIC;`
+		{s}.push_one(text, text, jsonb, jsonb, text), {s}.push_num(text, text, jsonb, numeric, numeric, boolean),
+		{s}.push_str(text, text, jsonb), {s}.push_bound(jsonb) FROM PUBLIC;`
 
 // kickInbox has the inbox looked at now (a transactional push was
 // committed, or the listener may have missed one).
@@ -303,28 +363,40 @@ type inboxRow struct {
 	seq     int64
 	id      string
 	queue   string
+	at      int64 // when push() was called: the job's creation time
+	size    int64
 	request []byte
 }
 
-// inboxRound moves what the inbox holds into jobs, a row at a time, until
-// it is empty or the round's context ends. Once it has moved a row it
-// looks again every pgInboxLook until the inbox has stayed empty for
-// pgInboxQuiet: a push that found other rows in the inbox notified no
-// one, counting on this.
+const (
+	// pgInboxBatch and pgInboxBytes bound the rows moveMany moves in one
+	// transaction, by count and by the length of their requests (the
+	// first row goes whatever its length).
+	pgInboxBatch = 200
+	pgInboxBytes = 16 << 20
+)
+
+// inboxRound moves what the inbox holds into jobs until it is empty or
+// the round's context ends. Once it has moved a row it looks again every
+// pgInboxLook until the inbox has stayed empty for pgInboxQuiet: a push
+// that found other rows in the inbox notified no one, counting on this.
 func (p *PG) inboxRound(ctx context.Context) {
+	var movedAny bool
 	quietSince := time.Time{}
 	for ctx.Err() == nil {
 		moved, err := p.moveMany(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Warn("transactional enqueue: moving a request from the inbox", "err", redactPG(err, p.url))
+				p.log.Warn("transactional enqueue: moving requests from the inbox", "err", redactPG(err, p.url))
 			}
 			return
 		}
 		switch {
 		case moved:
-			quietSince = time.Time{}
+			movedAny, quietSince = true, time.Time{}
 			continue
+		case !movedAny:
+			return
 		case quietSince.IsZero():
 			quietSince = time.Now()
 		case time.Since(quietSince) > pgInboxQuiet:
@@ -339,14 +411,22 @@ func (p *PG) inboxRound(ctx context.Context) {
 	}
 }
 
-// pgInboxBatch bounds the rows moveMany moves in one transaction.
-const pgInboxBatch = 200
+// pgRefusal reports an error that moving the same request again would
+// meet again: the push's refusals, and the database's objections to the
+// data (SQLSTATE classes 22, data exception, and 54, a program limit).
+func pgRefusal(err error) bool {
+	var rf pgRefused
+	var je *jobErr
+	var pe *pgconn.PgError
+	return errors.As(err, &rf) || errors.As(err, &je) ||
+		errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
+}
 
-// moveMany moves up to pgInboxBatch inbox rows no other broker is moving
-// into jobs in one transaction, a multi-row push per queue; false when
-// there were none. When a row is refused, the transaction is rolled back
-// and moveOne takes the rows one at a time, so that the refused row keeps
-// its reason and the others go in.
+// moveMany moves the oldest inbox rows no other broker is moving into
+// jobs in one transaction, a multi-row push per queue; false when there
+// were none. When a row is refused the transaction is rolled back and
+// moveOne takes as many rows one at a time, so that the refused row
+// keeps its reason and the others go in.
 func (p *PG) moveMany(ctx context.Context) (bool, error) {
 	var rows []inboxRow
 	type made struct {
@@ -362,19 +442,15 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 			return pgErr(err)
 		}
 		defer tx.Rollback(context.Background())
-		if rows, err = p.readInbox(ctx, tx, rows); err != nil {
-			return pgErr(fmt.Errorf("read the inbox: %w", err))
-		}
-		if len(rows) == 0 {
-			return nil
+		if rows, err = p.readInbox(ctx, tx, rows); err != nil || len(rows) == 0 {
+			return pgErr(err)
 		}
 		// The jobs of a queue go in together, in the order they came.
 		byQueue := map[string][]*Job{}
 		var order []string
 		seqs := make([]int64, 0, len(rows))
-		now := p.now()
 		for _, r := range rows {
-			j, err := inboxJob(r, now)
+			j, err := inboxJob(r)
 			if err != nil {
 				refused = true
 				return nil
@@ -387,17 +463,14 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 		}
 		for _, q := range order {
 			res, err := p.insertInbox(ctx, tx, q, byQueue[q])
-			var rf pgRefused
-			var je *jobErr
-			switch {
-			case err == nil:
-				done = append(done, made{q, res})
-			case errors.As(err, &rf), errors.As(err, &je):
-				refused = true
-				return nil
-			default:
+			if err != nil {
+				refused = pgRefusal(err)
+				if refused {
+					return nil
+				}
 				return err
 			}
+			done = append(done, made{q, res})
 		}
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.inbox WHERE seq = ANY($1)`), seqs); err != nil {
 			return pgErr(fmt.Errorf("empty the inbox: %w", err))
@@ -408,7 +481,12 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, err
 	case refused:
-		return p.moveOne(ctx)
+		for range rows {
+			if moved, err := p.moveOne(ctx); err != nil || !moved {
+				return true, err
+			}
+		}
+		return true, nil
 	}
 	for _, d := range done {
 		p.inserted(d.queue, d.res)
@@ -416,19 +494,42 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 	return len(rows) > 0, nil
 }
 
-// readInbox locks and reads, into rows, the oldest inbox rows no other
-// broker holds, up to pgInboxBatch.
+// readInbox locks the oldest inbox rows no other broker holds, up to
+// pgInboxBatch rows and pgInboxBytes of requests, and reads them into
+// rows. The requests are read once the rows are chosen: rows of 10 MB
+// each, 200 of them, would not fit in memory or in one answer.
 func (p *PG) readInbox(ctx context.Context, tx pgx.Tx, rows []inboxRow) ([]inboxRow, error) {
-	rs, err := tx.Query(ctx, p.sql(`SELECT seq, id, queue, request::text FROM {s}.inbox WHERE error IS NULL
+	rs, err := tx.Query(ctx, p.sql(`SELECT seq, size FROM {s}.inbox WHERE error IS NULL
 		ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`), pgInboxBatch)
 	if err != nil {
+		return rows, fmt.Errorf("read the inbox: %w", err)
+	}
+	var seqs []int64
+	var total int64
+	for rs.Next() {
+		var seq, size int64
+		if err := rs.Scan(&seq, &size); err != nil {
+			rs.Close()
+			return rows, fmt.Errorf("read the inbox: %w", err)
+		}
+		if len(seqs) > 0 && total+size > pgInboxBytes {
+			break
+		}
+		seqs, total = append(seqs, seq), total+size
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil || len(seqs) == 0 {
 		return rows, err
+	}
+	rs, err = tx.Query(ctx, p.sql(`SELECT seq, id, queue, at, size, request::text FROM {s}.inbox WHERE seq = ANY($1) ORDER BY seq`), seqs)
+	if err != nil {
+		return rows, fmt.Errorf("read the inbox: %w", err)
 	}
 	defer rs.Close()
 	for rs.Next() {
 		var r inboxRow
-		if err := rs.Scan(&r.seq, &r.id, &r.queue, &r.request); err != nil {
-			return rows, err
+		if err := rs.Scan(&r.seq, &r.id, &r.queue, &r.at, &r.size, &r.request); err != nil {
+			return rows, fmt.Errorf("read the inbox: %w", err)
 		}
 		rows = append(rows, r)
 	}
@@ -443,14 +544,14 @@ func (p *PG) moveOne(ctx context.Context) (bool, error) {
 	var refused error
 	var res pgInserted
 	err := pgRetry(ctx, func() error {
-		refused, res = nil, pgInserted{}
+		r, refused, res = inboxRow{}, nil, pgInserted{}
 		tx, err := p.begin(ctx)
 		if err != nil {
 			return pgErr(err)
 		}
 		defer tx.Rollback(context.Background())
-		err = tx.QueryRow(ctx, p.sql(`SELECT seq, id, queue, request::text FROM {s}.inbox WHERE error IS NULL
-			ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`)).Scan(&r.seq, &r.id, &r.queue, &r.request)
+		err = tx.QueryRow(ctx, p.sql(`SELECT seq, id, queue, at, size, request::text FROM {s}.inbox WHERE error IS NULL
+			ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`)).Scan(&r.seq, &r.id, &r.queue, &r.at, &r.size, &r.request)
 		if errors.Is(err, pgx.ErrNoRows) {
 			r.seq = 0
 			return nil
@@ -458,22 +559,18 @@ func (p *PG) moveOne(ctx context.Context) (bool, error) {
 		if err != nil {
 			return pgErr(fmt.Errorf("read the inbox: %w", err))
 		}
-		j, err := inboxJob(r, p.now())
+		j, err := inboxJob(r)
 		if err != nil {
 			refused = err
 			return nil
 		}
 		// A refusal keeps the row with its reason; any other error is the
 		// database's, and the row waits for the next round.
-		res, err = p.insertInbox(ctx, tx, j.Queue, []*Job{j})
-		var rf pgRefused
-		var je *jobErr
-		switch {
-		case err == nil:
-		case errors.As(err, &rf), errors.As(err, &je):
-			refused = err
-			return nil
-		default:
+		if res, err = p.insertInbox(ctx, tx, j.Queue, []*Job{j}); err != nil {
+			if pgRefusal(err) {
+				refused = err
+				return nil
+			}
 			return err
 		}
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.inbox WHERE seq = $1`), r.seq); err != nil {
@@ -493,9 +590,10 @@ func (p *PG) moveOne(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// inboxJob reads an inbox row's request as PUSH reads one: the request
-// is PUSH's fields, the job keeps the id the function answered.
-func inboxJob(r inboxRow, now int64) (*Job, error) {
+// inboxJob reads an inbox row's request as PUSH reads one, at the time
+// push() was called: the request is PUSH's fields, and the job keeps the
+// id the function answered.
+func inboxJob(r inboxRow) (*Job, error) {
 	raw, err := jsonToMsgpack(r.request)
 	if err != nil {
 		return nil, err
@@ -504,7 +602,7 @@ func inboxJob(r inboxRow, now int64) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := parseJob(m, r.queue, "jobId", now)
+	j, err := parseJob(m, r.queue, "jobId", r.at)
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,7 @@ func TestPGEnqueueInTransaction(t *testing.T) {
 	// it go in.
 	enqueueTx(t, ctx, conn, true, func(tx pgx.Tx) {
 		for i, req := range []string{`{"name": "ok", "data": 1}`, `{"name": "bad", "priority": "x"}`, `{"name": "ok", "data": 2}`} {
-			if _, err := tx.Exec(ctx, `INSERT INTO queued_`+ns+`.inbox (id, queue, request) VALUES ($1, 'raw', $2::jsonb)`,
+			if _, err := tx.Exec(ctx, `INSERT INTO queued_`+ns+`.inbox (id, queue, at, size, request) VALUES ($1, 'raw', (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 0, $2::jsonb)`,
 				fmt.Sprintf("raw-%d", i), req); err != nil {
 				t.Fatal(err)
 			}
@@ -190,6 +190,13 @@ func TestPGEnqueueRefusals(t *testing.T) {
 		{`{"jobId": 7}`, ""},
 		{`{"uniqueKey": "` + strings.Repeat("k", 1025) + `"}`, ""},
 		{`{"tags": "x"}`, ""},
+		{`{"tags": ["` + strings.Repeat("t", 1025) + `"]}`, ""},
+		{`{"groupId": null}`, ""},
+		{`{"stallTimeout": "x"}`, ""},
+		{`{"keepLogs": 1e16}`, ""},
+		{`{"sizeLimit": -1e16}`, ""},
+		{`{"stackTraceLimit": true}`, ""},
+		{`{"timestamp": "now"}`, ""},
 		{`{"tags": ["a", 2]}`, ""},
 		{`{"groupId": "g", "priority": "x"}`, ""},
 		{`{"groupId": "g", "priority": 0.5}`, ""},
@@ -223,10 +230,19 @@ func TestPGEnqueueRefusals(t *testing.T) {
 		}
 	}
 	for _, q := range []string{"", "bad queue", strings.Repeat("q", 257)} {
+		want := "queued push: " + c.fail(M{"cmd": "PUSH", "queue": q, "data": 1})
 		_, err := conn.Exec(ctx, `SELECT queued_`+ns+`.push($1, 'n', '1', '{}')`, q)
-		if err == nil || !strings.Contains(err.Error(), "queue name must be 1 to 256 characters") {
-			t.Errorf("push to queue %q: %v", q, err)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Message != want {
+			t.Errorf("push to queue %q: %v, want %q", q, err, want)
 		}
+	}
+	// Data whose MessagePack passes 10 MB while its JSON text does not:
+	// refused here, not by the broker after the commit.
+	floats := "[" + strings.Repeat("0.5,", 1_500_000) + "0.5]"
+	if _, err := conn.Exec(ctx, `SELECT queued_`+ns+`.push('refused', 'n', $1::jsonb, '{}')`, floats); err == nil ||
+		!strings.Contains(err.Error(), "Job data too large (max 10MB)") {
+		t.Errorf("push of 1.5 million doubles (6 MB of JSON, 13.5 MB of MessagePack): %v", err)
 	}
 	var big strings.Builder
 	big.WriteString(`"`)
