@@ -147,6 +147,9 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 		quiet boolean;
 		size bigint;
 		dsize bigint;
+		lo numeric;
+		hi numeric;
+		whole boolean;
 	BEGIN
 		IF q IS NULL OR q = '' THEN
 			RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'Queue name is required';
@@ -208,14 +211,15 @@ const pgEnqueueSQL = `-- MIGRATION transactional enqueue
 				RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = pfx || 'group.priority must be between 0 and {maxGroupPrio}';
 			END IF;
 		END IF;
-		IF options ? 'delay' THEN
-			PERFORM {s}.push_num(pfx, 'delay', options->'delay', 0, {maxDelayMs}, false);
-		END IF;
-		IF options ? 'timeout' THEN
-			PERFORM {s}.push_num(pfx, 'timeout', options->'timeout', 0, {maxTimeoutMs}, false);
-		END IF;
-		IF options ? 'maxAttempts' THEN
-			PERFORM {s}.push_num(pfx, 'maxAttempts', options->'maxAttempts', 1, {maxAttemptCap}, true);
+		-- In PUSH's order, those given (a push without them runs no query).
+		IF options ?| ARRAY['delay', 'timeout', 'maxAttempts'] THEN
+			FOR k, lo, hi, whole IN SELECT r.k, r.lo, r.hi, r.whole
+				FROM (VALUES (1, 'delay', 0, {maxDelayMs}, false), (2, 'timeout', 0, {maxTimeoutMs}, false),
+					(3, 'maxAttempts', 1, {maxAttemptCap}, true)) AS r(n, k, lo, hi, whole)
+				WHERE options ? r.k ORDER BY r.n
+			LOOP
+				PERFORM {s}.push_num(pfx, k, options->k, lo, hi, whole);
+			END LOOP;
 		END IF;
 		IF NOT options ? 'backoff' THEN
 			NULL;

@@ -36,6 +36,16 @@ func enqueueTx(t *testing.T, ctx context.Context, conn *pgx.Conn, commit bool, f
 	}
 }
 
+// enqueueBroker makes a namespace with a broker on it and answers the
+// namespace, a client of the broker and the application's connection.
+func enqueueBroker(t *testing.T) (string, *tclient, context.Context, *pgx.Conn) {
+	t.Helper()
+	ns := pgTestNamespace(t)
+	srv := startPGBroker(t, ns)
+	ctx, conn := pgTestConn(t)
+	return ns, dial(t, srv.addr()), ctx, conn
+}
+
 // sqlPush calls the namespace's push function in tx and answers the id.
 func sqlPush(t *testing.T, ctx context.Context, tx pgx.Tx, ns, queue, name, data, options string) string {
 	t.Helper()
@@ -54,10 +64,7 @@ func sqlPush(t *testing.T, ctx context.Context, tx pgx.Tx, ns, queue, name, data
 // jobs' ids in order.
 func TestPGEnqueueInTransaction(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	srv := startPGBroker(t, ns)
-	c := dial(t, srv.addr())
-	ctx, conn := pgTestConn(t)
+	ns, c, ctx, conn := enqueueBroker(t)
 	q := "in-tx"
 
 	enqueueTx(t, ctx, conn, false, func(tx pgx.Tx) {
@@ -158,10 +165,7 @@ func TestPGEnqueueInTransaction(t *testing.T) {
 // refused naming them; nothing is written.
 func TestPGEnqueueRefusals(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	srv := startPGBroker(t, ns)
-	c := dial(t, srv.addr())
-	ctx, conn := pgTestConn(t)
+	ns, c, ctx, conn := enqueueBroker(t)
 	for _, tc := range []struct {
 		options string
 		want    string // "": PUSH's answer to the same fields
