@@ -310,7 +310,7 @@ func (s *Shard) cleanFailed(q *Queue, cutoff, limit int64) []string {
 // already (in SQLite mode those retired to disk are not retried, so
 // nothing is read back), but once waiting they no longer go when
 // --max-completed-jobs trims the history. Its weight is its request's.
-func (b *MemEngine) RetryCompleted(_ context.Context, a retryCompletedArgs) (int64, error) {
+func (b *MemEngine) RetryCompleted(ctx context.Context, a retryCompletedArgs) (int64, error) {
 	n := 0
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
 		if q == nil {
@@ -338,6 +338,12 @@ func (b *MemEngine) RetryCompleted(_ context.Context, a retryCompletedArgs) (int
 			}
 		}
 	})
+	if a.id == "" || n == 0 {
+		// Then what the history on disk holds (SQLite mode, history.go).
+		var err error
+		n, err = b.retryHistory(ctx, a, n)
+		return int64(n), err
+	}
 	return int64(n), nil
 }
 

@@ -251,3 +251,76 @@ func (b *MemEngine) obliterateHistory(ctx context.Context, queue string) error {
 		}
 	}
 }
+
+// retryHistory retries, after the n retried in memory, completed jobs of
+// a.queue that only the history on disk holds: the one a.id names, or the
+// oldest first up to a.limit(). Pages are read from the oldest; the jobs
+// a page held that were not taken (completed after a.ts, or whose unique
+// key a live job holds) stay at the front, so the next page is that much
+// longer.
+func (b *MemEngine) retryHistory(ctx context.Context, a retryCompletedArgs, n int) (int, error) {
+	if b.hist == nil || float64(n) >= a.limit() {
+		return n, nil
+	}
+	if a.id != "" {
+		j, _, err := b.hist.Retired(ctx, a.id)
+		if err != nil || j == nil {
+			return n, err
+		}
+		if b.revive(a, j) {
+			n++
+		}
+		return n, nil
+	}
+	skipped := 0
+	for float64(n) < a.limit() {
+		want := skipped + int(min(a.limit()-float64(n), retainBatch))
+		page, _, err := b.hist.RetiredPage(ctx, a.queue, want, true)
+		if err != nil {
+			return n, err
+		}
+		for _, j := range page[min(skipped, len(page)):] {
+			if float64(n) < a.limit() && b.revive(a, j) {
+				n++
+			} else {
+				skipped++
+			}
+		}
+		if len(page) < want {
+			break
+		}
+	}
+	return n, nil
+}
+
+// revive puts a retired job back to waiting, as requeueCompleted does one
+// in memory. Its record goes to a new row, written before the row it was
+// retired under is deleted: a crash between the two leaves it both
+// waiting and in the history, never in neither.
+func (b *MemEngine) revive(a retryCompletedArgs, j *Job) bool {
+	if j.Queue != a.queue || !a.takes(j.DoneAt()) {
+		return false
+	}
+	ok := false
+	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
+		if q == nil || b.idxGet(j.ID()) != nil {
+			return
+		}
+		if uk := j.cold().UniqueKey; uk != "" && q.holder(uk, now) != nil {
+			return
+		}
+		retired := j.seq
+		j.seq = b.seq.Add(1)
+		resetCompleted(j, now)
+		b.idxPut(j)
+		s.holdUnique(q, j)
+		s.enqueue(q, j, now)
+		b.persist(j)
+		b.unpersist(&Job{seq: retired})
+		if q.nCold > 0 {
+			q.nCold--
+		}
+		ok = true
+	})
+	return ok
+}

@@ -69,13 +69,13 @@ func (s *SQLiteStore) Retired(ctx context.Context, id string) (*Job, Raw, error)
 		if err := s.Sync(); err != nil {
 			return nil, nil, err
 		}
-		row = s.db.QueryRowContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.seq = ?`, seq)
+		row = s.db.QueryRowContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq WHERE j.seq = ?`, seq)
 	} else {
-		row = s.db.QueryRowContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
+		row = s.db.QueryRowContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
 			WHERE j.id = ? ORDER BY j.seq DESC LIMIT 1`, id)
 	}
 	var rec, res []byte
-	if err := row.Scan(&rec, &res); errors.Is(err, sql.ErrNoRows) {
+	if err := row.Scan(&seq, &rec, &res); errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, nil
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("read completed job %s: %w", id, err)
@@ -84,6 +84,7 @@ func (s *SQLiteStore) Retired(ctx context.Context, id string) (*Job, Raw, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("completed job %s: %w", id, err)
 	}
+	j.seq = seq // the row it is kept in (revive)
 	return j, Raw(res), nil
 }
 
@@ -145,7 +146,7 @@ func (s *SQLiteStore) RetiredPage(ctx context.Context, queue string, k int, asc 
 	if asc {
 		dir = "ASC"
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
+	rows, err := s.db.QueryContext(ctx, `SELECT j.seq, j.record, r.result FROM jobs j LEFT JOIN results r ON r.seq = j.seq
 		WHERE j.id IS NOT NULL AND j.queue = ? ORDER BY j.created_at `+dir+`, j.id `+dir+` LIMIT ?`, queue, k)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list completed history: %w", err)
@@ -154,14 +155,16 @@ func (s *SQLiteStore) RetiredPage(ctx context.Context, queue string, k int, asc 
 	var out []*Job
 	results := map[*Job]Raw{}
 	for rows.Next() {
+		var seq int64
 		var rec, res []byte
-		if err := rows.Scan(&rec, &res); err != nil {
+		if err := rows.Scan(&seq, &rec, &res); err != nil {
 			return nil, nil, err
 		}
 		j, err := decodeRecord(rec)
 		if err != nil {
 			return nil, nil, fmt.Errorf("completed history: %w", err)
 		}
+		j.seq = seq
 		out = append(out, j)
 		results[j] = Raw(res)
 	}
