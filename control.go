@@ -306,10 +306,12 @@ func (s *Shard) cleanFailed(q *Queue, cutoff, limit int64) []string {
 }
 
 // RetryCompleted is admitted by the memory budget as a command that grows
-// what jobs hold (commands.go): the jobs it puts back are in memory
-// already (in SQLite mode those retired to disk are not retried, so
-// nothing is read back), but once waiting they no longer go when
-// --max-completed-jobs trims the history. Its weight is its request's.
+// what jobs hold (commands.go): the jobs it puts back from memory are
+// there already, but once waiting they no longer go when
+// --max-completed-jobs trims the history; those it reads back from the
+// history on disk (SQLite mode) are new in memory, and it stops reading
+// them when the budget is spent (retryHistory). Its weight is its
+// request's.
 func (b *MemEngine) RetryCompleted(ctx context.Context, a retryCompletedArgs) (int64, error) {
 	n := 0
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {

@@ -88,8 +88,10 @@ func (b *MemEngine) retainOnce(ctx context.Context) (int, error) {
 	var err error
 	if b.hist != nil && n < retainBatch {
 		var gone []retiredRef
+		b.histMu.Lock()
 		gone, err = b.hist.DeleteRetired(ctx, "", cutoff, retainBatch-n)
 		b.forgetRetired(gone)
+		b.histMu.Unlock()
 		n += len(gone)
 	}
 	if n > 0 {
@@ -223,8 +225,10 @@ func (b *MemEngine) cleanHistory(ctx context.Context, queue string, cutoff, limi
 	if b.hist == nil || limit <= 0 {
 		return nil, nil
 	}
+	b.histMu.Lock()
 	gone, err := b.hist.DeleteRetired(ctx, queue, cutoff, int(min(limit, math.MaxInt32)))
 	b.forgetRetired(gone)
+	b.histMu.Unlock()
 	ids := make([]string, len(gone))
 	for i, r := range gone {
 		ids[i] = r.id
@@ -238,6 +242,8 @@ func (b *MemEngine) obliterateHistory(ctx context.Context, queue string) error {
 	if b.hist == nil {
 		return nil
 	}
+	b.histMu.Lock()
+	defer b.histMu.Unlock()
 	for {
 		gone, err := b.hist.DeleteRetired(ctx, queue, math.MaxInt64, retainBatch)
 		if err != nil {
@@ -257,11 +263,16 @@ func (b *MemEngine) obliterateHistory(ctx context.Context, queue string) error {
 // oldest first up to a.limit(). Pages are read from the oldest; the jobs
 // a page held that were not taken (completed after a.ts, or whose unique
 // key a live job holds) stay at the front, so the next page is that much
-// longer.
+// longer. It holds histMu, as the deletions of history do: a row read
+// here is not deleted (by Clean, retention, Obliterate) before it is
+// revived. It stops when the memory budget is spent: the jobs it brings
+// back are new in memory.
 func (b *MemEngine) retryHistory(ctx context.Context, a retryCompletedArgs, n int) (int, error) {
 	if b.hist == nil || float64(n) >= a.limit() {
 		return n, nil
 	}
+	b.histMu.Lock()
+	defer b.histMu.Unlock()
 	if a.id != "" {
 		j, _, err := b.hist.Retired(ctx, a.id)
 		if err != nil || j == nil {
@@ -280,6 +291,9 @@ func (b *MemEngine) retryHistory(ctx context.Context, a retryCompletedArgs, n in
 			return n, err
 		}
 		for _, j := range page[min(skipped, len(page)):] {
+			if b.mem.spent() {
+				return n, nil
+			}
 			if float64(n) < a.limit() && b.revive(a, j) {
 				n++
 			} else {
@@ -294,29 +308,34 @@ func (b *MemEngine) retryHistory(ctx context.Context, a retryCompletedArgs, n in
 }
 
 // revive puts a retired job back to waiting, as requeueCompleted does one
-// in memory. Its record goes to a new row, written before the row it was
-// retired under is deleted: a crash between the two leaves it both
-// waiting and in the history, never in neither.
+// in memory. Its record goes to a new row and the row it was retired under
+// is deleted in the same transaction (Hold).
 func (b *MemEngine) revive(a retryCompletedArgs, j *Job) bool {
 	if j.Queue != a.queue || !a.takes(j.DoneAt()) {
 		return false
 	}
 	ok := false
 	b.withQueue(a.queue, false, func(s *Shard, q *Queue, now int64) {
-		if q == nil || b.idxGet(j.ID()) != nil {
+		if q == nil {
 			return
 		}
 		if uk := j.cold().UniqueKey; uk != "" && q.holder(uk, now) != nil {
 			return
 		}
+		// The index first: a live job with the id (a push of the same
+		// custom id, in any queue) keeps it.
+		if b.idxPut(j) != nil {
+			return
+		}
 		retired := j.seq
 		j.seq = b.seq.Add(1)
 		resetCompleted(j, now)
-		b.idxPut(j)
 		s.holdUnique(q, j)
 		s.enqueue(q, j, now)
+		b.store.Hold()
 		b.persist(j)
 		b.unpersist(&Job{seq: retired})
+		b.store.Release()
 		if q.nCold > 0 {
 			q.nCold--
 		}

@@ -29,9 +29,12 @@ type MemEngine struct {
 	// evicts the oldest tenth.
 	doneTotal atomic.Int64
 	maxDone   int64 // --max-completed-jobs
-	trimKick  chan struct{}
-	trimStop  chan struct{}
-	trimDone  chan struct{}
+	// histMu orders RetryCompleted's reads and revivals of the history
+	// on disk with its deletions (history.go).
+	histMu   sync.Mutex
+	trimKick chan struct{}
+	trimStop chan struct{}
+	trimDone chan struct{}
 
 	rmu     sync.Mutex
 	results *LRU[idKey, Raw] // by id, in the form the index keeps it (no text made)
