@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,4 +393,33 @@ func TestMeasurePGEnqueueInTx(t *testing.T) {
 	})
 	t.Logf("transactional pushes, 8 goroutines: %d in %v, %.0f a second, %d failed; all in jobs %v after the start",
 		n, took.Round(time.Millisecond), float64(n)/took.Seconds(), failed.Load(), time.Since(began).Round(time.Millisecond))
+}
+
+// The Node example of docs/postgresql.md, run with node-postgres under
+// bun (compat/enqueue-tx.ts): its committed order's job is pulled with
+// its data and options, its rolled back one left nothing.
+func TestPGEnqueueFromNode(t *testing.T) {
+	t.Parallel()
+	dir, bun := compatDir(t)
+	ns, c, ctx, conn := enqueueBroker(t)
+	cmd := exec.Command(bun, "run", "enqueue-tx.ts")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "QUEUED_PG_URL="+testPGURL(), "QUEUED_NS="+ns)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bun run enqueue-tx.ts: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(string(out))
+	a := c.ok(M{"cmd": "PULL", "queue": "emails", "owner": "w", "timeout": 10000})
+	job, _ := a["job"].(M)
+	if job == nil || job["id"] != id || job["name"] != "receipt" || jsonOf(t, job["data"]) != `{"order":42}` || num(t, job["maxAttempts"]) != 5 {
+		t.Fatalf("pulled %v, want the job %q the script printed", a, id)
+	}
+	var orders string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(id::text, ',') FROM queued_`+ns+`.orders`).Scan(&orders); err != nil || orders != "42" {
+		t.Fatalf("orders written: %q (%v), want the committed one only", orders, err)
+	}
+	if n := countsOf(t, c, "emails"); num(t, n["waiting"]) != 0 {
+		t.Fatalf("after the pull, the rolled back order's job is there: %v", n)
+	}
 }
