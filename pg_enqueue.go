@@ -373,7 +373,7 @@ type inboxRow struct {
 }
 
 const (
-	// pgInboxBatch and pgInboxBytes bound the rows moveMany moves in one
+	// pgInboxBatch and pgInboxBytes bound the rows moveInbox moves in one
 	// transaction, by count and by the length of their requests (the
 	// first row goes whatever its length).
 	pgInboxBatch = 200
@@ -388,7 +388,7 @@ func (p *PG) inboxRound(ctx context.Context) {
 	var movedAny bool
 	quietSince := time.Time{}
 	for ctx.Err() == nil {
-		moved, err := p.moveMany(ctx)
+		moved, err := p.moveInbox(ctx, pgInboxBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("transactional enqueue: moving requests from the inbox", "err", redactPG(err, p.url))
@@ -426,27 +426,28 @@ func pgRefusal(err error) bool {
 		errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
 }
 
-// moveMany moves the oldest inbox rows no other broker is moving into
-// jobs in one transaction, a multi-row push per queue; false when there
-// were none. When a row is refused the transaction is rolled back and
-// moveOne takes as many rows one at a time, so that the refused row
-// keeps its reason and the others go in.
-func (p *PG) moveMany(ctx context.Context) (bool, error) {
+// moveInbox moves up to limit of the oldest inbox rows no other broker is
+// moving into jobs, in one transaction that deletes them, a multi-row
+// push per queue; false when there were none. When a row is refused the
+// transaction is rolled back: a row alone keeps its reason; of several,
+// each is moved alone, so that the refused one keeps its reason and the
+// others go in.
+func (p *PG) moveInbox(ctx context.Context, limit int) (bool, error) {
 	var rows []inboxRow
 	type made struct {
 		queue string
 		res   pgInserted
 	}
 	var done []made
-	refused := false
+	var refused error
 	err := pgRetry(ctx, func() error {
-		rows, done, refused = rows[:0], done[:0], false
+		rows, done, refused = rows[:0], done[:0], nil
 		tx, err := p.begin(ctx)
 		if err != nil {
 			return pgErr(err)
 		}
 		defer tx.Rollback(context.Background())
-		if rows, err = p.readInbox(ctx, tx, rows); err != nil || len(rows) == 0 {
+		if rows, err = p.readInbox(ctx, tx, rows, limit); err != nil || len(rows) == 0 {
 			return pgErr(err)
 		}
 		// The jobs of a queue go in together, in the order they came.
@@ -456,7 +457,7 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 		for _, r := range rows {
 			j, err := inboxJob(r)
 			if err != nil {
-				refused = true
+				refused = err
 				return nil
 			}
 			if byQueue[r.queue] == nil {
@@ -468,8 +469,10 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 		for _, q := range order {
 			res, err := p.insertInbox(ctx, tx, q, byQueue[q])
 			if err != nil {
-				refused = pgRefusal(err)
-				if refused {
+				// Any error but a refusal is the database's, and the
+				// rows wait for the next round.
+				if pgRefusal(err) {
+					refused = err
 					return nil
 				}
 				return err
@@ -484,9 +487,14 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
-	case refused:
+	case refused != nil && len(rows) == 1:
+		r := rows[0]
+		p.log.Warn("transactional enqueue: a request refused", "queue", r.queue, "id", r.id, "err", refused)
+		_, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.inbox SET error = $2 WHERE seq = $1`), r.seq, pgPushErr(refused).Error())
+		return err == nil, err
+	case refused != nil:
 		for range rows {
-			if moved, err := p.moveOne(ctx); err != nil || !moved {
+			if moved, err := p.moveInbox(ctx, 1); err != nil || !moved {
 				return true, err
 			}
 		}
@@ -499,12 +507,12 @@ func (p *PG) moveMany(ctx context.Context) (bool, error) {
 }
 
 // readInbox locks the oldest inbox rows no other broker holds, up to
-// pgInboxBatch rows and pgInboxBytes of requests, and reads them into
-// rows. The requests are read once the rows are chosen: rows of 10 MB
-// each, 200 of them, would not fit in memory or in one answer.
-func (p *PG) readInbox(ctx context.Context, tx pgx.Tx, rows []inboxRow) ([]inboxRow, error) {
+// limit rows and pgInboxBytes of requests, and reads them into rows. The
+// requests are read once the rows are chosen: rows of 10 MB each, 200 of
+// them, would not fit in memory or in one answer.
+func (p *PG) readInbox(ctx context.Context, tx pgx.Tx, rows []inboxRow, limit int) ([]inboxRow, error) {
 	rs, err := tx.Query(ctx, p.sql(`SELECT seq, size FROM {s}.inbox WHERE error IS NULL
-		ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`), pgInboxBatch)
+		ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`), limit)
 	if err != nil {
 		return rows, fmt.Errorf("read the inbox: %w", err)
 	}
@@ -538,60 +546,6 @@ func (p *PG) readInbox(ctx context.Context, tx pgx.Tx, rows []inboxRow) ([]inbox
 		rows = append(rows, r)
 	}
 	return rows, rs.Err()
-}
-
-// moveOne moves the oldest inbox row no other broker is moving into
-// jobs, in one transaction that deletes the row; false when there was
-// none. A request the push refuses keeps its row, with the reason.
-func (p *PG) moveOne(ctx context.Context) (bool, error) {
-	var r inboxRow
-	var refused error
-	var res pgInserted
-	err := pgRetry(ctx, func() error {
-		r, refused, res = inboxRow{}, nil, pgInserted{}
-		tx, err := p.begin(ctx)
-		if err != nil {
-			return pgErr(err)
-		}
-		defer tx.Rollback(context.Background())
-		err = tx.QueryRow(ctx, p.sql(`SELECT seq, id, queue, at, size, request::text FROM {s}.inbox WHERE error IS NULL
-			ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`)).Scan(&r.seq, &r.id, &r.queue, &r.at, &r.size, &r.request)
-		if errors.Is(err, pgx.ErrNoRows) {
-			r.seq = 0
-			return nil
-		}
-		if err != nil {
-			return pgErr(fmt.Errorf("read the inbox: %w", err))
-		}
-		j, err := inboxJob(r)
-		if err != nil {
-			refused = err
-			return nil
-		}
-		// A refusal keeps the row with its reason; any other error is the
-		// database's, and the row waits for the next round.
-		if res, err = p.insertInbox(ctx, tx, j.Queue, []*Job{j}); err != nil {
-			if pgRefusal(err) {
-				refused = err
-				return nil
-			}
-			return err
-		}
-		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.inbox WHERE seq = $1`), r.seq); err != nil {
-			return pgErr(fmt.Errorf("empty the inbox: %w", err))
-		}
-		return pgErr(tx.Commit(ctx))
-	})
-	if err != nil || r.seq == 0 {
-		return false, err
-	}
-	if refused != nil {
-		p.log.Warn("transactional enqueue: a request refused", "queue", r.queue, "id", r.id, "err", refused)
-		_, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.inbox SET error = $2 WHERE seq = $1`), r.seq, pgPushErr(refused).Error())
-		return err == nil, err
-	}
-	p.inserted(r.queue, res)
-	return true, nil
 }
 
 // inboxJob reads an inbox row's request as PUSH reads one, at the time
