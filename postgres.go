@@ -225,6 +225,10 @@ var pgMigrations = []string{
 	DROP INDEX IF EXISTS {s}.jobs_children;
 	CREATE INDEX jobs_children ON {s}.jobs (queue) WHERE state = 7;`,
 	pgEnqueueMigration(),
+	`-- MIGRATION statistics
+	-- The chore of keeping the jobs table's statistics up with its size
+	-- (pg_analyze.go).
+	INSERT INTO {s}.chores (name, due) VALUES ('analyze', 0);`,
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm

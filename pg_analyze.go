@@ -1,0 +1,67 @@
+package main
+
+// The jobs table's statistics kept up with its size. The engine's
+// sessions plan each statement once (plan_cache_mode =
+// force_generic_plan, postgres.go), on the statistics of that moment, and
+// keep the plan until the table's statistics change. A namespace starts
+// with an empty table: planned then, the writes that take their rows from
+// arrays (a claim's leases, an ACK) join them to the jobs with a hash over
+// a scan of the whole table, which the planner thinks is empty, and kept
+// doing so as the table grew. With autovacuum off (as on the machine the
+// figures of docs/performance.md come from) nothing ever planned them
+// again: at 1,000 jobs a second each claim's UPDATE read every row, 1.7 ms
+// a call after 10 seconds, and the database saturated. With autovacuum on,
+// its ANALYZE comes within a minute or so.
+//
+// So one broker of the namespace (the chore's) looks every pgRetainEvery
+// at the table's size against what its statistics say, and runs ANALYZE
+// when the table has no statistics and is no longer tiny, or has grown or
+// shrunk twofold since: a few ANALYZEs over a table's growth, none while
+// its size holds. ANALYZE samples a bounded number of rows (tens of
+// milliseconds), and its new statistics make every session plan again.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pgAnalyzePages is the size, in pages, from which a table without
+// statistics is analyzed: below it the planner's guess for an unknown
+// table (ten pages) is near enough.
+const pgAnalyzePages = 8
+
+// pgStaleStats reports whether a table of pages pages whose statistics say
+// relpages (and reltuples, negative when it was never analyzed) should be
+// analyzed again.
+func pgStaleStats(pages, relpages int64, reltuples float64) bool {
+	if reltuples < 0 {
+		return pages >= pgAnalyzePages
+	}
+	return pages >= pgAnalyzePages && (pages > 2*relpages || 2*pages < relpages)
+}
+
+// analyzeOnce analyzes the jobs table if its statistics are stale and the
+// chore is this broker's, and answers whether it did.
+func (p *PG) analyzeOnce() (bool, error) {
+	ctx, cancel := context.WithTimeout(p.stopCtx, 30*time.Second)
+	defer cancel()
+	var pages, relpages int64
+	var reltuples float64
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint,
+		c.relpages, c.reltuples FROM pg_class c WHERE c.oid = '{s}.jobs'::regclass`)).Scan(&pages, &relpages, &reltuples); err != nil {
+		return false, fmt.Errorf("read the jobs table's statistics: %w", err)
+	}
+	if !pgStaleStats(pages, relpages, reltuples) {
+		return false, nil
+	}
+	mine, err := p.takeChore(ctx, "analyze", pgRetainEvery)
+	if err != nil || !mine {
+		return false, err
+	}
+	if _, err := p.pool.Exec(ctx, p.sql(`ANALYZE {s}.jobs`)); err != nil {
+		return false, fmt.Errorf("analyze the jobs table: %w", err)
+	}
+	p.log.Debug("jobs table analyzed", "pages", pages, "had", relpages)
+	return true, nil
+}
