@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -409,6 +410,43 @@ func TestPGEnqueueFromNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bun run enqueue-tx.ts: %v\n%s", err, out)
 	}
+	checkOrderJob(t, c, ctx, conn, ns, out)
+}
+
+// TestPGEnqueueFromPython runs the Python (psycopg 3) example of
+// docs/postgresql.md, compat/enqueue-tx.py, as TestPGEnqueueFromNode runs
+// the Node one.
+func TestPGEnqueueFromPython(t *testing.T) {
+	t.Parallel()
+	python := ""
+	// Debian's package installs psycopg for Debian's Python, which may
+	// not be the first python3 on the PATH.
+	for _, py := range []string{"/usr/bin/python3", "python3"} {
+		if exec.Command(py, "-c", "import psycopg").Run() == nil {
+			python = py
+			break
+		}
+	}
+	if python == "" {
+		needService(t, "psycopg 3 (Python) not installed", "apt-get install -y python3-psycopg")
+	}
+	ns, c, ctx, conn := enqueueBroker(t)
+	dir, _ := filepath.Abs("compat")
+	cmd := exec.Command(python, "enqueue-tx.py")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "QUEUED_PG_URL="+testPGURL(), "QUEUED_NS="+ns)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s enqueue-tx.py: %v\n%s", python, err, out)
+	}
+	checkOrderJob(t, c, ctx, conn, ns, out)
+}
+
+// checkOrderJob checks what an example left: the job whose id it printed
+// (out) pulled with its name, data and options, the committed order's row
+// only, and no job for the order rolled back.
+func checkOrderJob(t *testing.T, c *tclient, ctx context.Context, conn *pgx.Conn, ns string, out []byte) {
+	t.Helper()
 	id := strings.TrimSpace(string(out))
 	a := c.ok(M{"cmd": "PULL", "queue": "emails", "owner": "w", "timeout": 10000})
 	job, _ := a["job"].(M)
