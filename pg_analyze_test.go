@@ -7,6 +7,7 @@ import (
 )
 
 func TestPGStaleStats(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		pages, relpages int64
 		reltuples       float64

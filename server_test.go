@@ -649,7 +649,9 @@ func TestServerJobHeartbeatKeepsLease(t *testing.T) {
 	ts := startServer(t, nil)
 	c := dial(t, ts.addr)
 	id := push(t, c, "hb", nil)
-	_, tok := pullOwned(t, c, "hb", M{"lockTtl": 400})
+	// Renewed at most every 50 ms (eventually's pause), so 1 s leaves
+	// room for a loaded machine; 400 ms once lapsed under load.
+	_, tok := pullOwned(t, c, "hb", M{"lockTtl": 1000})
 
 	if got := c.fail(M{"cmd": "JobHeartbeat", "id": id, "token": "wrong"}); got != "Job not found or not active (or invalid token)" {
 		t.Errorf("heartbeat with a wrong token: %q", got)
@@ -659,7 +661,7 @@ func TestServerJobHeartbeatKeepsLease(t *testing.T) {
 	for round := range 3 {
 		q := fmt.Sprint("hb-other-", round)
 		other := push(t, c, q, nil)
-		pullOwned(t, c, q, M{"lockTtl": 400})
+		pullOwned(t, c, q, M{"lockTtl": 1000})
 		eventually(t, 10*time.Second, fmt.Sprint("round ", round, ": the lock that was not renewed lapsed"), func() (bool, string) {
 			a := c.ok(M{"cmd": "JobHeartbeat", "id": id, "token": tok})
 			if d := sub(t, a, "data"); d["ok"] != true {
