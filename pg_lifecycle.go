@@ -120,7 +120,7 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 	<-t.C
 	defer t.Stop()
 	for first := true; ; first = false {
-		w := p.addWaiter(queue)
+		w := p.addWaiter(queue, n, o)
 		jobs, tokens, next, err := p.pullClaim(ctx, queue, n, o, first)
 		if err != nil || len(jobs) > 0 {
 			p.dropWaiter(queue, w)
@@ -142,17 +142,46 @@ func (p *PG) pull(ctx context.Context, queue string, n int, o PullOpts, timeout 
 		}
 		t.Reset(sleep)
 		slept := time.Now()
+		p.wmu.Lock()
+		w.sleeping = true
+		p.wmu.Unlock()
+		woke := false
 		select {
 		case <-w.ch:
-			if !t.Stop() {
-				<-t.C
-			}
+			woke = true
+		case <-w.handed:
 		case <-t.C:
 		case <-ctx.Done():
 		case <-p.stop:
 		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		p.wmu.Lock()
+		w.sleeping = false
+		handed := w.reserved
+		p.wmu.Unlock()
+		if handed {
+			// A push is handing this pull jobs (pg_handoff.go): they are
+			// its once the push's transaction settles, whatever woke it.
+			<-w.handed
+		}
 		waited += time.Since(slept)
 		p.dropWaiter(queue, w)
+		if handed {
+			if woke {
+				// The wake-up taken was for another job.
+				p.wmu.Lock()
+				p.wakeSome(queue, 1)
+				p.wmu.Unlock()
+			}
+			if len(w.jobs) > 0 {
+				return w.jobs, w.tokens, waited, nil
+			}
+		}
 	}
 }
 

@@ -193,7 +193,14 @@ func (p *PG) insertBatch(batch []*pgPushReq) {
 		if pgJobsIn(batch) >= pgCopyMin {
 			err = p.insertCopy(ctx, order, byQueue, done, refused)
 		} else {
-			err = p.insertBare(ctx, order, byQueue, done, refused)
+			var hands []*pgHand
+			hands, err = p.insertBare(ctx, order, byQueue, done, refused)
+			// Settled once the pushed events are told, below.
+			defer func() {
+				for _, h := range hands {
+					p.settleHand(h)
+				}
+			}()
 		}
 	} else {
 		err = p.insertPlain(ctx, batch, order, byQueue, done, refused)
@@ -247,13 +254,18 @@ func pgBare(batch []*pgPushReq) bool {
 
 // insertBare writes bare jobs in one round trip: the statements go as one
 // pipeline, which PostgreSQL runs as one implicit transaction, instead of
-// BEGIN, the statements and COMMIT each waiting for the one before.
-func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted, refused map[string]error) error {
+// BEGIN, the statements and COMMIT each waiting for the one before. The
+// ready jobs of a queue on which pulls of this broker sleep are handed to
+// them in the same transaction (pg_handoff.go): the hands answered are to
+// be settled once the pushed events are told, whatever the error.
+func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string][]*pgPushReq, done map[string]pgInserted, refused map[string]error) ([]*pgHand, error) {
 	now := p.now()
 	b := &pgx.Batch{}
 	var wake []string
 	var made []int // parallel to wake
 	jobs := make([]int64, len(order))
+	hands := make([]*pgHand, len(order))
+	var held []*pgHand
 	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
@@ -263,6 +275,11 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
 		if ready {
+			if h := p.reserveHand(q, readyOf(res.made), now); h != nil {
+				hands[i] = h
+				held = append(held, h)
+				b.Queue(p.sql(pgHandSQL), h.args(p.broker)...)
+			}
 			wake = append(wake, q)
 			made = append(made, len(rows.ids))
 		}
@@ -271,12 +288,18 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	for i, q := range order {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return fmt.Errorf("register queue %s: %w", q, err)
+			return held, fmt.Errorf("register queue %s: %w", q, err)
 		}
 		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
-			return fmt.Errorf("insert jobs: %w", err)
+			return held, fmt.Errorf("insert jobs: %w", err)
+		}
+		if h := hands[i]; h != nil {
+			if err := h.read(br); err != nil {
+				br.Close()
+				return held, err
+			}
 		}
 		if tag.RowsAffected() == 0 && jobs[i] > 0 {
 			// No row for the queue: one more was past the limit. (Or,
@@ -289,12 +312,16 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		}
 	}
 	if err := br.Close(); err != nil {
-		return fmt.Errorf("insert jobs: %w", err)
+		for _, h := range held {
+			h.done = false
+		}
+		return held, fmt.Errorf("insert jobs: %w", err)
 	}
+	wake, made = unhanded(hands, wake, made)
 	if len(wake) > 0 {
 		p.wakeEverywhere(wake, made)
 	}
-	return nil
+	return held, nil
 }
 
 // pgJobsIn counts the jobs of a batch.

@@ -136,8 +136,23 @@ func (p *PG) knownEmpty(queue string, now int64) (bool, int64) {
 	return true, d.next
 }
 
-func (p *PG) addWaiter(queue string) *waiter {
-	w := &waiter{ch: make(chan struct{}, 1)}
+// pgWaiter is a pull of this broker waiting on a queue: woken through ch,
+// or handed jobs by a push (pg_handoff.go) while it sleeps. The fields
+// but ch are under wmu, but jobs and tokens, which are the pull's once
+// handed is closed.
+type pgWaiter struct {
+	ch       chan struct{}
+	n        int           // the jobs the pull asks for
+	o        PullOpts      // how it leases them
+	sleeping bool          // it waits for a wake-up, not claiming
+	reserved bool          // a push is handing it jobs: it waits for handed
+	handed   chan struct{} // closed once the push's transaction settled
+	jobs     []*Job
+	tokens   []string
+}
+
+func (p *PG) addWaiter(queue string, n int, o PullOpts) *pgWaiter {
+	w := &pgWaiter{ch: make(chan struct{}, 1), n: n, o: o, handed: make(chan struct{})}
 	p.wmu.Lock()
 	p.waiters[queue] = append(p.waiters[queue], w)
 	p.wmu.Unlock()
@@ -147,7 +162,7 @@ func (p *PG) addWaiter(queue string) *waiter {
 
 // dropWaiter takes a pull off the queue's waiters. A wake-up it was given
 // and did not take goes to another waiter (wakePushed gives each to one).
-func (p *PG) dropWaiter(queue string, w *waiter) {
+func (p *PG) dropWaiter(queue string, w *pgWaiter) {
 	p.b.pullsWaiting.Add(-1)
 	p.wmu.Lock()
 	defer p.wmu.Unlock()

@@ -261,7 +261,7 @@ type PG struct {
 	ackMu      sync.Mutex
 	acks       pgRounds[*pgAckReq] // ACKs waiting for their round (ack)
 	wmu        sync.Mutex
-	waiters    map[string][]*waiter
+	waiters    map[string][]*pgWaiter
 	drained    map[string]*pgDrained // queues a claim found empty, by queue (pg_wait.go)
 
 	stop chan struct{}
@@ -402,7 +402,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", inboxName: schema + "_inbox", inboxKick: make(chan struct{}, 1), ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*waiter{}, stop: make(chan struct{}),
+		evName: schema + "_events", inboxName: schema + "_inbox", inboxKick: make(chan struct{}, 1), ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*pgWaiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	p.sqlr = sqlReplacer(p.schema)

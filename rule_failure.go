@@ -218,9 +218,12 @@ func finishFence(f finishFacts, fail bool) (Outcome, error) {
 
 // timeoutAt is when job j's processing timeout ends its attempt (ok
 // false: it has none).
-func timeoutAt(j *Job) (at int64, ok bool) {
+func timeoutAt(j *Job) (at int64, ok bool) { return timeoutAtFrom(j, j.StartedAt()) }
+
+// timeoutAtFrom is timeoutAt for j started at started.
+func timeoutAtFrom(j *Job, started int64) (at int64, ok bool) {
 	if t := j.cold().Timeout; t != none && t > 0 {
-		return j.StartedAt() + t, true
+		return started + t, true
 	}
 	return 0, false
 }

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// pgOwnedPull sends a pull with an owner that may wait ms, and answers
+// on the channel the ids and tokens it is given.
+func pgOwnedPull(t *testing.T, ctx context.Context, p *PG, queue string, ms int64) chan [2][]string {
+	t.Helper()
+	got := make(chan [2][]string, 1)
+	var ids, toks []string
+	answer := func(jobs []*Job, tokens []string) {
+		for i, j := range jobs {
+			ids, toks = append(ids, j.ID()), append(toks, tokens[i])
+		}
+	}
+	wait, err := p.Pull(ctx, queue, 1, PullOpts{Owner: "w", TTL: 30000}, ms, answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if _, err := wait(answer); err != nil {
+			t.Error(err)
+		}
+		got <- [2][]string{ids, toks}
+	}()
+	return got
+}
+
+// pgSleeping waits until n pulls of queue sleep (a push may hand them jobs).
+func pgSleeping(t *testing.T, p *PG, queue string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, "pulls asleep", func() (bool, string) {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
+		k := 0
+		for _, w := range p.waiters[queue] {
+			if w.sleeping {
+				k++
+			}
+		}
+		return k == n, fmt.Sprintf("%d asleep, want %d", k, n)
+	})
+}
+
+func takePull(t *testing.T, pull chan [2][]string, what string) (ids, tokens []string) {
+	t.Helper()
+	select {
+	case got := <-pull:
+		return got[0], got[1]
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: the waiting pull was not answered", what)
+		return nil, nil
+	}
+}
+
+// TestPGPushHandsToSleepingPull: a job pushed while a pull with an owner
+// sleeps on its queue is that pull's without a claim: the push's
+// transaction writes its lease, and the pull answers it with the token
+// the row holds, which an ACK then takes. Before, the push woke the pull,
+// which claimed the job in a transaction of its own.
+func TestPGPushHandsToSleepingPull(t *testing.T) {
+	t.Parallel()
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
+	const q = "hand"
+	pull := pgOwnedPull(t, ctx, p, q, 20000)
+	pgSleeping(t, p, q, 1)
+	before := p.claimsRun.Load()
+	ids, _, err := p.Push(ctx, q, []*Job{mustJob(t, q, map[string]any{"data": 1})}, false).Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, toks := takePull(t, pull, "the push")
+	if len(got) != 1 || got[0] != ids[0] || toks[0] == "" {
+		t.Fatalf("the pull was given %v %v, want %s with a token", got, toks, ids[0])
+	}
+	if n := p.claimsRun.Load() - before; n != 0 {
+		t.Fatalf("%d claims ran for the job, want none: the push hands it", n)
+	}
+	var state int16
+	var token, owner string
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT state, lease_token, lease_owner FROM {s}.jobs WHERE id = $1`), ids[0]).
+		Scan(&state, &token, &owner); err != nil {
+		t.Fatal(err)
+	}
+	if state != pgState(StateActive) || token != toks[0] || owner != "w" {
+		t.Fatalf("the job's row: state %d, lease %s of %s; want active, %s of w", state, token, owner, toks[0])
+	}
+	if out, err := p.Ack(ctx, AckItem{ID: ids[0], Token: toks[0]}); err != nil || out != Applied {
+		t.Fatalf("ACK with the handed token: %v %v", out, err)
+	}
+}
+
+// TestPGHandKeepsClaimOrder: a push does not hand its job while an older
+// job of the queue is ready (here one written without waking anyone, as a
+// job come due or another broker's push may be for a moment): the pull
+// is given the older job, as a claim gives it, and the next pull the new
+// one. Nor does a push hand a job of a paused queue.
+func TestPGHandKeepsClaimOrder(t *testing.T) {
+	t.Parallel()
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
+	const q = "order"
+	pull := pgOwnedPull(t, ctx, p, q, 20000)
+	pgSleeping(t, p, q, 1)
+	old := mustJob(t, q, map[string]any{"data": "old"})
+	now := p.now()
+	pgAdmit(old, now)
+	var rows pgRows
+	rows.add(old, nil, now)
+	if _, err := p.pool.Exec(ctx, p.sql(pgInsertSQL), rows.args(q)...); err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := p.Push(ctx, q, []*Job{mustJob(t, q, map[string]any{"data": "new"})}, false).Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := takePull(t, pull, "the push"); len(got) != 1 || got[0] != old.ID() {
+		t.Fatalf("the sleeping pull was given %v, want the older job %s", got, old.ID())
+	}
+	if got, _ := takePull(t, pgOwnedPull(t, ctx, p, q, 20000), "the next pull"); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("the next pull was given %v, want the new job %s", got, ids[0])
+	}
+
+	if err := p.SetPaused(ctx, q, true); err != nil {
+		t.Fatal(err)
+	}
+	pull = pgOwnedPull(t, ctx, p, q, 20000)
+	pgSleeping(t, p, q, 1)
+	ids, _, err = p.Push(ctx, q, []*Job{mustJob(t, q, map[string]any{"data": "paused"})}, false).Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state int16
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT state FROM {s}.jobs WHERE id = $1`), ids[0]).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != pgState(StateWaiting) {
+		t.Fatalf("a job pushed to a paused queue was made %d, want %d (waiting)", state, pgState(StateWaiting))
+	}
+	if err := p.SetPaused(ctx, q, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := takePull(t, pull, "the resume"); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("after the resume the pull was given %v, want %s", got, ids[0])
+	}
+}
