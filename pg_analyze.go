@@ -46,14 +46,9 @@ func pgStaleStats(pages, relpages int64, reltuples float64) bool {
 func (p *PG) analyzeOnce() (bool, error) {
 	ctx, cancel := context.WithTimeout(p.stopCtx, 30*time.Second)
 	defer cancel()
-	var pages, relpages int64
-	var reltuples float64
-	if err := p.pool.QueryRow(ctx, p.sql(`SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint,
-		c.relpages, c.reltuples FROM pg_class c WHERE c.oid = '{s}.jobs'::regclass`)).Scan(&pages, &relpages, &reltuples); err != nil {
-		return false, fmt.Errorf("read the jobs table's statistics: %w", err)
-	}
-	if !pgStaleStats(pages, relpages, reltuples) {
-		return false, nil
+	stale, pages, relpages, err := p.jobsStatsStale(ctx)
+	if err != nil || !stale {
+		return false, err
 	}
 	mine, err := p.takeChore(ctx, "analyze", pgRetainEvery)
 	if err != nil || !mine {
@@ -62,6 +57,31 @@ func (p *PG) analyzeOnce() (bool, error) {
 	if _, err := p.pool.Exec(ctx, p.sql(`ANALYZE {s}.jobs`)); err != nil {
 		return false, fmt.Errorf("analyze the jobs table: %w", err)
 	}
+	if stale, _, _, err := p.jobsStatsStale(ctx); err != nil || stale {
+		// PostgreSQL skips, with a warning only, a table the role may
+		// not analyze (not its owner): looked at again much later, not
+		// at every round.
+		if err == nil {
+			err = p.holdChore(ctx, "analyze", pgAnalyzeBackoff)
+			p.log.Warn("the jobs table's statistics did not change after ANALYZE: is the brokers' role its owner?",
+				"next_try", pgAnalyzeBackoff)
+		}
+		return false, err
+	}
 	p.log.Debug("jobs table analyzed", "pages", pages, "had", relpages)
 	return true, nil
+}
+
+// pgAnalyzeBackoff is how long the chore waits after an ANALYZE that
+// changed nothing.
+const pgAnalyzeBackoff = 10 * time.Minute
+
+// jobsStatsStale reads the jobs table's size and statistics.
+func (p *PG) jobsStatsStale(ctx context.Context) (stale bool, pages, relpages int64, _ error) {
+	var reltuples float64
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint,
+		c.relpages, c.reltuples FROM pg_class c WHERE c.oid = '{s}.jobs'::regclass`)).Scan(&pages, &relpages, &reltuples); err != nil {
+		return false, 0, 0, fmt.Errorf("read the jobs table's statistics: %w", err)
+	}
+	return pgStaleStats(pages, relpages, reltuples), pages, relpages, nil
 }

@@ -44,7 +44,9 @@ func enqueueBroker(t *testing.T) (string, *tclient, context.Context, *pgx.Conn) 
 	t.Helper()
 	ns := pgTestNamespace(t)
 	srv := startPGBroker(t, ns)
-	ctx, conn := pgTestConn(t)
+	// Long enough for the refusals' forty cases and pushes of 10 MB on a
+	// loaded machine (30 s once ran out).
+	ctx, conn := pgTestConnWithin(t, 2*time.Minute)
 	return ns, dial(t, srv.addr()), ctx, conn
 }
 

@@ -22,6 +22,7 @@ package main
 // meanwhile.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -49,7 +50,8 @@ type pgHand struct {
 	tokens []string
 	ttls   []int64
 	now    int64
-	done   bool // the rows were made active
+	took   bool // the statement made the rows active
+	done   bool // and its transaction committed
 }
 
 // reserveHand takes sleeping pulls of queue that can take all of jobs
@@ -149,14 +151,25 @@ func (p *PG) settleHand(h *pgHand) {
 	}
 }
 
-// readyOf are the jobs of made a pull may take now (not delayed).
+// readyOf are the jobs of made a pull may take now (not delayed), in
+// claim order; none when one has a TTL (a claim checks it, and drops a
+// job whose TTL ran out: those are claimed as before).
 func readyOf(made []*Job) []*Job {
 	var ready []*Job
 	for _, j := range made {
+		if j.cold().TTL != none && j.cold().TTL > 0 {
+			return nil
+		}
 		if j.state == StateWaiting || j.state == StatePrioritized {
 			ready = append(ready, j)
 		}
 	}
+	slices.SortStableFunc(ready, func(a, b *Job) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		return cmp.Compare(sortKey(a), sortKey(b))
+	})
 	return ready
 }
 
@@ -175,7 +188,7 @@ func (h *pgHand) read(br pgx.BatchResults) error {
 	if err != nil {
 		return fmt.Errorf("hand jobs to pulls: %w", err)
 	}
-	h.done = n == len(h.jobs)
+	h.took = n == len(h.jobs)
 	return nil
 }
 

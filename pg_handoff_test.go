@@ -3,13 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
 
-// pgOwnedPull sends a pull with an owner that may wait ms, and answers
-// on the channel the ids and tokens it is given.
+// pgOwnedPull sends a pull of one job with an owner that may wait ms,
+// and answers on the channel the ids and tokens it is given.
 func pgOwnedPull(t *testing.T, ctx context.Context, p *PG, queue string, ms int64) chan [2][]string {
+	t.Helper()
+	return pgOwnedPullN(t, ctx, p, queue, 1, ms)
+}
+
+// pgOwnedPullN is pgOwnedPull for n jobs.
+func pgOwnedPullN(t *testing.T, ctx context.Context, p *PG, queue string, n int, ms int64) chan [2][]string {
 	t.Helper()
 	got := make(chan [2][]string, 1)
 	var ids, toks []string
@@ -18,9 +25,13 @@ func pgOwnedPull(t *testing.T, ctx context.Context, p *PG, queue string, ms int6
 			ids, toks = append(ids, j.ID()), append(toks, tokens[i])
 		}
 	}
-	wait, err := p.Pull(ctx, queue, 1, PullOpts{Owner: "w", TTL: 30000}, ms, answer)
+	wait, err := p.Pull(ctx, queue, n, PullOpts{Owner: "w", TTL: 30000}, ms, answer)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wait == nil {
+		got <- [2][]string{ids, toks}
+		return got
 	}
 	go func() {
 		if _, err := wait(answer); err != nil {
@@ -146,5 +157,49 @@ func TestPGHandKeepsClaimOrder(t *testing.T) {
 	}
 	if got, _ := takePull(t, pull, "the resume"); len(got) != 1 || got[0] != ids[0] {
 		t.Fatalf("after the resume the pull was given %v, want %s", got, ids[0])
+	}
+}
+
+// TestPGAcksShareRounds: ACKs sent at the same moment by twenty workers
+// are written in a round or two (one statement and one commit each), not
+// a round each; every one applies. Before, four lanes each took an ACK
+// as it came: five rounds for twenty.
+func TestPGAcksShareRounds(t *testing.T) {
+	t.Parallel()
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
+	const q, n = "acks", 20
+	jobs := make([]*Job, n)
+	for i := range jobs {
+		jobs[i] = mustJob(t, q, map[string]any{"data": i})
+	}
+	if _, _, err := p.Push(ctx, q, jobs, true).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ids, toks := takePull(t, pgOwnedPullN(t, ctx, p, q, n, 0), "the pull")
+	if len(ids) != n {
+		t.Fatalf("pulled %d jobs, want %d", len(ids), n)
+	}
+	before := p.acksRun.Load()
+	start := make(chan struct{})
+	outs := make([]Outcome, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			outs[i], errs[i] = p.Ack(ctx, AckItem{ID: ids[i], Token: toks[i]})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || outs[i] != Applied {
+			t.Fatalf("ACK %d: %v %v", i, outs[i], errs[i])
+		}
+	}
+	rounds := p.acksRun.Load() - before
+	t.Logf("%d rounds for %d ACKs", rounds, n)
+	if rounds > 4 {
+		t.Fatalf("%d ACK rounds for %d ACKs sent at once, want a few", rounds, n)
 	}
 }

@@ -266,6 +266,9 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	jobs := make([]int64, len(order))
 	hands := make([]*pgHand, len(order))
 	var held []*pgHand
+	// Leases are written on the database's time, as a claim's are: none
+	// is handed while the broker's clock is not known to be near it.
+	handClock := p.clockReady(ctx)
 	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
@@ -274,7 +277,7 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
-		if ready {
+		if ready && handClock == nil {
 			if h := p.reserveHand(q, readyOf(res.made), now); h != nil {
 				hands[i] = h
 				held = append(held, h)
@@ -301,6 +304,8 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 				return held, err
 			}
 		}
+		// A hand is done only once the whole pipeline committed: an
+		// error in a later queue's statements rolls this one back too.
 		if tag.RowsAffected() == 0 && jobs[i] > 0 {
 			// No row for the queue: one more was past the limit. (Or,
 			// as rare, obliterated between the two statements: the push
@@ -312,10 +317,10 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		}
 	}
 	if err := br.Close(); err != nil {
-		for _, h := range held {
-			h.done = false
-		}
 		return held, fmt.Errorf("insert jobs: %w", err)
+	}
+	for _, h := range held {
+		h.done = h.took
 	}
 	wake, made = unhanded(hands, wake, made)
 	if len(wake) > 0 {

@@ -22,6 +22,31 @@ func (q *pgRounds[R]) add(r R, lanes int) bool {
 	return false
 }
 
+// addSmall is add for rounds that wait for company (ackGather): a second
+// lane starts only for a backlog larger than small. Under a steady stream
+// the requests that come while a round runs are then the next round, one
+// statement and one commit for them all, rather than rounds of one
+// request each side by side; a bulk load still gets its lanes.
+func (q *pgRounds[R]) addSmall(r R, lanes, small int, size func(R) int) bool {
+	q.pending = append(q.pending, r)
+	if q.running == 0 {
+		q.running++
+		return true
+	}
+	if q.running >= lanes {
+		return false
+	}
+	total := 0
+	for _, p := range q.pending {
+		total += size(p)
+	}
+	if total > small {
+		q.running++
+		return true
+	}
+	return false
+}
+
 // next takes the next round: the oldest requests whose sizes add up to at
 // most max (the first one whatever its size, as a request is never
 // split), and their total. When nothing waits, ok is false and the lane

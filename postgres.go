@@ -258,8 +258,10 @@ type PG struct {
 	claimMu    sync.Mutex
 	claimLanes map[string]*pgClaimLane // claims waiting for their round, by queue (claim)
 	claimsRun  atomic.Int64            // claim rounds that went to the database
+	acksRun    atomic.Int64            // ACK rounds that went to the database
 	ackMu      sync.Mutex
 	acks       pgRounds[*pgAckReq] // ACKs waiting for their round (ack)
+	ackArrived chan struct{}       // poked by each ACK while a round gathers
 	wmu        sync.Mutex
 	waiters    map[string][]*pgWaiter
 	drained    map[string]*pgDrained // queues a claim found empty, by queue (pg_wait.go)
@@ -402,7 +404,7 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 		return nil, fmt.Errorf("postgres: %w", redactPG(err, url))
 	}
 	p := &PG{pool: pool, url: url, connCfg: cfg.ConnConfig.Copy(), schema: pgx.Identifier{schema}.Sanitize(), chName: schema + "_wake",
-		evName: schema + "_events", inboxName: schema + "_inbox", inboxKick: make(chan struct{}, 1), ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*pgWaiter{}, stop: make(chan struct{}),
+		evName: schema + "_events", inboxName: schema + "_inbox", inboxKick: make(chan struct{}, 1), ackArrived: make(chan struct{}, 1), ev: pgEvents{kick: make(chan struct{}, 1), wakers: wakers}, broker: brokerIDPrefix(session.brokerID) + newID(), log: log, b: b, waiters: map[string][]*pgWaiter{}, stop: make(chan struct{}),
 		clock: pgClock{kick: make(chan struct{}, 1)}, listening: make(chan struct{})}
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	p.sqlr = sqlReplacer(p.schema)

@@ -58,7 +58,13 @@ func pgTestNamespace(t *testing.T) string {
 // with a context that ends with the test (within 30 s).
 func pgTestConn(t *testing.T) (context.Context, *pgx.Conn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return pgTestConnWithin(t, 30*time.Second)
+}
+
+// pgTestConnWithin is pgTestConn whose context ends after d.
+func pgTestConnWithin(t *testing.T, d time.Duration) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	conn, err := pgx.Connect(ctx, testPGURL())
 	if err != nil {
