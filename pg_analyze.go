@@ -17,8 +17,14 @@ package main
 // at the table's size against what its statistics say, and runs ANALYZE
 // when the table has no statistics and is no longer tiny, or has grown or
 // shrunk twofold since: a few ANALYZEs over a table's growth, none while
-// its size holds. ANALYZE samples a bounded number of rows (tens of
-// milliseconds), and its new statistics make every session plan again.
+// its size holds. Its new statistics make every session plan again.
+//
+// It analyzes the id column only. That records the table's size, which
+// is what these plans were missing, and costs little; a full ANALYZE took
+// 355 ms on a table of 150,000 jobs (their bodies sampled), and its
+// column statistics, taken mid-load, made other plans worse: with every
+// sampled job ready, the look for the next delayed job went from 1 to 37
+// ms a call, and a bulk drain ran at 11,000 jobs/s instead of 17,000.
 
 import (
 	"context"
@@ -54,7 +60,7 @@ func (p *PG) analyzeOnce() (bool, error) {
 	if err != nil || !mine {
 		return false, err
 	}
-	if _, err := p.pool.Exec(ctx, p.sql(`ANALYZE {s}.jobs`)); err != nil {
+	if _, err := p.pool.Exec(ctx, p.sql(`ANALYZE {s}.jobs (id)`)); err != nil {
 		return false, fmt.Errorf("analyze the jobs table: %w", err)
 	}
 	if stale, _, _, err := p.jobsStatsStale(ctx); err != nil || stale {
