@@ -63,10 +63,10 @@ func (p *PG) analyzeOnce() (bool, error) {
 	if _, err := p.pool.Exec(ctx, p.sql(`ANALYZE {s}.jobs (id)`)); err != nil {
 		return false, fmt.Errorf("analyze the jobs table: %w", err)
 	}
-	if stale, _, _, err := p.jobsStatsStale(ctx); err != nil || stale {
+	if _, _, after, err := p.jobsStatsStale(ctx); err != nil || (after == relpages && relpages != pages) {
 		// PostgreSQL skips, with a warning only, a table the role may
-		// not analyze (not its owner): looked at again much later, not
-		// at every round.
+		// not analyze (not its owner): its statistics did not move, and
+		// it is looked at again much later, not at every round.
 		if err == nil {
 			err = p.holdChore(ctx, "analyze", pgAnalyzeBackoff)
 			p.log.Warn("the jobs table's statistics did not change after ANALYZE: is the brokers' role its owner?",

@@ -22,7 +22,6 @@ package main
 // meanwhile.
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -57,8 +56,8 @@ type pgHand struct {
 // reserveHand takes sleeping pulls of queue that can take all of jobs
 // (ready jobs of one push, in claim order), and answers the hand, or nil
 // when they cannot.
-func (p *PG) reserveHand(queue string, jobs []*Job, now int64) *pgHand {
-	if len(jobs) == 0 {
+func (p *PG) reserveHand(queue string, jobs []*Job, now int64, clockOK func() bool) *pgHand {
+	if len(jobs) == 0 || !p.sleepersOn(queue) || !clockOK() {
 		return nil
 	}
 	p.wmu.Lock()
@@ -108,6 +107,18 @@ func (p *PG) reserveHand(queue string, jobs []*Job, now int64) *pgHand {
 	return h
 }
 
+// sleepersOn reports whether a pull sleeps on queue.
+func (p *PG) sleepersOn(queue string) bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for _, w := range p.waiters[queue] {
+		if w.sleeping {
+			return true
+		}
+	}
+	return false
+}
+
 // args are pgHandSQL's parameters.
 func (h *pgHand) args(broker string) []any {
 	n := len(h.jobs)
@@ -151,25 +162,21 @@ func (p *PG) settleHand(h *pgHand) {
 	}
 }
 
-// readyOf are the jobs of made a pull may take now (not delayed), in
-// claim order; none when one has a TTL (a claim checks it, and drops a
-// job whose TTL ran out: those are claimed as before).
+// readyOf are the jobs of made a pull may take now (not delayed), which
+// are then in claim order: none when their priorities differ, when one is
+// LIFO (claim order is then not the push's), or when one has a TTL (a
+// claim checks it, and drops a job whose TTL ran out). Those are claimed
+// as before.
 func readyOf(made []*Job) []*Job {
 	var ready []*Job
 	for _, j := range made {
-		if j.cold().TTL != none && j.cold().TTL > 0 {
+		if (j.cold().TTL != none && j.cold().TTL > 0) || j.cold().Lifo || j.Priority != made[0].Priority {
 			return nil
 		}
 		if j.state == StateWaiting || j.state == StatePrioritized {
 			ready = append(ready, j)
 		}
 	}
-	slices.SortStableFunc(ready, func(a, b *Job) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		return cmp.Compare(sortKey(a), sortKey(b))
-	})
 	return ready
 }
 

@@ -267,8 +267,16 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 	hands := make([]*pgHand, len(order))
 	var held []*pgHand
 	// Leases are written on the database's time, as a claim's are: none
-	// is handed while the broker's clock is not known to be near it.
-	handClock := p.clockReady(ctx)
+	// is handed while the broker's clock is not known to be near it
+	// (asked once a batch, and only when a pull could be handed jobs).
+	var clockErr error
+	clockAsked := false
+	clockOK := func() bool {
+		if !clockAsked {
+			clockAsked, clockErr = true, p.clockReady(ctx)
+		}
+		return clockErr == nil
+	}
 	for i, q := range order {
 		var rows pgRows
 		var res pgInserted
@@ -277,8 +285,8 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
 		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
-		if ready && handClock == nil {
-			if h := p.reserveHand(q, readyOf(res.made), now); h != nil {
+		if ready {
+			if h := p.reserveHand(q, readyOf(res.made), now, clockOK); h != nil {
 				hands[i] = h
 				held = append(held, h)
 				b.Queue(p.sql(pgHandSQL), h.args(p.broker)...)

@@ -1,5 +1,7 @@
 package main
 
+import "time"
+
 // Rounds: the way PostgreSQL mode batches pushes (pg_pushbuf.go), claims
 // and ACKs (pg_lifecycle.go). Requests queue up; a few goroutines (lanes) each
 // take the longest run of the oldest requests that fits a round, do it in
@@ -8,7 +10,8 @@ package main
 
 type pgRounds[R any] struct {
 	pending []R
-	running int // lanes at work
+	running int       // lanes at work
+	began   time.Time // when the last round was taken
 }
 
 // add queues r and reports whether the caller must start a lane (fewer
@@ -40,12 +43,18 @@ func (q *pgRounds[R]) addSmall(r R, lanes, small int, size func(R) int) bool {
 	for _, p := range q.pending {
 		total += size(p)
 	}
-	if total > small {
+	// A round that has run long (waiting on a row lock, say) does not
+	// hold up the requests behind it: they get a lane of their own.
+	if total > small || time.Since(q.began) > pgRoundSlow {
 		q.running++
 		return true
 	}
 	return false
 }
+
+// pgRoundSlow is how long a round may run before a request that comes
+// meanwhile starts another lane (addSmall).
+const pgRoundSlow = 100 * time.Millisecond
 
 // next takes the next round: the oldest requests whose sizes add up to at
 // most max (the first one whatever its size, as a request is never
@@ -64,5 +73,6 @@ func (q *pgRounds[R]) next(max int, size func(R) int) (round []R, total int, ok 
 	}
 	round = q.pending[:k:k]
 	q.pending = q.pending[k:]
+	q.began = time.Now()
 	return round, total, true
 }
