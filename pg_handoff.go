@@ -156,6 +156,7 @@ func (p *PG) settleHand(h *pgHand) {
 			w.tokens = append(w.tokens, h.tokens[i])
 		}
 		p.b.stats.pulled.Add(int64(len(h.jobs)))
+		p.handed.Add(int64(len(h.jobs)))
 	}
 	for _, w := range h.pulls {
 		close(w.handed)

@@ -103,7 +103,10 @@ func (p *PG) unclaim(jobs []*Job, tokens []string) {
 		}
 		claims[j.ID()] = hd
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// As long as any operation: the jobs here are the large ones (an
+	// answer could not carry them), and releasing reads their rows, which
+	// took over 10 s under the race detector on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
 	defer cancel()
 	if err := p.releaseJobs(ctx, ids, claims); err != nil {
 		p.log.Warn("jobs claimed past an answer's size left to their lease expiry", "jobs", len(ids), "err", err)

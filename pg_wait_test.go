@@ -91,8 +91,10 @@ func steadyClaims(t *testing.T, peer bool) {
 	}
 	claims := p.claimsRun.Load() - before
 	t.Logf("%d claim transactions for %d jobs", claims, jobs)
-	// One a job; a few more where a wait outlived the mark (pgRecheck).
-	if claims > jobs+jobs/3 {
+	// One a job; more where a wait outlived the mark (pgRecheck), and,
+	// beside a peer, where its forwarded wake-ups ended marks: 44-49 for
+	// 30 with the whole suite running beside (147 before the marks).
+	if claims > 2*jobs {
 		t.Fatalf("%d claim transactions for %d jobs, want about one a job", claims, jobs)
 	}
 }
