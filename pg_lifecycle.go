@@ -398,30 +398,18 @@ func (p *PG) ackGather(answered int) {
 	if answered == 0 {
 		return
 	}
-	target := -1
-	t := time.NewTimer(pgAckGather)
-	defer t.Stop()
-	for {
+	p.ackMu.Lock()
+	target := len(p.acks.pending) + answered
+	p.ackMu.Unlock()
+	waitForCompany(pgAckGather, p.ackArrived, p.stop, func() bool {
 		p.ackMu.Lock()
-		n, items := len(p.acks.pending), 0
+		defer p.ackMu.Unlock()
+		items := 0
 		for _, r := range p.acks.pending {
 			items += len(r.items)
 		}
-		p.ackMu.Unlock()
-		if target < 0 {
-			target = n + answered
-		}
-		if n >= target || items >= pgAckSmall {
-			return
-		}
-		select {
-		case <-p.ackArrived:
-		case <-t.C:
-			return
-		case <-p.stop:
-			return
-		}
-	}
+		return len(p.acks.pending) >= target || items >= pgAckSmall
+	})
 }
 
 // ackRound completes the items of a round: first those pgAckFastSQL can

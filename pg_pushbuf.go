@@ -149,26 +149,17 @@ func (l *pgPushLane) gather(answered int, took time.Duration) {
 	l.mu.Lock()
 	target := len(l.pending) + answered
 	l.mu.Unlock()
-	t := time.NewTimer(min(took, pgPushGather))
-	defer t.Stop()
-	for {
+	waitForCompany(min(took, pgPushGather), l.arrived, nil, func() bool {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		n, jobs := len(l.pending), 0
 		for _, r := range l.pending {
 			if jobs += len(r.jobs); jobs >= pgPushMaxJobs {
 				break
 			}
 		}
-		l.mu.Unlock()
-		if n >= target || jobs >= pgPushMaxJobs {
-			return
-		}
-		select {
-		case <-l.arrived:
-		case <-t.C:
-			return
-		}
-	}
+		return n >= target || jobs >= pgPushMaxJobs
+	})
 }
 
 // insertBatch writes the jobs of several requests in one transaction, one

@@ -76,3 +76,21 @@ func (q *pgRounds[R]) next(max int, size func(R) int) (round []R, total int, ok 
 	q.began = time.Now()
 	return round, total, true
 }
+
+// waitForCompany is a round's wait for the requests that keep it company
+// (the push lanes' gather, ackGather): until enough holds, checked again
+// at each poke of arrived, for at most d, or until stop closes (nil: no
+// stop).
+func waitForCompany(d time.Duration, arrived, stop <-chan struct{}, enough func() bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for !enough() {
+		select {
+		case <-arrived:
+		case <-t.C:
+			return
+		case <-stop:
+			return
+		}
+	}
+}
