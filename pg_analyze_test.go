@@ -49,22 +49,7 @@ func TestPGPlansFollowTheTable(t *testing.T) {
 	}
 	plan := func() string {
 		t.Helper()
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claimed_rows('{a,b}', 1, 'b', '{t,t}', '{o,o}', '{1,1}', '{1,1}', '{1,1}')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lines []string
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, l)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return planText(t, conn, `EXPLAIN EXECUTE claimed_rows('{a,b}', 1, 'b', '{t,t}', '{o,o}', '{1,1}', '{1,1}', '{1,1}')`)
 	}
 	if got := plan(); !strings.Contains(got, "Seq Scan on jobs") {
 		t.Fatalf("on the empty table the UPDATE was not planned with a scan of the table, so this test does not show what the chore is for:\n%s", got)

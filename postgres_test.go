@@ -632,19 +632,7 @@ func TestPGClaimReadsTheIndex(t *testing.T) {
 		t.Fatalf("in the claim's transaction: enable_sort %s, jit %s (%v)", sorts, jit, err)
 	}
 	q := sqlReplacer("queued_" + ns).Replace(pgClaimSQL)
-	rows, err := tx.Query(ctx, "EXPLAIN "+q, "plan", time.Now().UnixMilli(), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	text := strings.Join(plan, "\n")
+	text := planText(t, tx, "EXPLAIN "+q, "plan", time.Now().UnixMilli(), 100)
 	if !strings.Contains(text, "Index Scan using jobs_claim") || strings.Contains(text, "Sort") {
 		t.Fatalf("claim plan on 20,000 fresh rows:\n%s", text)
 	}
@@ -799,4 +787,20 @@ func TestPGQueueReadsUseIndexes(t *testing.T) {
 			t.Errorf("no index serves\n%s\nplan:\n%s", sql, plan)
 		}
 	}
+}
+
+// planText runs an EXPLAIN on q and answers its plan as text.
+func planText(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, explain string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), explain, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
