@@ -45,7 +45,7 @@ func (q *pgRounds[R]) addSmall(r R, lanes, small int, size func(R) int) bool {
 	}
 	// A round that has run long (waiting on a row lock, say) does not
 	// hold up the requests behind it: they get a lane of their own.
-	if total > small || time.Since(q.began) > pgRoundSlow {
+	if total > small || (!q.began.IsZero() && time.Since(q.began) > pgRoundSlow) {
 		q.running++
 		return true
 	}
