@@ -189,8 +189,8 @@ func migrateSQLite(ctx context.Context, o migrateOpts, out io.Writer, log *slog.
 // an error if a job record cannot be read (nothing is migrated then).
 func (src *sqliteSource) report(out io.Writer, from string) error {
 	printCounts(out, src.before, src.queueOrder())
-	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks\n",
-		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks)
+	fmt.Fprintf(out, "%d logs, %d cron schedules, %d queues with settings, %d webhooks, %d URL handlers\n",
+		src.logs, len(src.crons)+len(src.ended), len(src.queues), src.webhooks, len(src.handlers))
 	ngroups := 0
 	for _, g := range src.groups {
 		ngroups += len(g)

@@ -478,8 +478,11 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	srv.hooks = hooks
 	s.hooks = hooks
 	var hstore handlerStore
-	if s.sq != nil {
+	switch {
+	case s.sq != nil:
 		hstore = s.sq
+	case s.pg != nil:
+		hstore = s.pg
 	}
 	handlers, err := newHandlers(srv.localSend, hooks.dialContext, hstore, c.webhookAllowPrivate, log)
 	if err != nil {

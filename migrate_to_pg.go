@@ -77,6 +77,7 @@ type sqliteSource struct {
 	logs     int
 	orphans  int // log lines of jobs not in the file
 	webhooks int
+	handlers []*HandlerSpec
 }
 
 // migrateJob turns a job read from SQLite into the job PostgreSQL mode
@@ -203,6 +204,11 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
 		return nil, fmt.Errorf("read webhooks: %w", err)
 	}
+	handlers, err := sq.LoadHandlers()
+	if err != nil {
+		return nil, err
+	}
+	src.handlers = handlers
 	return src, nil
 }
 
@@ -487,6 +493,13 @@ func (p *PG) load(ctx context.Context, sq *SQLiteStore, src *sqliteSource, schem
 			replaced++
 		}
 		if err := p.saveCron(ctx, tx, &src.crons[i]); err != nil {
+			return nil, err
+		}
+	}
+	// The URL handlers, which every broker of the namespace then runs; a
+	// queue's handler already there is replaced.
+	for _, h := range src.handlers {
+		if err := p.saveHandlerTx(ctx, tx, h); err != nil {
 			return nil, err
 		}
 	}

@@ -98,6 +98,7 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	c.ok(map[string]any{"cmd": "SetConcurrency", "queue": "lim", "limit": 5})
 	c.ok(map[string]any{"cmd": "RateLimit", "queue": "lim", "limit": 50})
 	c.ok(map[string]any{"cmd": "Cron", "name": "tick", "queue": "ticks", "data": "t", "repeatEvery": 1000, "preventOverlap": false})
+	c.ok(map[string]any{"cmd": "HandlerSet", "queue": "hooked", "url": "https://example.com/hook", "method": "POST"})
 	// Long enough to be still ahead once the file has moved.
 	delayed := str(t, c.ok(map[string]any{"cmd": "PUSH", "queue": q, "data": "d", "delay": 12000}), "id")
 	// A durable push is answered once everything before it is on disk.
@@ -222,6 +223,12 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	// The schedule fires through the brokers.
 	if l := list(t, p2.ok(map[string]any{"cmd": "CronList"}), "crons"); len(l) != 1 || l[0].(map[string]any)["name"] != "tick" {
 		t.Fatalf("CronList: %v", l)
+	}
+	// The URL handler is the namespace's: both brokers run it.
+	for _, b := range []*tclient{p1, p2} {
+		if l := list(t, b.ok(map[string]any{"cmd": "HandlerList"}), "handlers"); len(l) != 1 || l[0].(map[string]any)["queue"] != "hooked" {
+			t.Fatalf("HandlerList: %v", l)
+		}
 	}
 	ticks := num(t, countsOf(t, p1, "ticks")["waiting"])
 	eventually(t, 15*time.Second, "the migrated schedule fired", func() (bool, string) {

@@ -229,6 +229,7 @@ var pgMigrations = []string{
 	-- The chore of keeping the jobs table's statistics up with its size
 	-- (pg_analyze.go).
 	INSERT INTO {s}.chores (name, due) VALUES ('analyze', 0);`,
+	pgHandlersMigration,
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm

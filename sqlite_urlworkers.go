@@ -22,13 +22,15 @@ func (s *SQLiteStore) SaveHandler(h *HandlerSpec) error {
 	return nil
 }
 
-func (s *SQLiteStore) DeleteHandler(queue string) error {
+func (s *SQLiteStore) DeleteHandler(queue string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), webhookWriteTimeout)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM handlers WHERE queue = ?`, queue); err != nil {
-		return fmt.Errorf("delete the handler of queue %s in %s: %w", queue, s.path, err)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM handlers WHERE queue = ?`, queue)
+	if err != nil {
+		return false, fmt.Errorf("delete the handler of queue %s in %s: %w", queue, s.path, err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	return err == nil && n > 0, nil
 }
 
 // LoadHandlers returns the stored handlers in registration order.

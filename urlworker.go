@@ -4,7 +4,11 @@ package main
 // URL with each (the MCP tools bunqueue_register_handler and friends).
 // The reference runs such a handler as a worker inside its MCP process,
 // so it ends with the agent; here it is the server's, kept in the data
-// file (SQLite mode) and started again after a restart.
+// file (SQLite mode) or the namespace (PostgreSQL mode) and started again
+// after a restart. In PostgreSQL mode every broker of the namespace runs
+// the namespace's handlers: it follows the table (handlerSync), so a
+// handler registered through one broker is run by all of them, each
+// pulling its jobs as one more worker.
 //
 // A handler is a worker like any other: it pulls through the command
 // table (a virtual connection), with a lock token and a lease, so a
@@ -43,6 +47,9 @@ const (
 	// handlerPoll is how long a handler's pull waits for a job before it
 	// asks again.
 	handlerPoll = 5 * time.Second
+	// handlerSync is how often a broker looks whether another broker of a
+	// shared store changed the handlers: a look is one small query.
+	handlerSync = 2 * time.Second
 )
 
 // HandlerSpec is a handler as registered.
@@ -71,12 +78,21 @@ func (h *HandlerSpec) timeout() time.Duration {
 	return time.Duration(h.TimeoutMs) * time.Millisecond
 }
 
-// handlerStore keeps handlers across restarts: the SQLite store; none in
-// memory and PostgreSQL mode.
+// handlerStore keeps handlers across restarts: the SQLite store, the
+// PostgreSQL namespace; none in memory mode. SaveHandler refuses a new
+// handler past maxHandlers; DeleteHandler answers whether there was one.
 type handlerStore interface {
 	SaveHandler(h *HandlerSpec) error
-	DeleteHandler(queue string) error
+	DeleteHandler(queue string) (bool, error)
 	LoadHandlers() ([]*HandlerSpec, error)
+}
+
+// sharedHandlerStore is a store other brokers write too (PostgreSQL
+// mode). HandlersVersion changes whenever the stored handlers do; the
+// broker reads them again then.
+type sharedHandlerStore interface {
+	handlerStore
+	HandlersVersion(ctx context.Context) (string, error)
 }
 
 // Handlers runs the registered handlers.
@@ -122,16 +138,118 @@ func newHandlers(send mcpSend, dial func(ctx context.Context, network, addr stri
 		client: &http.Client{Transport: tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	if store != nil {
-		list, err := store.LoadHandlers()
+	if store == nil {
+		return h, nil
+	}
+	shared, _ := store.(sharedHandlerStore)
+	var seen string
+	if shared != nil {
+		// Read before the handlers, so that a change made meanwhile is
+		// seen at the first look.
+		v, err := shared.HandlersVersion(h.ctx)
 		if err != nil {
 			return nil, fmt.Errorf("load handlers: %w", err)
 		}
-		for _, spec := range list {
-			h.start(*spec)
-		}
+		seen = v
+	}
+	list, err := store.LoadHandlers()
+	if err != nil {
+		return nil, fmt.Errorf("load handlers: %w", err)
+	}
+	for _, spec := range list {
+		h.start(*spec)
+	}
+	if shared != nil {
+		h.wg.Go(func() { h.follow(shared, seen) })
 	}
 	return h, nil
+}
+
+// follow keeps the running handlers those of a shared store, until
+// Close: at each handlerSync it reads the store's version and, when it
+// changed, the handlers. A store that cannot be read is tried again at
+// the next look; the handlers run on meanwhile.
+func (h *Handlers) follow(store sharedHandlerStore, seen string) {
+	tick := time.NewTicker(handlerSync)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		v, err := store.HandlersVersion(h.ctx)
+		var list []*HandlerSpec
+		if err == nil && v != seen {
+			list, err = store.LoadHandlers()
+		}
+		if err != nil {
+			if !failing && h.ctx.Err() == nil {
+				h.log.Warn("handlers: cannot read the shared handlers; trying again", "err", err)
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		if v != seen {
+			h.adopt(list)
+			seen = v
+		}
+	}
+}
+
+// sameHandler reports two specs alike as stored: a body's spacing, which
+// the store does not keep, is no change (a restart would cancel the call
+// in flight).
+func sameHandler(a, b *HandlerSpec) bool {
+	x, errA := json.Marshal(a)
+	y, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(x, y)
+}
+
+// adopt makes the running handlers those of list, in its order: it stops
+// those not in it, restarts those whose spec changed, starts the new.
+func (h *Handlers) adopt(list []*HandlerSpec) {
+	h.changing.Lock()
+	defer h.changing.Unlock()
+	want := make(map[string]*HandlerSpec, len(list))
+	for _, s := range list {
+		want[s.Queue] = s
+	}
+	h.mu.Lock()
+	var gone, changed []string
+	for q, r := range h.running {
+		if s, ok := want[q]; !ok {
+			gone = append(gone, q)
+		} else if !sameHandler(&r.spec, s) {
+			changed = append(changed, q)
+		}
+	}
+	h.mu.Unlock()
+	for _, q := range append(gone, changed...) {
+		h.stop(q)
+	}
+	h.mu.Lock()
+	var added []HandlerSpec
+	for _, s := range list {
+		if h.running[s.Queue] == nil {
+			added = append(added, *s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range added {
+		h.start(s)
+	}
+	h.mu.Lock()
+	order := make([]string, 0, len(list))
+	for _, s := range list {
+		if h.running[s.Queue] != nil {
+			order = append(order, s.Queue)
+		}
+	}
+	h.order = order
+	h.mu.Unlock()
 }
 
 // checkHandler refuses a handler that could not be run, naming the limit.
@@ -207,23 +325,24 @@ func (h *Handlers) Set(s HandlerSpec) error {
 	return nil
 }
 
-// Remove unregisters a queue's handler; false when it had none.
+// Remove unregisters a queue's handler; false when it had none. With a
+// store, the store says: in PostgreSQL mode the handler may have been
+// registered through another broker a moment ago.
 func (h *Handlers) Remove(queue string) (bool, error) {
 	h.changing.Lock()
 	defer h.changing.Unlock()
 	h.mu.Lock()
 	_, ok := h.running[queue]
 	h.mu.Unlock()
-	if !ok {
-		return false, nil
-	}
 	if h.store != nil {
-		if err := h.store.DeleteHandler(queue); err != nil {
+		stored, err := h.store.DeleteHandler(queue)
+		if err != nil {
 			return false, err
 		}
+		ok = ok || stored
 	}
 	h.stop(queue)
-	return true, nil
+	return ok, nil
 }
 
 // handlerState is a handler as listed.
