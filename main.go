@@ -449,14 +449,12 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	srv.bk = s.bk
 	s.srv = srv
 	if c.pgURL != "" {
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		o := pgOptions{session: &c.pgSession}
 		if c.completedRetention != nil && *c.completedRetention >= 0 {
 			ms := int64(*c.completedRetention)
 			o.retention = &ms
 		}
-		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, o)
-		cancel()
+		pg, err := c.openPGWaiting(ctx, b, log, o)
 		if err != nil {
 			s.closeEngine()
 			return err
@@ -494,6 +492,36 @@ func (s *serverRun) startServer(ctx context.Context) error {
 	srv.handlers = handlers
 	s.handlers = handlers
 	return nil
+}
+
+// pgStartWait bounds how long a starting broker waits for its database
+// to become reachable: a broker started beside it (compose, a host's
+// boot) comes up once the database does, rather than exiting.
+const pgStartWait = 2 * time.Minute
+
+// openPGWaiting opens the PostgreSQL engine, trying again, with back-off
+// up to pgStartWait, while the database cannot be reached; what the
+// database answers (no such database, a refused password) ends the
+// start at once.
+func (c *config) openPGWaiting(ctx context.Context, b *Broker, log *slog.Logger, o pgOptions) (*PG, error) {
+	giveUp := time.Now().Add(pgStartWait)
+	wait := 500 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, o)
+		cancel()
+		if err == nil || !pgUnreachable(err) || ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
+			return pg, err
+		}
+		log.Warn("PostgreSQL cannot be reached yet; trying again", "in", wait.String(),
+			"gives_up_after", pgStartWait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
 }
 
 // applyLimits gives the server the limits the flags set; a flag at 0

@@ -5,6 +5,7 @@ package main
 // cuts (every connection closed, new ones refused) and restores.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -26,6 +28,7 @@ type cutProxy struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]bool
+	drop  func() bool // when set, whether to close a new connection at once
 	wg    sync.WaitGroup
 }
 
@@ -55,6 +58,13 @@ func (p *cutProxy) serve(ln net.Listener) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			drop := p.drop
+			p.mu.Unlock()
+			if drop != nil && drop() {
+				c.Close()
+				continue
 			}
 			up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 			if err != nil {
@@ -382,4 +392,47 @@ func TestPGOutageUnderLoad(t *testing.T) {
 	default:
 	}
 	t.Logf("%d ACKs accepted, %d answered with the storage error", led.total.Load(), len(led.unknown))
+}
+
+// TestPGStartWaitsForDatabase: a broker started while its database cannot
+// be reached (here a proxy that drops the first connections, as a
+// database still starting beside it in compose would) tries again and
+// serves once it can, rather than exiting; one whose database answers a
+// refusal (no such database) exits at once, naming it.
+func TestPGStartWaitsForDatabase(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	pgURL, err := url.Parse(testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, pgURL.Host)
+	// Every connection is dropped for the first 1.5 s after the first:
+	// the broker's first attempts fail however slow the machine is.
+	var first atomic.Int64
+	px.mu.Lock()
+	px.drop = func() bool {
+		first.CompareAndSwap(0, time.Now().UnixNano())
+		return time.Since(time.Unix(0, first.Load())) < 1500*time.Millisecond
+	}
+	px.mu.Unlock()
+	b := startBinary(t, "--postgres-url", px.url(t), "--postgres-namespace", ns)
+	if out := b.output(); !strings.Contains(out, "PostgreSQL cannot be reached yet; trying again") {
+		t.Errorf("the broker's log does not say it waits:\n%s", out)
+	}
+	c := dial(t, b.addr())
+	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "late", "data": 1}), "id")
+	if got := c.ok(M{"cmd": "PULL", "queue": "late"}); got["job"].(map[string]any)["id"] != id {
+		t.Fatalf("pulled %v", got)
+	}
+
+	wrong := *pgURL
+	wrong.Path = "/no_such_database_" + ns
+	var out bytes.Buffer
+	started := time.Now()
+	code := runBinaryEnv(t, nil, []string{"serve", "--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "-1",
+		"--postgres-url", wrong.String(), "--postgres-namespace", ns}, &out, &out)
+	if code == 0 || !strings.Contains(out.String(), "no_such_database_") || strings.Contains(out.String(), "trying again") {
+		t.Fatalf("a broker on a database that does not exist: exit %d after %v\n%s", code, time.Since(started), out.String())
+	}
 }

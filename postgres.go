@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -917,6 +918,21 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 	// Announced by the first event told of it once committed (PG.emit).
 	j.dlqNew = true
+}
+
+// pgUnreachable reports a failure to reach the database rather than an
+// answer of its: nothing listening, a name not resolved, a connection
+// cut or timed out, a database still starting (57P03) or out of
+// connections (53300).
+func pgUnreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P03" || pe.Code == "53300"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // pgErr names the database in an error that reaches a client.
