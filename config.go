@@ -68,6 +68,9 @@ type config struct {
 	pgURL       string // PostgreSQL mode when set
 	pgNamespace string
 	pgSession   pgSession
+	// pgStartWait: ms a starting broker tries again while its database
+	// cannot be reached (pg_start.go); 0 gives up at the first failure.
+	pgStartWait int
 	explicitDB  bool // --data-path was given on the command line
 
 	// metricsAuth (--metrics-auth) says whether /prometheus needs the
@@ -278,6 +281,8 @@ func serverFlags(stderr io.Writer) (*flag.FlagSet, *config) {
 		"PostgreSQL mode: ms a transaction may stay open with nothing sent before the database ends its session, freeing the locks of a broker gone away (0: no limit) [BUNQUEUE_POSTGRES_IDLE_TRANSACTION_TIMEOUT_MS]")
 	fs.StringVar(&c.pgSession.brokerID, "broker-id", envOr([]string{"BUNQUEUE_BROKER_ID"}, ""),
 		"PostgreSQL mode: a name for this broker, in its log and in pg_stat_activity's application_name (queued <namespace> <name>) [BUNQUEUE_BROKER_ID]")
+	fs.IntVar(&c.pgStartWait, "postgres-start-wait", envInt([]string{"QUEUED_POSTGRES_START_WAIT_MS"}, int(pgStartWait/time.Millisecond)),
+		"PostgreSQL mode: ms a starting broker tries again while the database cannot be reached (0: it exits at the first failure) [QUEUED_POSTGRES_START_WAIT_MS]")
 	fs.IntVar(&c.pgSession.poolSize, "postgres-pool-size", envInt([]string{"BUNQUEUE_POSTGRES_POOL_SIZE"}, 0),
 		"PostgreSQL mode: connections a broker may open, 8 at least (0: the URL's pool_max_conns, else 16) [BUNQUEUE_POSTGRES_POOL_SIZE]")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr([]string{"CORS_ALLOW_ORIGIN"}, ""),

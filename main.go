@@ -172,10 +172,8 @@ func startProfiles() (stop func(), err error) {
 	return stop, nil
 }
 
-// runServer starts the broker and its listeners and blocks until ctx ends,
-// then shuts down gracefully. ready, when given, receives the bound
-// addresses (tests listen on port 0).
-func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+// checkRun refuses settings runServer cannot run with, naming the flag.
+func (c *config) checkRun() error {
 	if c.maxQueues < 0 {
 		return fmt.Errorf("--max-queues %d: want 0 (no limit) or a positive count", c.maxQueues)
 	}
@@ -203,6 +201,19 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 			return fmt.Errorf("--%s %d: want 0 (no limit) or a positive count of milliseconds", v.flag, v.ms)
 		}
 	}
+	if c.pgStartWait < 0 {
+		return fmt.Errorf("--postgres-start-wait %d: want 0 (no waiting) or a positive count of milliseconds", c.pgStartWait)
+	}
+	return nil
+}
+
+// runServer starts the broker and its listeners and blocks until ctx ends,
+// then shuts down gracefully. ready, when given, receives the bound
+// addresses (tests listen on port 0).
+func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp, http net.Addr)) error {
+	if err := c.checkRun(); err != nil {
+		return err
+	}
 	trusted, err := parseTrustedProxies(c.trustedProxies)
 	if err != nil {
 		return err
@@ -226,6 +237,12 @@ func runServer(ctx context.Context, c *config, log *slog.Logger, ready func(tcp,
 		return err
 	}
 	if err := s.startServer(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while it waited for its database: a stop, not a
+			// failure.
+			log.Info("stopped before serving", "err", err)
+			return nil
+		}
 		return err
 	}
 	if err := s.listen(); err != nil {
@@ -487,41 +504,11 @@ func (s *serverRun) startServer(ctx context.Context) error {
 		hooks.Close()
 		s.closeEngine()
 		s.closeStore()
-		return fmt.Errorf("recovery from %s: %w", c.dataPath, err)
+		return fmt.Errorf("recovery from %s: %w", c.dataPath, err) // only the data file's handlers fail a start
 	}
 	srv.handlers = handlers
 	s.handlers = handlers
 	return nil
-}
-
-// pgStartWait bounds how long a starting broker waits for its database
-// to become reachable: a broker started beside it (compose, a host's
-// boot) comes up once the database does, rather than exiting.
-const pgStartWait = 2 * time.Minute
-
-// openPGWaiting opens the PostgreSQL engine, trying again, with back-off
-// up to pgStartWait, while the database cannot be reached; what the
-// database answers (no such database, a refused password) ends the
-// start at once.
-func (c *config) openPGWaiting(ctx context.Context, b *Broker, log *slog.Logger, o pgOptions) (*PG, error) {
-	giveUp := time.Now().Add(pgStartWait)
-	wait := 500 * time.Millisecond
-	for {
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pg, err := openPG(octx, c.pgURL, c.pgNamespace, b, log, o)
-		cancel()
-		if err == nil || !pgUnreachable(err) || ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
-			return pg, err
-		}
-		log.Warn("PostgreSQL cannot be reached yet; trying again", "in", wait.String(),
-			"gives_up_after", pgStartWait.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
-	}
 }
 
 // applyLimits gives the server the limits the flags set; a flag at 0

@@ -204,7 +204,7 @@ func readSQLite(ctx context.Context, sq *SQLiteStore, now int64) (*sqliteSource,
 	if err := sq.db.QueryRowContext(ctx, `SELECT count(*) FROM webhooks`).Scan(&src.webhooks); err != nil {
 		return nil, fmt.Errorf("read webhooks: %w", err)
 	}
-	handlers, err := sq.LoadHandlers()
+	handlers, err := sq.LoadHandlers(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -70,8 +70,8 @@ func (p *PG) DeleteHandler(queue string) (bool, error) {
 }
 
 // LoadHandlers returns the namespace's handlers in registration order.
-func (p *PG) LoadHandlers() ([]*HandlerSpec, error) {
-	ctx, cancel := p.opCtx(context.Background())
+func (p *PG) LoadHandlers(ctx context.Context) ([]*HandlerSpec, error) {
+	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	rows, err := p.pool.Query(ctx, p.sql(`SELECT queue, spec FROM {s}.handlers ORDER BY pos`))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -105,36 +107,54 @@ func TestPGHandlersShared(t *testing.T) {
 }
 
 // TestPGHandlerLimit: the namespace holds at most maxHandlers, counted in
-// the table (brokers registering at once share the count); a full
-// namespace still takes a change to a handler it has.
+// the table: two brokers registering at once, 60 handlers each, store
+// 100 between them, and each refusal names the limit. A full namespace
+// still takes a change to a handler it has.
 func TestPGHandlerLimit(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, _ := openTestPG(t, ctx, pgTestNamespace(t), pgOptions{})
-	for i := range maxHandlers {
-		if err := p.SaveHandler(&HandlerSpec{Queue: fmt.Sprint("q", i), URL: "http://example.com/", Method: "POST"}); err != nil {
-			t.Fatal(err)
-		}
+	ns := pgTestNamespace(t)
+	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	other, _ := openTestPG(t, ctx, ns, pgOptions{})
+	var refused atomic.Int32
+	var wg sync.WaitGroup
+	for b, broker := range []*PG{p, other} {
+		wg.Go(func() {
+			for i := range 60 {
+				err := broker.SaveHandler(&HandlerSpec{Queue: fmt.Sprint("q", b, "-", i), URL: "http://example.com/", Method: "POST"})
+				switch {
+				case err != nil && strings.Contains(err.Error(), fmt.Sprint("at most ", maxHandlers)):
+					refused.Add(1)
+				case err != nil:
+					t.Error(err)
+				}
+			}
+		})
 	}
-	err := p.SaveHandler(&HandlerSpec{Queue: "one-more", URL: "http://example.com/", Method: "POST"})
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprint("at most ", maxHandlers)) {
-		t.Fatalf("handler %d: %v", maxHandlers+1, err)
+	wg.Wait()
+	if n := refused.Load(); n != 120-maxHandlers {
+		t.Fatalf("%d of 120 registrations refused, want %d", n, 120-maxHandlers)
 	}
-	if err := p.SaveHandler(&HandlerSpec{Queue: "q7", URL: "http://example.com/other", Method: "PUT"}); err != nil {
+	list, err := p.LoadHandlers(ctx)
+	if err != nil || len(list) != maxHandlers {
+		t.Fatalf("%d handlers stored (%v)", len(list), err)
+	}
+	q := list[7].Queue
+	if err := p.SaveHandler(&HandlerSpec{Queue: q, URL: "http://example.com/other", Method: "PUT"}); err != nil {
 		t.Fatalf("changing a handler of a full namespace: %v", err)
 	}
-	list, err := p.LoadHandlers()
+	list, err = p.LoadHandlers(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != maxHandlers || list[len(list)-1].Queue != "q7" || list[len(list)-1].Method != "PUT" {
+	if len(list) != maxHandlers || list[len(list)-1].Queue != q || list[len(list)-1].Method != "PUT" {
 		t.Errorf("%d handlers, the last %+v: a handler set again goes last", len(list), list[len(list)-1])
 	}
-	if gone, err := p.DeleteHandler("q7"); err != nil || !gone {
+	if gone, err := other.DeleteHandler(q); err != nil || !gone {
 		t.Errorf("delete: %v %v", gone, err)
 	}
-	if gone, err := p.DeleteHandler("q7"); err != nil || gone {
+	if gone, err := p.DeleteHandler(q); err != nil || gone {
 		t.Errorf("delete again: %v %v", gone, err)
 	}
 }

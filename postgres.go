@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -345,16 +344,24 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	b.storage = p.storageState
 	p.keepCompleted, p.retention = o.keepCompleted, o.retention
 	// The broker's own clock, from here on only to tell how far off it is.
 	p.clock.local = b.now
 	if err := p.readClock(ctx); p.clock.cur.Load() == nil {
 		p.pool.Close()
+		p.stopCancel()
 		return nil, err
 	} else if err != nil {
 		p.log.Warn("database clock", "err", err)
 	}
+	// The broker is told of this engine only now that it opened: a start
+	// that failed is tried again with a new one (openPGWaiting), and the
+	// failed one must not be left hearing the broker's events.
+	b.storage = p.storageState
+	b.addTap(p.jobWaits.tap)
+	// Notices go to the other brokers when there are any: alone, a broker
+	// builds none for want of a listener of its own.
+	b.addNoticeTap(NoticeTap{wants: p.forwarding, take: p.forwardNotice})
 	p.peers.key, p.peers.quiet, p.peers.helloWait = peerKey(p.schema), pgPeerQuiet, pgHelloWait
 	if o.helloWait > 0 {
 		p.peers.helloWait = o.helloWait
@@ -413,14 +420,8 @@ func connectPG(ctx context.Context, url, namespace string, b *Broker, log *slog.
 	p.sqlr = sqlReplacer(p.schema)
 	if err := p.migrate(ctx, schema); err != nil {
 		pool.Close()
+		p.stopCancel()
 		return nil, err
-	}
-	// migrate connects with no broker: it serves no WaitJob, so no tap.
-	if b != nil {
-		b.addTap(p.jobWaits.tap)
-		// Notices go to the other brokers when there are any: alone, a
-		// broker builds none for want of a listener of its own.
-		b.addNoticeTap(NoticeTap{wants: p.forwarding, take: p.forwardNotice})
 	}
 	return p, nil
 }
@@ -520,10 +521,21 @@ func redactPG(err error, url string) error {
 		msg = strings.ReplaceAll(msg, cfg.Password, maskedPassword)
 	}
 	if red := redactIn(msg, url); red != err.Error() {
-		return errors.New(red)
+		return &redactedErr{msg: red, err: err}
 	}
 	return err
 }
+
+// redactedErr is an error whose text had a secret masked. It still
+// unwraps to the error it was made from, so that what kind of failure it
+// was can be told (pgUnreachable); only its own text may be printed.
+type redactedErr struct {
+	msg string
+	err error
+}
+
+func (e *redactedErr) Error() string { return e.msg }
+func (e *redactedErr) Unwrap() error { return e.err }
 
 // sql fills a statement's placeholders: {s}, the namespace's schema, and
 // the row states by name ({queued}, {active}, {done}, {dlq}, {children}:
@@ -918,21 +930,6 @@ func pgDeadLetter(j *Job, reason, err string, hasErr bool, cfg DLQConfig, now in
 	j.dlq = dlqEntry(j.dlq, kept, cfg, reason, err, hasErr, now)
 	// Announced by the first event told of it once committed (PG.emit).
 	j.dlqNew = true
-}
-
-// pgUnreachable reports a failure to reach the database rather than an
-// answer of its: nothing listening, a name not resolved, a connection
-// cut or timed out, a database still starting (57P03) or out of
-// connections (53300).
-func pgUnreachable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "57P03" || pe.Code == "53300"
-	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // pgErr names the database in an error that reaches a client.

@@ -122,7 +122,9 @@ func TestSecretsPGConnectError(t *testing.T) {
 		fmt.Sprintf("host=127.0.0.1 port=%d user=queued password=%s dbname=test connect_timeout=5", port, testPGPass),
 		fmt.Sprintf("postgres://queued:%s@127.0.0.1:notaport/test", testPGPass),
 	} {
-		c := &config{host: "127.0.0.1", httpPort: -1, pgURL: url, pgNamespace: "default"}
+		// The start tries again for a while (its warnings name the
+		// failure too), then gives up.
+		c := &config{host: "127.0.0.1", httpPort: -1, pgURL: url, pgNamespace: "default", pgStartWait: 1200}
 		var logBuf bytes.Buffer
 		log, _ := newLogger(&lockedWriter{mu: &sync.Mutex{}, w: &logBuf}, "debug", "text")
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -133,9 +135,12 @@ func TestSecretsPGConnectError(t *testing.T) {
 		}
 		noSecrets(t, "runServer's error", err.Error())
 		noSecrets(t, "the server's log", logBuf.String())
+		if !strings.Contains(url, "notaport") && !strings.Contains(logBuf.String(), "trying again") {
+			t.Errorf("%s: the start did not try again:\n%s", redactDSN(url), logBuf.String())
+		}
 
 		// Through the command line, as an operator sees it.
-		code, out, errOut := runCLI(t, "serve", "--tcp-port", "0", "--http-port", "-1", "--postgres-url", url)
+		code, out, errOut := runCLI(t, "serve", "--tcp-port", "0", "--http-port", "-1", "--postgres-url", url, "--postgres-start-wait", "1000")
 		if code == 0 {
 			t.Fatalf("serve with %s: exit 0", redactDSN(url))
 		}

@@ -30,12 +30,15 @@ func (s *SQLiteStore) DeleteHandler(queue string) (bool, error) {
 		return false, fmt.Errorf("delete the handler of queue %s in %s: %w", queue, s.path, err)
 	}
 	n, err := res.RowsAffected()
-	return err == nil && n > 0, nil
+	if err != nil {
+		return false, fmt.Errorf("delete the handler of queue %s in %s: %w", queue, s.path, err)
+	}
+	return n > 0, nil
 }
 
 // LoadHandlers returns the stored handlers in registration order.
-func (s *SQLiteStore) LoadHandlers() ([]*HandlerSpec, error) {
-	rows, err := s.db.QueryContext(context.Background(), `SELECT queue, spec FROM handlers ORDER BY rowid`)
+func (s *SQLiteStore) LoadHandlers(ctx context.Context) ([]*HandlerSpec, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT queue, spec FROM handlers ORDER BY rowid`)
 	if err != nil {
 		return nil, fmt.Errorf("read handlers from %s: %w", s.path, err)
 	}

@@ -15,7 +15,8 @@ package main
 // handler cut off by a crash leaves its job to the lease reaper, and a
 // graceful stop's drain hands it no more jobs. Its calls go through the
 // webhook address guard (no loopback, private or link-local receivers
-// unless --webhook-allow-private), one at a time per queue, each within
+// unless --webhook-allow-private), one at a time per queue on a server
+// (so one per broker, in PostgreSQL mode), each within
 // its timeout, and their answers are read up to maxHandlerAnswer.
 
 import (
@@ -84,7 +85,7 @@ func (h *HandlerSpec) timeout() time.Duration {
 type handlerStore interface {
 	SaveHandler(h *HandlerSpec) error
 	DeleteHandler(queue string) (bool, error)
-	LoadHandlers() ([]*HandlerSpec, error)
+	LoadHandlers(ctx context.Context) ([]*HandlerSpec, error)
 }
 
 // sharedHandlerStore is a store other brokers write too (PostgreSQL
@@ -110,6 +111,12 @@ type Handlers struct {
 	running  map[string]*handlerRun
 	order    []string // queues in registration order
 	closed   bool
+	skipped  map[string]bool // stored handlers not run here, warned of once
+
+	// Following a shared store (h.changing held): the version adopted,
+	// and whether the last look failed.
+	seen    string
+	failing bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -141,61 +148,61 @@ func newHandlers(send mcpSend, dial func(ctx context.Context, network, addr stri
 	if store == nil {
 		return h, nil
 	}
-	shared, _ := store.(sharedHandlerStore)
-	var seen string
-	if shared != nil {
-		// Read before the handlers, so that a change made meanwhile is
-		// seen at the first look.
-		v, err := shared.HandlersVersion(h.ctx)
-		if err != nil {
-			return nil, fmt.Errorf("load handlers: %w", err)
-		}
-		seen = v
+	if shared, ok := store.(sharedHandlerStore); ok {
+		// The first look, at once, loads them: a database that cannot be
+		// read now is read at a later look.
+		h.changing.Lock()
+		h.look(shared, "")
+		h.changing.Unlock()
+		h.wg.Go(func() { h.follow(shared) })
+		return h, nil
 	}
-	list, err := store.LoadHandlers()
+	list, err := store.LoadHandlers(h.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load handlers: %w", err)
 	}
-	for _, spec := range list {
-		h.start(*spec)
-	}
-	if shared != nil {
-		h.wg.Go(func() { h.follow(shared, seen) })
-	}
+	h.adopt(list)
 	return h, nil
 }
 
 // follow keeps the running handlers those of a shared store, until
-// Close: at each handlerSync it reads the store's version and, when it
-// changed, the handlers. A store that cannot be read is tried again at
-// the next look; the handlers run on meanwhile.
-func (h *Handlers) follow(store sharedHandlerStore, seen string) {
+// Close, looking at each handlerSync.
+func (h *Handlers) follow(store sharedHandlerStore) {
 	tick := time.NewTicker(handlerSync)
 	defer tick.Stop()
-	failing := false
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		v, err := store.HandlersVersion(h.ctx)
-		var list []*HandlerSpec
-		if err == nil && v != seen {
-			list, err = store.LoadHandlers()
+		h.changing.Lock()
+		h.look(store, h.seen)
+		h.changing.Unlock()
+	}
+}
+
+// look reads the store's version and, when it is not seen, the handlers,
+// and adopts them. h.changing is held through it, so that a Set or Remove
+// answered meanwhile is not undone by a list read before it. A store that
+// cannot be read is tried again at the next look; the handlers run on.
+func (h *Handlers) look(store sharedHandlerStore, seen string) {
+	v, err := store.HandlersVersion(h.ctx)
+	var list []*HandlerSpec
+	if err == nil && v != seen {
+		list, err = store.LoadHandlers(h.ctx)
+	}
+	if err != nil {
+		if !h.failing && h.ctx.Err() == nil {
+			h.log.Warn("handlers: cannot read the shared handlers; trying again", "every", handlerSync.String(), "err", err)
 		}
-		if err != nil {
-			if !failing && h.ctx.Err() == nil {
-				h.log.Warn("handlers: cannot read the shared handlers; trying again", "err", err)
-			}
-			failing = true
-			continue
-		}
-		failing = false
-		if v != seen {
-			h.adopt(list)
-			seen = v
-		}
+		h.failing = true
+		return
+	}
+	h.failing = false
+	if v != seen {
+		h.adopt(list)
+		h.seen = v
 	}
 }
 
@@ -209,13 +216,21 @@ func sameHandler(a, b *HandlerSpec) bool {
 }
 
 // adopt makes the running handlers those of list, in its order: it stops
-// those not in it, restarts those whose spec changed, starts the new.
-func (h *Handlers) adopt(list []*HandlerSpec) {
-	h.changing.Lock()
-	defer h.changing.Unlock()
-	want := make(map[string]*HandlerSpec, len(list))
-	for _, s := range list {
+// those not in it, restarts those whose spec changed, starts the new. A
+// handler this server could not call (a private address registered
+// through a broker allowed them, this one not) is left out with a
+// warning: run here, each of its jobs would fail an attempt. h.changing
+// is held, or the Handlers not yet shared.
+func (h *Handlers) adopt(stored []*HandlerSpec) {
+	want := make(map[string]*HandlerSpec, len(stored))
+	list := stored[:0:0]
+	for _, s := range stored {
+		if err := h.checkHandler(s); err != nil {
+			h.warnSkipped(s.Queue, err)
+			continue
+		}
 		want[s.Queue] = s
+		list = append(list, s)
 	}
 	h.mu.Lock()
 	var gone, changed []string
@@ -327,7 +342,7 @@ func (h *Handlers) Set(s HandlerSpec) error {
 
 // Remove unregisters a queue's handler; false when it had none. With a
 // store, the store says: in PostgreSQL mode the handler may have been
-// registered through another broker a moment ago.
+// registered through another broker a moment ago, or removed.
 func (h *Handlers) Remove(queue string) (bool, error) {
 	h.changing.Lock()
 	defer h.changing.Unlock()
@@ -339,10 +354,23 @@ func (h *Handlers) Remove(queue string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		ok = ok || stored
+		ok = stored
 	}
 	h.stop(queue)
 	return ok, nil
+}
+
+// warnSkipped says once a queue's stored handler is not run here.
+func (h *Handlers) warnSkipped(queue string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.skipped == nil {
+		h.skipped = map[string]bool{}
+	}
+	if !h.skipped[queue] {
+		h.skipped[queue] = true
+		h.log.Warn("handlers: a stored handler is not run by this server", "queue", queue, "err", err)
+	}
 }
 
 // handlerState is a handler as listed.
