@@ -446,3 +446,26 @@ func TestPGStartWaitsForDatabase(t *testing.T) {
 		t.Fatalf("a broker on a database that does not exist: exit %d after %v\n%s", code, time.Since(started), out.String())
 	}
 }
+
+// TestPGListenBackoff: the listener's wait before reconnecting doubles
+// from 100 ms up to 5 s while the database stays away, and starts again
+// at 100 ms once a listener had been in place: before, an outage long
+// after an earlier one waited the earlier one's 5 s before its first try.
+func TestPGListenBackoff(t *testing.T) {
+	t.Parallel()
+	var waits []time.Duration
+	var b time.Duration
+	for range 8 {
+		b = listenBackoff(b, false)
+		waits = append(waits, b)
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000}
+	for i := range want {
+		if waits[i] != want[i]*time.Millisecond {
+			t.Fatalf("waits while away: %v", waits)
+		}
+	}
+	if got := listenBackoff(5*time.Second, true); got != 100*time.Millisecond {
+		t.Errorf("after a listener that was in place: %v, want 100ms", got)
+	}
+}

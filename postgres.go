@@ -738,7 +738,7 @@ func (p *PG) storageState() StorageState {
 // any broker. When the connection drops it reconnects, with backoff; pulls
 // then rely on their own timers.
 func (p *PG) listen() {
-	backoff := 100 * time.Millisecond
+	var backoff time.Duration
 	for lost := false; ; lost = true {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -748,7 +748,7 @@ func (p *PG) listen() {
 			}
 			cancel()
 		}()
-		err := p.listenOnce(ctx, lost)
+		served, err := p.listenOnce(ctx, lost)
 		cancel()
 		select {
 		case <-p.stop:
@@ -756,24 +756,37 @@ func (p *PG) listen() {
 		default:
 		}
 		p.setDown(err)
+		backoff = listenBackoff(backoff, served)
 		select {
 		case <-p.stop:
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
-func (p *PG) listenOnce(ctx context.Context, again bool) error {
+// listenBackoff is the wait before the listener's next connection: it
+// doubles, up to 5 s, while the database stays away, and starts again at
+// 100 ms once a listener was in place (before, an outage long after an
+// earlier one waited 5 s before the first try).
+func listenBackoff(last time.Duration, served bool) time.Duration {
+	if served || last <= 0 {
+		return 100 * time.Millisecond
+	}
+	return min(last*2, 5*time.Second)
+}
+
+// listenOnce listens until the connection fails; served says it got as
+// far as listening.
+func (p *PG) listenOnce(ctx context.Context, again bool) (served bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, p.connCfg.Copy())
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.Background())
 	for _, ch := range []string{p.chName, p.evName, p.inboxName} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if again {
@@ -788,13 +801,13 @@ func (p *PG) listenOnce(ctx context.Context, again bool) error {
 	p.kickInbox()
 	defer p.lostPresence()
 	if err := p.holdPresence(ctx, conn); err != nil {
-		return err
+		return true, err
 	}
 	p.setDown(nil)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		switch {
 		case n.Channel == p.evName:
