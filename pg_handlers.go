@@ -21,10 +21,11 @@ import (
 const pgHandlersMigration = `-- MIGRATION handlers
 	CREATE SEQUENCE {s}.handlers_pos;
 	CREATE TABLE {s}.handlers (
-		queue TEXT PRIMARY KEY,
+		queue TEXT COLLATE "C" PRIMARY KEY,
 		spec  TEXT NOT NULL,
 		pos   BIGINT NOT NULL DEFAULT nextval('{s}.handlers_pos')
-	);`
+	);
+	ALTER SEQUENCE {s}.handlers_pos OWNED BY {s}.handlers.pos;`
 
 // SaveHandler stores h, replacing the queue's handler.
 func (p *PG) SaveHandler(h *HandlerSpec) error {

@@ -511,7 +511,8 @@ func pgAppName(namespace, brokerID string) string {
 }
 
 // redactPG keeps a password in the URL out of an error message (see
-// secrets.go); an error without one keeps its chain.
+// secrets.go); an error without one keeps its chain, and one with one is
+// a redactedErr, which still unwraps to it.
 func redactPG(err error, url string) error {
 	if err == nil {
 		return nil
@@ -525,17 +526,6 @@ func redactPG(err error, url string) error {
 	}
 	return err
 }
-
-// redactedErr is an error whose text had a secret masked. It still
-// unwraps to the error it was made from, so that what kind of failure it
-// was can be told (pgUnreachable); only its own text may be printed.
-type redactedErr struct {
-	msg string
-	err error
-}
-
-func (e *redactedErr) Error() string { return e.msg }
-func (e *redactedErr) Unwrap() error { return e.err }
 
 // sql fills a statement's placeholders: {s}, the namespace's schema, and
 // the row states by name ({queued}, {active}, {done}, {dlq}, {children}:

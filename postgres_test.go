@@ -702,6 +702,7 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 		ALTER TABLE `+schema+`.jobs DROP COLUMN started_at, DROP COLUMN plain;
 		DROP TABLE `+schema+`.inbox;
 		DELETE FROM `+schema+`.chores WHERE name = 'analyze';
+		DROP TABLE `+schema+`.handlers;
 		DROP FUNCTION `+schema+`.push, `+schema+`.push_many, `+schema+`.push_one, `+schema+`.push_num, `+schema+`.push_str, `+schema+`.push_bound;
 		UPDATE `+schema+`.schema_version SET version = 7`); err != nil {
 		t.Fatal(err)

@@ -157,3 +157,14 @@ func redactURL(s string) string {
 	u.User = url.UserPassword(u.User.Username(), maskedPassword)
 	return u.String()
 }
+
+// redactedErr is an error whose text had a secret masked. It still
+// unwraps to the error it was made from, so that what kind of failure it
+// was can be told (pgUnreachable); only its own text may be printed.
+type redactedErr struct {
+	msg string
+	err error
+}
+
+func (e *redactedErr) Error() string { return e.msg }
+func (e *redactedErr) Unwrap() error { return e.err }
