@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +84,13 @@ func TestPGEnqueueInTransaction(t *testing.T) {
 			t.Fatalf("a pull before the commit took %v", a["job"])
 		}
 	})
+	// A new id is a UUIDv7 of now, as a broker gives one.
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(id) {
+		t.Fatalf("push() made the id %q, not a UUIDv7", id)
+	}
+	if ms, _ := strconv.ParseInt(strings.ReplaceAll(id, "-", "")[:12], 16, 64); time.Since(time.UnixMilli(ms)).Abs() > time.Minute {
+		t.Errorf("the id %s holds the time %v", id, time.UnixMilli(ms))
+	}
 	a := c.ok(M{"cmd": "PULL", "queue": q, "owner": "w", "timeout": 10000})
 	job, _ := a["job"].(M)
 	if job == nil || job["id"] != id || job["name"] != "welcome" || num(t, job["priority"]) != 7 || num(t, job["maxAttempts"]) != 5 ||
@@ -314,6 +323,18 @@ func TestPGEnqueueWithoutBroker(t *testing.T) {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "42501" {
 			t.Fatalf("the enqueue role read the jobs table: %v", err)
+		}
+	})
+	// push_one runs as the role that calls it (push() calls it as the
+	// owner): the enqueue role may not call it past push()'s checks.
+	enqueueTx(t, ctx, conn, false, func(tx pgx.Tx) {
+		if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tx.Exec(ctx, `SELECT `+schema+`.push_one('later', 'n', '{}', '{}', '')`)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Fatalf("the enqueue role called push_one: %v", err)
 		}
 	})
 	srv := startPGBroker(t, ns)

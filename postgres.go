@@ -230,6 +230,7 @@ var pgMigrations = []string{
 	-- (pg_analyze.go).
 	INSERT INTO {s}.chores (name, due) VALUES ('analyze', 0);`,
 	pgHandlersMigration,
+	pgEnqueueLeanMigration(),
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm
