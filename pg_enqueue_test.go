@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx" driver
 )
 
 // enqueueTx runs fn in a transaction of the application's (conn), and
@@ -482,5 +484,57 @@ func checkOrderJob(t *testing.T, c *tclient, ctx context.Context, conn *pgx.Conn
 	}
 	if n := countsOf(t, c, "emails"); num(t, n["waiting"]) != 0 {
 		t.Fatalf("after the pull, the rolled back order's job is there: %v", n)
+	}
+}
+
+// TestPGEnqueueDatabaseSQL: the same through database/sql, with pgx's
+// driver (docs/postgresql.md's example): the row and the job commit
+// together, and a rolled back transaction leaves neither.
+func TestPGEnqueueDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	ns, c, ctx, _ := enqueueBroker(t)
+	db, err := sql.Open("pgx", testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE queued_`+ns+`.orders (id int PRIMARY KEY, total numeric)`); err != nil {
+		t.Fatal(err)
+	}
+	order := func(id int, commit bool) string {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO queued_`+ns+`.orders (id, total) VALUES ($1, $2)`, id, 99.5); err != nil {
+			t.Fatal(err)
+		}
+		var jobID string
+		if err := tx.QueryRowContext(ctx, `SELECT queued_`+ns+`.push($1, $2, $3::jsonb, $4::jsonb)`,
+			"emails", "receipt", fmt.Sprintf(`{"order": %d}`, id), `{"maxAttempts": 5}`).Scan(&jobID); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return jobID
+	}
+	order(41, false)
+	id := order(42, true)
+	a := c.ok(M{"cmd": "PULL", "queue": "emails", "owner": "w", "timeout": 10000})
+	job, _ := a["job"].(M)
+	if job == nil || job["id"] != id || jsonOf(t, job["data"]) != `{"order":42}` || num(t, job["maxAttempts"]) != 5 {
+		t.Fatalf("pulled %v, want job %s of order 42", a, id)
+	}
+	var orders int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM queued_`+ns+`.orders`).Scan(&orders); err != nil || orders != 1 {
+		t.Fatalf("%d orders (%v), want the committed one", orders, err)
+	}
+	if n := countsOf(t, c, "emails"); num(t, n["waiting"])+num(t, n["active"]) != 1 {
+		t.Fatalf("counts %v: the rolled back push left a job", n)
 	}
 }
