@@ -448,15 +448,18 @@ func TestPGStartWaitsForDatabase(t *testing.T) {
 }
 
 // TestPGListenBackoff: the listener's wait before reconnecting doubles
-// from 100 ms up to 5 s while the database stays away, and starts again
-// at 100 ms once a listener had been in place: before, an outage long
-// after an earlier one waited the earlier one's 5 s before its first try.
+// from 100 ms up to 5 s while the database stays away, or drops each
+// listener soon after it is in place, and starts again at 100 ms once a
+// listener had served for listenSteady: before, an outage long after an
+// earlier one waited the earlier one's 5 s before its first try.
 func TestPGListenBackoff(t *testing.T) {
 	t.Parallel()
 	var waits []time.Duration
 	var b time.Duration
-	for range 8 {
-		b = listenBackoff(b, false)
+	for i := range 8 {
+		// A listener in place for a moment, every other time: a database
+		// in a crash loop.
+		b = listenBackoff(b, time.Duration(i%2)*time.Second)
 		waits = append(waits, b)
 	}
 	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000}
@@ -465,7 +468,7 @@ func TestPGListenBackoff(t *testing.T) {
 			t.Fatalf("waits while away: %v", waits)
 		}
 	}
-	if got := listenBackoff(5*time.Second, true); got != 100*time.Millisecond {
-		t.Errorf("after a listener that was in place: %v, want 100ms", got)
+	if got := listenBackoff(5*time.Second, listenSteady); got != 100*time.Millisecond {
+		t.Errorf("after a listener that served %v: %v, want 100ms", listenSteady, got)
 	}
 }

@@ -739,7 +739,7 @@ func (p *PG) listen() {
 			}
 			cancel()
 		}()
-		served, err := p.listenOnce(ctx, lost)
+		up, err := p.listenOnce(ctx, lost)
 		cancel()
 		select {
 		case <-p.stop:
@@ -747,7 +747,7 @@ func (p *PG) listen() {
 		default:
 		}
 		p.setDown(err)
-		backoff = listenBackoff(backoff, served)
+		backoff = listenBackoff(backoff, up)
 		select {
 		case <-p.stop:
 			return
@@ -757,27 +757,33 @@ func (p *PG) listen() {
 }
 
 // listenBackoff is the wait before the listener's next connection: it
-// doubles, up to 5 s, while the database stays away, and starts again at
-// 100 ms once a listener was in place (before, an outage long after an
-// earlier one waited 5 s before the first try).
-func listenBackoff(last time.Duration, served bool) time.Duration {
-	if served || last <= 0 {
+// doubles, up to 5 s, while the database stays away or drops the
+// listener soon after it is in place (a database in a crash loop), and
+// starts again at 100 ms once a listener had served for listenSteady
+// (before, an outage long after an earlier one waited 5 s before its
+// first try). up is how long the last listener served.
+func listenBackoff(last, up time.Duration) time.Duration {
+	if up >= listenSteady || last <= 0 {
 		return 100 * time.Millisecond
 	}
 	return min(last*2, 5*time.Second)
 }
 
-// listenOnce listens until the connection fails; served says it got as
-// far as listening.
-func (p *PG) listenOnce(ctx context.Context, again bool) (served bool, err error) {
+// listenSteady is how long a listener must have served for its loss to
+// be a new outage rather than the same one going on.
+const listenSteady = 5 * time.Second
+
+// listenOnce listens until the connection fails; up is how long it served
+// (0: it never got as far as serving).
+func (p *PG) listenOnce(ctx context.Context, again bool) (up time.Duration, err error) {
 	conn, err := pgx.ConnectConfig(ctx, p.connCfg.Copy())
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer conn.Close(context.Background())
 	for _, ch := range []string{p.chName, p.evName, p.inboxName} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	if again {
@@ -792,13 +798,14 @@ func (p *PG) listenOnce(ctx context.Context, again bool) (served bool, err error
 	p.kickInbox()
 	defer p.lostPresence()
 	if err := p.holdPresence(ctx, conn); err != nil {
-		return true, err
+		return 0, err
 	}
 	p.setDown(nil)
+	serving := time.Now()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return true, err
+			return time.Since(serving), err
 		}
 		switch {
 		case n.Channel == p.evName:
