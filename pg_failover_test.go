@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -261,29 +260,8 @@ func TestPGFailover(t *testing.T) {
 	args := []string{"--postgres-url", p.url(), "--postgres-namespace", "failover"}
 	brokers := []*serverProc{startBinary(t, args...), startBinary(t, args...)}
 	const q, jobs = "failover", 6000
-	var producers []*tclient
-	for _, b := range brokers {
-		producers = append(producers, dial(t, b.addr()))
-	}
-	l := newFaultLedger()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var stopOnce sync.Once
-	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	t.Cleanup(halt)
-	for i := range 4 {
-		c := dial(t, brokers[i%len(brokers)].addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			faultWorker(l, c, q, fmt.Sprint("w", i), stop)
-		}()
-	}
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		faultProducer(l, producers, q, jobs)
-	}()
+	load := startFaultLoad(t, brokers, q, jobs)
+	l, producers, pushed, halt := load.l, load.producers, load.pushed, load.halt
 	// The rest, pushed after the promotion, goes faster: the new primary
 	// has no standby to wait for.
 	eventually(t, 90*time.Second, "1,000 pushes acknowledged, 500 jobs ACKed", func() (bool, string) {

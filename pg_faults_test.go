@@ -348,6 +348,40 @@ func faultWorker(l *faultLedger, c *tclient, queue, owner string, stop <-chan st
 	}
 }
 
+// faultLoad is the fault tests' load: a producer pushing jobs with
+// custom ids through every broker in turn, and four workers pulling and
+// ACKing with 4 s leases through the brokers in turn.
+type faultLoad struct {
+	l         *faultLedger
+	producers []*tclient    // a connection to each broker, the producer's
+	pushed    chan struct{} // closed once every push is acknowledged
+	halt      func()        // stops the workers and waits for them; again, nothing
+}
+
+// startFaultLoad starts the load on queue q; the workers stop at the
+// test's end at the latest.
+func startFaultLoad(t *testing.T, brokers []*serverProc, q string, jobs int) *faultLoad {
+	t.Helper()
+	load := &faultLoad{l: newFaultLedger(), pushed: make(chan struct{})}
+	for _, b := range brokers {
+		load.producers = append(load.producers, dial(t, b.addr()))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var once sync.Once
+	load.halt = func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(load.halt)
+	for i := range 4 {
+		c := dial(t, brokers[i%len(brokers)].addr())
+		wg.Go(func() { faultWorker(load.l, c, q, fmt.Sprint("w", i), stop) })
+	}
+	go func() {
+		defer close(load.pushed)
+		faultProducer(load.l, load.producers, q, jobs)
+	}()
+	return load
+}
+
 // faultStep is one fault at an offset from the start.
 type faultStep struct {
 	at time.Duration
@@ -359,26 +393,9 @@ type faultStep struct {
 func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []faultStep, jobs int) {
 	t.Helper()
 	const q = "faults"
-	var producers, admins []*tclient
-	for _, b := range brokers {
-		producers = append(producers, dial(t, b.addr()))
-	}
-	l := newFaultLedger()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range 4 {
-		c := dial(t, brokers[i%len(brokers)].addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			faultWorker(l, c, q, fmt.Sprint("w", i), stop)
-		}()
-	}
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		faultProducer(l, producers, q, jobs)
-	}()
+	load := startFaultLoad(t, brokers, q, jobs)
+	l, pushed := load.l, load.pushed
+	var admins []*tclient
 	for _, s := range steps {
 		time.Sleep(time.Until(l.start.Add(s.at)))
 		s.do()
@@ -399,8 +416,7 @@ func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []fa
 		counts, _ := c["counts"].(map[string]any)
 		return toFloat(counts["completed"]) >= float64(jobs), fmt.Sprint(counts)
 	})
-	close(stop)
-	wg.Wait()
+	load.halt()
 	// The database's sides of connections a partition cut stay open (as
 	// after a real one); those cut inside a transaction are ended by the
 	// sessions' idle transaction timeout, and their locks freed.

@@ -94,6 +94,16 @@ func (p *cutProxy) serve(ln net.Listener) {
 	}()
 }
 
+// pgProxy is a proxy to the test database, and the database's URL.
+func pgProxy(t *testing.T) (*cutProxy, *url.URL) {
+	t.Helper()
+	pgURL, err := url.Parse(testPGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newCutProxy(t, pgURL.Host), pgURL
+}
+
 // cut closes every connection and stops listening: connecting is refused.
 func (p *cutProxy) cut() {
 	p.mu.Lock()
@@ -152,11 +162,7 @@ func health(t *testing.T, port int) (int, map[string]any) {
 func TestPGDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newCutProxy(t, pgURL.Host)
+	px, _ := pgProxy(t)
 	b := startBinary(t, "--postgres-url", px.url(t), "--postgres-namespace", ns)
 	other := startPGBroker(t, ns) // straight to the database
 	c, direct := dial(t, b.addr()), dial(t, other.addr())
@@ -343,11 +349,7 @@ func outageWorker(c *tclient, queue, owner string, led *ackLedger, stop <-chan s
 func TestPGOutageUnderLoad(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newCutProxy(t, pgURL.Host)
+	px, _ := pgProxy(t)
 	b := startBinary(t, "--postgres-url", px.url(t), "--postgres-namespace", ns)
 	other := startPGBroker(t, ns)
 	admin := dial(t, other.addr())
@@ -402,11 +404,7 @@ func TestPGOutageUnderLoad(t *testing.T) {
 func TestPGStartWaitsForDatabase(t *testing.T) {
 	t.Parallel()
 	ns := pgTestNamespace(t)
-	pgURL, err := url.Parse(testPGURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newCutProxy(t, pgURL.Host)
+	px, pgURL := pgProxy(t)
 	// Every connection is dropped for the first 1.5 s after the first:
 	// the broker's first attempts fail however slow the machine is.
 	var first atomic.Int64
