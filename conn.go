@@ -176,6 +176,7 @@ func (c *conn) serve() {
 			c.readFailed(err)
 			return
 		}
+		procsBurst(len(body), c.frameWaiting)
 		c.handleFrame(body)
 		c.frameDone()
 		if c.closing {

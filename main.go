@@ -125,6 +125,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stopProfiles()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The process's, not a server's: servers a test runs in its own
+	// process share one runtime.
+	procs := startProcsTuner(log)
+	defer procs.Close()
 	if err := runServer(ctx, c, log, nil); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1
