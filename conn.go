@@ -176,7 +176,7 @@ func (c *conn) serve() {
 			c.readFailed(err)
 			return
 		}
-		procsBurst(len(body), c.frameWaiting)
+		procsBurst(len(body))
 		c.handleFrame(body)
 		c.frameDone()
 		if c.closing {

@@ -13,7 +13,11 @@ package main
 // heavy query.
 //
 // GOMAXPROCS set by the operator is left alone, as is a machine of one
-// processor.
+// processor. Going back up asks the runtime for its default again
+// (runtime.SetDefaultGOMAXPROCS), so that a container's CPU quota is
+// still followed. A rise waits for a garbage collection under way to
+// finish (the runtime's rule), so a burst that meets one stays on one
+// processor until it has.
 
 import (
 	"log/slog"
@@ -34,13 +38,16 @@ const (
 	// procsHigh: on one processor, past this many cores used in one look,
 	// all come back: the one processor is getting busy.
 	procsHigh = 0.5
-	// procsBurstBytes: on one processor, a request frame this large (a
-	// PUSHB or ACKB of tens of jobs), or one with another behind it,
-	// brings all back at once, before the next look. A bulk push of
-	// 100,000 jobs after a quiet spell takes a tenth of a second, and ran
-	// 30% slower on one processor.
+	// procsBurstBytes: on one processor, a TCP request frame this large
+	// (a PUSHB or ACKB of tens of jobs) brings all back at once, before
+	// the next look. A bulk push of 100,000 jobs after a quiet spell takes
+	// a tenth of a second, and ran 30% slower on one processor.
 	procsBurstBytes = 4 << 10
 )
+
+// procsTuning is off in the tests' own process, whose in-process servers
+// (a serve command run by a test) share its runtime.
+var procsTuning = true
 
 // procsOne is set while the server runs on one processor; procsWake
 // asks the tuner for all of them (procsBurst).
@@ -49,14 +56,15 @@ var (
 	procsWake = make(chan struct{}, 1)
 )
 
-// procsBurst tells the tuner of a request frame of n bytes, with more
-// already read in behind it (a client sending without waiting for its
-// answers): one load of a flag on the request path, a channel send when
-// the frame is large or pipelined and the server on one processor.
-func procsBurst(n int, more func() bool) {
-	if procsOne.Load() && (n >= procsBurstBytes || more()) {
+// procsBurst tells the tuner of a request frame of n bytes: one load of a
+// flag on the request path, a channel send when the frame is large and
+// the server on one processor. The sender then yields, so that the tuner
+// runs now rather than when this goroutine next blocks.
+func procsBurst(n int) {
+	if n >= procsBurstBytes && procsOne.Load() {
 		select {
 		case procsWake <- struct{}{}:
+			runtime.Gosched()
 		default:
 		}
 	}
@@ -74,7 +82,7 @@ type procsTuner struct {
 // startProcsTuner starts following the load; nil when GOMAXPROCS is the
 // operator's or there is one processor only.
 func startProcsTuner(log *slog.Logger) *procsTuner {
-	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+	if _, set := os.LookupEnv("GOMAXPROCS"); set || !procsTuning {
 		return nil
 	}
 	all := runtime.GOMAXPROCS(0)
@@ -112,7 +120,8 @@ func (t *procsTuner) run() {
 	defer close(t.done)
 	tick := time.NewTicker(procsEvery)
 	defer tick.Stop()
-	last, lastAt := cpuTime(), time.Now()
+	last, _ := cpuTime()
+	lastAt := time.Now()
 	for {
 		var n int
 		select {
@@ -123,7 +132,12 @@ func (t *procsTuner) run() {
 			t.quiet = 0
 			n = t.all
 		case <-tick.C:
-			used, now := cpuTime(), time.Now()
+			used, ok := cpuTime()
+			if !ok {
+				n = t.all // no reading: the safe side
+				break
+			}
+			now := time.Now()
 			cores := (used - last).Seconds() / now.Sub(lastAt).Seconds()
 			last, lastAt = used, now
 			n = t.next(cores)
@@ -132,12 +146,19 @@ func (t *procsTuner) run() {
 	}
 }
 
-// set runs the server on n processors.
+// set runs the server on n processors: 1, or all of them as the runtime
+// would choose now (t.all follows it).
 func (t *procsTuner) set(n int) {
 	if n == t.cur {
 		return
 	}
-	runtime.GOMAXPROCS(n)
+	if n == 1 {
+		runtime.GOMAXPROCS(1)
+	} else {
+		runtime.SetDefaultGOMAXPROCS()
+		n = runtime.GOMAXPROCS(0)
+		t.all = n
+	}
 	t.cur = n
 	procsOne.Store(n == 1)
 	t.log.Debug("processors follow the load", "gomaxprocs", n)
@@ -153,11 +174,12 @@ func (t *procsTuner) Close() {
 	<-t.done
 }
 
-// cpuTime is the process's CPU time so far, user and system.
-func cpuTime() time.Duration {
+// cpuTime is the process's CPU time so far, user and system; false when
+// it cannot be read.
+func cpuTime() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, false
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }

@@ -22,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -151,12 +150,8 @@ func residentBytes() (int64, bool) {
 // cpuSeconds is the CPU time the process has used, user and system, as
 // the reference's process.cpuUsage() sums them; 0 if it cannot be read.
 func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
+	d, _ := cpuTime()
+	return d.Seconds()
 }
 
 func b01(v bool) float64 {

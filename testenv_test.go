@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(serverEnv) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// The tests' own process: a serve command a test runs in it shares its
+	// runtime with every other test (procs.go).
+	procsTuning = false
 	// Inherited by every process a test starts; only this binary reads it.
 	// Not when fuzzing: the fuzzing workers are this binary too, started
 	// by the coordinator with its environment, and would run the server
