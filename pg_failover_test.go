@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -437,21 +436,12 @@ func failoverCheck(t *testing.T, l *faultLedger, clients []*tclient, q string, j
 			}
 		}
 	}
-	var twice []string
-	for id, toks := range l.applied {
-		if len(toks) > 1 {
-			twice = append(twice, id)
-		}
-	}
-	sort.Strings(twice)
-	for _, id := range twice {
-		t.Errorf("job %s: ACKs answered ok under %d tokens:\n  %s", id, len(l.applied[id]), strings.Join(l.trace[id], "\n  "))
-	}
+	twice := l.noDoubleAck(t)
 	if toFloat(counts["completed"]) != float64(jobs) {
 		t.Errorf("%v jobs completed, %d pushed: %v", counts["completed"], jobs, counts)
 	}
 	t.Logf("%d jobs: %d pushes failed (%d of their jobs then found by the lookup), %d acknowledged pushes not completed, "+
-		"%d claims redelivered, %d ACKs unanswered or refused, %d double", jobs, failed, found, bad, l.redeliv, l.unknown, len(twice))
+		"%d claims redelivered, %d ACKs unanswered or refused, %d double", jobs, failed, found, bad, l.redeliv, l.unknown, twice)
 }
 
 // serveThrough pushes, pulls and acknowledges a job through one broker.

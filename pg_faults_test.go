@@ -382,6 +382,24 @@ func startFaultLoad(t *testing.T, brokers []*serverProc, q string, jobs int) *fa
 	return load
 }
 
+// noDoubleAck fails the test for each job whose ACKs were answered ok
+// under more than one lease token, with its trace, and answers how many
+// there were; l.mu is held.
+func (l *faultLedger) noDoubleAck(t *testing.T) int {
+	t.Helper()
+	var twice []string
+	for id, toks := range l.applied {
+		if len(toks) > 1 {
+			twice = append(twice, id)
+		}
+	}
+	sort.Strings(twice)
+	for _, id := range twice {
+		t.Errorf("job %s: ACKs answered ok under %d tokens:\n  %s", id, len(l.applied[id]), strings.Join(l.trace[id], "\n  "))
+	}
+	return len(twice)
+}
+
 // faultStep is one fault at an offset from the start.
 type faultStep struct {
 	at time.Duration
@@ -446,16 +464,7 @@ func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []fa
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var twice []string
-	for id, toks := range l.applied {
-		if len(toks) > 1 {
-			twice = append(twice, id)
-		}
-	}
-	sort.Strings(twice)
-	for _, id := range twice {
-		t.Errorf("job %s: ACKs applied under %d tokens:\n  %s", id, len(l.applied[id]), strings.Join(l.trace[id], "\n  "))
-	}
+	twice := l.noDoubleAck(t)
 	if len(l.pushed) != jobs {
 		t.Errorf("%d of %d pushes acknowledged", len(l.pushed), jobs)
 	}
@@ -463,7 +472,7 @@ func runFaults(t *testing.T, dbURL, ns string, brokers []*serverProc, steps []fa
 	if n := toFloat(counts["completed"]); n != float64(jobs) {
 		t.Errorf("%v jobs completed, %d pushed: %v", n, jobs, counts)
 	}
-	t.Logf("%d jobs: %d claims redelivered, %d ACKs unanswered or refused, %d double", jobs, l.redeliv, l.unknown, len(twice))
+	t.Logf("%d jobs: %d claims redelivered, %d ACKs unanswered or refused, %d double", jobs, l.redeliv, l.unknown, twice)
 	for i, b := range brokers {
 		select {
 		case <-b.done:
