@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,30 +32,6 @@ type pgPair struct {
 // failoverStandby is the standby's application_name, which the
 // primary's synchronous_standby_names names.
 const failoverStandby = "queued_standby"
-
-// pgServerBin is the directory of the newest PostgreSQL server programs
-// installed (/usr/lib/postgresql/<version>/bin); without them the test is
-// skipped, and fails under CI=true.
-func pgServerBin(t *testing.T) string {
-	t.Helper()
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_basebackup")
-	best, bestVersion := "", -1.0
-	for _, f := range found {
-		dir := filepath.Dir(f)
-		v, err := strconv.ParseFloat(filepath.Base(filepath.Dir(dir)), 64) // 9.6 before 15
-		if err != nil || v <= bestVersion {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
-			best, bestVersion = dir, v
-		}
-	}
-	if best == "" {
-		needService(t, "PostgreSQL's server programs (initdb, pg_ctl, pg_basebackup in /usr/lib/postgresql/<version>/bin) are not installed",
-			"apt-get install -y postgresql")
-	}
-	return best
-}
 
 // startPGPair makes the primary, starts it, copies it with pg_basebackup
 // into the standby and starts that, and waits until the primary counts
@@ -111,24 +86,6 @@ func startPGPair(t *testing.T) *pgPair {
 	p.start(p.standby)
 	p.waitSync()
 	return p
-}
-
-// chownPostgres gives dir to the postgres user when the test runs as
-// root, which PostgreSQL's programs refuse to run as.
-func chownPostgres(t *testing.T, dir string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		return
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		needService(t, "running as root with no postgres user to run a private PostgreSQL as", "apt-get install -y postgresql")
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // start starts one server and stops it (immediate mode) when the test
