@@ -744,6 +744,10 @@ func (p *PG) ExtendLocks(ctx context.Context, rn renewals) (int, error) {
 // lockOnly renews only jobs that have a lock.
 func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, error) {
 	now := p.now()
+	rn, extra, fresh := p.renewFresh(rn, now)
+	if len(rn.ids) == 0 {
+		return fresh, nil
+	}
 	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
 	// watched) and the deadline never comes before the grace period's end.
 	tag, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET lease_expires = CASE
@@ -752,13 +756,14 @@ func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, er
 			WHEN u.tok = '' AND NOT $5::boolean THEN j.lease_expires
 			ELSE LEAST($4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END,
 				COALESCE(j.timeout_at, $4::bigint + CASE WHEN u.dur > 0 THEN u.dur ELSE j.lease_ttl END)) END,
-			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 ELSE 0 END
-		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, tok, dur)
+			lease_renewals = j.lease_renewals + CASE WHEN j.lease_owner IS NOT NULL AND u.tok <> '' THEN 1 + u.extra ELSE 0 END
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $6::int[]) AS u(id, tok, dur, extra)
 		WHERE j.id = u.id AND j.state = {active} AND (u.tok = '' OR j.lease_token = u.tok)
 			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
-		rn.ids, rn.tokens, rn.durations, now, lockOnly)
+		rn.ids, rn.tokens, rn.durations, now, lockOnly, extra)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
 	}
-	return int(tag.RowsAffected()), nil
+	p.renewWritten(rn, extra)
+	return fresh + int(tag.RowsAffected()), nil
 }

@@ -16,17 +16,30 @@ import (
 )
 
 // pgHold is one claim: its token (empty when the pull named no owner) and
-// its start, which tells two owner-less claims of a job apart.
+// its start, which tells two owner-less claims of a job apart; for a lock,
+// when its lease was written, until when and for how long (pg_renew.go),
+// and the renewals answered without a write since the last one.
 type pgHold struct {
 	c       *conn
 	token   string
 	started int64
+	leaseAt int64
+	expires int64
+	ttl     int64
+	elided  int32
 }
 
 type pgHolds struct {
 	mu sync.Mutex
 	m  map[string]pgHold // job id -> the connection that pulled it
+	// gone holds the locks of claims lately finished through this broker
+	// (job id -> token), in two generations of at most pgGoneMax: a
+	// renewal of one is refused without asking the database (pg_renew.go).
+	gone, goneOld map[string]string
 }
+
+// pgGoneMax bounds a generation of pgHolds.gone.
+const pgGoneMax = 8192
 
 // hold records jobs pulled through c (tokens[i] is jobs[i]'s, when owned).
 func (p *PG) hold(c *conn, jobs []*Job, tokens []string) {
@@ -43,7 +56,11 @@ func (p *PG) hold(c *conn, jobs []*Job, tokens []string) {
 		if i < len(tokens) {
 			tok = tokens[i]
 		}
-		h.m[j.ID()] = pgHold{c: c, token: tok, started: j.StartedAt()}
+		hd := pgHold{c: c, token: tok, started: j.StartedAt()}
+		if l := j.run().lease; l != nil && tok != "" && l.Token == tok {
+			hd.leaseAt, hd.expires, hd.ttl = l.CreatedAt, l.ExpiresAt, l.TTL
+		}
+		h.m[j.ID()] = hd
 	}
 	h.mu.Unlock()
 }
@@ -56,11 +73,19 @@ func (p *PG) holdFor(o PullOpts, jobs []*Job, tokens []string) {
 	}
 }
 
-// unhold forgets jobs that were finished through this broker.
+// unhold forgets jobs that were finished through this broker, and keeps
+// their locks' tokens a while as gone: a token once finished never holds
+// its job again (a job run again gets a new one).
 func (p *PG) unhold(ids ...string) {
 	h := &p.holds
 	h.mu.Lock()
 	for _, id := range ids {
+		if hd, ok := h.m[id]; ok && hd.token != "" {
+			if len(h.gone) >= pgGoneMax || h.gone == nil {
+				h.goneOld, h.gone = h.gone, make(map[string]string, 64)
+			}
+			h.gone[id] = hd.token
+		}
 		delete(h.m, id)
 	}
 	h.mu.Unlock()
@@ -140,7 +165,7 @@ func (p *PG) releaseJobs(ctx context.Context, ids []string, claims map[string]pg
 			continue // finished, or claimed again, meanwhile
 		}
 		j := l.j
-		if renewals[id] > 0 {
+		if renewals[id] > 0 || hd.elided > 0 {
 			continue // trusted to be alive elsewhere until its lock runs out
 		}
 		j.setLease(nil)
