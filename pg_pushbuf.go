@@ -38,6 +38,7 @@ const (
 )
 
 type pgPushReq struct {
+	at    time.Time // when it came
 	queue string
 	jobs  []*Job
 	ids   []string
@@ -51,6 +52,9 @@ type pgPushLane struct {
 	pgRounds[*pgPushReq] // one writer per lane
 	// arrived is poked by each push while the writer gathers (gather).
 	arrived chan struct{}
+	// pace tells a stream of pushes, for which batches wait for company
+	// (pg_linger.go).
+	pace pgPace
 }
 
 // pgPlain reports a job that can share a transaction with other requests:
@@ -67,9 +71,10 @@ func pgPlain(j *Job) bool {
 // The push latency is the time to the commit, as the client waits for it.
 func (p *PG) pushAsync(queue string, jobs []*Job) Pushed {
 	began := time.Now()
-	req := &pgPushReq{queue: queue, jobs: jobs, done: make(chan struct{})}
+	req := &pgPushReq{at: began, queue: queue, jobs: jobs, done: make(chan struct{})}
 	lane := &p.push[fnv1a(queue)%pgPushLanes]
 	lane.mu.Lock()
+	lane.pace.came++
 	start := lane.add(req, 1)
 	if lane.arrived == nil {
 		lane.arrived = make(chan struct{}, 1)
@@ -101,6 +106,7 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 		lane.gather(answered, took)
 		lane.mu.Lock()
 		batch, _, ok := lane.next(pgPushMaxJobs, pushJobCount)
+		came := lane.pace.came
 		lane.mu.Unlock()
 		if !ok {
 			return
@@ -108,6 +114,9 @@ func (p *PG) pushWriter(lane *pgPushLane) {
 		began := time.Now()
 		p.insertBatch(batch)
 		answered, took = len(batch), time.Since(began)
+		lane.mu.Lock()
+		lane.pace.wrote(batch, lane.pace.came-came, began)
+		lane.mu.Unlock()
 	}
 }
 
@@ -148,6 +157,18 @@ func (l *pgPushLane) gather(answered int, took time.Duration) {
 	}
 	l.mu.Lock()
 	target := len(l.pending) + answered
+	if mode := l.pace.mode(); mode != pgPaceAnswers {
+		oldest := time.Now()
+		if len(l.pending) > 0 {
+			oldest = l.pending[0].at
+		}
+		if mode == pgPaceGatherers {
+			target = -1 // what they send grows with the wait
+		}
+		l.mu.Unlock()
+		l.linger(oldest.Add(pgPushLinger), target)
+		return
+	}
 	l.mu.Unlock()
 	waitForCompany(min(took, pgPushGather), l.arrived, nil, func() bool {
 		l.mu.Lock()
