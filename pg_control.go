@@ -17,6 +17,7 @@ func (p *PG) MoveJob(ctx context.Context, id string, m JobMove) error {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	var told func()
+	moved := false // an active job moved out of active
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		locked, err := p.lockRows(ctx, tx, []string{id})
 		if err != nil {
@@ -32,11 +33,17 @@ func (p *PG) MoveJob(ctx context.Context, id string, m JobMove) error {
 		if err != nil {
 			return err
 		}
+		moved = l.j.state == StateActive && step != stepKeep && step != stepData
 		told, err = p.moveJob(ctx, tx, j, m, step, now)
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if moved {
+		// No longer active under its lock: a renewal of it is refused
+		// without asking the database (pg_renew.go).
+		p.unhold(id)
 	}
 	if told != nil {
 		told()

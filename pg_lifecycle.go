@@ -746,7 +746,7 @@ func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, er
 	now := p.now()
 	rn, extra, fresh := p.renewFresh(rn, now)
 	if len(rn.ids) == 0 {
-		return fresh, nil
+		return len(fresh), nil
 	}
 	// Without a lock, lease_ttl is the stall limit (NULL: stalls are not
 	// watched) and the deadline never comes before the grace period's end.
@@ -762,8 +762,8 @@ func (p *PG) heartbeat(ctx context.Context, rn renewals, lockOnly bool) (int, er
 			AND (NOT $5::boolean OR j.lease_owner IS NOT NULL)`),
 		rn.ids, rn.tokens, rn.durations, now, lockOnly, extra)
 	if err != nil {
+		p.renewFailed(rn, extra, fresh)
 		return 0, pgErr(fmt.Errorf("heartbeat: %w", err))
 	}
-	p.renewWritten(rn, extra)
-	return fresh + int(tag.RowsAffected()), nil
+	return len(fresh) + int(tag.RowsAffected()), nil
 }

@@ -22,15 +22,18 @@ package main
 //     (an application adding jobs as they come, a client that pipelines):
 //     the next batch waits up to pgPushLinger from its oldest push, or
 //     until as many have come as the last batch answered;
-//   - requests of a few jobs whose sizes change from one to the next are
-//     a client gathering what came while its last push was answered, as
-//     the official client's add() does (it sends what it gathered as soon
-//     as the answer comes): the batch waits the whole pgPushLinger, since
-//     the longer it waits, the more the client gathers.
+//   - requests of a few jobs to a queue whose sizes change from one to
+//     the next are a client gathering what came while its last push was
+//     answered, as the official client's add() does (it sends what it
+//     gathered as soon as the answer comes): the batch waits the whole
+//     pgPushLinger, since the longer it waits, the more the client
+//     gathers.
 //
 // Pipelining clients are answered before they linger long (as many came
 // back as were answered), and clients that wait for each answer never
-// make a score: those batches go at once, as before (gather).
+// make a score: those batches go at once, as before (gather). Not told
+// apart: two such clients on one queue that send different fixed sizes
+// look like a client gathering, and wait.
 
 import "time"
 
@@ -52,28 +55,37 @@ const (
 // fading by a quarter a batch and forgotten after 100 ms with none. The
 // lane's lock guards it.
 type pgPace struct {
-	came     int     // pushes queued, ever
-	stream   float64 // pushes that came while a batch was written
-	gathers  float64 // requests of a few jobs, their sizes changing
-	lastSize int     // the jobs of the last request written
-	at       time.Time
+	came    int     // pushes queued, ever
+	stream  float64 // pushes that came while a batch was written
+	gathers float64 // requests of a few jobs, their sizes changing
+	// sizes are the jobs of each queue's last request written (the lanes
+	// are shared by queues: one client's sizes are told apart from
+	// another's on another queue); at most pgPaceQueues are kept.
+	sizes map[string]int
+	at    time.Time
 }
+
+// pgPaceQueues bounds pgPace.sizes.
+const pgPaceQueues = 64
 
 // wrote scores a batch written from began, while came pushes came.
 func (p *pgPace) wrote(batch []*pgPushReq, came int, began time.Time) {
 	if began.Sub(p.at) > 100*time.Millisecond {
 		p.stream, p.gathers = 0, 0
 	}
+	if p.sizes == nil || len(p.sizes) > pgPaceQueues {
+		p.sizes = make(map[string]int)
+	}
 	g := 0
 	for _, r := range batch {
-		if n := len(r.jobs); n <= 16 {
-			if n != p.lastSize && p.lastSize > 0 {
-				g++
-			}
-			p.lastSize = n
-		} else {
-			p.lastSize = 0
+		n := len(r.jobs)
+		if last := p.sizes[r.queue]; n <= 16 && last > 0 && n != last {
+			g++
 		}
+		if n > 16 {
+			n = 0
+		}
+		p.sizes[r.queue] = n
 	}
 	p.stream = p.stream*0.75 + float64(came)
 	p.gathers = p.gathers*0.75 + float64(g)
@@ -92,17 +104,13 @@ func (p *pgPace) mode() pgPaceMode {
 }
 
 // linger waits until until, until target pushes are queued (-1: no
-// target), or until the pushes queued fill a batch. With none queued it
-// waits for the first, and no longer than pgPushLinger after it.
+// target), or until the pushes queued fill a batch.
 func (l *pgPushLane) linger(until time.Time, target int) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	for {
 		l.mu.Lock()
-		n, jobs, first := len(l.pending), 0, time.Time{}
-		if n > 0 {
-			first = l.pending[0].at
-		}
+		n, jobs := len(l.pending), 0
 		for _, r := range l.pending {
 			if jobs += len(r.jobs); jobs >= pgPushMaxJobs {
 				break
@@ -111,10 +119,6 @@ func (l *pgPushLane) linger(until time.Time, target int) {
 		l.mu.Unlock()
 		if jobs >= pgPushMaxJobs || target >= 0 && n >= target {
 			return
-		}
-		if !first.IsZero() && first.Add(pgPushLinger).Before(until) {
-			until = first.Add(pgPushLinger)
-			t.Reset(time.Until(until))
 		}
 		select {
 		case <-l.arrived:

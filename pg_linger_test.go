@@ -45,6 +45,15 @@ func TestPGPaceTellsStreams(t *testing.T) {
 	if got := stream.mode(); got != pgPaceAnswers {
 		t.Errorf("a stream after a pause: mode %d, want %d", got, pgPaceAnswers)
 	}
+	var two pgPace
+	for i := range 20 {
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		two.wrote([]*pgPushReq{{queue: "a", jobs: make([]*Job, 1)}}, 0, at)
+		two.wrote([]*pgPushReq{{queue: "b", jobs: make([]*Job, 10)}}, 0, at)
+	}
+	if got := two.mode(); got != pgPaceAnswers {
+		t.Errorf("two clients on two queues, each a fixed size at a time: mode %d, want %d", got, pgPaceAnswers)
+	}
 	var big pgPace
 	for i := range 20 {
 		big.wrote(batch(100+i), 0, now)

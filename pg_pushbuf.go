@@ -145,7 +145,8 @@ const pgPushGather = 2 * time.Millisecond
 // gather waits until the clients the last batch answered have sent their
 // next pushes, or a batch is full: at most as long as that batch took to
 // write (its commit, a WAL flush, is what waiting saves), and never more
-// than pgPushGather. Without it a few clients pushing one job at a time
+// than pgPushGather. (Under a stream of pushes the lane waits longer for
+// company instead: pg_linger.go.) Without it a few clients pushing one job at a time
 // fall into step with the writer: while one half waits for its commit the
 // other half queues, and each commit carries half of them; with it, one
 // commit carries all of them. A client that does not come back costs the

@@ -15,7 +15,10 @@ package main
 // (never more than a tenth of its TTL) sooner than the renewal would have
 // made it, should no later renewal come; and, as the count is written
 // with the next renewal, a lease that lapses first reports one renewal
-// fewer.
+// fewer. What this broker did to the job since its claim is known here (a
+// written renewal, an ACK, a FAIL, a move); what another broker did in
+// that second is not: a renewal through this one then answers the lock
+// as it last knew it, as a reader of an older snapshot would.
 
 // pgRenewSlack bounds, in ms, how far a renewal answered without a write
 // may leave the lease's end from where the write would have put it.
@@ -24,12 +27,14 @@ const pgRenewSlack = 1000
 // renewSlack is the slack allowed a lease of ttl ms.
 func renewSlack(ttl int64) int64 { return min(pgRenewSlack, ttl/10) }
 
-// renewFresh answers the renewals of rn that need no write at now (their
-// count; a lock lately finished through this broker is not renewed, and
-// needs none either), and gives back the others, each with the renewals answered
-// without a write since its lock's last write (extra), to be added by the
-// write.
-func (p *PG) renewFresh(rn renewals, now int64) (rest renewals, extra []int32, fresh int) {
+// renewFresh answers the renewals of rn that need no write at now (fresh:
+// their ids; a lock lately finished through this broker is not renewed,
+// and needs none either), and gives back the others, each with the
+// renewals answered without a write since its lock's last write (extra),
+// to be added by the write. From a write on, the lock's end is the
+// write's: no renewal of it goes without one (even while the write is
+// under way, which may shorten the lock).
+func (p *PG) renewFresh(rn renewals, now int64) (rest renewals, extra []int32, fresh []string) {
 	h := &p.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -39,7 +44,8 @@ func (p *PG) renewFresh(rn renewals, now int64) (rest renewals, extra []int32, f
 		if !ok && tok != "" && (h.gone[id] == tok || h.goneOld[id] == tok) {
 			continue // finished through this broker: no longer active
 		}
-		if ok && tok != "" && hd.token == tok && hd.ttl > 0 {
+		mine := ok && tok != "" && hd.token == tok
+		if mine && hd.ttl > 0 {
 			if dur <= 0 {
 				dur = hd.ttl
 			}
@@ -47,7 +53,7 @@ func (p *PG) renewFresh(rn renewals, now int64) (rest renewals, extra []int32, f
 			if now-hd.leaseAt <= slack && abs64(now+dur-hd.expires) <= slack {
 				hd.elided++
 				h.m[id] = hd
-				fresh++
+				fresh = append(fresh, id)
 				continue
 			}
 		}
@@ -55,25 +61,31 @@ func (p *PG) renewFresh(rn renewals, now int64) (rest renewals, extra []int32, f
 		rest.tokens = append(rest.tokens, tok)
 		rest.durations = append(rest.durations, rn.durations[i])
 		var e int32
-		if ok && tok != "" && hd.token == tok {
-			e = hd.elided
+		if mine {
+			e, hd.elided, hd.ttl = hd.elided, 0, 0
+			h.m[id] = hd
 		}
 		extra = append(extra, e)
 	}
 	return rest, extra, fresh
 }
 
-// renewWritten takes back the renewals a write added to the jobs' counts;
-// and, as the lease's end is now the write's, no later renewal of these
-// jobs goes without one.
-func (p *PG) renewWritten(rest renewals, extra []int32) {
+// renewFailed undoes renewFresh's counts when the write of the others
+// failed: the renewals answered without a write are not told as done,
+// and the renewals the write was to add are kept for the next one.
+func (p *PG) renewFailed(rest renewals, extra []int32, fresh []string) {
 	h := &p.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, id := range rest.ids {
-		if hd, ok := h.m[id]; ok && hd.token == rest.tokens[i] && hd.token != "" {
-			hd.elided = max(0, hd.elided-extra[i])
-			hd.ttl = 0
+		if hd, ok := h.m[id]; ok && extra[i] > 0 && hd.token == rest.tokens[i] {
+			hd.elided += extra[i]
+			h.m[id] = hd
+		}
+	}
+	for _, id := range fresh {
+		if hd, ok := h.m[id]; ok && hd.elided > 0 {
+			hd.elided--
 			h.m[id] = hd
 		}
 	}

@@ -103,6 +103,16 @@ func TestPGRenewalOfAFreshLease(t *testing.T) {
 		t.Fatalf("a renewal of a completed job: %d renewed, %v", n, err)
 	}
 
+	// Moved back to waiting through this broker, the job's lock renews
+	// nothing, right after the claim as later.
+	movedID, movedTok, _ := pgPullHeld(t, ctx, p, c, "renew-moved", ttl)
+	if err := p.MoveJob(ctx, movedID, JobMove{Kind: MoveToWait, Token: movedTok}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Heartbeat(ctx, renewals{ids: []string{movedID}, tokens: []string{movedTok}, durations: []int64{0}}); err != nil || n != 0 {
+		t.Fatalf("a renewal of a job moved back to waiting: %d renewed, %v", n, err)
+	}
+
 	// Release on close: renewed without a write, the job stays active;
 	// never renewed, it goes back to its queue.
 	for try := 0; ; try++ {
@@ -127,5 +137,36 @@ func TestPGRenewalOfAFreshLease(t *testing.T) {
 		if count == 0 || try == 4 {
 			break
 		}
+	}
+}
+
+// TestPGRenewalWhileAWriteIsUnderWay: once a renewal of a lock goes to
+// the database (here one asking for a longer lock), no renewal of it is
+// answered without a write, even before that write is done: the write
+// may move the lock's end anywhere. The renewals answered before are
+// added by the write, and kept for the next one should it fail.
+func TestPGRenewalWhileAWriteIsUnderWay(t *testing.T) {
+	t.Parallel()
+	p := &PG{}
+	j := mustJob(t, "q", map[string]any{"data": 1})
+	const now, ttl = int64(1_000_000), int64(30000)
+	j.setLease(&Lease{Token: "tok", Owner: "w", CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
+	p.hold(&conn{}, []*Job{j}, []string{"tok"})
+	rn := func(dur int64) renewals {
+		return renewals{ids: []string{j.ID()}, tokens: []string{"tok"}, durations: []int64{dur}}
+	}
+	if rest, _, fresh := p.renewFresh(rn(0), now+10); len(fresh) != 1 || len(rest.ids) != 0 {
+		t.Fatalf("a renewal 10 ms after the claim: %d answered, %d to write; want 1 and 0", len(fresh), len(rest.ids))
+	}
+	rest, extra, fresh := p.renewFresh(rn(2*ttl), now+20)
+	if len(fresh) != 0 || len(rest.ids) != 1 || extra[0] != 1 {
+		t.Fatalf("a renewal for a longer lock: %d answered, %d to write adding %v; want 0, 1 adding [1]", len(fresh), len(rest.ids), extra)
+	}
+	if rest2, extra2, fresh2 := p.renewFresh(rn(0), now+30); len(fresh2) != 0 || len(rest2.ids) != 1 || extra2[0] != 0 {
+		t.Fatalf("a renewal while the write is under way: %d answered, %d to write adding %v; want 0, 1 adding [0]", len(fresh2), len(rest2.ids), extra2)
+	}
+	p.renewFailed(rest, extra, fresh)
+	if _, extra3, _ := p.renewFresh(rn(0), now+40); extra3[0] != 1 {
+		t.Fatalf("after a failed write the next write adds %v, want [1]", extra3)
 	}
 }
