@@ -5,13 +5,14 @@ package main
 // pull claimed the job in a transaction of its own (its queue's limits
 // read, the row locked, its lease written, a commit), before the worker
 // had it. Here a push of ready jobs to a queue on which pulls of this
-// broker sleep writes the leases in its own transaction, after the
-// insert, and the pulls get the jobs once it commits: one transaction a
-// job less, and a claim's statements. The claim's rules hold in the
-// statement (pgHandSQL): nothing is handed on a paused queue, a queue
-// with limits or groups, or while an older job of the queue is ready
-// (another broker's push, a job come due, a release), which keeps the
-// claim order; then the pulls are woken to claim as before.
+// broker sleep inserts them active, with their leases, and the pulls get
+// the jobs once it commits: one transaction a job less, and a claim's
+// statements; and one version of each row, not two. The claim's rules
+// hold in the statement (pgInsertHandSQL): nothing is handed on a paused
+// queue, a queue with limits or groups, or while an older job of the
+// queue is ready (another broker's push, a job come due, a release),
+// which keeps the claim order; the jobs are then inserted as any others,
+// and the pulls woken to claim as before.
 //
 // Only a pull that sleeps, with an owner (a lease: the lease columns need
 // no stall settings) and no group, is handed jobs, and only when the
@@ -29,15 +30,32 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// pgHandSQL is pgClaimedSQL for jobs a push hands to pulls (pg_claim.go),
-// answering the rows it made active: none when the queue may not hand
-// them ($9: the push's time).
-var pgHandSQL = pgClaimedSQL + `
-		AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = j.queue
-			AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
-		AND NOT EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.queue = j.queue AND o.state = {queued}
-			AND o.run_at <= $9 AND o.group_id IS NULL AND o.id <> ALL($1::text[]))
-		RETURNING j.id`
+// pgInsertHandSQL is pgInsertBareSQL (pg_insert.go) for a push that
+// hands its ready jobs to the sleeping pulls: those given a lease ($13 to
+// $17, by row) are inserted active with it, started at the push's time
+// ($18) by this broker ($19), when the queue may hand them; otherwise, as
+// every other row, as admitted. One statement, and one version of the
+// row, where an INSERT and then an UPDATE writing the lease were two. It
+// answers, for each row made, whether it was made active. The queue may
+// not hand jobs when paused, limited or grouped, or while an older job of
+// it is ready (the statement does not see its own rows).
+const pgInsertHandSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires,
+			group_id, body, plain, started_at, lease_token, lease_owner, lease_broker, lease_expires, lease_ttl, timeout_at)
+		SELECT u.id, $1, CASE WHEN h.ok AND u.tok IS NOT NULL THEN {active} ELSE u.state END, u.prio, u.key, u.run_at, u.created,
+			u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain,
+			CASE WHEN h.ok AND u.tok IS NOT NULL THEN $18::bigint END, CASE WHEN h.ok THEN u.tok END,
+			CASE WHEN h.ok THEN u.owner END, CASE WHEN h.ok AND u.tok IS NOT NULL THEN $19::text END,
+			CASE WHEN h.ok THEN u.exp END, CASE WHEN h.ok THEN u.ttl END, CASE WHEN h.ok THEN u.tout END
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[],
+				$10::text[], $11::smallint[], $12::boolean[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, tok, owner, exp, ttl, tout, ord),
+			(SELECT NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1
+					AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
+				AND NOT EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.queue = $1 AND o.state = {queued}
+					AND o.run_at <= $18 AND o.group_id IS NULL) AS ok) h
+		WHERE EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING RETURNING state = {active}`
 
 // pgHand is what a push hands to the sleeping pulls of a queue: jobs[i]
 // to pulls[of[i]], with the lease tokens[i] that expires at exps[i].
@@ -119,23 +137,31 @@ func (p *PG) sleepersOn(queue string) bool {
 	return false
 }
 
-// args are pgHandSQL's parameters.
-func (h *pgHand) args(broker string) []any {
-	n := len(h.jobs)
-	ids := make([]string, n)
+// insertArgs are pgInsertHandSQL's parameters for rows, the rows of
+// the push whose ready jobs h hands.
+func (h *pgHand) insertArgs(rows *pgRows, queue, broker string) []any {
+	n := len(rows.ids)
 	r := pgSavedRows{toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n),
 		ttls: make([]*int64, n), touts: make([]*int64, n)}
+	at := make(map[string]int, len(h.jobs))
 	for i, j := range h.jobs {
-		ids[i] = j.ID()
-		r.toks[i], r.owners[i], r.ttls[i] = &h.tokens[i], ptr(h.pulls[h.of[i]].o.Owner), &h.ttls[i]
-		r.exps[i] = ptr(h.now + h.ttls[i])
-		if at, ok := timeoutAtFrom(j, h.now); ok {
-			r.exps[i] = ptr(min(*r.exps[i], at))
-			r.touts[i] = ptr(at)
+		at[j.ID()] = i
+	}
+	for k, id := range rows.ids {
+		i, ok := at[id]
+		if !ok {
+			continue
+		}
+		j := h.jobs[i]
+		r.toks[k], r.owners[k], r.ttls[k] = &h.tokens[i], ptr(h.pulls[h.of[i]].o.Owner), &h.ttls[i]
+		r.exps[k] = ptr(h.now + h.ttls[i])
+		if t, ok := timeoutAtFrom(j, h.now); ok {
+			r.exps[k] = ptr(min(*r.exps[k], t))
+			r.touts[k] = ptr(t)
 		}
 	}
-	return []any{ids, h.now, broker, pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners),
-		pgtype.FlatArray[*int64](r.exps), pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts), h.now}
+	return append(rows.args(queue), pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners),
+		pgtype.FlatArray[*int64](r.exps), pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts), h.now, broker)
 }
 
 // settle gives each pull its jobs, made active as the rows were, once the
@@ -181,23 +207,31 @@ func readyOf(made []*Job) []*Job {
 	return ready
 }
 
-// read reads pgHandSQL's answer from br: the statement hands all of the
-// queue's jobs or none.
-func (h *pgHand) read(br pgx.BatchResults) error {
+// read reads pgInsertHandSQL's answer from br: how many rows it made,
+// and whether it made the handed ones active (all of them or none).
+func (h *pgHand) read(br pgx.BatchResults) (made int64, err error) {
 	rows, err := br.Query()
-	n := 0
+	active := 0
 	for err == nil && rows.Next() {
-		n++
+		var on bool
+		if err = rows.Scan(&on); err == nil {
+			made++
+			if on {
+				active++
+			}
+		}
 	}
-	if err == nil {
+	if rows != nil {
 		rows.Close()
-		err = rows.Err()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("hand jobs to pulls: %w", err)
+		return 0, fmt.Errorf("insert jobs: %w", err)
 	}
-	h.took = n == len(h.jobs)
-	return nil
+	h.took = active == len(h.jobs)
+	return made, nil
 }
 
 // unhanded takes the jobs handed by hands (by queue, parallel to the

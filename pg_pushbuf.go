@@ -296,14 +296,19 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) { rows.add(j, nil, now) })
 		jobs[i] = int64(len(rows.ids))
 		b.Queue(p.sql(pgRegisterBareSQL), q, int64(p.b.maxQueues), p.evName, p.createdPayload(q))
-		b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
 		done[q] = res
+		var h *pgHand
 		if ready {
-			if h := p.reserveHand(q, readyOf(res.made), now, clockOK); h != nil {
-				hands[i] = h
-				held = append(held, h)
-				b.Queue(p.sql(pgHandSQL), h.args(p.broker)...)
-			}
+			h = p.reserveHand(q, readyOf(res.made), now, clockOK)
+		}
+		if h != nil {
+			hands[i] = h
+			held = append(held, h)
+			b.Queue(p.sql(pgInsertHandSQL), h.insertArgs(&rows, q, p.broker)...)
+		} else {
+			b.Queue(p.sql(pgInsertBareSQL), rows.args(q)...)
+		}
+		if ready {
 			wake = append(wake, q)
 			made = append(made, len(rows.ids))
 		}
@@ -314,20 +319,25 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 			br.Close()
 			return held, fmt.Errorf("register queue %s: %w", q, err)
 		}
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return held, fmt.Errorf("insert jobs: %w", err)
-		}
+		var inserted int64
 		if h := hands[i]; h != nil {
-			if err := h.read(br); err != nil {
+			n, err := h.read(br)
+			if err != nil {
 				br.Close()
 				return held, err
 			}
+			inserted = n
+		} else {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return held, fmt.Errorf("insert jobs: %w", err)
+			}
+			inserted = tag.RowsAffected()
 		}
 		// A hand is done only once the whole pipeline committed: an
 		// error in a later queue's statements rolls this one back too.
-		if tag.RowsAffected() == 0 && jobs[i] > 0 {
+		if inserted == 0 && jobs[i] > 0 {
 			// No row for the queue: one more was past the limit. (Or,
 			// as rare, obliterated between the two statements: the push
 			// is refused all the same, and may be sent again.)
