@@ -58,7 +58,7 @@ const pgInsertHandSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_
 		ON CONFLICT DO NOTHING RETURNING state = {active}`
 
 // pgHand is what a push hands to the sleeping pulls of a queue: jobs[i]
-// to pulls[of[i]], with the lease tokens[i] that expires at exps[i].
+// to pulls[of[i]], with the lease tokens[i] of ttls[i] ms.
 type pgHand struct {
 	queue  string
 	pulls  []*pgWaiter

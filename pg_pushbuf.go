@@ -319,21 +319,10 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 			br.Close()
 			return held, fmt.Errorf("register queue %s: %w", q, err)
 		}
-		var inserted int64
-		if h := hands[i]; h != nil {
-			n, err := h.read(br)
-			if err != nil {
-				br.Close()
-				return held, err
-			}
-			inserted = n
-		} else {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return held, fmt.Errorf("insert jobs: %w", err)
-			}
-			inserted = tag.RowsAffected()
+		inserted, err := insertedBy(br, hands[i])
+		if err != nil {
+			br.Close()
+			return held, err
 		}
 		// A hand is done only once the whole pipeline committed: an
 		// error in a later queue's statements rolls this one back too.
@@ -358,6 +347,19 @@ func (p *PG) insertBare(ctx context.Context, order []string, byQueue map[string]
 		p.wakeEverywhere(wake, made)
 	}
 	return held, nil
+}
+
+// insertedBy reads a queue's insert from br: the rows it made (and,
+// through h when it hands jobs, whether it handed them).
+func insertedBy(br pgx.BatchResults, h *pgHand) (int64, error) {
+	if h != nil {
+		return h.read(br)
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, fmt.Errorf("insert jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // pgJobsIn counts the jobs of a batch.

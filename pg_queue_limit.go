@@ -39,7 +39,7 @@ const (
 	// (insertBare), where no statement can look at another's answer: it
 	// counts the queues only when the queue has no row, and makes none
 	// past the limit ($2; 0: none). The jobs' insert then finds no queue
-	// and inserts nothing (pgInsertBareSQL).
+	// and inserts nothing (pgInsertBareSQL, pgInsertHandSQL).
 	pgRegisterBareSQL = pgRegisterMadeCTE + `
 		SELECT pg_notify($3, $4) FROM made`
 	// pgRegisterCopySQL is pgRegisterBareSQL answering whether the queue
