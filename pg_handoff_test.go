@@ -58,6 +58,29 @@ func pgSleeping(t *testing.T, p *PG, queue string, n int) {
 	})
 }
 
+// pgReadyJob is mustJob made on p's clock (the database's), a second
+// back: ready when pushed. mustJob's own clock is this process's, which
+// p's estimate of the database's time may trail by a few milliseconds
+// under load: the job was then delayed by as much, and a push hands no
+// delayed job (TestPGPushHandsToSleepingPull failed so, 1 run in 4 with
+// the machine's cores busy).
+func pgReadyJob(t *testing.T, p *PG, queue string, fields map[string]any) *Job {
+	t.Helper()
+	var e Enc
+	if err := e.Any(fields); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseMap(e.B, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := parseJob(m, queue, "jobId", p.now()-1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 func takePull(t *testing.T, pull chan [2][]string, what string) (ids, tokens []string) {
 	t.Helper()
 	select {
@@ -84,7 +107,7 @@ func TestPGPushHandsToSleepingPull(t *testing.T) {
 		pull := pgOwnedPull(t, ctx, p, q, 20000)
 		pgSleeping(t, p, q, 1)
 		before := p.handed.Load()
-		ids, _, err := p.Push(ctx, q, []*Job{mustJob(t, q, map[string]any{"data": try})}, false).Wait()
+		ids, _, err := p.Push(ctx, q, []*Job{pgReadyJob(t, p, q, map[string]any{"data": try})}, false).Wait()
 		if err != nil {
 			t.Fatal(err)
 		}
