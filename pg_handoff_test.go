@@ -66,19 +66,7 @@ func pgSleeping(t *testing.T, p *PG, queue string, n int) {
 // the machine's cores busy).
 func pgReadyJob(t *testing.T, p *PG, queue string, fields map[string]any) *Job {
 	t.Helper()
-	var e Enc
-	if err := e.Any(fields); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ParseMap(e.B, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := parseJob(m, queue, "jobId", p.now()-1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
+	return mustJobAt(t, queue, fields, p.now()-1000)
 }
 
 func takePull(t *testing.T, pull chan [2][]string, what string) (ids, tokens []string) {

@@ -71,6 +71,12 @@ func closeTestStore(t testing.TB, b *MemEngine, st *SQLiteStore) {
 
 func mustJob(t testing.TB, queue string, fields map[string]any) *Job {
 	t.Helper()
+	return mustJobAt(t, queue, fields, nowMs())
+}
+
+// mustJobAt is mustJob made at now.
+func mustJobAt(t testing.TB, queue string, fields map[string]any, now int64) *Job {
+	t.Helper()
 	var e Enc
 	if err := e.Any(fields); err != nil {
 		t.Fatal(err)
@@ -79,7 +85,7 @@ func mustJob(t testing.TB, queue string, fields map[string]any) *Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := parseJob(m, queue, "jobId", nowMs())
+	j, err := parseJob(m, queue, "jobId", now)
 	if err != nil {
 		t.Fatal(err)
 	}
