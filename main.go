@@ -127,7 +127,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	// The process's, not a server's: servers a test runs in its own
 	// process share one runtime.
-	procs := startProcsTuner(log)
+	lv := procsLocal
+	if c.pgURL != "" {
+		lv = procsPG
+	}
+	procs := startProcsTuner(log, lv)
 	defer procs.Close()
 	if err := runServer(ctx, c, log, nil); err != nil {
 		log.Error("server stopped", "err", err)

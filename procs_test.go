@@ -14,7 +14,7 @@ import (
 // again), and back to all at the first look past procsHigh on one.
 func TestProcsTunerDecides(t *testing.T) {
 	t.Parallel()
-	tn := &procsTuner{all: 4, cur: 4}
+	tn := &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	look := func(cores float64) int {
 		tn.cur = tn.next(cores)
 		return tn.cur
@@ -38,6 +38,92 @@ func TestProcsTunerDecides(t *testing.T) {
 	}
 	if n := look(procsHigh + 0.1); n != 4 {
 		t.Fatalf("on one, a look past procsHigh: %d, want all", n)
+	}
+}
+
+// TestProcsTunerPGLevels: in PostgreSQL mode the tuner starts on one
+// processor, a single look past the high level is not enough to take all
+// back (a burst of answers), rise looks in a row are; a large frame does
+// not count, and it comes back down only below the PostgreSQL low level.
+func TestProcsTunerPGLevels(t *testing.T) {
+	t.Parallel()
+	lv := procsPG
+	if !lv.one || lv.burst || lv.rise < 2 || lv.low >= lv.high || lv.high <= procsHigh {
+		t.Fatalf("levels %+v: want a start on one, no bursts, rise of 2 or more, low under high, high past memory mode's %v", lv, procsHigh)
+	}
+	tn := &procsTuner{lv: lv, all: 2, cur: 1}
+	look := func(cores float64) int {
+		tn.cur = tn.next(cores)
+		return tn.cur
+	}
+	// Memory mode's high level is no load here.
+	for range 10 {
+		if n := look(procsHigh + 0.1); n != 1 {
+			t.Fatalf("at %v cores (under %v): %d processors, want 1", procsHigh+0.1, lv.high, n)
+		}
+	}
+	for i := range lv.rise - 1 {
+		if n := look(lv.high + 0.1); n != 1 {
+			t.Fatalf("busy look %d of %d: %d processors, want 1", i+1, lv.rise, n)
+		}
+	}
+	if n := look(lv.high - 0.05); n != 1 {
+		t.Fatalf("a look under high: %d", n)
+	}
+	// The count starts again after a look under high.
+	for i := range lv.rise - 1 {
+		if n := look(lv.high + 0.1); n != 1 {
+			t.Fatalf("busy look %d after a quiet one: %d processors, want 1", i+1, n)
+		}
+	}
+	if n := look(lv.high + 0.1); n != 2 {
+		t.Fatalf("%d busy looks in a row: %d processors, want all", lv.rise, n)
+	}
+	// Down again only below low, procsQuiet looks in a row.
+	for range procsQuiet + 5 {
+		if n := look(lv.low + 0.05); n != 2 {
+			t.Fatalf("at %v cores (over low): %d processors, want all", lv.low+0.05, n)
+		}
+	}
+	for range procsQuiet - 1 {
+		look(lv.low - 0.1)
+	}
+	if n := look(lv.low - 0.1); n != 1 {
+		t.Fatalf("after %d quiet looks: %d processors, want 1", procsQuiet, n)
+	}
+}
+
+// TestProcsPGStartsOnOne: the release binary in PostgreSQL mode runs on
+// one processor from its start, and a bulk push, which waits on the
+// database, does not take all back (in memory mode the tuner has done so
+// before the push is answered).
+func TestProcsPGStartsOnOne(t *testing.T) {
+	t.Parallel()
+	if runtime.NumCPU() < 2 {
+		t.Skip("one processor: nothing to follow")
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		t.Skip("GOMAXPROCS is set: the server leaves it alone")
+	}
+	ns := pgTestNamespace(t)
+	srv := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--log-level", "debug")
+	// From its start: the log says so before the server says it started
+	// (startBinary waits for that), not after a quiet spell.
+	out := srv.output()
+	one, started := strings.Index(out, "gomaxprocs=1"), strings.Index(out, "queued started")
+	if one < 0 || started < 0 || one > started {
+		t.Fatalf("want gomaxprocs=1 logged before the start:\n%s", out)
+	}
+	c := dial(t, srv.addr())
+	jobs := make([]any, 100)
+	for i := range jobs {
+		jobs[i] = M{"data": M{"pad": strings.Repeat("x", 64), "i": i}}
+	}
+	c.ok(M{"cmd": "PUSHB", "queue": "burst", "jobs": jobs})
+	// A frame of this size took all back in memory mode at once, before
+	// the answer (TestProcsFollowTheLoad).
+	if all := regexp.MustCompile(`gomaxprocs=([2-9]|[1-9][0-9]+)\b`); all.MatchString(srv.output()) {
+		t.Fatalf("a bulk push took all processors back in PostgreSQL mode:\n%s", srv.output())
 	}
 }
 
