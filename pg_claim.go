@@ -4,7 +4,9 @@ package main
 // the same moment are taken in rounds, one transaction for all of them
 // (pgClaimLane); a claim checks the queue's limits (pause, rate,
 // concurrency) and its groups', activates the rows it took and writes
-// their leases. Pull (pg_lifecycle.go) waits and retries around it.
+// their leases. Pull (pg_lifecycle.go) waits and retries around it. A
+// round whose pulls all have a lock owner claims in one round trip
+// instead (pg_take.go).
 
 import (
 	"context"
@@ -77,13 +79,13 @@ func (p *PG) claim(ctx context.Context, queue string, n int, o PullOpts) ([]*Job
 		return req.jobs, req.tokens, req.next, req.err
 	}
 	p.claimMu.Lock()
-	if p.claimLanes == nil {
-		p.claimLanes = map[string]*pgClaimLane{}
+	if p.claimLanes.lanes == nil {
+		p.claimLanes.lanes = map[string]*pgClaimLane{}
 	}
-	lane := p.claimLanes[queue]
+	lane := p.claimLanes.lanes[queue]
 	if lane == nil {
 		lane = &pgClaimLane{}
-		p.claimLanes[queue] = lane
+		p.claimLanes.lanes[queue] = lane
 	}
 	start := lane.add(req, pgClaimRounds)
 	p.claimMu.Unlock()
@@ -104,7 +106,7 @@ func (p *PG) claimRounds(queue string, lane *pgClaimLane) {
 		p.claimMu.Lock()
 		round, _, ok := lane.next(pgClaimMax, func(r *pgClaimReq) int { return r.n })
 		if !ok && lane.running == 0 {
-			delete(p.claimLanes, queue)
+			delete(p.claimLanes.lanes, queue)
 		}
 		p.claimMu.Unlock()
 		if !ok {
@@ -138,11 +140,19 @@ func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
 	}
 	now := p.now()
 	var c pgClaimed
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		c, err = p.claimTx(ctx, tx, queue, reqs, now)
-		return pgErr(err)
-	})
+	took := false
+	var err error
+	if p.takes(queue, reqs) {
+		c, took, err = p.take(ctx, queue, reqs, now)
+		err = pgErr(err)
+	}
+	if !took && err == nil {
+		err = p.inTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			c, err = p.claimTx(ctx, tx, queue, reqs, now)
+			return pgErr(err)
+		})
+	}
 	if mark.d != nil {
 		p.claimEnds(queue, mark, err == nil, c.fast, len(c.jobs)+len(c.expired), c.exhausted, c.next)
 	}
@@ -197,6 +207,7 @@ func (p *PG) claimTx(ctx context.Context, tx pgx.Tx, queue string, reqs []*pgCla
 		return pgClaimed{}, err
 	}
 	if first.claimed {
+		p.setLimited(queue, false)
 		if len(first.jobs) == 0 {
 			next, ready, err := p.nextDueOrReady(ctx, tx, queue, now)
 			return pgClaimed{next: next, fast: true, exhausted: !ready}, err
@@ -269,7 +280,7 @@ func (p *PG) refusal(ctx context.Context, tx pgx.Tx, queue string, rate *bucket,
 // progress update), and those may go back to waiting with no wake-up.
 // Only a queue with no ready row at all, locked or not, is marked empty
 // (pg_wait.go).
-func (p *PG) nextDueOrReady(ctx context.Context, tx pgx.Tx, queue string, now int64) (int64, bool, error) {
+func (p *PG) nextDueOrReady(ctx context.Context, tx pgQuerier, queue string, now int64) (int64, bool, error) {
 	var next *int64
 	var ready bool
 	err := tx.QueryRow(ctx, p.sql(`SELECT

@@ -258,10 +258,10 @@ type PG struct {
 	jobWaits pgJobWaits // WaitJob callers (pg_query.go)
 
 	claimMu    sync.Mutex
-	claimLanes map[string]*pgClaimLane // claims waiting for their round, by queue (claim)
-	claimsRun  atomic.Int64            // claim rounds that went to the database
-	acksRun    atomic.Int64            // ACK rounds that went to the database
-	handed     atomic.Int64            // jobs pushes handed to sleeping pulls (pg_handoff.go)
+	claimLanes pgClaimLanes // claims waiting for their round, by queue (claim)
+	claimsRun  atomic.Int64 // claim rounds that went to the database
+	acksRun    atomic.Int64 // ACK rounds that went to the database
+	handed     atomic.Int64 // jobs pushes handed to sleeping pulls (pg_handoff.go)
 	ackMu      sync.Mutex
 	acks       pgRounds[*pgAckReq] // ACKs waiting for their round (ack)
 	ackArrived chan struct{}       // poked by each ACK while a round gathers
