@@ -9,9 +9,11 @@ import (
 	"time"
 )
 
-// TestProcsTunerDecides: the processors go down to one only after
-// procsQuiet looks in a row below procsLow (a busy look starts the count
-// again), and back to all at the first look past procsHigh on one.
+// TestProcsTunerDecides: the processors go down to one once the looks
+// of the last procsQuiet average below procsLow (not before procsQuiet
+// looks on all of them; a busy look now and then does not hold them up,
+// a load above it does), and back to all at the first look past procsHigh
+// on one.
 func TestProcsTunerDecides(t *testing.T) {
 	t.Parallel()
 	tn := &procsTuner{lv: procsLocal, all: 4, cur: 4}
@@ -21,23 +23,41 @@ func TestProcsTunerDecides(t *testing.T) {
 	}
 	for i := range procsQuiet - 1 {
 		if n := look(0.1); n != 4 {
-			t.Fatalf("look %d below procsLow: %d processors, want 4", i+1, n)
+			t.Fatalf("look %d of %d below procsLow: %d processors, want 4", i+1, procsQuiet, n)
 		}
 	}
-	if n := look(procsLow + 0.1); n != 4 {
-		t.Fatalf("a busy look: %d", n)
-	}
-	for range procsQuiet - 1 {
-		look(0.1)
-	}
-	if n := look(0.1); n != 1 {
-		t.Fatalf("after %d quiet looks in a row: %d processors, want 1", procsQuiet, n)
+	// The average of 20 looks, one of them busy, is under procsLow.
+	if n := look(procsLow + 1); n != 1 {
+		t.Fatalf("after %d looks averaging under procsLow: %d processors, want 1", procsQuiet, n)
 	}
 	if n := look(procsHigh - 0.1); n != 1 {
 		t.Fatalf("on one, a look under procsHigh: %d", n)
 	}
 	if n := look(procsHigh + 0.1); n != 4 {
 		t.Fatalf("on one, a look past procsHigh: %d, want all", n)
+	}
+	// A load just above procsLow keeps them all, however long, as does
+	// one that comes and goes averaging above it.
+	for i := range 3 * procsQuiet {
+		if n := look(procsLow + 0.05); n != 4 {
+			t.Fatalf("look %d just above procsLow: %d processors, want 4", i+1, n)
+		}
+	}
+	for i := range 3 * procsQuiet {
+		c := 0.0
+		if i%2 == 0 {
+			c = 2*procsLow + 0.1
+		}
+		if n := look(c); n != 4 {
+			t.Fatalf("look %d of a load averaging above procsLow: %d processors, want 4", i+1, n)
+		}
+	}
+	// Then quiet: down once the last procsQuiet looks average under it.
+	k := 0
+	for look(0.05) != 1 {
+		if k++; k > procsQuiet {
+			t.Fatalf("still on all after %d quiet looks", k)
+		}
 	}
 }
 
@@ -79,17 +99,17 @@ func TestProcsTunerPGLevels(t *testing.T) {
 	if n := look(lv.high + 0.1); n != 2 {
 		t.Fatalf("%d busy looks in a row: %d processors, want all", lv.rise, n)
 	}
-	// Down again only below low, procsQuiet looks in a row.
+	// Down again only below low, on average over procsQuiet looks.
 	for range procsQuiet + 5 {
 		if n := look(lv.low + 0.05); n != 2 {
 			t.Fatalf("at %v cores (over low): %d processors, want all", lv.low+0.05, n)
 		}
 	}
-	for range procsQuiet - 1 {
-		look(lv.low - 0.1)
-	}
-	if n := look(lv.low - 0.1); n != 1 {
-		t.Fatalf("after %d quiet looks: %d processors, want 1", procsQuiet, n)
+	k := 0
+	for look(lv.low-0.1) != 1 {
+		if k++; k > procsQuiet {
+			t.Fatalf("still on all after %d looks under low", k)
+		}
 	}
 }
 
