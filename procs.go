@@ -14,11 +14,12 @@ package main
 //
 // In PostgreSQL mode the server mostly waits on the database, which on a
 // small host runs on the same cores: there one processor serves until it
-// is nearly busy (procsPG). At a steady 1,500 jobs a second through
-// `queued bench steady` on two cores shared with PostgreSQL, one
-// processor cost the server 17% less CPU a job (0.28 against 0.34 ms)
-// and the database a little less, and the latency was lower in each of
-// four runs in turn; bulk pushes and drains ran as fast. A large request
+// is nearly busy (procsPG). Through `queued bench steady` on two cores
+// shared with PostgreSQL, in turn with the old levels, medians of 3: at
+// 1,000 jobs a second the server spent 0.280 against 0.356 ms of CPU a
+// job and p99 was 13 against 21 ms; at 1,500 (past this machine's edge
+// either way) 0.270 against 0.318 ms, the database a tenth less; bulk
+// pushes and drains ran as fast (docs/performance.md). A large request
 // frame does not bring the processors back there: a bulk load waits on
 // the database, not on the server.
 //
@@ -51,7 +52,8 @@ const (
 	procsLow   = 0.4
 	procsQuiet = 20 // 2 s
 	// procsHigh: on one processor, past this many cores used in one look,
-	// all come back: the one processor is getting busy.
+	// all come back: the one processor is getting busy (memory and SQLite
+	// mode; PostgreSQL mode's levels are procsPG).
 	procsHigh = 0.5
 	// procsBurstBytes: on one processor, a TCP request frame this large
 	// (a PUSHB or ACKB of tens of jobs) brings all back at once, before

@@ -68,6 +68,9 @@ func TestProcsTunerDecides(t *testing.T) {
 func TestProcsTunerPGLevels(t *testing.T) {
 	t.Parallel()
 	lv := procsPG
+	if procsLocal.low != procsLow || procsLow != 0.4 || lv.low != 0.6 || lv.high != 0.8 {
+		t.Fatalf("levels: memory low %v, PostgreSQL %+v; want 0.4, and 0.6 to 0.8 (the levels docs/performance.md measured)", procsLow, lv)
+	}
 	if !lv.one || lv.burst || lv.rise < 2 || lv.low >= lv.high || lv.high <= procsHigh {
 		t.Fatalf("levels %+v: want a start on one, no bursts, rise of 2 or more, low under high, high past memory mode's %v", lv, procsHigh)
 	}
@@ -110,6 +113,45 @@ func TestProcsTunerPGLevels(t *testing.T) {
 		if k++; k > procsQuiet {
 			t.Fatalf("still on all after %d looks under low", k)
 		}
+	}
+}
+
+// TestProcsBurstFollowsTheLevels: a large frame on one processor asks the
+// tuner for all of them only where the levels say so (not in PostgreSQL
+// mode). Not parallel: it sets the process's flags, which no parallel
+// test runs beside.
+func TestProcsBurstFollowsTheLevels(t *testing.T) {
+	defer procsOne.Store(procsOne.Load())
+	defer procsBursts.Store(procsBursts.Load())
+	drain := func() int {
+		n := 0
+		for {
+			select {
+			case <-procsWake:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	drain()
+	procsOne.Store(true)
+	for _, lv := range []procsLevels{procsPG, procsLocal} {
+		procsBursts.Store(lv.burst)
+		procsBurst(procsBurstBytes - 1)
+		if n := drain(); n != 0 {
+			t.Fatalf("a frame under procsBurstBytes woke the tuner (burst %v)", lv.burst)
+		}
+		procsBurst(1 << 20)
+		if n, want := drain(), map[bool]int{false: 0, true: 1}[lv.burst]; n != want {
+			t.Fatalf("levels with burst %v: a large frame woke the tuner %d times, want %d", lv.burst, n, want)
+		}
+	}
+	// On all processors nothing is asked.
+	procsOne.Store(false)
+	procsBurst(1 << 20)
+	if n := drain(); n != 0 {
+		t.Fatal("a large frame on all processors woke the tuner")
 	}
 }
 
