@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"reflect"
 	"regexp"
@@ -276,6 +277,35 @@ func TestCLIBadInput(t *testing.T) {
 
 // cliServer starts queued in memory on ports P and P+1 (the CLI finds the
 // HTTP port as the TCP port plus one) and returns the global options.
+// freePortPair answers a port p such that p and p+1 were free a moment
+// ago (the CLI finds the HTTP port at the TCP port + 1), from below the
+// kernel's ephemeral range. The port after one the kernel gave to a
+// listener is most likely one its outgoing connections use (Linux gives
+// those ports of the other parity), and the suite's thousands of client
+// connections hold theirs for a minute after they close: a CI run found
+// p+1 taken 20 times in a row, then failed. Here only another test
+// picking the same pair, or a service of the machine, can take it; the
+// caller retries.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		p := 20000 + 2*rand.IntN(6000)
+		l1, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		l1.Close()
+		if err != nil {
+			continue
+		}
+		l2.Close()
+		return p
+	}
+	t.Fatal("no free pair of ports from 20000 to 32000")
+	return 0
+}
+
 func cliServer(t *testing.T, c *config) []string {
 	t.Helper()
 	if c == nil {
@@ -284,12 +314,7 @@ func cliServer(t *testing.T, c *config) []string {
 	c.host = "127.0.0.1"
 	c.memory = c.dataPath == ""
 	for try := 0; ; try++ {
-		p := freePort(t)
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
-			l.Close()
-		} else if try < 20 {
-			continue
-		}
+		p := freePortPair(t)
 		c.tcpPort, c.httpPort = p, p+1
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

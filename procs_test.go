@@ -118,8 +118,9 @@ func TestProcsTunerPGLevels(t *testing.T) {
 
 // TestProcsBurstFollowsTheLevels: a large frame on one processor asks the
 // tuner for all of them only where the levels say so (not in PostgreSQL
-// mode). Not parallel: it sets the process's flags, which no parallel
-// test runs beside.
+// mode).
+// Serial: it sets the process's flags, which the in-process servers of
+// parallel tests read on every request frame.
 func TestProcsBurstFollowsTheLevels(t *testing.T) {
 	defer procsOne.Store(procsOne.Load())
 	defer procsBursts.Store(procsBursts.Load())
