@@ -140,7 +140,7 @@ func TestDoctorVersion(t *testing.T) {
 func fakeHealth(t *testing.T, doc string) int {
 	t.Helper()
 	for try := 0; try < 50; try++ {
-		p := freePort(t)
+		p := freePortPair(t)
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
 		if err != nil {
 			continue
