@@ -156,18 +156,34 @@ func TestProcsBurstFollowsTheLevels(t *testing.T) {
 	}
 }
 
-// TestProcsPGStartsOnOne: the release binary in PostgreSQL mode runs on
-// one processor from its start, and a bulk push, which waits on the
-// database, does not take all back (in memory mode the tuner has done so
-// before the push is answered).
-func TestProcsPGStartsOnOne(t *testing.T) {
-	t.Parallel()
+// needProcsTuner skips a test of the release binary's tuner where it
+// does not run: one processor, or GOMAXPROCS set.
+func needProcsTuner(t *testing.T) {
+	t.Helper()
 	if runtime.NumCPU() < 2 {
 		t.Skip("one processor: nothing to follow")
 	}
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		t.Skip("GOMAXPROCS is set: the server leaves it alone")
 	}
+}
+
+// pushBurst pushes 100 jobs in one PUSHB: a frame past procsBurstBytes.
+func pushBurst(c *tclient) {
+	jobs := make([]any, 100)
+	for i := range jobs {
+		jobs[i] = M{"data": M{"pad": strings.Repeat("x", 64), "i": i}}
+	}
+	c.ok(M{"cmd": "PUSHB", "queue": "burst", "jobs": jobs})
+}
+
+// TestProcsPGStartsOnOne: the release binary in PostgreSQL mode runs on
+// one processor from its start, and a bulk push, which waits on the
+// database, does not take all back (in memory mode the tuner has done so
+// before the push is answered).
+func TestProcsPGStartsOnOne(t *testing.T) {
+	t.Parallel()
+	needProcsTuner(t)
 	ns := pgTestNamespace(t)
 	srv := startBinary(t, "--postgres-url", testPGURL(), "--postgres-namespace", ns, "--log-level", "debug")
 	// From its start: the log says so before the server says it started
@@ -178,11 +194,7 @@ func TestProcsPGStartsOnOne(t *testing.T) {
 		t.Fatalf("want gomaxprocs=1 logged before the start:\n%s", out)
 	}
 	c := dial(t, srv.addr())
-	jobs := make([]any, 100)
-	for i := range jobs {
-		jobs[i] = M{"data": M{"pad": strings.Repeat("x", 64), "i": i}}
-	}
-	c.ok(M{"cmd": "PUSHB", "queue": "burst", "jobs": jobs})
+	pushBurst(c)
 	// A frame of this size took all back in memory mode at once, before
 	// the answer (TestProcsFollowTheLoad).
 	if all := regexp.MustCompile(`gomaxprocs=([2-9]|[1-9][0-9]+)\b`); all.MatchString(srv.output()) {
@@ -195,22 +207,13 @@ func TestProcsPGStartsOnOne(t *testing.T) {
 // of them back at once.
 func TestProcsFollowTheLoad(t *testing.T) {
 	t.Parallel()
-	if runtime.NumCPU() < 2 {
-		t.Skip("one processor: nothing to follow")
-	}
-	if _, set := os.LookupEnv("GOMAXPROCS"); set {
-		t.Skip("GOMAXPROCS is set: the server leaves it alone")
-	}
+	needProcsTuner(t)
 	srv := startBinary(t, "--memory", "--log-level", "debug")
 	eventually(t, 60*time.Second, "the idle server on one processor", func() (bool, string) {
 		return strings.Contains(srv.output(), "gomaxprocs=1"), "no gomaxprocs=1 in the log yet"
 	})
 	c := dial(t, srv.addr())
-	jobs := make([]any, 100)
-	for i := range jobs {
-		jobs[i] = M{"data": M{"pad": strings.Repeat("x", 64), "i": i}}
-	}
-	c.ok(M{"cmd": "PUSHB", "queue": "burst", "jobs": jobs})
+	pushBurst(c)
 	// All: however many the runtime gave it at its start (a container's
 	// CPU quota may make them fewer than the machine's), more than one.
 	all := regexp.MustCompile(`gomaxprocs=([2-9]|[1-9][0-9]+)\b`)
