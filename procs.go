@@ -42,14 +42,13 @@ import (
 const (
 	// procsEvery is how often the server's CPU use is read.
 	procsEvery = 100 * time.Millisecond
-	// procsLow: below this many cores used, on average over the last
-	// procsQuiet looks, one processor serves. The average, not every
-	// look: on a slower machine (a small VM whose wake-ups cost more) the
-	// official client at 1,000 jobs/s kept the server at 0.33-0.40 of a
-	// core on two processors, a look now and then higher, and one
-	// processor would have served it with 15-20% less CPU a job
-	// (docs/performance.md, "Steady load").
-	procsLow   = 0.4
+	// procsLow: below this many cores used, for procsQuiet looks in a
+	// row, one processor serves. Every look, not their average: an
+	// average under 0.4 (tried) took a closed-loop load of 0.3-0.45 of a
+	// core down to one processor, where it ran 12% slower (the upstream
+	// benchmark's Process row), though a steady 1,000 jobs/s cost a sixth
+	// less CPU there (docs/performance.md, "Steady load").
+	procsLow   = 0.3
 	procsQuiet = 20 // 2 s
 	// procsHigh: on one processor, past this many cores used in one look,
 	// all come back: the one processor is getting busy (memory and SQLite
@@ -63,7 +62,7 @@ const (
 )
 
 // procsLevels are the thresholds a tuner follows, in cores used: below
-// low on average over procsQuiet looks it goes down to one processor, past
+// low for procsQuiet looks in a row it goes down to one processor, past
 // high on one for rise looks in a row it takes all back; burst: a large
 // request frame takes all back too; one: it starts on one processor.
 type procsLevels struct {
@@ -78,7 +77,8 @@ var (
 	// procsPG: PostgreSQL mode; high leaves room for the one processor to
 	// answer without a queue of runnable goroutines, and takes three looks
 	// (a burst of answers from the database is not a load). It starts on
-	// one, rather than after 2 s of looks on all of them.
+	// one: a load that comes at once would otherwise keep all of them, its
+	// looks at two processors seldom all under low in a row.
 	procsPG = procsLevels{low: 0.6, high: 0.8, rise: 3, one: true}
 )
 
@@ -114,10 +114,8 @@ func procsBurst(n int) {
 type procsTuner struct {
 	lv       procsLevels
 	all, cur int
-	quiet    int                 // looks on all processors since the last change
-	looks    [procsQuiet]float64 // the last of them, a ring
-	sum      float64             // of looks
-	busy     int                 // on one processor, looks in a row past lv.high
+	quiet    int // looks in a row below lv.low
+	busy     int // on one processor, looks in a row past lv.high
 	log      *slog.Logger
 	stop     chan struct{}
 	done     chan struct{}
@@ -156,20 +154,21 @@ func (t *procsTuner) next(cores float64) int {
 		t.restart()
 		return t.all
 	}
-	i := t.quiet % procsQuiet
-	t.sum += cores - t.looks[i]
-	t.looks[i] = cores
-	t.quiet++
-	if t.quiet >= procsQuiet && t.sum/procsQuiet < t.lv.low {
+	if cores < t.lv.low {
+		t.quiet++
+	} else {
+		t.quiet = 0
+	}
+	if t.quiet >= procsQuiet {
 		t.restart()
 		return 1
 	}
 	return t.cur
 }
 
-// restart forgets the looks counted toward going down.
+// restart forgets the looks counted toward a change.
 func (t *procsTuner) restart() {
-	t.quiet, t.busy, t.sum, t.looks = 0, 0, 0, [procsQuiet]float64{}
+	t.quiet, t.busy = 0, 0
 }
 
 func (t *procsTuner) run() {
