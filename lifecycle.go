@@ -269,7 +269,7 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 		if j.Priority > 0 {
 			q.nPrio--
 		}
-		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
+		if ttlExpired(j, now) {
 			// Expired while waiting: dropped with no job event, as the
 			// reference does (job:expired tells the live streams); the
 			// token it took goes back.
@@ -291,19 +291,13 @@ func (s *Shard) claim(q *Queue, n int, o PullOpts, now int64, jobs []*Job, token
 			// queue's backlog.
 			s.b.lat.wait.ObserveMs(now - j.CreatedAt)
 		}
-		j.state = StateActive
-		j.setStartedAt(now)
-		j.setHeartbeat(now)
-		j.addTimeline(TimelineEntry{State: StateActive, At: now})
-		q.nActive++
+		var l *Lease
 		if o.Owner != "" {
-			ttl := o.TTL
-			if ttl <= 0 {
-				ttl = defaultLockTTL
-			}
-			j.setLease(&Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
-			tokens = append(tokens, j.run().lease.Token)
+			l = pullLease(o, newID(), now)
+			tokens = append(tokens, l.Token)
 		}
+		takeJob(j, now, l)
+		q.nActive++
 		if o.Conn != nil && !o.Detach {
 			o.Conn.track(j)
 		}

@@ -319,7 +319,7 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 	// its count (the limits may have allowed fewer than all asked: n).
 	r, taken := 0, 0
 	for _, j := range jobs {
-		if j.cold().TTL != none && j.cold().TTL > 0 && now > j.CreatedAt+j.cold().TTL {
+		if ttlExpired(j, now) {
 			expired = append(expired, j.ID())
 			c.expired = append(c.expired, j)
 			continue
@@ -334,19 +334,11 @@ func (p *PG) activate(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job,
 		}
 		taken++
 		o := reqs[r].o
-		j.state = StateActive
-		j.setStartedAt(now)
-		j.setHeartbeat(now)
-		j.addTimeline(TimelineEntry{State: StateActive, At: now})
 		tok := ""
 		if o.Owner != "" {
-			ttl := o.TTL
-			if ttl <= 0 {
-				ttl = defaultLockTTL
-			}
-			j.setLease(&Lease{Token: newID(), Owner: o.Owner, CreatedAt: now, ExpiresAt: now + ttl, TTL: ttl})
-			tok = j.run().lease.Token
+			tok = newID()
 		}
+		takeJob(j, now, pullLease(o, tok, now))
 		c.jobs = append(c.jobs, j)
 		c.tokens = append(c.tokens, tok)
 		c.of = append(c.of, r)

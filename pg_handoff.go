@@ -100,13 +100,9 @@ func (p *PG) reserveHand(queue string, jobs []*Job, now int64, clockOK func() bo
 	for i, w := range pulls {
 		w.reserved = true
 		for take := 0; take < w.n && k < len(jobs); take++ {
-			ttl := w.o.TTL
-			if ttl <= 0 {
-				ttl = defaultLockTTL
-			}
 			h.of = append(h.of, i)
 			h.tokens = append(h.tokens, newID())
-			h.ttls = append(h.ttls, ttl)
+			h.ttls = append(h.ttls, lockTTL(w.o))
 			k++
 		}
 	}
@@ -171,11 +167,7 @@ func (p *PG) settleHand(h *pgHand) {
 	if h.done {
 		for i, j := range h.jobs {
 			w := h.pulls[h.of[i]]
-			j.state = StateActive
-			j.setStartedAt(h.now)
-			j.setHeartbeat(h.now)
-			j.addTimeline(TimelineEntry{State: StateActive, At: h.now})
-			j.setLease(&Lease{Token: h.tokens[i], Owner: w.o.Owner, CreatedAt: h.now, ExpiresAt: h.now + h.ttls[i], TTL: h.ttls[i]})
+			takeJob(j, h.now, pullLease(w.o, h.tokens[i], h.now))
 			p.b.lat.wait.ObserveMs(h.now - j.CreatedAt)
 			p.emit(h.queue, evPulled, j, h.now, evArgs{})
 			w.jobs = append(w.jobs, j)

@@ -45,6 +45,13 @@ const (
 		ORDER BY priority DESC, sort_key, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
 )
 
+// scanClaimFirst reads pgClaimFirstSQL's row into l and s.
+func scanClaimFirst(row pgx.Row, l *pgLimits, s *pgSettings) error {
+	return row.Scan(&l.paused, &l.rateMax, &l.rateDur, &l.rateTokens, &l.rateAt, &l.rateExpires, &l.rateCount, &l.conc,
+		&l.grouped, &s.stallEnabled, &s.stallInterval, &s.stallGrace, &s.stallMax, &s.dlqAuto, &s.dlqInterval,
+		&s.dlqMaxAge, &s.dlqMaxRetries, &s.dlqMaxEntries)
+}
+
 // pgFirst is what a claim's first round trip found.
 type pgFirst struct {
 	lim     pgLimits
@@ -69,9 +76,7 @@ func (p *PG) claimFirst(ctx context.Context, tx pgx.Tx, queue string, n int, now
 	defer br.Close()
 	l := &f.lim
 	s := &pgSettings{}
-	err := br.QueryRow().Scan(&l.paused, &l.rateMax, &l.rateDur, &l.rateTokens, &l.rateAt, &l.rateExpires, &l.rateCount, &l.conc,
-		&l.grouped, &s.stallEnabled, &s.stallInterval, &s.stallGrace, &s.stallMax, &s.dlqAuto, &s.dlqInterval,
-		&s.dlqMaxAge, &s.dlqMaxRetries, &s.dlqMaxEntries)
+	err := scanClaimFirst(br.QueryRow(), l, s)
 	f.set = map[string]*pgSettings{}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -131,10 +131,7 @@ func (p *PG) take(ctx context.Context, queue string, reqs []*pgClaimReq, now int
 	of := make([]int, n)
 	k := 0
 	for i, r := range reqs {
-		ttl := r.o.TTL
-		if ttl <= 0 {
-			ttl = defaultLockTTL
-		}
+		ttl := lockTTL(r.o)
 		for range r.n {
 			toks[k], owners[k], ttls[k], of[k] = newID(), r.o.Owner, ttl, i
 			k++
@@ -170,17 +167,12 @@ func (p *PG) take(ctx context.Context, queue string, reqs []*pgClaimReq, now int
 	var after pgTakeAfter
 	for i, j := range jobs {
 		slot := ranks[i] - 1
-		if t := j.cold().TTL; t != none && t > 0 && now > j.CreatedAt+t {
+		if ttlExpired(j, now) {
 			after.gone(j, toks[slot])
 			c.expired = append(c.expired, j)
 			continue
 		}
-		r := reqs[of[slot]]
-		j.state = StateActive
-		j.setStartedAt(now)
-		j.setHeartbeat(now)
-		j.addTimeline(TimelineEntry{State: StateActive, At: now})
-		j.setLease(&Lease{Token: toks[slot], Owner: r.o.Owner, CreatedAt: now, ExpiresAt: now + ttls[slot], TTL: ttls[slot]})
+		takeJob(j, now, pullLease(reqs[of[slot]].o, toks[slot], now))
 		if at, ok := timeoutAtFrom(j, now); ok {
 			after.timeout(j, toks[slot], at)
 		}
@@ -213,9 +205,7 @@ func (p *PG) takeBack(queue string, toks []string) {
 func readTake(br pgx.BatchResults) (pgLimits, []*Job, []int, error) {
 	var l pgLimits
 	var s pgSettings
-	err := br.QueryRow().Scan(&l.paused, &l.rateMax, &l.rateDur, &l.rateTokens, &l.rateAt, &l.rateExpires, &l.rateCount, &l.conc,
-		&l.grouped, &s.stallEnabled, &s.stallInterval, &s.stallGrace, &s.stallMax, &s.dlqAuto, &s.dlqInterval,
-		&s.dlqMaxAge, &s.dlqMaxRetries, &s.dlqMaxEntries)
+	err := scanClaimFirst(br.QueryRow(), &l, &s)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		l = pgLimits{}
