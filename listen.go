@@ -202,3 +202,15 @@ func listenAt(path, addr string) (net.Listener, error) {
 	}
 	return net.Listen("unix", path)
 }
+
+// quietListener accepts quiet sockets (quietconn_linux.go), for a
+// listener that wraps their connections (TLS).
+type quietListener struct{ net.Listener }
+
+func (l quietListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return quietSocket(nc), nil
+}

@@ -562,7 +562,7 @@ func (s *serverRun) listen() error {
 	}
 	s.ln, s.tcpLn = ln, ln
 	if s.certs != nil {
-		s.tcpLn = tls.NewListener(ln, s.certs.serverTLSConfig())
+		s.tcpLn = tls.NewListener(quietListener{ln}, s.certs.serverTLSConfig())
 	}
 	if c.httpPort < 0 {
 		return nil

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -464,11 +463,6 @@ const pgMinPool = 8
 // longer than a round trip.
 var defaultPGSession = pgSession{statementTimeout: 30000, lockTimeout: 5000, idleTxTimeout: 30000}
 
-// pgKeepAlive finds a dead peer in seconds rather than hours, on both
-// ends of every connection: the broker's (its socket) and the
-// database's (its tcp_keepalives_* settings, given at connect).
-var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
-
 // pgSessionParams sets what every session of the engine runs with, with
 // the URL's own choice kept where it makes one. JIT off: the planner's
 // cost estimate of the grouped claim's recursive CTE passes
@@ -498,7 +492,7 @@ func pgSessionParams(cfg *pgx.ConnConfig, s pgSession, namespace string) {
 	set("tcp_keepalives_idle", strconv.Itoa(int(pgKeepAlive.Idle.Seconds())))
 	set("tcp_keepalives_interval", strconv.Itoa(int(pgKeepAlive.Interval.Seconds())))
 	set("tcp_keepalives_count", strconv.Itoa(pgKeepAlive.Count))
-	cfg.DialFunc = (&net.Dialer{KeepAliveConfig: pgKeepAlive}).DialContext
+	cfg.DialFunc = pgDial
 }
 
 // pgAppName is the sessions' application_name: queued and the namespace,

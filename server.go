@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -167,11 +166,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		bo.ok()
-		raw := nc
-		if tc, ok := nc.(*tls.Conn); ok {
-			raw = tc.NetConn()
-		}
-		if tc, ok := raw.(*net.TCPConn); ok {
+		nc = quietSocket(nc) // a socket not under TLS; main.go's TLS listener takes quiet ones
+		if tc, ok := socketOf(nc).(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 			tc.SetKeepAlive(true)
 			tc.SetKeepAlivePeriod(30 * time.Second)
