@@ -28,6 +28,28 @@ func TestPGStaleStats(t *testing.T) {
 	}
 }
 
+// TestPGAnalyzeLookDue: a young table is looked at every round (every
+// pgYoungLook); an older one every pgRetainEvery.
+func TestPGAnalyzeLookDue(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		pages int64
+		since time.Duration
+		want  bool
+	}{
+		{0, 0, true}, // the first look
+		{pgYoungPages - 1, pgYoungLook, true},
+		{pgYoungPages, pgYoungLook, false},
+		{pgYoungPages, pgRetainEvery - time.Millisecond, false},
+		{pgYoungPages, pgRetainEvery, true},
+		{100_000, pgRetainEvery, true},
+	} {
+		if got := pgAnalyzeLookDue(c.pages, c.since); got != c.want {
+			t.Errorf("pgAnalyzeLookDue(%d, %v) = %v, want %v", c.pages, c.since, got, c.want)
+		}
+	}
+}
+
 // TestPGPlansFollowTheTable: a session that planned the claim's UPDATE
 // while the jobs table was empty (as every session of a new namespace
 // does: the engine's plans are generic, made once) joined the leases to
@@ -58,7 +80,7 @@ func TestPGPlansFollowTheTable(t *testing.T) {
 		SELECT 'done' || i, 'q', {done}, 0, i, 0, 0, i, '\x80'::bytea FROM generate_series(1, 5000) AS i`)); err != nil {
 		t.Fatal(err)
 	}
-	// The chore looks every pgRetainEvery.
+	// The chore looks every pgYoungLook while the table is young.
 	for {
 		var tuples float64
 		if err := conn.QueryRow(ctx, p.sql(`SELECT reltuples FROM pg_class WHERE oid = '{s}.jobs'::regclass`)).Scan(&tuples); err != nil {

@@ -36,7 +36,7 @@ const (
 	pgRetainBatch = 1000
 )
 
-// retainRound is one round of the retention, group and statistics chores (every
+// retainRound is one round of the retention and group chores (every
 // pgRetainEvery). A chore may take many batches, each a transaction under
 // a deadline of its own (from p.stopCtx, so that Close ends it), and so
 // runs past the round's deadline.
@@ -48,9 +48,6 @@ func (p *PG) retainRound(context.Context) {
 	}
 	if _, err := p.reapGroupsOnce(); err != nil && !p.closing() {
 		p.log.Warn("forgetting idle groups", "err", err)
-	}
-	if _, err := p.analyzeOnce(); err != nil && !p.closing() {
-		p.log.Warn("keeping the jobs table's statistics", "err", err)
 	}
 }
 

@@ -373,6 +373,7 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	p.every(pgCronTick, nil, p.cronRound)
 	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
 	p.every(pgRetainEvery, nil, p.retainRound)
+	p.every(pgYoungLook, nil, p.analyzeRounds())
 	p.every(pgInboxEvery, p.inboxKick, p.inboxRound)
 	// Serve only once this broker hears the others: an event or wake-up
 	// another broker sends before the LISTEN is in place is lost to this
