@@ -18,9 +18,9 @@ package main
 // when the table has no statistics and is no longer tiny, or has grown or
 // shrunk twofold since: a few ANALYZEs over a table's growth, none while
 // its size holds. Its new statistics make every session plan again.
-// While the table is young (under pgYoungPages) it looks every
-// pgYoungLook instead: those plans scan the table until it has some 80
-// pages, and at 3,000 jobs a second a new namespace's table went from 8
+// While the table is young (under pgYoungPages) and the broker pushes,
+// it looks as often as every pgYoungLook instead: those plans scan the
+// table until it has some 80 pages, and at 3,000 jobs a second a new namespace's table went from 8
 // to 600 pages before the first look at 2 s, its claims and ACKs each
 // scanning all of it meanwhile; the backlog this left took three more
 // seconds to drain (p99 200-360 ms where a warm table gave 17 ms).
@@ -35,6 +35,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,14 +55,36 @@ func pgStaleStats(pages, relpages int64, reltuples float64) bool {
 }
 
 const (
-	// pgYoungPages is the size, in pages, under which the table's
-	// statistics are looked at every pgYoungLook.
+	// pgYoungPages is the size, in pages, under which the table is young:
+	// its statistics are looked at as often as every pgYoungLook while
+	// this broker pushes (pgStatsWatch).
 	pgYoungPages = 256
 	pgYoungLook  = 200 * time.Millisecond
 )
 
+// pgStatsWatch brings the statistics chore's look forward while the
+// table is young and this broker pushes: each committed push nudges it
+// (pushed). An idle broker, or one whose table is not young, looks every
+// pgRetainEvery only, as a small namespace would otherwise be looked at
+// five times a second for ever.
+type pgStatsWatch struct {
+	young atomic.Bool
+	kick  chan struct{} // made before the broker serves
+}
+
+// nudge asks for a look, if the table is young.
+func (w *pgStatsWatch) nudge() {
+	if w.young.Load() {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // analyzeRounds makes the statistics chore's round, run every
-// pgYoungLook: it looks when pgAnalyzeLookDue says so.
+// pgRetainEvery and at each nudge: it looks when pgAnalyzeLookDue says
+// so.
 func (p *PG) analyzeRounds() func(context.Context) {
 	pages, last := int64(0), time.Time{}
 	return func(context.Context) {
@@ -77,14 +100,15 @@ func (p *PG) analyzeRounds() func(context.Context) {
 				p.log.Warn("keeping the jobs table's statistics", "err", err)
 			}
 		}
+		p.statsWatch.young.Store(pages < pgYoungPages)
 	}
 }
 
 // pgAnalyzeLookDue reports whether the table, pages pages at the last
-// look, since ago, is looked at again: at once while it is young, every
-// pgRetainEvery after.
+// look, since ago, is looked at again: after pgYoungLook while it is
+// young (the round runs then at a nudge), after pgRetainEvery when not.
 func pgAnalyzeLookDue(pages int64, since time.Duration) bool {
-	return pages < pgYoungPages || since >= pgRetainEvery
+	return (pages < pgYoungPages && since >= pgYoungLook) || since >= pgRetainEvery
 }
 
 // analyzeOnce analyzes the jobs table if its statistics are stale and the

@@ -28,8 +28,8 @@ func TestPGStaleStats(t *testing.T) {
 	}
 }
 
-// TestPGAnalyzeLookDue: a young table is looked at every round (every
-// pgYoungLook); an older one every pgRetainEvery.
+// TestPGAnalyzeLookDue: a young table is looked at again after
+// pgYoungLook (at a push's nudge); an older one after pgRetainEvery.
 func TestPGAnalyzeLookDue(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -37,7 +37,8 @@ func TestPGAnalyzeLookDue(t *testing.T) {
 		since time.Duration
 		want  bool
 	}{
-		{0, 0, true}, // the first look
+		{0, time.Since(time.Time{}), true}, // the first look
+		{0, pgYoungLook - time.Millisecond, false},
 		{pgYoungPages - 1, pgYoungLook, true},
 		{pgYoungPages, pgYoungLook, false},
 		{pgYoungPages, pgRetainEvery - time.Millisecond, false},
@@ -48,6 +49,26 @@ func TestPGAnalyzeLookDue(t *testing.T) {
 			t.Errorf("pgAnalyzeLookDue(%d, %v) = %v, want %v", c.pages, c.since, got, c.want)
 		}
 	}
+}
+
+// TestPGStatsWatchNudges: a push nudges the chore only while the table is
+// young, and a nudge never waits.
+func TestPGStatsWatchNudges(t *testing.T) {
+	t.Parallel()
+	w := pgStatsWatch{kick: make(chan struct{}, 1)}
+	w.nudge()
+	if len(w.kick) != 0 {
+		t.Fatal("nudged while the table is not young")
+	}
+	w.young.Store(true)
+	w.nudge()
+	w.nudge() // the first is not yet taken: this one does not wait
+	if len(w.kick) != 1 {
+		t.Fatalf("%d nudges waiting, want 1", len(w.kick))
+	}
+	var zero pgStatsWatch // a broker not yet serving
+	zero.young.Store(true)
+	zero.nudge()
 }
 
 // TestPGPlansFollowTheTable: a session that planned the claim's UPDATE
@@ -80,7 +101,8 @@ func TestPGPlansFollowTheTable(t *testing.T) {
 		SELECT 'done' || i, 'q', {done}, 0, i, 0, 0, i, '\x80'::bytea FROM generate_series(1, 5000) AS i`)); err != nil {
 		t.Fatal(err)
 	}
-	// The chore looks every pgYoungLook while the table is young.
+	// The chore looks every pgRetainEvery, and sooner at a push while
+	// the table is young.
 	for {
 		var tuples float64
 		if err := conn.QueryRow(ctx, p.sql(`SELECT reltuples FROM pg_class WHERE oid = '{s}.jobs'::regclass`)).Scan(&tuples); err != nil {

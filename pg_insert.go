@@ -30,6 +30,7 @@ func (p *PG) inserted(queue string, res pgInserted) {
 // pushed counts and tells of jobs inserted by a committed transaction.
 func (p *PG) pushed(queue string, made []*Job) {
 	p.b.stats.pushed.Add(int64(len(made)))
+	p.statsWatch.nudge()
 	now := p.now()
 	for _, j := range made {
 		p.emit(queue, evPushed, j, now, evArgs{})

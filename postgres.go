@@ -250,9 +250,11 @@ type PG struct {
 	// inboxName is the channel of transactional pushes (pg_enqueue.go).
 	inboxName string
 	inboxKick chan struct{}
-	broker    string // this broker's session id, written on its leases
-	log       *slog.Logger
-	b         *Broker // for what stays per broker: workers, subscribers, taps
+	// statsWatch brings the statistics chore forward (pg_analyze.go).
+	statsWatch pgStatsWatch
+	broker     string // this broker's session id, written on its leases
+	log        *slog.Logger
+	b          *Broker // for what stays per broker: workers, subscribers, taps
 
 	jobWaits pgJobWaits // WaitJob callers (pg_query.go)
 
@@ -373,7 +375,9 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	p.every(pgCronTick, nil, p.cronRound)
 	p.every(pgClockEvery, p.clock.kick, func(ctx context.Context) { p.readClock(ctx) })
 	p.every(pgRetainEvery, nil, p.retainRound)
-	p.every(pgYoungLook, nil, p.analyzeRounds())
+	p.statsWatch.kick = make(chan struct{}, 1)
+	p.statsWatch.young.Store(true) // until the first look says otherwise
+	p.every(pgRetainEvery, p.statsWatch.kick, p.analyzeRounds())
 	p.every(pgInboxEvery, p.inboxKick, p.inboxRound)
 	// Serve only once this broker hears the others: an event or wake-up
 	// another broker sends before the LISTEN is in place is lost to this

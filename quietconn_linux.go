@@ -100,33 +100,41 @@ func (c *quietConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Write writes all of p, or fails, as net.Conn's Write does.
+// Write writes all of p, or fails, as net.Conn's Write does: within one
+// RawConn.Write, which holds the socket's write lock throughout, so that
+// two writers' bytes never mix, and waits for the poller whenever the
+// socket's buffer is full.
 func (c *quietConn) Write(p []byte) (int, error) {
-	done := 0
+	done, stuck := 0, false
 	var errno syscall.Errno
-	for done < len(p) {
-		err := c.rc.Write(func(fd uintptr) bool {
-			for {
-				r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
-				switch e {
-				case syscall.EINTR:
-					continue
-				case syscall.EAGAIN:
-					return false
-				case 0:
-					done += int(r)
-				default:
-					errno = e
+	err := c.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			switch e {
+			case 0:
+				if r == 0 {
+					stuck = true // as internal/poll: never on a stream socket
+					return true
 				}
+				done += int(r)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false // full: the poller waits, then this is called again
+			default:
+				errno = e
 				return true
 			}
-		})
-		if err != nil {
-			return done, err
 		}
-		if errno != 0 {
-			return done, c.opError("write", errno)
-		}
+		return true
+	})
+	if err != nil {
+		return done, err
+	}
+	if errno != 0 {
+		return done, c.opError("write", errno)
+	}
+	if stuck {
+		return done, io.ErrUnexpectedEOF
 	}
 	return done, nil
 }

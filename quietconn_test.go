@@ -87,6 +87,36 @@ func TestQuietConnCarriesBytes(t *testing.T) {
 	}
 }
 
+// TestQuietConnWritersDoNotMix: two writers of buffers larger than the
+// socket's take turns by whole buffers, as with a standard connection
+// (each Write holds the write lock until all of it is written).
+func TestQuietConnWritersDoNotMix(t *testing.T) {
+	t.Parallel()
+	q, peer := quietPair(t)
+	const size = 4 << 20
+	errs := make(chan error, 2)
+	for _, b := range []byte{'a', 'b'} {
+		go func() {
+			_, err := q.Write(bytes.Repeat([]byte{b}, size))
+			errs <- err
+		}()
+	}
+	got := make([]byte, 2*size)
+	if _, err := io.ReadFull(peer, got); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second := got[:size], got[size:]
+	if bytes.Count(first, first[:1]) != size || bytes.Count(second, second[:1]) != size || first[0] == second[0] {
+		t.Fatalf("the two writers' bytes mixed: the first half has %d of %q, the second %d of %q",
+			bytes.Count(first, first[:1]), first[0], bytes.Count(second, second[:1]), second[0])
+	}
+}
+
 // TestQuietConnErrors: deadlines, Close and a peer's reset end a quiet
 // socket's calls with the errors a standard one gives.
 func TestQuietConnErrors(t *testing.T) {
