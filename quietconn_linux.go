@@ -17,9 +17,12 @@ package main
 // The sockets are non-blocking (the runtime's poller waits for them), so
 // a raw read or write never blocks its thread: it returns at once with
 // data, with EAGAIN (then the poller waits, deadlines and Close apply as
-// for any net.Conn), or with an error. Built with the race detector,
-// connections stay standard: its model of I/O as synchronization lives
-// in the syscall package's wrappers, which raw calls bypass.
+// for any net.Conn), or with an error. So nothing may call File() on
+// one (it makes the socket blocking: a raw read would then hold its
+// thread and its processor, with GOMAXPROCS 1 the whole process).
+// Built with the race detector, connections stay standard: its model of
+// I/O as synchronization lives in the syscall package's wrappers, which
+// raw calls bypass.
 
 import (
 	"crypto/tls"
