@@ -22,9 +22,9 @@ package main
 //     it, and handed to no pull.
 //
 // A job dropped so takes its place in the round: its pull gets one job
-// fewer. Should that statement fail, the round fails; its jobs stay
-// active under leases no pull holds, and go back to waiting when those
-// end, as a broker's that stopped would. A queue with limits or groups
+// fewer. Should that statement fail, or the take's answer not be read,
+// the round fails and its jobs go back to waiting at once, by their
+// tokens (takeBack): no pull was given them. A queue with limits or groups
 // claims nothing here (the statement checks, as pgClaimFastSQL does):
 // the round then claims as before, and the queue is remembered as
 // limited.
