@@ -25,6 +25,7 @@ package main
 // once the push's transaction has settled, whatever woke it meanwhile.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -186,11 +187,13 @@ func (p *PG) settleHand(h *pgHand) {
 	}
 }
 
-// readyOf are the jobs of made a pull may take now (not delayed), which
-// are then in claim order: none when their priorities differ, when one is
-// LIFO (claim order is then not the push's), or when one has a TTL (a
-// claim checks it, and drops a job whose TTL ran out). Those are claimed
-// as before.
+// readyOf are the jobs of made a pull may take now (not delayed), in
+// claim order: by their sort key (their run time: a client's timestamp
+// option may set it back), the push's order among equals, as the rows'
+// seq has it. None when their priorities differ, when one is LIFO, or
+// when one has a TTL (a claim checks it, and drops a job whose TTL ran
+// out): those are claimed as before. A hand of part of them takes them
+// from the first, so the order is what keeps the claim's.
 func readyOf(made []*Job) []*Job {
 	var ready []*Job
 	for _, j := range made {
@@ -201,6 +204,7 @@ func readyOf(made []*Job) []*Job {
 			ready = append(ready, j)
 		}
 	}
+	slices.SortStableFunc(ready, func(a, b *Job) int { return cmp.Compare(sortKey(a), sortKey(b)) })
 	return ready
 }
 

@@ -187,6 +187,39 @@ func TestPGPushHandsPartly(t *testing.T) {
 	}
 }
 
+// TestPGHandGivesTheOldest: a push whose jobs' times run backwards (a
+// client's timestamp option) hands the sleeping pull the one first in
+// claim order, not the first pushed. Handing in push order gave the pull
+// the later job and left the older one waiting (found in review).
+func TestPGHandGivesTheOldest(t *testing.T) {
+	t.Parallel()
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
+	for try := 0; ; try++ {
+		q := fmt.Sprintf("oldest%d", try)
+		pull := pgOwnedPull(t, ctx, p, q, 20000)
+		pgSleeping(t, p, q, 1)
+		before := p.handed.Load()
+		now := p.now()
+		later := mustJobAt(t, q, map[string]any{"data": "later", "timestamp": now - 1000}, now)
+		older := mustJobAt(t, q, map[string]any{"data": "older", "timestamp": now - 60000}, now)
+		if _, _, err := p.Push(ctx, q, []*Job{later, older}, false).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := takePull(t, pull, "the push"); len(got) != 1 || got[0] != older.ID() {
+			t.Fatalf("the sleeping pull was given %v, want the older job %s (the later is %s)", got, older.ID(), later.ID())
+		}
+		if got, _ := takePull(t, pgOwnedPull(t, ctx, p, q, 20000), "the next pull"); len(got) != 1 || got[0] != later.ID() {
+			t.Fatalf("the next pull was given %v, want the later job %s", got, later.ID())
+		}
+		if p.handed.Load() == before+1 {
+			return
+		}
+		if try == 4 {
+			t.Fatalf("none of %d pushes of two jobs to a sleeping pull handed it one", try+1)
+		}
+	}
+}
+
 // TestPGHandKeepsClaimOrder: a push does not hand its job while an older
 // job of the queue is ready (here one written without waking anyone, as a
 // job come due or another broker's push may be for a moment): the pull
