@@ -28,7 +28,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,6 +186,15 @@ func (a *answerBudget) free(n int64) {
 // its own, one at a time: a full collection marks every job in memory,
 // which no goroutine letting go of an answer (perhaps under its
 // connection's lock) should wait for.
+//
+// It gives the freed pages back to the system too (FreeOSMemory, not
+// just a collection): the runtime otherwise keeps them and returns them
+// slowly, and the next big answers were built in fresh pages beside
+// them. On a slower machine (a system call 1 µs) the ten callers took
+// the server to 401-439 MB again in 3 runs of 6 with a collection alone,
+// and to 242-318 MB in 5 runs of 5 with the pages given back. It costs
+// the faults of touching those pages again, and only while big answers
+// wait for room.
 func (a *answerBudget) collect(n int64) {
 	if f := a.freed.Add(n); f < a.limit/4 || !a.freed.CompareAndSwap(f, 0) {
 		return
@@ -193,7 +202,7 @@ func (a *answerBudget) collect(n int64) {
 	if a.collecting.CompareAndSwap(false, true) {
 		go func() {
 			defer a.collecting.Store(false)
-			runtime.GC()
+			debug.FreeOSMemory()
 		}()
 	}
 }
