@@ -52,6 +52,18 @@ func TestMain(m *testing.M) {
 	if !fuzzing(os.Args[1:]) {
 		os.Setenv(serverEnv, "1")
 	}
+	// The PostgreSQL brokers the tests start, in this process and as
+	// servers, open at most pgMinPool connections each, not 16: the
+	// parallel tests share one database and its max_connections (100 by
+	// default). On a slower machine they overlap longer, and a CI run
+	// (2026-12-06) had brokers refused with "too many clients already".
+	// A test that asks for a pool size (settings_test.go) still gets it.
+	if _, set := os.LookupEnv("BUNQUEUE_POSTGRES_POOL_SIZE"); !set {
+		os.Setenv("BUNQUEUE_POSTGRES_POOL_SIZE", strconv.Itoa(pgMinPool))
+	}
+	if defaultPGSession.poolSize == 0 {
+		defaultPGSession.poolSize = pgMinPool
+	}
 	// A race-enabled process sleeps a second before it exits, for races
 	// in goroutines still running then; a server the tests stop has ended
 	// its goroutines by then (every loop stops on shutdown), and the
