@@ -18,12 +18,13 @@ package main
 // when the table has no statistics and is no longer tiny, or has grown or
 // shrunk twofold since: a few ANALYZEs over a table's growth, none while
 // its size holds. Its new statistics make every session plan again.
-// While the table is young (under pgYoungPages) and the broker pushes,
-// it looks as often as every pgYoungLook instead: those plans scan the
-// table until it has some 80 pages, and at 3,000 jobs a second a new namespace's table went from 8
-// to 600 pages before the first look at 2 s, its claims and ACKs each
-// scanning all of it meanwhile; the backlog this left took three more
-// seconds to drain (p99 200-360 ms where a warm table gave 17 ms).
+// While the table is young (under pgYoungPages) and the broker pushes, it
+// looks as often as every pgYoungLook instead: those plans scan the table
+// until it has some 80 pages, and at 3,000 jobs a second a new namespace's
+// table went from 8 to 600 pages before the first look at 2 s, its claims
+// and ACKs each scanning all of it meanwhile; the backlog this left took
+// three more seconds to drain (p99 200-360 ms where a warm table gave
+// 17 ms).
 //
 // It analyzes the id column only. That records the table's size, which
 // is what these plans were missing, and costs little; a full ANALYZE took

@@ -20,9 +20,10 @@ package main
 // the rest are written waiting, after them in claim order, for the next
 // pulls to claim: at 1,500 jobs/s through bench steady a push in four
 // found too few pulls asleep, and handing such a push none (as at first)
-// took some 60% more claim rounds. A pull handed jobs is taken off the queue's
-// waiters at once, so no wake-up goes to it, and takes what it is handed
-// once the push's transaction has settled, whatever woke it meanwhile.
+// took some 60% more claim rounds. A pull handed jobs is taken off the
+// queue's waiters at once, so no wake-up goes to it, and takes what it is
+// handed once the push's transaction has settled, whatever woke it
+// meanwhile.
 
 import (
 	"cmp"
