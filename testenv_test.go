@@ -18,8 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // serverEnv makes this test binary run queued's main instead of the tests
@@ -86,6 +84,9 @@ func TestMain(m *testing.M) {
 	}
 	frameCheck = checkFrameBody
 	code := m.Run()
+	if testPGAdmin.pool != nil {
+		testPGAdmin.pool.Close()
+	}
 	if releasePath != "" {
 		os.RemoveAll(filepath.Dir(releasePath))
 	}
@@ -131,13 +132,7 @@ func needPG(t testing.TB) string {
 	pgReachOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, testPGURL())
-		if err != nil {
-			pgReachErr = err
-			return
-		}
-		defer conn.Close(ctx)
-		pgReachErr = conn.Ping(ctx)
+		pgReachErr = pgAdminExec(ctx, "SELECT 1")
 	})
 	if pgReachErr != nil {
 		u := testPGURL()
