@@ -178,3 +178,42 @@ func callsParallel(body *ast.BlockStmt) bool {
 	}
 	return false
 }
+
+// TestNoTestSignalsItself: no test sends a signal to the test process.
+// The tests run side by side in it, and a signal reaches all of them: a
+// SIGHUP meant for one test's in-process server ended another test's
+// bench (which stops on SIGHUP) in a CI run. A test signals a server
+// process of its own instead (startBinary).
+func TestNoTestSignalsItself(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := token.NewFileSet()
+	for _, path := range paths {
+		f, err := parser.ParseFile(fs, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			c, ok := n.(*ast.CallExpr)
+			if !ok || len(c.Args) == 0 {
+				return true
+			}
+			sel, ok := c.Fun.(*ast.SelectorExpr)
+			if !ok || (sel.Sel.Name != "Kill" && sel.Sel.Name != "Tgkill") {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || (pkg.Name != "syscall" && pkg.Name != "unix") {
+				return true
+			}
+			if target, ok := c.Args[0].(*ast.CallExpr); ok {
+				if f, ok := target.Fun.(*ast.SelectorExpr); ok && f.Sel.Name == "Getpid" {
+					t.Errorf("%s: a test signals its own process", fs.Position(c.Pos()))
+				}
+			}
+			return true
+		})
+	}
+}
