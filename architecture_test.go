@@ -142,16 +142,8 @@ func TestSizes(t *testing.T) {
 // them took 254 of the suite's 528 s on two cores, mostly waiting.
 func TestTestsRunInParallel(t *testing.T) {
 	t.Parallel()
-	paths, err := filepath.Glob("*_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := token.NewFileSet()
-	for _, path := range paths {
-		f, err := parser.ParseFile(fs, path, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fs, files := parseTestFiles(t)
+	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok || fd.Recv != nil || fd.Body == nil || !strings.HasPrefix(fd.Name.Name, "Test") || fd.Name.Name == "TestMain" {
@@ -163,6 +155,25 @@ func TestTestsRunInParallel(t *testing.T) {
 			t.Errorf("%s: %s neither calls t.Parallel() nor says why not in a \"Serial: \" line of its comment", fs.Position(fd.Pos()), fd.Name.Name)
 		}
 	}
+}
+
+// parseTestFiles parses the package's test files, with their comments.
+func parseTestFiles(t *testing.T) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	paths, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := token.NewFileSet()
+	var files []*ast.File
+	for _, path := range paths {
+		f, err := parser.ParseFile(fs, path, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return fs, files
 }
 
 // callsParallel reports a statement of body that is a call of t.Parallel.
@@ -186,16 +197,8 @@ func callsParallel(body *ast.BlockStmt) bool {
 // process of its own instead (startBinary).
 func TestNoTestSignalsItself(t *testing.T) {
 	t.Parallel()
-	paths, err := filepath.Glob("*_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := token.NewFileSet()
-	for _, path := range paths {
-		f, err := parser.ParseFile(fs, path, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fs, files := parseTestFiles(t)
+	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			c, ok := n.(*ast.CallExpr)
 			if !ok || len(c.Args) == 0 {
