@@ -279,6 +279,9 @@ type PG struct {
 	sqlKept    sync.Map          // template -> statement, PG.sql's
 	sqlKeptN   atomic.Int64      // statements kept
 	wg         sync.WaitGroup
+	// loops are the background loops' intervals, in the order every
+	// started them (each starts pgLoopStagger after the one before).
+	loops []time.Duration
 
 	ev    pgEvents                // pg_events.go
 	peers pgPeers                 // pg_peers.go
@@ -664,11 +667,33 @@ const pgCloseWait = 3 * time.Second
 // pgRoundTimeout bounds one round of a background loop.
 const pgRoundTimeout = 10 * time.Second
 
+// pgLoopStagger sets the background loops apart: each starts its ticker
+// this long after the one started before it. Their intervals are all
+// multiples of 50 ms, and started together they came due together (every
+// 2 s the reaper, cron, the inbox, the peer check, retention and
+// ANALYZE), each asking the pool for a connection at the same instant:
+// an idle broker grew its pool to 6 sessions besides the listener. Apart,
+// they take turns on one or two. The loops' offsets stay distinct modulo
+// 50 ms (TestPGLoopsApart).
+const pgLoopStagger = 7 * time.Millisecond
+
 // every runs round every interval, and when kick fires (nil: never), from
 // a goroutine of its own until Close; each round runs under a context
-// that ends after pgRoundTimeout or at Close.
+// that ends after pgRoundTimeout or at Close. The loops are started one
+// after another (OpenPG), not side by side.
 func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx context.Context)) {
+	offset := time.Duration(len(p.loops)) * pgLoopStagger
+	p.loops = append(p.loops, interval)
 	p.wg.Go(func() {
+		if offset > 0 {
+			wait := time.NewTimer(offset)
+			select {
+			case <-p.stop:
+				wait.Stop()
+				return
+			case <-wait.C:
+			}
+		}
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
