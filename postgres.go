@@ -281,7 +281,8 @@ type PG struct {
 	wg         sync.WaitGroup
 	// loops are the background loops' intervals, in the order every
 	// started them (each starts pgLoopStagger after the one before).
-	loops []time.Duration
+	loops   []time.Duration
+	loopsAt time.Time // when the first loop started
 
 	ev    pgEvents                // pg_events.go
 	peers pgPeers                 // pg_peers.go
@@ -682,11 +683,16 @@ const pgLoopStagger = 7 * time.Millisecond
 // that ends after pgRoundTimeout or at Close. The loops are started one
 // after another (OpenPG), not side by side.
 func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx context.Context)) {
-	offset := time.Duration(len(p.loops)) * pgLoopStagger
+	if len(p.loops) == 0 {
+		p.loopsAt = time.Now()
+	}
+	// Offsets from one instant, not from when each goroutine first runs,
+	// which a busy machine can delay past the next loop's turn.
+	at := p.loopsAt.Add(time.Duration(len(p.loops)) * pgLoopStagger)
 	p.loops = append(p.loops, interval)
 	p.wg.Go(func() {
-		if offset > 0 {
-			wait := time.NewTimer(offset)
+		if d := time.Until(at); d > 0 {
+			wait := time.NewTimer(d)
 			select {
 			case <-p.stop:
 				wait.Stop()

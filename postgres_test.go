@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -847,8 +848,8 @@ func TestPGLoopsApart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, _ := openTestPG(t, ctx, ns, pgOptions{})
-	if len(p.loops) < 5 {
-		t.Fatalf("%d background loops, want the reaper, cron, the inbox, peers, the clock, retention and ANALYZE", len(p.loops))
+	if len(p.loops) != 7 {
+		t.Fatalf("%d background loops, want 7: peers, the reaper, cron, the clock, retention, ANALYZE and the inbox (docs/postgresql.md names them)", len(p.loops))
 	}
 	type due struct {
 		at   time.Duration
@@ -860,7 +861,7 @@ func TestPGLoopsApart(t *testing.T) {
 			all = append(all, due{at, i})
 		}
 	}
-	slices.SortFunc(all, func(a, b due) int { return int(a.at - b.at) })
+	slices.SortFunc(all, func(a, b due) int { return cmp.Compare(a.at, b.at) })
 	for k := 1; k < len(all); k++ {
 		if a, b := all[k-1], all[k]; a.loop != b.loop && b.at-a.at < 5*time.Millisecond {
 			t.Fatalf("loops %d (every %v) and %d (every %v) come due %v apart, at %v", a.loop, p.loops[a.loop], b.loop, p.loops[b.loop], b.at-a.at, b.at)
