@@ -25,7 +25,7 @@ const pgLoopStagger = 7 * time.Millisecond
 // every runs round every interval, and when kick fires (nil: never), from
 // a goroutine of its own until Close; each round runs under a context
 // that ends after pgRoundTimeout or at Close. The loops are started one
-// after another (OpenPG), not side by side.
+// after another (openPG), not side by side.
 func (p *PG) every(interval time.Duration, kick <-chan struct{}, round func(ctx context.Context)) {
 	if len(p.loops) == 0 {
 		p.loopsAt = time.Now()

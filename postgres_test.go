@@ -28,7 +28,7 @@ import (
 
 // testPGURL is the test database. Without TLS: the URL without sslmode
 // gives "prefer", and the Debian server has TLS on, so every connection
-// the suite opens (some 2,600 a run) paid a handshake and every statement
+// the suite opens (some 1,900 a run) paid a handshake and every statement
 // its encryption; PostgreSQL's TLS libraries alone took 2% of the run's CPU.
 func testPGURL() string {
 	if u := os.Getenv("QUEUED_TEST_POSTGRES_URL"); u != "" {

@@ -125,17 +125,11 @@ func (ca *testCA) pool() *x509.CertPool {
 // startTLSServer runs runServer in memory with TLS on both ports.
 func startTLSServer(t *testing.T, certFile, keyFile string) (tcpAddr, httpAddr string) {
 	t.Helper()
-	return startTLSServerLog(t, certFile, keyFile, io.Discard)
-}
-
-// startTLSServerLog is startTLSServer with the server's log written to w.
-func startTLSServerLog(t *testing.T, certFile, keyFile string, w io.Writer) (tcpAddr, httpAddr string) {
-	t.Helper()
 	c := &config{host: "127.0.0.1", tcpPort: 0, httpPort: 0, memory: true, tlsCert: certFile, tlsKey: keyFile}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan [2]string, 1)
-	log := slog.New(slog.NewTextHandler(w, nil))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	go func() {
 		done <- runServer(ctx, c, log, func(tcp, h net.Addr) { ready <- [2]string{tcp.String(), h.String()} })
 	}()
