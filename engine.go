@@ -81,6 +81,11 @@ type JobEngine interface {
 	// HandedOut counts the jobs this broker handed out that are not yet
 	// finished, for a graceful stop to wait on (graceful_stop.go).
 	HandedOut(ctx context.Context) int
+	// Waits says whether Ack, AckBatch and Fail wait on a round trip to
+	// storage before they answer (PostgreSQL mode: for their round's
+	// commit). The handlers then run them off the connection's reader
+	// (Req.offReader).
+	Waits() bool
 }
 
 // FlowEngine pushes flows and answers parents about their children

@@ -439,6 +439,10 @@ func (s *Shard) leaveWait(ctx context.Context, queue string, w *waiter, woken bo
 // ---------------------------------------------------------------------------
 // ACK and FAIL
 
+// Waits: an ACK or a FAIL is answered from memory; SQLite mode writes it
+// behind the answer (sqlite.go).
+func (b *MemEngine) Waits() bool { return false }
+
 // Ack completes one job.
 func (b *MemEngine) Ack(_ context.Context, it AckItem) (Outcome, error) {
 	b.throttle()

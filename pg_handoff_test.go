@@ -317,3 +317,51 @@ func TestPGAcksShareRounds(t *testing.T) {
 		t.Fatalf("%d ACK rounds for %d ACKs sent at once, want a few", rounds, n)
 	}
 }
+
+// TestPGAcksOnOneConnectionShareRounds: ACKs sent together on one
+// connection, as a worker pool's share a few connections, are read
+// while the first waits for its commit and share its next round. Before,
+// the connection's reader waited on each ACK in turn: twenty ACKs made
+// twenty rounds, one commit each.
+func TestPGAcksOnOneConnectionShareRounds(t *testing.T) {
+	t.Parallel()
+	srv := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
+	c := dial(t, srv.addr)
+	defer c.close()
+	const q, n = "acks-one-conn", 20
+	jobs := make([]any, n)
+	for i := range jobs {
+		jobs[i] = M{"data": M{"i": i}}
+	}
+	c.ok(M{"cmd": "PUSHB", "queue": q, "jobs": jobs})
+	pulled := c.ok(M{"cmd": "PULLB", "queue": q, "count": n, "owner": "w", "lockTtl": 30000})
+	got, _ := pulled["jobs"].([]any)
+	toks, _ := pulled["tokens"].([]any)
+	if len(got) != n || len(toks) != n {
+		t.Fatalf("pulled %d jobs and %d tokens, want %d: %v", len(got), len(toks), n, pulled)
+	}
+	// All twenty frames in one write: the server reads them together.
+	var buf []byte
+	ids := make([]string, n)
+	chs := make([]chan map[string]any, n)
+	for i, j := range got {
+		m := M{"cmd": "ACK", "id": j.(map[string]any)["id"], "token": toks[i]}
+		ids[i], chs[i] = c.prepare(m)
+		buf = appendFrame(buf, m)
+	}
+	before := srv.pg.acksRun.Load()
+	c.writeRaw(buf)
+	for i := range n {
+		if a := c.await(ids[i], chs[i], callTimeout); a["ok"] != true {
+			t.Fatalf("ACK %d: %v", i, a)
+		}
+	}
+	rounds := srv.pg.acksRun.Load() - before
+	t.Logf("%d rounds for %d ACKs on one connection", rounds, n)
+	if rounds > n/2 {
+		t.Fatalf("%d ACK rounds for %d ACKs sent together on one connection, want them to share rounds", rounds, n)
+	}
+	if cnt := c.ok(M{"cmd": "GetJobCounts", "queue": q}); fmt.Sprint(cnt["counts"].(map[string]any)["completed"]) != fmt.Sprint(n) {
+		t.Fatalf("counts after the ACKs: %v", cnt)
+	}
+}

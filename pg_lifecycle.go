@@ -204,6 +204,9 @@ func (p *PG) pullClaim(ctx context.Context, queue string, n int, o PullOpts, fir
 // ---------------------------------------------------------------------------
 // ACK and FAIL
 
+// Waits: an ACK or a FAIL is answered once its round has committed.
+func (p *PG) Waits() bool { return true }
+
 // Ack completes one job; the job is no longer this broker's to release.
 func (p *PG) Ack(ctx context.Context, it AckItem) (Outcome, error) {
 	ctx, cancel := p.opCtx(ctx)
