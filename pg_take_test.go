@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pgLeaseCols is a job row's state and lease, as a claim wrote them.
@@ -204,5 +206,72 @@ func TestPGTakePutsBackWhatItCouldNotHand(t *testing.T) {
 	jobs, _, _, err := p.claim(ctx, q, 2, PullOpts{Owner: "w", TTL: 10_000})
 	if err != nil || len(jobs) != 1 || jobs[0].ID() != good.ID() {
 		t.Fatalf("the claim after: %d jobs, %v", len(jobs), err)
+	}
+}
+
+// TestPGClaimCommitsWithoutFlush: a claim's transaction commits without
+// waiting for its WAL (pgClaimPlan), and only that transaction: the next
+// statements on the same session, an ACK's among them, commit as the
+// database is set to (with the flush, by default). A setting that outlived its claim would leave the
+// session's later completions unflushed: done, and lost with a crash.
+func TestPGClaimCommitsWithoutFlush(t *testing.T) {
+	t.Parallel()
+	ctx, _, p := waitTestBroker(t, 60*time.Second)
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	setting := func() string {
+		t.Helper()
+		var s string
+		if err := conn.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// The database's own setting (on, unless its administrator chose
+	// otherwise) is what the session must come back to.
+	base := setting()
+	// As a take sends it: one batch, one implicit transaction.
+	b := &pgx.Batch{}
+	b.Queue(pgClaimPlan)
+	b.Queue(`SELECT current_setting('synchronous_commit')`)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	var in string
+	if err := br.QueryRow().Scan(&in); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if in != "off" {
+		t.Errorf("inside a claim's batch synchronous_commit is %s, want off", in)
+	}
+	if s := setting(); s != base {
+		t.Errorf("after a claim's batch the session has synchronous_commit %s, want %s", s, base)
+	}
+	// As claimUngrouped runs it: inside BEGIN ... COMMIT.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, pgClaimPlan); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&in); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if in != "off" {
+		t.Errorf("inside a claim's transaction synchronous_commit is %s, want off", in)
+	}
+	if s := setting(); s != base {
+		t.Errorf("after a claim's transaction the session has synchronous_commit %s, want %s", s, base)
 	}
 }
