@@ -25,7 +25,8 @@ func (q *pgRounds[R]) add(r R, lanes int) bool {
 	return false
 }
 
-// addSmall is add for rounds that wait for company (ackGather): a second
+// addSmall is add for rounds that do best one at a time under a steady
+// stream (ACKs, which wait for company: ackGather; claims): a second
 // lane starts only for a backlog larger than small. Under a steady stream
 // the requests that come while a round runs are then the next round, one
 // statement and one commit for them all, rather than rounds of one
