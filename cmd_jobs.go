@@ -4,6 +4,7 @@ package main
 // work is the engine's (JobEngine: lifecycle.go, pg_lifecycle.go).
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -261,8 +262,8 @@ func cmdAck(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(func(r *Req) error {
-		out, err := r.eng.Ack(r.ctx(), it)
+	return r.offReader(ackHeld([]AckItem{it}), func(r *Req, ctx context.Context) error {
+		out, err := r.eng.Ack(ctx, it)
 		if err != nil {
 			return err
 		}
@@ -281,12 +282,47 @@ func cmdAck(r *Req) error {
 // connections it kept up at 3,000). It runs at once when the engine
 // answers from memory, and when the connection has as many commands
 // waiting as it may: the client is slowed down rather than refused.
-// fn works from values read beforehand (see goAsync).
-func (r *Req) offReader(fn func(*Req) error) error {
-	if !r.eng.Waits() || r.c.nAsync.Load() >= maxAsyncPerConn {
-		return fn(r)
+// fn works from values read beforehand (see goAsync), which hold held
+// bytes.
+//
+// Bounds: the commands waiting off one connection's reader hold at most
+// offReaderMaxBytes between them, and take at most half of its
+// maxAsyncPerConn, so that its long polls always have room; past either,
+// the command runs on the reader, which stops reading meanwhile, as
+// before. fn's context does not end with the connection: a FAIL cut off
+// by the client's close would leave its job to be released as if the
+// attempt had not failed, with its error and removeOnFail lost.
+func (r *Req) offReader(held int, fn func(r *Req, ctx context.Context) error) error {
+	ctx := context.WithoutCancel(r.ctx())
+	c := r.c
+	if !r.eng.Waits() || c.nAsync.Load() >= maxAsyncPerConn/2 ||
+		c.offHeld.Load()+int64(held) > offReaderMaxBytes {
+		return fn(r, ctx)
 	}
-	return r.goAsync(fn)
+	c.offHeld.Add(int64(held))
+	err := r.goAsync(func(ar *Req) error {
+		defer c.offHeld.Add(-int64(held))
+		return fn(ar, ctx)
+	})
+	if err != errAsync {
+		c.offHeld.Add(-int64(held))
+	}
+	return err
+}
+
+// offReaderMaxBytes bounds what the commands waiting off one
+// connection's reader hold (Req.offReader): a worker pool's ACKs hold
+// little, and an ACKB of large results waits its turn on the reader.
+const offReaderMaxBytes = 1 << 20
+
+// ackHeld is what ACK items hold while they wait: their ids, tokens and
+// results.
+func ackHeld(items []AckItem) int {
+	n := 0
+	for _, it := range items {
+		n += len(it.ID) + len(it.Token) + len(it.Result)
+	}
+	return n
 }
 
 // outcome writes an applied ACK/FAIL as the plain success and one that
@@ -362,8 +398,8 @@ func cmdAckBatch(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(func(r *Req) error {
-		ignored, err := r.eng.AckBatch(r.ctx(), items)
+	return r.offReader(ackHeld(items), func(r *Req, ctx context.Context) error {
+		ignored, err := r.eng.AckBatch(ctx, items)
 		if err != nil {
 			return err
 		}
@@ -440,8 +476,8 @@ func cmdFail(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(func(r *Req) error {
-		out, err := r.eng.Fail(r.ctx(), id, tok, f)
+	return r.offReader(len(id)+len(tok)+f.size(), func(r *Req, ctx context.Context) error {
+		out, err := r.eng.Fail(ctx, id, tok, f)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,7 @@ type conn struct {
 	cancel   context.CancelFunc
 	async    sync.WaitGroup
 	nAsync   atomic.Int32
+	offHeld  atomic.Int64 // bytes held by ACKs and FAILs run off the reader (Req.offReader)
 	closed   atomic.Bool
 	stopping atomic.Bool
 

@@ -365,3 +365,48 @@ func TestPGAcksOnOneConnectionShareRounds(t *testing.T) {
 		t.Fatalf("counts after the ACKs: %v", cnt)
 	}
 }
+
+// TestPGFailThenCloseCounts: a FAIL sent just before the client closes
+// its connection still counts. FAIL runs off the connection's reader in
+// PostgreSQL mode; run on the connection's context, the close cancelled
+// its transaction, and the job was then released as if it had not
+// failed: a job of one attempt went back to waiting instead of failing,
+// and a worker that failed and exited each time retried it for ever.
+func TestPGFailThenCloseCounts(t *testing.T) {
+	t.Parallel()
+	srv := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
+	look := dial(t, srv.addr)
+	defer look.close()
+	const q, n = "fail-close", 5
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = look.ok(M{"cmd": "PUSH", "queue": q, "data": M{"i": i}, "maxAttempts": 1})["id"].(string)
+	}
+	for i := range n {
+		w := dial(t, srv.addr)
+		pulled := w.ok(M{"cmd": "PULL", "queue": q, "owner": "w", "lockTtl": 60000})
+		job, _ := pulled["job"].(map[string]any)
+		if job == nil {
+			t.Fatalf("pull %d: %v", i, pulled)
+		}
+		// The FAIL and the close, with no wait for the answer between.
+		w.writeRaw(appendFrame(nil, M{"cmd": "FAIL", "id": job["id"], "token": pulled["token"], "error": "boom"}))
+		w.close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range ids {
+		for {
+			st := look.ok(M{"cmd": "GetState", "id": id})["state"]
+			if st == "failed" {
+				break
+			}
+			if st != "active" {
+				t.Fatalf("job %s is %v after its one attempt failed and its worker closed, want failed", id, st)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still active 30 s after its FAIL", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

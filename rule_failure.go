@@ -33,6 +33,15 @@ type failure struct {
 	reason        string // DLQ reason when terminal
 }
 
+// size is what a failure holds in bytes: its error and stack.
+func (f failure) size() int {
+	n := len(f.err) + len(f.reason)
+	for _, l := range f.stack {
+		n += len(l)
+	}
+	return n
+}
+
 // failedAttempt applies a failed attempt to an active job, the same way in
 // both engines: the attempt counted, its stack and timeline kept and its
 // record written. It answers whether the job retries (then RunAt is after
