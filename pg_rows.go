@@ -25,8 +25,10 @@ import (
 // A claim's commit does not wait for the WAL to reach the disk
 // (synchronous_commit off, for that transaction only). What a claim
 // writes matters only while the database runs: a claim lost with a
-// crash of PostgreSQL leaves its jobs waiting, as they were, and they
-// are handed out again, as a lease that runs out hands them out again.
+// crash of PostgreSQL (the last 0.6 s of claims at most, with the default
+// wal_writer_delay) leaves its jobs waiting, as they were, and they are
+// handed out again while the worker that had them may still run them,
+// as after a lease that ran out (whose ACK is refused the same way).
 // Nothing a client was told is done depends on it: the ACK, the FAIL and
 // the push that follow commit with the flush, and the WAL is flushed in
 // order, so a completion that is on disk has its claim on disk too. Under
