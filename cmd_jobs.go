@@ -278,25 +278,26 @@ func cmdAck(r *Req) error {
 // until its commit, a connection carried one ACK at a time, so the
 // workers on it queued behind one another and an ACK round had one ACK
 // of each connection (`queued bench steady` in PostgreSQL mode fell
-// behind at 1,500 jobs/s with 20 workers on 3 connections; on 20
-// connections it kept up at 3,000). It runs at once when the engine
-// answers from memory, and when the connection has as many commands
-// waiting as it may: the client is slowed down rather than refused.
-// fn works from values read beforehand (see goAsync), which hold held
-// bytes.
+// behind between 1,500 and 2,000 jobs/s with 20 workers on 3
+// connections; on 21 connections it kept up at 2,000). It runs at once
+// when the engine answers from memory. fn works from values read
+// beforehand (see goAsync), which hold held bytes.
 //
 // Bounds: the commands waiting off one connection's reader hold at most
 // offReaderMaxBytes between them, and take at most half of its
 // maxAsyncPerConn, so that its long polls always have room; past either,
 // the command runs on the reader, which stops reading meanwhile, as
-// before. fn's context does not end with the connection: a FAIL cut off
-// by the client's close would leave its job to be released as if the
-// attempt had not failed, with its error and removeOnFail lost.
+// before: the client is slowed down rather than refused. fn's context
+// does not end with the connection: a FAIL cut off by the client's close
+// would leave its job to be released as if the attempt had not failed,
+// with its error and removeOnFail lost.
 func (r *Req) offReader(held int, fn func(r *Req, ctx context.Context) error) error {
+	if !r.eng.Waits() {
+		return fn(r, r.ctx())
+	}
 	ctx := context.WithoutCancel(r.ctx())
 	c := r.c
-	if !r.eng.Waits() || c.nAsync.Load() >= maxAsyncPerConn/2 ||
-		c.offHeld.Load()+int64(held) > offReaderMaxBytes {
+	if c.nAsync.Load() >= maxAsyncPerConn/2 || c.offHeld.Load()+int64(held) > offReaderMaxBytes {
 		return fn(r, ctx)
 	}
 	c.offHeld.Add(int64(held))
