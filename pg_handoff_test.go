@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -407,6 +408,50 @@ func TestPGFailThenCloseCounts(t *testing.T) {
 				t.Fatalf("job %s still active 30 s after its FAIL", id)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestPGAcksPastTheReaderBound: ACKs whose results are more than
+// offReaderMaxBytes together, sent at once on one connection, all
+// complete with their results: those past the bound run on the reader.
+func TestPGAcksPastTheReaderBound(t *testing.T) {
+	t.Parallel()
+	srv := startPGInProcess(t, testPGURL(), pgTestNamespace(t), nil, pgOptions{})
+	c := dial(t, srv.addr)
+	defer c.close()
+	const q, n = "acks-big", 4
+	size := offReaderMaxBytes/2 + 1024 // two of them pass the bound
+	for i := range n {
+		c.ok(M{"cmd": "PUSH", "queue": q, "data": M{"i": i}})
+	}
+	pulled := c.ok(M{"cmd": "PULLB", "queue": q, "count": n, "owner": "w", "lockTtl": 30000})
+	got, _ := pulled["jobs"].([]any)
+	toks, _ := pulled["tokens"].([]any)
+	if len(got) != n || len(toks) != n {
+		t.Fatalf("pulled %d jobs and %d tokens, want %d", len(got), len(toks), n)
+	}
+	var buf []byte
+	ids := make([]string, n)
+	reqs := make([]string, n)
+	chs := make([]chan map[string]any, n)
+	for i, j := range got {
+		ids[i] = j.(map[string]any)["id"].(string)
+		m := M{"cmd": "ACK", "id": ids[i], "token": toks[i], "result": M{"blob": strings.Repeat(string(rune('a'+i)), size)}}
+		reqs[i], chs[i] = c.prepare(m)
+		buf = appendFrame(buf, m)
+	}
+	c.writeRaw(buf)
+	for i := range n {
+		if a := c.await(reqs[i], chs[i], callTimeout); a["ok"] != true {
+			t.Fatalf("ACK %d: %v", i, a)
+		}
+	}
+	for i, id := range ids {
+		res := c.ok(M{"cmd": "GetResult", "id": id})
+		blob, _ := res["result"].(map[string]any)["blob"].(string)
+		if len(blob) != size || blob[0] != byte('a'+i) {
+			t.Fatalf("job %d's result: %d bytes of %q, want %d of %q", i, len(blob), blob[:min(len(blob), 1)], size, string(rune('a'+i)))
 		}
 	}
 }
