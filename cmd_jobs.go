@@ -262,13 +262,15 @@ func cmdAck(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(ackHeld([]AckItem{it}), func(r *Req, ctx context.Context) error {
-		out, err := r.eng.Ack(ctx, it)
-		if err != nil {
-			return err
-		}
-		return r.outcome(out)
-	})
+	return offReader(r, ackHeld([]AckItem{it}), it, ackOne)
+}
+
+func ackOne(r *Req, ctx context.Context, it AckItem) error {
+	out, err := r.eng.Ack(ctx, it)
+	if err != nil {
+		return err
+	}
+	return r.outcome(out)
 }
 
 // offReader runs fn, which calls the engine, off the connection's reader
@@ -280,8 +282,10 @@ func cmdAck(r *Req) error {
 // of each connection (`queued bench steady` in PostgreSQL mode fell
 // behind between 1,500 and 2,000 jobs/s with 20 workers on 3
 // connections; on 21 connections it kept up at 2,000). It runs at once
-// when the engine answers from memory. fn works from values read
-// beforehand (see goAsync), which hold held bytes.
+// when the engine answers from memory. fn works from a, read beforehand
+// (see goAsync), which holds held bytes; fn is a plain function and a
+// is copied into a closure only on the way off the reader, so that the
+// ACK path of memory mode allocates nothing more.
 //
 // Bounds: the commands waiting off one connection's reader hold at most
 // offReaderMaxBytes between them, and take at most half of its
@@ -291,19 +295,20 @@ func cmdAck(r *Req) error {
 // does not end with the connection: a FAIL cut off by the client's close
 // would leave its job to be released as if the attempt had not failed,
 // with its error and removeOnFail lost.
-func (r *Req) offReader(held int, fn func(r *Req, ctx context.Context) error) error {
+func offReader[A any](r *Req, held int, a A, fn func(r *Req, ctx context.Context, a A) error) error {
 	if !r.eng.Waits() {
-		return fn(r, r.ctx())
+		return fn(r, r.ctx(), a)
 	}
 	ctx := context.WithoutCancel(r.ctx())
 	c := r.c
 	if c.nAsync.Load() >= maxAsyncPerConn/2 || c.offHeld.Load()+int64(held) > offReaderMaxBytes {
-		return fn(r, ctx)
+		return fn(r, ctx, a)
 	}
 	c.offHeld.Add(int64(held))
+	args := a
 	err := r.goAsync(func(ar *Req) error {
 		defer c.offHeld.Add(-int64(held))
-		return fn(ar, ctx)
+		return fn(ar, ctx, args)
 	})
 	if err != errAsync {
 		c.offHeld.Add(-int64(held))
@@ -312,7 +317,7 @@ func (r *Req) offReader(held int, fn func(r *Req, ctx context.Context) error) er
 }
 
 // offReaderMaxBytes bounds what the commands waiting off one
-// connection's reader hold (Req.offReader): a worker pool's ACKs hold
+// connection's reader hold (offReader): a worker pool's ACKs hold
 // little, and an ACKB of large results waits its turn on the reader.
 const offReaderMaxBytes = 1 << 20
 
@@ -399,13 +404,15 @@ func cmdAckBatch(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(ackHeld(items), func(r *Req, ctx context.Context) error {
-		ignored, err := r.eng.AckBatch(ctx, items)
-		if err != nil {
-			return err
-		}
-		return r.ackIgnored(items, ignored)
-	})
+	return offReader(r, ackHeld(items), items, ackBatch)
+}
+
+func ackBatch(r *Req, ctx context.Context, items []AckItem) error {
+	ignored, err := r.eng.AckBatch(ctx, items)
+	if err != nil {
+		return err
+	}
+	return r.ackIgnored(items, ignored)
 }
 
 // ackIgnored answers ACKB: plain success, or the items that did not apply.
@@ -477,13 +484,21 @@ func cmdFail(r *Req) error {
 	if err != nil {
 		return err
 	}
-	return r.offReader(len(id)+len(tok)+f.size(), func(r *Req, ctx context.Context) error {
-		out, err := r.eng.Fail(ctx, id, tok, f)
-		if err != nil {
-			return err
-		}
-		return r.outcome(out)
-	})
+	return offReader(r, len(id)+len(tok)+f.size(), failArgs{id, tok, f}, failOne)
+}
+
+// failArgs are a FAIL's fields, as read.
+type failArgs struct {
+	id, tok string
+	f       failure
+}
+
+func failOne(r *Req, ctx context.Context, a failArgs) error {
+	out, err := r.eng.Fail(ctx, a.id, a.tok, a.f)
+	if err != nil {
+		return err
+	}
+	return r.outcome(out)
 }
 
 // ---------------------------------------------------------------------------

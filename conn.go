@@ -56,7 +56,7 @@ type conn struct {
 	cancel   context.CancelFunc
 	async    sync.WaitGroup
 	nAsync   atomic.Int32
-	offHeld  atomic.Int64 // bytes held by ACKs and FAILs run off the reader (Req.offReader)
+	offHeld  atomic.Int64 // bytes held by ACKs and FAILs run off the reader (offReader)
 	closed   atomic.Bool
 	stopping atomic.Bool
 

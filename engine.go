@@ -84,7 +84,7 @@ type JobEngine interface {
 	// Waits says whether Ack, AckBatch and Fail wait on a round trip to
 	// storage before they answer (PostgreSQL mode: for their round's
 	// commit). The handlers then run them off the connection's reader
-	// (Req.offReader).
+	// (offReader).
 	Waits() bool
 }
 

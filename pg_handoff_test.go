@@ -335,28 +335,13 @@ func TestPGAcksOnOneConnectionShareRounds(t *testing.T) {
 		jobs[i] = M{"data": M{"i": i}}
 	}
 	c.ok(M{"cmd": "PUSHB", "queue": q, "jobs": jobs})
-	pulled := c.ok(M{"cmd": "PULLB", "queue": q, "count": n, "owner": "w", "lockTtl": 30000})
-	got, _ := pulled["jobs"].([]any)
-	toks, _ := pulled["tokens"].([]any)
-	if len(got) != n || len(toks) != n {
-		t.Fatalf("pulled %d jobs and %d tokens, want %d: %v", len(got), len(toks), n, pulled)
-	}
-	// All twenty frames in one write: the server reads them together.
-	var buf []byte
-	ids := make([]string, n)
-	chs := make([]chan map[string]any, n)
-	for i, j := range got {
-		m := M{"cmd": "ACK", "id": j.(map[string]any)["id"], "token": toks[i]}
-		ids[i], chs[i] = c.prepare(m)
-		buf = appendFrame(buf, m)
+	ids, toks := pullOwnedWire(t, c, q, n)
+	acks := make([]M, n)
+	for i := range acks {
+		acks[i] = M{"cmd": "ACK", "id": ids[i], "token": toks[i]}
 	}
 	before := srv.pg.acksRun.Load()
-	c.writeRaw(buf)
-	for i := range n {
-		if a := c.await(ids[i], chs[i], callTimeout); a["ok"] != true {
-			t.Fatalf("ACK %d: %v", i, a)
-		}
-	}
+	sendTogether(t, c, acks)
 	rounds := srv.pg.acksRun.Load() - before
 	t.Logf("%d rounds for %d ACKs on one connection", rounds, n)
 	if rounds > n/2 {
@@ -425,33 +410,53 @@ func TestPGAcksPastTheReaderBound(t *testing.T) {
 	for i := range n {
 		c.ok(M{"cmd": "PUSH", "queue": q, "data": M{"i": i}})
 	}
-	pulled := c.ok(M{"cmd": "PULLB", "queue": q, "count": n, "owner": "w", "lockTtl": 30000})
-	got, _ := pulled["jobs"].([]any)
-	toks, _ := pulled["tokens"].([]any)
-	if len(got) != n || len(toks) != n {
-		t.Fatalf("pulled %d jobs and %d tokens, want %d", len(got), len(toks), n)
+	ids, toks := pullOwnedWire(t, c, q, n)
+	acks := make([]M, n)
+	for i := range acks {
+		acks[i] = M{"cmd": "ACK", "id": ids[i], "token": toks[i], "result": M{"blob": strings.Repeat(string(rune('a'+i)), size)}}
 	}
-	var buf []byte
-	ids := make([]string, n)
-	reqs := make([]string, n)
-	chs := make([]chan map[string]any, n)
-	for i, j := range got {
-		ids[i] = j.(map[string]any)["id"].(string)
-		m := M{"cmd": "ACK", "id": ids[i], "token": toks[i], "result": M{"blob": strings.Repeat(string(rune('a'+i)), size)}}
-		reqs[i], chs[i] = c.prepare(m)
-		buf = appendFrame(buf, m)
-	}
-	c.writeRaw(buf)
-	for i := range n {
-		if a := c.await(reqs[i], chs[i], callTimeout); a["ok"] != true {
-			t.Fatalf("ACK %d: %v", i, a)
-		}
-	}
+	sendTogether(t, c, acks)
 	for i, id := range ids {
 		res := c.ok(M{"cmd": "GetResult", "id": id})
 		blob, _ := res["result"].(map[string]any)["blob"].(string)
 		if len(blob) != size || blob[0] != byte('a'+i) {
 			t.Fatalf("job %d's result: %d bytes of %q, want %d of %q", i, len(blob), blob[:min(len(blob), 1)], size, string(rune('a'+i)))
+		}
+	}
+}
+
+// pullOwnedWire pulls n jobs of queue over the wire with one PULLB and a
+// lock owner, and answers their ids and tokens.
+func pullOwnedWire(t *testing.T, c *tclient, queue string, n int) (ids, tokens []string) {
+	t.Helper()
+	pulled := c.ok(M{"cmd": "PULLB", "queue": queue, "count": n, "owner": "w", "lockTtl": 30000})
+	jobs, _ := pulled["jobs"].([]any)
+	toks, _ := pulled["tokens"].([]any)
+	if len(jobs) != n || len(toks) != n {
+		t.Fatalf("pulled %d jobs and %d tokens, want %d: %v", len(jobs), len(toks), n, pulled)
+	}
+	for i, j := range jobs {
+		ids = append(ids, j.(map[string]any)["id"].(string))
+		tokens = append(tokens, toks[i].(string))
+	}
+	return ids, tokens
+}
+
+// sendTogether writes the requests in one write, so that the server
+// reads them together, and fails the test unless each is answered ok.
+func sendTogether(t *testing.T, c *tclient, reqs []M) {
+	t.Helper()
+	var buf []byte
+	ids := make([]string, len(reqs))
+	chs := make([]chan map[string]any, len(reqs))
+	for i, m := range reqs {
+		ids[i], chs[i] = c.prepare(m)
+		buf = appendFrame(buf, m)
+	}
+	c.writeRaw(buf)
+	for i := range reqs {
+		if a := c.await(ids[i], chs[i], callTimeout); a["ok"] != true {
+			t.Fatalf("%v %d: %v", reqs[i]["cmd"], i, a)
 		}
 	}
 }

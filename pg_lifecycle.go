@@ -399,7 +399,7 @@ func ackSize(r *pgAckReq) int { return len(r.items) }
 // soon as it is answered, hardly waits.
 //
 // The ACKs that came while the round ran count: since ACKs run off the
-// connections' readers (Req.offReader) many do, and waiting for as many
+// connections' readers (offReader) many do, and waiting for as many
 // more again on top of them (as it did) kept each round's ACKs waiting
 // up to the whole pgAckGather. queued bench steady, PostgreSQL, in turn
 // with that rule, at 3,000 jobs/s six runs each: p99 lower in 4 (125-925
