@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,12 @@ type conn struct {
 	stopping atomic.Bool
 
 	wmu sync.Mutex // one writer on the socket at a time
+
+	// Asynchronous answers of the same instant, written together
+	// (combine): their bytes and the count they hold of the answer budget.
+	omu    sync.Mutex
+	ob     []byte
+	obHeld int64
 
 	emu    sync.Mutex // events
 	ebuf   []byte
@@ -430,6 +437,11 @@ func (c *conn) write(b []byte) error { return c.writeWithin(b, writeTimeout) }
 func (c *conn) writeWithin(b []byte, d time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return c.writeHeld(b, d)
+}
+
+// writeHeld is writeWithin with c.wmu held.
+func (c *conn) writeHeld(b []byte, d time.Duration) error {
 	c.nc.SetWriteDeadline(time.Now().Add(d))
 	if c.stopping.Load() {
 		c.nc.SetWriteDeadline(time.Now().Add(stopGrace))
@@ -509,8 +521,60 @@ func (c *conn) writeFrame(b []byte) {
 	if !c.sending(n) {
 		return
 	}
+	if len(b) <= smallAnswer {
+		c.combine(b, n)
+		return
+	}
 	c.write(b)
 	c.freeOut(n)
+}
+
+// combine writes b together with the other asynchronous answers for c
+// that are ready at the same instant. In PostgreSQL mode answers come in
+// rounds: a push round's commit answers the PUSHes it held and the pulls
+// it handed jobs to, an ACK round its ACKs, a claim round its pulls, each
+// from a goroutine of its own, several of them for each connection that a
+// client's workers share. Written one by one they cost a system call
+// each on the server, and a read and a wake-up each on the client. The
+// first answer queued writes those queued by the time it holds the
+// socket; the others return once theirs is queued (the connection's
+// close waits for the writer, which is one of its commands). On one
+// processor (procsOne: PostgreSQL mode serves on one until it is nearly
+// busy) the first yields before it writes, so that the answers readied
+// with it, which could not run meanwhile, queue theirs: there the yield
+// wakes no other thread. On more they run beside it, and a yield would
+// wake a processor to take it. bench steady at 2,000 jobs/s, PostgreSQL:
+// 3.4 writes a job to 1.1, the server's CPU a job 6-10% less, the
+// bench's 10-17%.
+func (c *conn) combine(b []byte, n int64) {
+	c.omu.Lock()
+	first := len(c.ob) == 0
+	c.ob = append(c.ob, b...)
+	c.obHeld += n
+	c.omu.Unlock()
+	if !first {
+		return
+	}
+	if procsOne.Load() {
+		runtime.Gosched()
+	}
+	// Taken under wmu, so that a batch queued after this one is written
+	// after it.
+	c.wmu.Lock()
+	c.omu.Lock()
+	buf, held := c.ob, c.obHeld
+	c.ob, c.obHeld = nil, 0
+	c.omu.Unlock()
+	c.writeHeld(buf, writeTimeout)
+	c.wmu.Unlock()
+	c.freeOut(held)
+	if cap(buf) <= keepBig {
+		c.omu.Lock()
+		if c.ob == nil {
+			c.ob = buf[:0]
+		}
+		c.omu.Unlock()
+	}
 }
 
 // sending counts n bytes about to be written to c's socket among its
