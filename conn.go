@@ -64,9 +64,10 @@ type conn struct {
 	wmu sync.Mutex // one writer on the socket at a time
 
 	// Asynchronous answers of the same instant, written together
-	// (combine): their bytes and the count they hold of the answer budget.
+	// (combine): their bytes (nil: none queued) and the count they hold
+	// of the answer budget.
 	omu    sync.Mutex
-	ob     []byte
+	ob     *answerBatch
 	obHeld int64
 
 	emu    sync.Mutex // events
@@ -521,11 +522,12 @@ func (c *conn) writeFrame(b []byte) {
 	if !c.sending(n) {
 		return
 	}
-	if len(b) <= smallAnswer {
-		c.combine(b, n)
+	if len(b) <= smallAnswer && c.combine(b, n) {
 		return
 	}
-	c.write(b)
+	if err := c.write(b); err != nil {
+		c.nc.Close() // the stream may end inside an answer
+	}
 	c.freeOut(n)
 }
 
@@ -546,14 +548,25 @@ func (c *conn) writeFrame(b []byte) {
 // wake a processor to take it. bench steady at 2,000 jobs/s, PostgreSQL:
 // 3.4 writes a job to 1.1, the server's CPU a job 6-10% less, the
 // bench's 10-17%.
-func (c *conn) combine(b []byte, n int64) {
+//
+// It reports false, having queued nothing, when b does not fit beside
+// what is queued (combineMax): the caller then writes b itself, waiting
+// for the socket.
+func (c *conn) combine(b []byte, n int64) bool {
 	c.omu.Lock()
-	first := len(c.ob) == 0
-	c.ob = append(c.ob, b...)
+	if c.ob != nil && len(c.ob.b)+len(b) > combineMax {
+		c.omu.Unlock()
+		return false
+	}
+	first := c.ob == nil
+	if first {
+		c.ob = answerBatches.Get().(*answerBatch)
+	}
+	c.ob.b = append(c.ob.b, b...)
 	c.obHeld += n
 	c.omu.Unlock()
 	if !first {
-		return
+		return true
 	}
 	if procsOne.Load() {
 		runtime.Gosched()
@@ -562,20 +575,32 @@ func (c *conn) combine(b []byte, n int64) {
 	// after it.
 	c.wmu.Lock()
 	c.omu.Lock()
-	buf, held := c.ob, c.obHeld
+	ob, held := c.ob, c.obHeld
 	c.ob, c.obHeld = nil, 0
 	c.omu.Unlock()
-	c.writeHeld(buf, writeTimeout)
+	if err := c.writeHeld(ob.b, writeTimeout); err != nil {
+		c.nc.Close() // the stream may end inside an answer
+	}
 	c.wmu.Unlock()
 	c.freeOut(held)
-	if cap(buf) <= keepBig {
-		c.omu.Lock()
-		if c.ob == nil {
-			c.ob = buf[:0]
-		}
-		c.omu.Unlock()
-	}
+	ob.b = ob.b[:0]
+	answerBatches.Put(ob)
+	return true
 }
+
+// combineMax bounds the answers queued on a connection for a shared
+// write. Past it an answer is written by its own goroutine, which waits
+// for the socket holding its command's slot (maxAsyncPerConn), as every
+// answer did before: a client that does not read is slowed down, not
+// queued for. It is smallAnswer, so that a batch is never a big answer
+// (writeBig).
+const combineMax = smallAnswer
+
+// answerBatch is a buffer of answers queued by combine, kept in a pool
+// while no connection has answers queued: an idle connection holds none.
+type answerBatch struct{ b []byte }
+
+var answerBatches = sync.Pool{New: func() any { return new(answerBatch) }}
 
 // sending counts n bytes about to be written to c's socket among its
 // unread answers, unless they pass its share: then the connection is
