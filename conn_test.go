@@ -100,8 +100,8 @@ func writtenAnswers(t *testing.T, c *conn, w *writesConn) []int64 {
 }
 
 // Answers ready at the same instant on one processor share a write; every
-// one is written whole, once. Not parallel: it runs the scheduler on one
-// processor, as a server on one does.
+// one is written whole, once.
+// Serial: it runs the scheduler on one processor, as a server on one does.
 func TestAsyncAnswersShareAWrite(t *testing.T) {
 	srv := memServer(NewMemEngine(1, nil), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer srv.b.Close()
