@@ -44,7 +44,10 @@ Workloads (default: push pushb drain mixed):
           each wait in a long PULL and ACK with their token; reports the
           latency from each job's due time to a worker holding it, checks
           exactly-once, and with the server on this machine its CPU per job
-          (and a local PostgreSQL's)
+          (and a local PostgreSQL's); pull_ms and ack_ms are a worker's mean
+          time in a PULL that brought a job and in its ACK: while no PULL
+          waits for a job, the workers take at most
+          1000*workers/(pull_ms+ack_ms) jobs a second
 
 Each workload uses a queue of its own (bench-...), removed with Obliterate at
 the end. Latencies are per request (mixed/e2e: from push to acknowledgement).
@@ -236,7 +239,11 @@ type benchResult struct {
 	PushMs        *latencyMs `json:"pushLatencyMs,omitempty"`
 	ServerCPUms   float64    `json:"serverCpuMsPerJob,omitempty"`
 	DatabaseCPUms float64    `json:"postgresCpuMsPerJob,omitempty"`
-	Description   string     `json:"-"`
+	// steady: a worker's mean time, in ms, in a PULL that brought a job
+	// and in the ACK that followed.
+	PullMs      float64 `json:"pullMs,omitempty"`
+	AckMs       float64 `json:"ackMs,omitempty"`
+	Description string  `json:"-"`
 }
 
 type latencyMs struct {

@@ -55,10 +55,10 @@ func (b *benchRun) steady() ([]benchResult, error) {
 	wctx, wcancel := context.WithCancel(b.ctx)
 	defer wcancel()
 	var wg sync.WaitGroup
-	lat := make([]*hist, b.o.workers)
+	ws := make([]*steadyTimes, b.o.workers)
 	for i := range b.o.workers {
-		lat[i] = &hist{}
-		wg.Go(func() { b.steadyWorker(wctx, workers[i%len(workers)], lat[i]) })
+		ws[i] = &steadyTimes{lat: &hist{}}
+		wg.Go(func() { b.steadyWorker(wctx, workers[i%len(workers)], ws[i]) })
 	}
 	ph := b.steadyPush(producer, total, per)
 	pushedIn := time.Since(b.start)
@@ -71,11 +71,18 @@ func (b *benchRun) steady() ([]benchResult, error) {
 	unwatch()
 	close(stop)
 	wait()
-	all := &hist{}
-	for _, h := range lat {
-		all.merge(h)
+	all, sum := &hist{}, steadyTimes{}
+	for _, w := range ws {
+		all.merge(w.lat)
+		sum.jobs += w.jobs
+		sum.pull += w.pull
+		sum.ack += w.ack
 	}
 	r := b.result("steady", b.processed.Load(), b.requests.Load(), el, all)
+	if sum.jobs > 0 {
+		r.PullMs = round3(float64(sum.pull) / 1e6 / float64(sum.jobs))
+		r.AckMs = round3(float64(sum.ack) / 1e6 / float64(sum.jobs))
+	}
 	r.Rate = b.o.rate
 	r.Workers = b.o.workers
 	// The rate achieved is the pushes' (the tail of the run is the last
@@ -120,14 +127,25 @@ func (b *benchRun) steadyPush(producer []*Client, total, per int64) *hist {
 	})
 }
 
+// steadyTimes is what one worker saw: each job's latency, and the time it
+// spent in the PULLs that brought a job and in its ACKs. A worker's cycle
+// is one of each: with every worker busy, workers/(pull+ack) is the most
+// jobs a second they can take, however fast jobs are pushed.
+type steadyTimes struct {
+	lat       *hist
+	jobs      int64
+	pull, ack time.Duration
+}
+
 // steadyWorker waits for a job with a long PULL, takes its latency and
 // acknowledges it with its token, until ctx ends.
-func (b *benchRun) steadyWorker(ctx context.Context, c *Client, h *hist) {
+func (b *benchRun) steadyWorker(ctx context.Context, c *Client, st *steadyTimes) {
 	var fields []Field
 	var jf jobFields
 	ids := make([]string, 0, 1)
-	lh := &hist{e2e: h}
+	lh := &hist{e2e: st.lat}
 	for ctx.Err() == nil && b.ctx.Err() == nil {
+		t0 := time.Now()
 		body, err := b.callIn(ctx, c, "PULL", func(e *Enc) int {
 			e.Str("queue")
 			e.Str(b.queue)
@@ -159,6 +177,7 @@ func (b *benchRun) steadyWorker(ctx context.Context, c *Client, h *hist) {
 			return
 		}
 		id := ids[0]
+		t1 := time.Now()
 		_, err = b.call(c, "ACK", func(e *Enc) int {
 			e.Str("id")
 			e.Str(id)
@@ -170,6 +189,9 @@ func (b *benchRun) steadyWorker(ctx context.Context, c *Client, h *hist) {
 			b.fail(err)
 			return
 		}
+		st.jobs++
+		st.pull += t1.Sub(t0)
+		st.ack += time.Since(t1)
 		b.processed.Add(1)
 	}
 }
@@ -332,7 +354,8 @@ func listenInodes(r io.Reader, port int, inodes map[string]bool) {
 
 // steadyLine is a steady run's summary, one line of key=value that a
 // script can read: the rate asked and reached, the latency quantiles in
-// ms, and the CPU per job where it is known.
+// ms, the CPU per job where it is known, and a worker's mean time in a
+// PULL that brought a job and in an ACK.
 func steadyLine(r benchResult) string {
 	l := fmt.Sprintf("steady rate=%d achieved=%.0f workers=%d jobs=%d p50=%.3f p90=%.3f p99=%.3f max=%.3f",
 		r.Rate, r.JobsPerSec, r.Workers, r.Jobs, r.LatencyMs.P50, r.LatencyMs.P90, r.LatencyMs.P99, r.LatencyMs.Max)
@@ -342,5 +365,5 @@ func steadyLine(r benchResult) string {
 	if r.DatabaseCPUms > 0 {
 		l += fmt.Sprintf(" postgres_cpu_ms_per_job=%.3f", r.DatabaseCPUms)
 	}
-	return l
+	return l + fmt.Sprintf(" pull_ms=%.3f ack_ms=%.3f", r.PullMs, r.AckMs)
 }

@@ -287,6 +287,9 @@ func TestBenchSteady(t *testing.T) {
 	if r.ServerCPUms <= 0 {
 		t.Errorf("the server listens in this process, its CPU per job not found: %+v", r)
 	}
+	if r.PullMs <= 0 || r.AckMs <= 0 {
+		t.Errorf("a worker's time in its PULLs and ACKs not told: %+v", r)
+	}
 
 	// PUSHB of 5 on the producer's side; the text output's summary line.
 	code, out, errOut = runCLI(t, benchArgs(ts, "steady", "--rate", "500", "--duration", "400ms", "--workers", "2",
@@ -294,7 +297,7 @@ func TestBenchSteady(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	line := regexp.MustCompile(`(?m)^steady rate=500 achieved=\d+ workers=2 jobs=200 p50=[\d.]+ p90=[\d.]+ p99=[\d.]+ max=[\d.]+ server_cpu_ms_per_job=[\d.]+`)
+	line := regexp.MustCompile(`(?m)^steady rate=500 achieved=\d+ workers=2 jobs=200 p50=[\d.]+ p90=[\d.]+ p99=[\d.]+ max=[\d.]+ server_cpu_ms_per_job=[\d.]+( postgres_cpu_ms_per_job=[\d.]+)? pull_ms=[\d.]+ ack_ms=[\d.]+$`)
 	if !line.MatchString(out) || !strings.Contains(out, "steady: all 200 jobs pushed were processed exactly once") {
 		t.Errorf("steady output:\n%s", out)
 	}
