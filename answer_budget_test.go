@@ -275,10 +275,13 @@ func TestAnswerReclaimStalled(t *testing.T) {
 	}
 }
 
-// bigJob pushes a job of n bytes of data and returns its id.
+// bigJob pushes a job of n bytes of data and returns its id. Within a
+// minute, not callTimeout: in PostgreSQL mode a FAIL of a job of 9.9 MB,
+// which writes its row again, once took longer than 10 s while the whole
+// suite ran, and a PUSH writes as much.
 func bigJob(t *testing.T, c *tclient, queue string, n, attempts int) string {
 	t.Helper()
-	return str(t, c.ok(M{"cmd": "PUSH", "queue": queue, "data": strings.Repeat("x", n), "maxAttempts": attempts}), "id")
+	return str(t, c.okWithin(M{"cmd": "PUSH", "queue": queue, "data": strings.Repeat("x", n), "maxAttempts": attempts}, time.Minute), "id")
 }
 
 // No answer is larger than the frame limit: a page of big jobs, a pull of
