@@ -4,6 +4,8 @@ package main
 // event subscription. They touch only this connection and broker, the
 // same in every storage mode.
 
+import "errors"
+
 func cmdAuth(r *Req) error {
 	tok, _, _ := r.m.Str("token")
 	if r.c.srv.authRequired() && r.c.srv.checkToken(tok) {
@@ -35,6 +37,13 @@ func cmdPing(r *Req) error {
 }
 
 func cmdSubscribe(r *Req) error {
+	if r.c.nc == nil {
+		// A connection without a socket (a WebSocket's commands, an HTTP
+		// request's) has nothing for the events to be written to: its
+		// event writer would write to no socket and take the process down.
+		// A WebSocket subscribes with Subscribe (live.go).
+		return errors.New("SubscribeEvents needs a TCP connection (over a WebSocket, send Subscribe)")
+	}
 	q, err := queueArg(r.m)
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,5 +70,52 @@ func TestEventAfterSubscriptionMoved(t *testing.T) {
 	p.ok(M{"cmd": "PUSH", "queue": "new", "data": 1})
 	if ev := c.event(10 * time.Second); ev["queue"] != "new" {
 		t.Fatalf("first event after moving: %v", ev)
+	}
+}
+
+// TestSubscribeEventsNeedsASocket: SubscribeEvents on a connection
+// without a socket (a WebSocket's or an HTTP request's commands run on
+// one) is refused. It started an event writer with nothing to write to,
+// and the first event took the process down (a nil socket written in a
+// goroutine of its own; found by FuzzCommands). Events on the queue go on.
+func TestSubscribeEventsNeedsASocket(t *testing.T) {
+	t.Parallel()
+	b := NewMemEngine(1, nil)
+	defer b.Close()
+	srv := memServer(b, nil, quietLog())
+	c := newVirtualConn(srv, context.Background(), "t", func([]byte) {}, false)
+	defer c.finishVirtual()
+	var req Enc
+	mp := req.OpenMap()
+	for _, kv := range [][2]string{{"cmd", "SubscribeEvents"}, {"queue", "q"}, {"reqId", "r1"}} {
+		req.Str(kv[0])
+		req.Str(kv[1])
+	}
+	req.CloseMap(mp, 3)
+	m, err := parseRequest(req.B, nil, maxRequestFields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Enc
+	c.dispatch(m, &e)
+	v, err := Decode(e.B[4:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := v.(map[string]any)
+	if ans["ok"] != false || !strings.Contains(ans["error"].(string), "needs a TCP connection") {
+		t.Fatalf("SubscribeEvents without a socket: %v", ans)
+	}
+	if _, subscribed := c.sub(); subscribed {
+		t.Fatal("the connection is subscribed")
+	}
+	if _, err := srv.localSend(context.Background(), "PUSH", func(e *Enc) int {
+		e.Str("queue")
+		e.Str("q")
+		e.Str("data")
+		e.Int(1)
+		return 2
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
