@@ -112,6 +112,9 @@ func checkJobFields(j *Job, key string) error {
 		if len(f.val) > maxKeyBytes {
 			return tooBig(f.name+" is", maxKeyBytes)
 		}
+		if !storableText(f.val) {
+			return errors.New(f.name + " " + textRule)
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -124,6 +127,9 @@ func checkJobFields(j *Job, key string) error {
 		for _, s := range f.list {
 			if len(s) > maxKeyBytes {
 				return tooBig("each entry of "+f.name+" is", maxKeyBytes)
+			}
+			if !storableText(s) {
+				return errors.New("each entry of " + f.name + " " + textRule)
 			}
 		}
 	}

@@ -35,6 +35,16 @@ func budgetScenario(t *testing.T, cs []*tclient) map[string]any {
 		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "uniqueKey": big(1025)})
 	refuse("jobId", "jobId is limited to 1 KiB (1024 bytes)",
 		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "jobId": big(2000)})
+	// Keys kept as text, which PostgreSQL's refuses NUL and invalid UTF-8
+	// in (found by FuzzCommandsPG).
+	refuse("uniqueKeyText", "uniqueKey must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "uniqueKey": "u\x00"})
+	refuse("jobIdText", "jobId must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "jobId": "j\x00"})
+	refuse("dependsOnText", "each entry of dependsOn must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "dependsOn": []any{"a", "b\x00"}})
+	refuse("groupIdText", "groupId must be UTF-8 text",
+		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "groupId": "g\xff"})
 	refuse("tags", "tags of a job are limited to 1000",
 		map[string]any{"cmd": "PUSH", "queue": "bud", "data": 1, "tags": tags})
 	refuse("tag", "each entry of tags is limited to 1 KiB (1024 bytes)",
@@ -58,6 +68,12 @@ func budgetScenario(t *testing.T, cs []*tclient) map[string]any {
 		map[string]any{"cmd": "Update", "id": fat, "data": big(maxDataBytes - 100)})
 	c.ok(map[string]any{"cmd": "Update", "id": fat, "data": big(1 << 20)})
 
+	refuse("owner", "owner is limited to 1 KiB (1024 bytes)",
+		map[string]any{"cmd": "PULL", "queue": "bud", "owner": big(1025), "timeout": 0})
+	// Kept as text by PostgreSQL, which refuses NUL (found by FuzzCommandsPG).
+	refuse("ownerText", "owner must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "PULLB", "queue": "bud", "owner": "w\x00", "count": 1, "timeout": 0})
+
 	c.ok(map[string]any{"cmd": "PUSH", "queue": "bud", "name": "ok", "data": map[string]any{"keep": true}})
 	pulled := c.ok(map[string]any{"cmd": "PULL", "queue": "bud", "owner": "w", "timeout": 0})
 	job := pulled["job"].(map[string]any)
@@ -79,6 +95,17 @@ func budgetScenario(t *testing.T, cs []*tclient) map[string]any {
 		map[string]any{"cmd": "AddLog", "id": id, "message": big(70000)})
 	refuse("logLevel", "a log level is limited to 64 bytes",
 		map[string]any{"cmd": "AddLog", "id": id, "message": "m", "level": big(65)})
+	// An id or token no storage could keep names no job; in PostgreSQL
+	// mode one in a round of ACKs failed the round's other ACKs, other
+	// clients' among them (found by FuzzCommandsPG).
+	refuse("ackbIdText", "ids[1] must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "ACKB", "ids": []any{id, "x\x00"}, "tokens": []any{tok, "t"}})
+	refuse("ackTokenText", "token must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "ACK", "id": id, "token": "\xfe"})
+	refuse("heartbeatTokenText", "tokens[0] must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "JobHeartbeatB", "ids": []any{id}, "tokens": []any{"t\x00"}})
+	refuse("getJobIdText", "id must be UTF-8 text without NUL characters",
+		map[string]any{"cmd": "GetJob", "id": "\x00"})
 	refuse("result", "a job's result is limited to 10 MiB (10485760 bytes)",
 		map[string]any{"cmd": "ACK", "id": id, "token": tok, "result": big(maxDataBytes + 1)})
 	refuse("resultBatch", "results[0]: a job's result is limited to 10 MiB (10485760 bytes)",

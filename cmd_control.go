@@ -12,12 +12,12 @@ import (
 
 // jobIDArg reads the id of the job a move names.
 func jobIDArg(r *Req) (string, error) {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	return id, err
 }
 
 func tokenArg(m Map) (string, error) {
-	tok, _, err := m.Str("token")
+	tok, _, err := m.Key("token")
 	return tok, err
 }
 
@@ -220,7 +220,7 @@ func readRetryCompleted(r *Req) (retryCompletedArgs, error) {
 	if a.queue, err = queueArg(r.m); err != nil {
 		return a, err
 	}
-	if a.id, _, err = r.m.Str("id"); err != nil {
+	if a.id, _, err = r.m.Key("id"); err != nil {
 		return a, err
 	}
 	if a.count, a.hasCount, err = r.m.Num("count"); err != nil {

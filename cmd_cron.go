@@ -28,6 +28,9 @@ func cmdCronGet(r *Req) error {
 	if err != nil {
 		return err
 	}
+	if !storableText(name) {
+		return errCronNotFound // Cron refuses such a name
+	}
 	s, err := r.eng.GetCron(r.ctx(), name)
 	if err != nil {
 		return err
@@ -53,6 +56,9 @@ func cmdCronDelete(r *Req) error {
 	name, _, err := r.m.Str("name")
 	if err != nil {
 		return err
+	}
+	if !storableText(name) {
+		return errCronNotFound // Cron refuses such a name
 	}
 	if err := r.eng.DeleteCron(r.ctx(), name); err != nil {
 		return err
@@ -105,6 +111,9 @@ func readCron(m Map) (CronSchedule, error) {
 	}
 	if s.Name == "" {
 		return s, errors.New("name is required")
+	}
+	if !storableText(s.Name) {
+		return s, errors.New("Cron name " + textRule)
 	}
 	if s.Queue, err = queueArg(m); err != nil {
 		return s, err

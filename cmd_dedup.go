@@ -41,7 +41,7 @@ func cmdRemoveDeduplicationKey(r *Req) error {
 }
 
 func cmdRemoveJobDeduplicationKey(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}

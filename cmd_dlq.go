@@ -45,7 +45,7 @@ func readDlqSelect(m Map, withJobID bool) (string, dlqSelect, error) {
 		return "", d, err
 	}
 	if withJobID {
-		if d.jobID, _, err = m.Str("jobId"); err != nil {
+		if d.jobID, _, err = m.Key("jobId"); err != nil {
 			return "", d, err
 		}
 	}
@@ -292,7 +292,7 @@ func cmdRemoveDlqJob(r *Req) error {
 	if err != nil {
 		return err
 	}
-	id, _, err := r.m.Str("jobId")
+	id, _, err := r.m.Key("jobId")
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func cmdPushFlow(r *Req) error {
 }
 
 func cmdGetChildrenValues(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func cmdGetChildrenValues(r *Req) error {
 }
 
 func cmdGetFailedChildrenValues(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func cmdGetFailedChildrenValues(r *Req) error {
 }
 
 func cmdGetIgnoredChildrenFailures(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func encodeKVs(e *Enc, vals []childKV) {
 }
 
 func cmdRemoveChildDependency(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func cmdRemoveChildDependency(r *Req) error {
 }
 
 func cmdRemoveUnprocessedChildren(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func cmdMoveToWaitingChildren(r *Req) error {
 	if err != nil {
 		return err
 	}
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}
@@ -126,11 +126,11 @@ func cmdMoveToWaitingChildren(r *Req) error {
 }
 
 func cmdUpdateParent(r *Req) error {
-	cid, _, err := r.m.Str("childId")
+	cid, _, err := r.m.Key("childId")
 	if err != nil {
 		return err
 	}
-	pid, _, err := r.m.Str("parentId")
+	pid, _, err := r.m.Key("parentId")
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func flowJobAt(i int, it Raw, seen map[string]bool, now int64) (flowJob, error) 
 	if err != nil {
 		return flowJob{}, errors.New("flow jobs[" + itoa(int64(i)) + "] must be an object")
 	}
-	id, idOK, err := fm.Str("id")
+	id, idOK, err := fm.Key("id")
 	if err != nil || !idOK {
 		return flowJob{}, errors.New("flow job id must be a string")
 	}

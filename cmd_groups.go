@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"unicode/utf8"
 )
 
 func validGroupID(m Map) (string, error) {
@@ -15,17 +14,10 @@ func validGroupID(m Map) (string, error) {
 		return "", errors.New("groupId is required")
 	}
 	g, err := raw.Str()
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", errors.New("groupId must be a string")
-	case g == "":
-		return "", errors.New("groupId must be a non-empty string")
-	case utf8.RuneCountInString(g) > maxGroupID:
-		return "", errors.New("groupId must be at most 256 characters")
-	case containsNUL(g):
-		return "", errors.New("groupId must not contain NUL characters")
 	}
-	return g, nil
+	return g, checkGroupID(g)
 }
 
 // groupArgs name a queue's group, as every group command does.

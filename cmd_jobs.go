@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -103,6 +104,9 @@ func readPull(r *Req) (pullArgs, error) {
 	}
 	a.timeout = int64(t)
 	if a.opts.Owner, _, err = r.m.Str("owner"); err != nil {
+		return a, err
+	}
+	if err := checkKeyText("owner", a.opts.Owner); err != nil {
 		return a, err
 	}
 	ttl, _, err := numField(r.m, "lockTtl", "lockTtl", leaseRule)
@@ -246,7 +250,7 @@ func readAck(r *Req) (AckItem, error) {
 	if err != nil {
 		return AckItem{}, err
 	}
-	tok, _, err := r.m.Str("token")
+	tok, _, err := r.m.Key("token")
 	if err != nil {
 		return AckItem{}, err
 	}
@@ -348,14 +352,14 @@ func (r *Req) outcome(o Outcome) error {
 
 // readAckBatch reads ACKB's parallel lists into items.
 func readAckBatch(r *Req) ([]AckItem, error) {
-	ids, ok, err := r.m.Strs("ids")
+	ids, ok, err := r.m.Keys("ids")
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, errors.New("ids must be an array")
 	}
-	tokens, hasTok, err := r.m.Strs("tokens")
+	tokens, hasTok, err := r.m.Keys("tokens")
 	if err != nil {
 		return nil, err
 	}
@@ -443,7 +447,7 @@ func readFail(r *Req) (id, tok string, f failure, err error) {
 	if id, err = idArg(r.m, "id"); err != nil {
 		return
 	}
-	if tok, _, err = r.m.Str("token"); err != nil {
+	if tok, _, err = r.m.Key("token"); err != nil {
 		return
 	}
 	f = failure{unrecoverable: truthy(r.m, "unrecoverable"), removeOnFail: truthy(r.m, "removeOnFail")}
@@ -515,7 +519,7 @@ func readRenewal(r *Req) (renewals, error) {
 	if err != nil {
 		return renewals{}, err
 	}
-	tok, _, err := r.m.Str("token")
+	tok, _, err := r.m.Key("token")
 	if err != nil {
 		return renewals{}, err
 	}
@@ -530,7 +534,7 @@ func readRenewal(r *Req) (renewals, error) {
 // index; a missing or unreadable one counts as absent, as the reference
 // treats it.
 func readRenewals(r *Req, withDurations bool) (renewals, error) {
-	ids, ok, err := r.m.Strs("ids")
+	ids, ok, err := r.m.Keys("ids")
 	if err != nil {
 		return renewals{}, err
 	}
@@ -543,7 +547,14 @@ func readRenewals(r *Req, withDurations bool) (renewals, error) {
 		return renewals{}, err
 	}
 	for i := range min(len(ids), len(tokens)) {
-		rn.tokens[i], _ = tokens[i].Str()
+		t, err := tokens[i].Str()
+		if err != nil {
+			continue // unreadable counts as absent
+		}
+		if !storableText(t) {
+			return renewals{}, &FieldError{Field: fmt.Sprintf("tokens[%d]", i), Msg: textRule}
+		}
+		rn.tokens[i] = t
 	}
 	if withDurations {
 		durs, _, err := r.m.Array("durations")

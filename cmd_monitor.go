@@ -80,7 +80,7 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 func cmdHeartbeat(r *Req) error {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}

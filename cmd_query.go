@@ -15,7 +15,7 @@ import (
 
 // jobIDOf reads the id of the job a read names, under key.
 func jobIDOf(r *Req, key string) (string, error) {
-	id, _, err := r.m.Str(key)
+	id, _, err := r.m.Key(key)
 	return id, err
 }
 
@@ -220,7 +220,7 @@ func cmdGetJobs(r *Req) error {
 func readProgress(r *Req) (progressSet, error) {
 	var u progressSet
 	var err error
-	if u.id, _, err = r.m.Str("id"); err != nil {
+	if u.id, _, err = r.m.Key("id"); err != nil {
 		return u, err
 	}
 	prog := r.m.Get("progress")
@@ -297,7 +297,7 @@ func writeProgress(r *Req, v JobView) error {
 // readLogEntry reads AddLog's job id and entry (the engine stamps its
 // time), and applies the limits of one log line.
 func readLogEntry(r *Req) (string, LogEntry, error) {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return "", LogEntry{}, err
 	}
@@ -406,7 +406,7 @@ func writeLogs(r *Req, logs []LogEntry, lr logRange) {
 // readClearLogs reads ClearLogs: the job, and how many of its newest logs
 // stay (none when keepLogs is absent or not above zero).
 func readClearLogs(r *Req) (string, int64, error) {
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return "", 0, err
 	}

@@ -173,7 +173,7 @@ func cmdSetWebhookEnabled(r *Req) error {
 	if err != nil {
 		return err
 	}
-	id, _, err := r.m.Str("id")
+	id, _, err := r.m.Key("id")
 	if err != nil {
 		return err
 	}

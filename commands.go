@@ -217,7 +217,7 @@ func (r *Req) okID() error {
 
 // idArg reads the id field most job commands take.
 func idArg(m Map, key string) (string, error) {
-	id, ok, err := m.Str(key)
+	id, ok, err := m.Key(key)
 	if err != nil {
 		return "", err
 	}

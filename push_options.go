@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,28 @@ func validNameChars(s string) bool {
 		}
 	}
 	return true
+}
+
+// storableText reports whether s can be kept as text by every storage:
+// valid UTF-8 without NUL, which PostgreSQL's text refuses (its error
+// would reach the client as a database error). What a client names
+// things by that is kept in text columns or looked up in them must be
+// such text: ids and tokens (Map.Key, Map.Keys), a job's keys
+// (checkJobFields), a pull's owner (checkKeyText), a cron's name.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// checkKeyText checks a short string a client names something by (a
+// pull's owner): at most maxKeyBytes, and storable text.
+func checkKeyText(field, s string) error {
+	if len(s) > maxKeyBytes {
+		return tooBig(field+" is", maxKeyBytes)
+	}
+	if !storableText(s) {
+		return errors.New(field + " " + textRule)
+	}
+	return nil
 }
 
 const (
@@ -279,15 +302,11 @@ func parseJobPayload(m Map, j *Job) error {
 func parseJobGroup(m Map, j *Job) error {
 	if g := m.Get("groupId"); g != nil {
 		gs, err := g.Str()
-		switch {
-		case err != nil:
+		if err != nil {
 			return errors.New("groupId must be a string")
-		case gs == "":
-			return errors.New("groupId must be a non-empty string")
-		case utf8.RuneCountInString(gs) > maxGroupID:
-			return errors.New("groupId must be at most 256 characters")
-		case containsNUL(gs):
-			return errors.New("groupId must not contain NUL characters")
+		}
+		if err := checkGroupID(gs); err != nil {
+			return err
 		}
 		j.warm().GroupID = gs
 	}
@@ -539,6 +558,23 @@ func legacyName(data Raw) (string, Raw) {
 		e.Raw(f.Val)
 	}
 	return name, e.B
+}
+
+// checkGroupID is the rule of a group's id, at push and in the group
+// commands: the reference's (non-empty, at most 256 characters, no NUL),
+// and UTF-8, as PostgreSQL's text keeps it.
+func checkGroupID(g string) error {
+	switch {
+	case g == "":
+		return errors.New("groupId must be a non-empty string")
+	case utf8.RuneCountInString(g) > maxGroupID:
+		return errors.New("groupId must be at most 256 characters")
+	case containsNUL(g):
+		return errors.New("groupId must not contain NUL characters")
+	case !utf8.ValidString(g):
+		return errors.New("groupId must be UTF-8 text")
+	}
+	return nil
 }
 
 func containsNUL(s string) bool {

@@ -204,6 +204,18 @@ func checkCronLimits(t *testing.T, c *tclient) {
 	if got := c.fail(M{"cmd": "Cron", "name": "bad", "queue": q, "repeatEvery": int64(maxDelayMs + 1)}); got != "repeatEvery must be at most 31536000000" {
 		t.Errorf("Cron repeatEvery past a year: %q", got)
 	}
+	// Names PostgreSQL's text cannot hold (before, in PostgreSQL mode, the
+	// database's own error reached the client; found by FuzzCommandsPG).
+	for _, name := range []string{"a\x00b", "\xff\xfe"} {
+		if got := c.fail(M{"cmd": "Cron", "name": name, "queue": q, "repeatEvery": 60000}); got != "Cron name must be UTF-8 text without NUL characters" {
+			t.Errorf("Cron named %q: %q", name, got)
+		}
+		for _, cmd := range []string{"CronGet", "CronDelete"} {
+			if got := c.fail(M{"cmd": cmd, "name": name}); got != "Cron job not found" {
+				t.Errorf("%s %q: %q", cmd, name, got)
+			}
+		}
+	}
 	if l := list(t, c.ok(M{"cmd": "CronList"}), "crons"); len(l) != 0 {
 		t.Fatalf("refused schedules were made: %v", l)
 	}

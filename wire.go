@@ -296,6 +296,35 @@ func (m Map) Str(key string) (s string, ok bool, err error) {
 	return s, true, nil
 }
 
+// Key is Str for a field that names something kept as text (an id, a
+// token, an owner): it must be storableText, which every storage can
+// keep and look up (PostgreSQL's text refuses NUL and invalid UTF-8: one
+// such id in a round of ACKs failed every ACK of the round).
+func (m Map) Key(key string) (s string, ok bool, err error) {
+	s, ok, err = m.Str(key)
+	if err == nil && !storableText(s) {
+		return "", false, &FieldError{Field: key, Msg: textRule}
+	}
+	return s, ok, err
+}
+
+// Keys is Strs for a list of such names.
+func (m Map) Keys(key string) ([]string, bool, error) {
+	out, ok, err := m.Strs(key)
+	if err != nil {
+		return nil, false, err
+	}
+	for k, s := range out {
+		if !storableText(s) {
+			return nil, false, &FieldError{Field: fmt.Sprintf("%s[%d]", key, k), Msg: textRule}
+		}
+	}
+	return out, ok, nil
+}
+
+// textRule is the refusal of what is not storableText.
+const textRule = "must be UTF-8 text without NUL characters"
+
 // Num reads a numeric field of any MessagePack numeric form.
 func (m Map) Num(key string) (f float64, ok bool, err error) {
 	r := m.Get(key)
