@@ -77,7 +77,12 @@ func (p *PG) allowance(ctx context.Context, tx pgx.Tx, queue string, l pgLimits,
 		if b.tokens < 1 {
 			return 0, now + b.waitMs(now), b, nil
 		}
-		n = min(n, int(math.Floor(b.tokens)))
+		// Compared as floats: a limit may be any finite number, and a
+		// bucket of 1e300 tokens made an int of it that wrapped to below
+		// zero, a negative LIMIT the database refused (FuzzCommandsPG).
+		if t := math.Floor(b.tokens); t < float64(n) {
+			n = int(t)
+		}
 	}
 	if l.conc != nil {
 		var active int64

@@ -90,6 +90,13 @@ func policyScript(t *testing.T, a, b *tclient) []string {
 		{b, M{"cmd": "RemoveDlqJob", "queue": "none", "jobId": "d1"}},
 		{b, M{"cmd": "ClearConcurrency", "queue": "none"}},
 		{b, M{"cmd": "RateLimitClear", "queue": "none"}},
+		// A rate limit may be any finite number: in PostgreSQL mode a
+		// bucket of 1e300 tokens made a negative LIMIT, and every pull of
+		// the queue failed with the database's error (FuzzCommandsPG).
+		{b, M{"cmd": "RateLimit", "queue": "huge", "limit": 1e300, "duration": 1000}},
+		{a, M{"cmd": "PUSH", "queue": "huge", "data": 1, "jobId": "h1"}},
+		{b, M{"cmd": "PULL", "queue": "huge", "timeout": 0}},
+		{b, M{"cmd": "ACK", "id": "h1"}},
 		{a, M{"cmd": "SetStallConfig", "queue": "quiet", "config": M{"enabled": true}}},
 		{a, M{"cmd": "SetStallConfig", "queue": "loud", "config": M{"enabled": false}}},
 		{a, M{"cmd": "ListQueues"}},
