@@ -8,7 +8,7 @@ package main
 // earlier answers gave. Whatever the fields, every command must answer a
 // map with a boolean ok and the request's reqId, with a reason when ok is
 // false, and never the "Internal server error" of a handler that panicked
-// (safeCall).
+// (safeCall), nor a database's error (its SQLSTATE) in PostgreSQL mode.
 //
 //	go test -run '^$' -fuzz FuzzCommands -fuzztime 5m
 //	FUZZLOG=1 go test -run FuzzCommands -v   # the seeds' requests and answers
@@ -19,6 +19,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -206,6 +208,11 @@ func checkFuzzAnswer(t *testing.T, p *fuzzProgram, cmd, reqID string, frame []by
 		if strings.Contains(msg, "Internal server error") {
 			t.Fatalf("%s: the handler failed: %s", cmd, msg)
 		}
+		if strings.Contains(msg, "SQLSTATE") {
+			// A request the server should have refused itself, or a
+			// database error it should have named in its own words.
+			t.Fatalf("%s: refused by the database: %s", cmd, msg)
+		}
 	}
 	if os.Getenv("FUZZLOG") != "" {
 		t.Logf("%s %s -> %v", cmd, reqID, m)
@@ -218,7 +225,7 @@ func FuzzCommands(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		b := NewMemEngine(1, nil)
 		defer b.Close()
-		runFuzzCommands(t, b, in)
+		runFuzzCommands(t, memServer(b, nil, quietLog()), in)
 	})
 }
 
@@ -231,7 +238,7 @@ func FuzzCommandsSQLite(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		path := filepath.Join(t.TempDir(), "q.db")
 		b, st, _ := openTestStore(t, path)
-		runFuzzCommands(t, b, in)
+		runFuzzCommands(t, memServer(b, nil, quietLog()), in)
 		b.Close()
 		if err := st.Close(); err != nil {
 			t.Fatalf("closing the store: %v", err)
@@ -240,6 +247,40 @@ func FuzzCommandsSQLite(f *testing.F) {
 		b2, st2, _ := openTestStore(t, path)
 		b2.Close()
 		st2.Close()
+	})
+}
+
+// FuzzCommandsPG is FuzzCommands in PostgreSQL mode, whose engine reads
+// and writes every job through SQL. One broker and namespace serve the
+// whole run (making a namespace takes longer than an input), so an input
+// meets what the inputs before it left: a failure may need them too.
+//
+//	go test -run '^$' -fuzz FuzzCommandsPG -fuzztime 5m
+func FuzzCommandsPG(f *testing.F) {
+	url := needPG(f)
+	addCommandSeeds(f)
+	var r [4]byte
+	rand.Read(r[:])
+	ns := "fz" + hex.EncodeToString(r[:])
+	b := NewBroker()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg, err := openPG(ctx, url, ns, b, quietLog(), pgOptions{})
+	if err != nil {
+		b.Close()
+		f.Fatal(err)
+	}
+	srv := NewServer(b, pg, nil, quietLog())
+	srv.usePG(pg)
+	f.Cleanup(func() {
+		pg.Close()
+		b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pgAdminExec(ctx, "DROP SCHEMA IF EXISTS queued_"+ns+" CASCADE")
+	})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		runFuzzCommands(t, srv, in)
 	})
 }
 
@@ -293,23 +334,52 @@ func addCommandSeeds(f *testing.F) {
 }
 
 // runFuzzCommands runs the requests in reads from the fuzzer's bytes
-// against b, and checks every answer.
-func runFuzzCommands(t *testing.T, b *MemEngine, in []byte) {
+// on srv, and checks every answer.
+func runFuzzCommands(t *testing.T, srv *Server, in []byte) {
 	names := fuzzCommandNames()
-	srv := memServer(b, nil, quietLog())
 	// Commands that wait (a long poll, WaitJob) end with the
 	// connection: a short life for all of them.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var mu sync.Mutex
 	var later [][]byte
+	arrived := make(chan struct{}, 1)
 	c := newVirtualConn(srv, ctx, "fuzz", func(frame []byte) {
 		mu.Lock()
 		later = append(later, append([]byte(nil), frame...))
 		mu.Unlock()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 	}, false)
 	p := &fuzzProgram{b: in}
-	sent := map[string]string{} // reqId -> command, for the answers given later
+	sent := map[string]string{} // reqId -> command, of the answers not yet checked
+	// check checks the answers given later that have come, and forgets
+	// them; it reports whether reqID's was among them.
+	check := func(reqID string) bool {
+		mu.Lock()
+		frames := later
+		later = nil
+		mu.Unlock()
+		found := false
+		for _, frame := range frames {
+			v, err := Decode(frame[4:])
+			if err != nil {
+				t.Fatalf("undecodable answer given later: %v", err)
+			}
+			m, _ := v.(map[string]any)
+			id, _ := m["reqId"].(string)
+			cmd, ok := sent[id]
+			if !ok {
+				continue // an event of the subscription
+			}
+			delete(sent, id)
+			checkFuzzAnswer(t, p, cmd, id, frame)
+			found = found || id == reqID
+		}
+		return found
+	}
 	for n := 0; n < 8 && !p.done(); n++ {
 		cmd := names[int(p.byte())%len(names)]
 		reqID := fmt.Sprintf("f%d", n)
@@ -332,26 +402,25 @@ func runFuzzCommands(t *testing.T, b *MemEngine, in []byte) {
 		}
 		var e Enc
 		c.dispatch(m, &e)
-		if len(e.B) == 0 {
-			sent[reqID] = cmd
+		if len(e.B) > 0 {
+			checkFuzzAnswer(t, p, cmd, reqID, e.B)
 			continue
 		}
-		checkFuzzAnswer(t, p, cmd, reqID, e.B)
+		// Answered later (a long poll, or any command in PostgreSQL mode,
+		// answered once its round commits): the next command gets the ids
+		// it gave when it comes within a moment.
+		sent[reqID] = cmd
+		wait := time.NewTimer(50 * time.Millisecond)
+		for !check(reqID) {
+			select {
+			case <-arrived:
+				continue
+			case <-wait.C:
+			}
+			break
+		}
+		wait.Stop()
 	}
 	c.finishVirtual()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, frame := range later {
-		v, err := Decode(frame[4:])
-		if err != nil {
-			t.Fatalf("undecodable answer given later: %v", err)
-		}
-		m, _ := v.(map[string]any)
-		id, _ := m["reqId"].(string)
-		cmd, ok := sent[id]
-		if !ok {
-			continue // an event of the subscription
-		}
-		checkFuzzAnswer(t, p, cmd, id, frame)
-	}
+	check("")
 }
