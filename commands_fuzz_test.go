@@ -254,6 +254,8 @@ func FuzzCommandsSQLite(f *testing.F) {
 // and writes every job through SQL. One broker and namespace serve the
 // whole run (making a namespace takes longer than an input), so an input
 // meets what the inputs before it left: a failure may need them too.
+// The fuzzing workers are stopped without their cleanup, so a fuzzing
+// run leaves their namespaces' schemas (queued_fz...) to drop after it.
 //
 //	go test -run '^$' -fuzz FuzzCommandsPG -fuzztime 5m
 func FuzzCommandsPG(f *testing.F) {
