@@ -53,8 +53,9 @@ var fuzzFieldNames = []string{
 }
 
 // fuzzCommandNames are the commands the fuzzer sends: the whole table but
-// those that call URLs.
-func fuzzCommandNames() []string {
+// those that call URLs, sorted (an input's bytes pick them by index). Made
+// once: the table is filled by an init function, after package variables.
+var fuzzCommandNames = sync.OnceValue(func() []string {
 	var out []string
 	for name := range commands {
 		switch name {
@@ -65,7 +66,7 @@ func fuzzCommandNames() []string {
 	}
 	slices.Sort(out)
 	return out
-}
+})
 
 // fuzzProgram reads the fuzzer's bytes as requests; past the end every
 // read is zero, so any input is a program.
@@ -412,16 +413,15 @@ func runFuzzCommands(t *testing.T, srv *Server, in []byte) {
 		// answered once its round commits): the next command gets the ids
 		// it gave when it comes within a moment.
 		sent[reqID] = cmd
-		wait := time.NewTimer(50 * time.Millisecond)
+		deadline := time.After(50 * time.Millisecond)
+	waiting:
 		for !check(reqID) {
 			select {
 			case <-arrived:
-				continue
-			case <-wait.C:
+			case <-deadline:
+				break waiting
 			}
-			break
 		}
-		wait.Stop()
 	}
 	c.finishVirtual()
 	check("")
