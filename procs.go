@@ -43,12 +43,13 @@ const (
 	// procsEvery is how often the server's CPU use is read.
 	procsEvery = 100 * time.Millisecond
 	// procsLow: below this many cores used, for procsQuiet looks in a
-	// row, one processor serves. Every look, not their average: an
-	// average under 0.4 (tried) took a closed-loop load of 0.3-0.45 of a
-	// core down to one processor, where it ran 12% slower (the upstream
-	// benchmark's Process row), though a steady 1,000 jobs/s cost a sixth
-	// less CPU there (docs/performance.md, "Steady load").
-	procsLow   = 0.3
+	// row, one processor is tried (every look, not their average). On
+	// two, a load costs more than on one: the official client at 1,000
+	// jobs/s kept the server at 0.28-0.33 of a core on two processors and
+	// 0.17 on one, so a lower level (0.3, before) left it on two.
+	// Whether one processor serves the load as well is what the trial
+	// tells (procsTrial).
+	procsLow   = 0.45
 	procsQuiet = 20 // 2 s
 	// procsHigh: on one processor, past this many cores used in one look,
 	// all come back: the one processor is getting busy (memory and SQLite
@@ -59,6 +60,21 @@ const (
 	// the next look. A bulk push of 100,000 jobs after a quiet spell takes
 	// a tenth of a second, and ran 30% slower on one processor.
 	procsBurstBytes = 4 << 10
+	// procsTrial: for this many looks after going down to one, the
+	// request frames served a second are compared with those of the quiet
+	// looks before. An open-loop load (requests sent at a rate, as most
+	// clients do) is served as fast on one processor, and cheaper. A
+	// closed-loop one (a Worker of concurrency 50 working a backlog as
+	// fast as the answers come) at 0.3-0.45 of a core ran 12% slower on
+	// one (the upstream benchmark's Process row, docs/performance.md),
+	// and the CPU reading alone cannot tell the two apart: when the frames
+	// fall by more than procsTrialLoss (and by procsTrialFloor a second,
+	// so that a few frames of an idle server do not count) all come back,
+	// and the tuner waits procsHold looks before it tries again.
+	procsTrial      = 10 // 1 s
+	procsTrialLoss  = 0.07
+	procsTrialFloor = 20.0
+	procsHold       = 300 // 30 s
 )
 
 // procsLevels are the thresholds a tuner follows, in cores used: below
@@ -87,20 +103,29 @@ var (
 var procsTuning = true
 
 // procsOne is set while the server runs on one processor; procsWake
-// asks the tuner for all of them (procsBurst).
+// asks the tuner for all of them (procsFrame).
 // procsBursts is set when large frames bring the processors back
 // (procsLevels.burst).
 var (
 	procsOne    atomic.Bool
 	procsBursts atomic.Bool
 	procsWake   = make(chan struct{}, 1)
+	// procsCounting is set while the tuner counts request frames in
+	// procsFrames: only while the load is light or on one processor,
+	// where one counter shared by every connection costs nothing.
+	procsCounting atomic.Bool
+	procsFrames   atomic.Int64
 )
 
-// procsBurst tells the tuner of a request frame of n bytes: one load of a
-// flag on the request path, a channel send when the frame is large and
-// the server on one processor. The sender then yields, so that the tuner
-// runs now rather than when this goroutine next blocks.
-func procsBurst(n int) {
+// procsFrame tells the tuner of a request frame of n bytes: two loads
+// of a flag on the request path, a count while the tuner wants one, and a
+// channel send when the frame is large and the server on one processor.
+// The sender then yields, so that the tuner runs now rather than when
+// this goroutine next blocks.
+func procsFrame(n int) {
+	if procsCounting.Load() {
+		procsFrames.Add(1)
+	}
 	if n >= procsBurstBytes && procsOne.Load() && procsBursts.Load() {
 		select {
 		case procsWake <- struct{}{}:
@@ -116,9 +141,15 @@ type procsTuner struct {
 	all, cur int
 	quiet    int // looks in a row below lv.low
 	busy     int // on one processor, looks in a row past lv.high
-	log      *slog.Logger
-	stop     chan struct{}
-	done     chan struct{}
+	// The frames a second of the quiet looks (those counted: -1 is a look
+	// without a count), and of the trial on one processor.
+	before, during procsRate
+	trial          int  // looks of the trial still to come
+	hold           int  // looks before going down may be tried again
+	counted        bool // frames were counted during the look under way
+	log            *slog.Logger
+	stop           chan struct{}
+	done           chan struct{}
 }
 
 // startProcsTuner starts following the load at the levels lv; nil when
@@ -140,35 +171,86 @@ func startProcsTuner(log *slog.Logger, lv procsLevels) *procsTuner {
 	return t
 }
 
+// procsRate sums the request frames a second of some looks.
+type procsRate struct {
+	sum   float64
+	looks int
+}
+
+func (r *procsRate) add(frames float64) {
+	if frames >= 0 {
+		r.sum += frames
+		r.looks++
+	}
+}
+
+func (r procsRate) mean() float64 {
+	if r.looks == 0 {
+		return 0
+	}
+	return r.sum / float64(r.looks)
+}
+
 // next is the processors to run with after a look that found cores used
-// since the last.
-func (t *procsTuner) next(cores float64) int {
+// and frames request frames a second (-1: not counted) since the last.
+func (t *procsTuner) next(cores, frames float64) int {
 	if t.cur == 1 {
 		if cores <= t.lv.high {
 			t.busy = 0
-			return 1
+		} else if t.busy++; t.busy >= t.lv.rise {
+			t.restart()
+			return t.all
 		}
-		if t.busy++; t.busy < t.lv.rise {
-			return 1
+		if t.trial > 0 {
+			t.during.add(frames)
+			if t.trial--; t.trial == 0 && t.slower() {
+				t.restart()
+				t.hold = procsHold
+				return t.all
+			}
 		}
-		t.restart()
-		return t.all
+		return 1
+	}
+	if t.hold > 0 {
+		t.hold--
+		return t.cur
 	}
 	if cores < t.lv.low {
 		t.quiet++
+		t.before.add(frames)
 	} else {
 		t.quiet = 0
+		t.before = procsRate{}
 	}
 	if t.quiet >= procsQuiet {
+		before := t.before
 		t.restart()
+		t.before, t.trial = before, procsTrial
 		return 1
 	}
 	return t.cur
 }
 
-// restart forgets the looks counted toward a change.
+// slower reports whether the trial on one processor served fewer frames
+// a second than the quiet looks before it, by more than chance.
+func (t *procsTuner) slower() bool {
+	before, during := t.before.mean(), t.during.mean()
+	return before-during > max(before*procsTrialLoss, procsTrialFloor)
+}
+
+// restart forgets the looks counted toward a change, and a trial.
 func (t *procsTuner) restart() {
-	t.quiet, t.busy = 0, 0
+	t.quiet, t.busy, t.trial = 0, 0, 0
+	t.before, t.during = procsRate{}, procsRate{}
+}
+
+// counting reports whether the next look wants the frames counted: after
+// a quiet look on all processors, and during a trial on one.
+func (t *procsTuner) counting() bool {
+	if t.cur == 1 {
+		return t.trial > 0
+	}
+	return t.quiet > 0 && t.hold == 0
 }
 
 func (t *procsTuner) run() {
@@ -177,6 +259,7 @@ func (t *procsTuner) run() {
 	defer tick.Stop()
 	last, _ := cpuTime()
 	lastAt := time.Now()
+	defer procsCounting.Store(false)
 	for {
 		var n int
 		select {
@@ -193,11 +276,21 @@ func (t *procsTuner) run() {
 				break
 			}
 			now := time.Now()
-			cores := (used - last).Seconds() / now.Sub(lastAt).Seconds()
+			secs := now.Sub(lastAt).Seconds()
+			cores := (used - last).Seconds() / secs
+			frames := float64(procsFrames.Swap(0)) / secs
+			if !t.counted {
+				frames = -1
+			}
 			last, lastAt = used, now
-			n = t.next(cores)
+			n = t.next(cores, frames)
 		}
 		t.set(n)
+		t.counted = t.counting()
+		procsCounting.Store(t.counted)
+		if !t.counted {
+			procsFrames.Store(0)
+		}
 	}
 }
 

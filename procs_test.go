@@ -16,7 +16,7 @@ func TestProcsTunerDecides(t *testing.T) {
 	t.Parallel()
 	tn := &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	look := func(cores float64) int {
-		tn.cur = tn.next(cores)
+		tn.cur = tn.next(cores, -1)
 		return tn.cur
 	}
 	for i := range procsQuiet - 1 {
@@ -41,6 +41,96 @@ func TestProcsTunerDecides(t *testing.T) {
 	}
 }
 
+// TestProcsTunerTrial: after going down, one processor is kept only if
+// it serves the request frames of the quiet looks before it. A load that
+// falls by more than procsTrialLoss on one (a closed loop waiting on each
+// answer) takes all back at the trial's end, and going down is not tried
+// again for procsHold looks; a load that holds stays on one, with no more
+// counting; a few frames of an idle server are no loss.
+func TestProcsTunerTrial(t *testing.T) {
+	t.Parallel()
+	down := func(tn *procsTuner, frames float64) {
+		t.Helper()
+		look := func(cores, frames float64) int { tn.cur = tn.next(cores, frames); return tn.cur }
+		if n := look(0.4, -1); n != 4 || !tn.counting() {
+			t.Fatalf("a first quiet look: %d processors, counting %v; want 4 and counting", n, tn.counting())
+		}
+		for i := range procsQuiet - 1 {
+			if n := look(0.4, frames); (n == 1) != (i == procsQuiet-2) {
+				t.Fatalf("quiet look %d of %d: %d processors", i+2, procsQuiet, n)
+			}
+		}
+		if tn.trial != procsTrial || !tn.counting() || tn.before.mean() != frames || tn.before.looks != procsQuiet-1 {
+			t.Fatalf("going down: trial %d, counting %v, before %+v; want %d looks, counting, %v frames a second over %d looks",
+				tn.trial, tn.counting(), tn.before, procsTrial, frames, procsQuiet-1)
+		}
+	}
+	trial := func(tn *procsTuner, frames float64) int {
+		for i := range procsTrial - 1 {
+			if tn.cur = tn.next(0.3, frames); tn.cur != 1 {
+				t.Fatalf("trial look %d: %d processors before the trial's end", i+1, tn.cur)
+			}
+		}
+		tn.cur = tn.next(0.3, frames)
+		return tn.cur
+	}
+
+	// An open-loop load: as many frames on one, within chance.
+	tn := &procsTuner{lv: procsLocal, all: 4, cur: 4}
+	down(tn, 4000)
+	if n := trial(tn, 4000*(1-procsTrialLoss)+1); n != 1 || tn.counting() {
+		t.Fatalf("a load that held: %d processors, counting %v; want 1, not counting", n, tn.counting())
+	}
+
+	// A closed loop: 12% fewer frames on one.
+	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
+	down(tn, 4000)
+	if n := trial(tn, 4000*0.88); n != 4 {
+		t.Fatalf("a load 12%% slower on one: %d processors, want all", n)
+	}
+	for i := range procsHold {
+		if tn.cur = tn.next(0.1, -1); tn.cur != 4 || tn.counting() {
+			t.Fatalf("quiet look %d of the hold: %d processors, counting %v", i+1, tn.cur, tn.counting())
+		}
+	}
+	down(tn, 4000)
+
+	// An idle server: a few frames less is chance.
+	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
+	down(tn, 10)
+	if n := trial(tn, 0); n != 1 {
+		t.Fatalf("an idle server that lost 10 frames a second: %d processors, want 1", n)
+	}
+
+	// Past high during the trial: all at once, as outside one.
+	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
+	down(tn, 4000)
+	if tn.cur = tn.next(procsHigh+0.1, 9000); tn.cur != 4 || tn.trial != 0 || tn.hold != 0 {
+		t.Fatalf("a busy look in the trial: %d processors, trial %d, hold %d; want all, no trial, no hold", tn.cur, tn.trial, tn.hold)
+	}
+}
+
+// TestProcsFrameCounts: request frames are counted only while the tuner
+// asks for a count.
+// Serial: it sets the process's flags, which the in-process servers of
+// parallel tests read on every request frame.
+func TestProcsFrameCounts(t *testing.T) {
+	defer procsCounting.Store(procsCounting.Load())
+	defer procsFrames.Store(procsFrames.Load())
+	procsCounting.Store(false)
+	procsFrames.Store(0)
+	procsFrame(10)
+	if n := procsFrames.Load(); n != 0 {
+		t.Fatalf("not counting: %d frames counted", n)
+	}
+	procsCounting.Store(true)
+	procsFrame(10)
+	procsFrame(10)
+	if n := procsFrames.Load(); n != 2 {
+		t.Fatalf("counting: %d frames counted, want 2", n)
+	}
+}
+
 // TestProcsTunerPGLevels: in PostgreSQL mode the tuner starts on one
 // processor, a single look past the high level is not enough to take all
 // back (a burst of answers), rise looks in a row are; a large frame does
@@ -48,15 +138,15 @@ func TestProcsTunerDecides(t *testing.T) {
 func TestProcsTunerPGLevels(t *testing.T) {
 	t.Parallel()
 	lv := procsPG
-	if procsLocal.low != procsLow || procsLow != 0.3 || lv.low != 0.6 || lv.high != 0.8 {
-		t.Fatalf("levels: memory low %v, PostgreSQL %+v; want 0.3, and 0.6 to 0.8 (the levels docs/performance.md measured)", procsLow, lv)
+	if procsLocal.low != procsLow || procsLow != 0.45 || lv.low != 0.6 || lv.high != 0.8 {
+		t.Fatalf("levels: memory low %v, PostgreSQL %+v; want 0.45, and 0.6 to 0.8 (the levels docs/performance.md measured)", procsLow, lv)
 	}
 	if !lv.one || lv.burst || lv.rise < 2 || lv.low >= lv.high || lv.high <= procsHigh {
 		t.Fatalf("levels %+v: want a start on one, no bursts, rise of 2 or more, low under high, high past memory mode's %v", lv, procsHigh)
 	}
 	tn := &procsTuner{lv: lv, all: 2, cur: 1}
 	look := func(cores float64) int {
-		tn.cur = tn.next(cores)
+		tn.cur = tn.next(cores, -1)
 		return tn.cur
 	}
 	// Memory mode's high level is no load here.
@@ -119,18 +209,18 @@ func TestProcsBurstFollowsTheLevels(t *testing.T) {
 	procsOne.Store(true)
 	for _, lv := range []procsLevels{procsPG, procsLocal} {
 		procsBursts.Store(lv.burst)
-		procsBurst(procsBurstBytes - 1)
+		procsFrame(procsBurstBytes - 1)
 		if n := drain(); n != 0 {
 			t.Fatalf("a frame under procsBurstBytes woke the tuner (burst %v)", lv.burst)
 		}
-		procsBurst(1 << 20)
+		procsFrame(1 << 20)
 		if n, want := drain(), map[bool]int{false: 0, true: 1}[lv.burst]; n != want {
 			t.Fatalf("levels with burst %v: a large frame woke the tuner %d times, want %d", lv.burst, n, want)
 		}
 	}
 	// On all processors nothing is asked.
 	procsOne.Store(false)
-	procsBurst(1 << 20)
+	procsFrame(1 << 20)
 	if n := drain(); n != 0 {
 		t.Fatal("a large frame on all processors woke the tuner")
 	}
