@@ -220,11 +220,11 @@ func (c *Client) writeLoop() {
 		// next request at once. The first one's kick makes this goroutine
 		// the next to run on that processor, ahead of the callers readied
 		// after it, so without the yield it wrote each request on its own.
-		// queued bench steady, memory mode, 20,000 jobs/s, the bench's
-		// writes fell from 3.0 to 2.0 a job and its CPU by a tenth, and
-		// the server's p99 from 13-307 ms to 10-19 ms (docs/performance.md);
-		// bench push of 100,000 single PUSHes on 4 connections went from
-		// 1.09-1.15 s to 0.76-0.79 s.
+		// Through queued bench steady, memory mode, the bench's writes fell
+		// from 3.0 to 2.0 a job at 10,000 jobs/s; at 20,000/s its CPU fell
+		// by a tenth and the jobs' p99 from 13-307 ms to 8.5-19 ms
+		// (docs/performance.md); bench push of 100,000 single PUSHes on 4
+		// connections went from 1.09-1.15 s to 0.76-0.79 s.
 		runtime.Gosched()
 		c.wmu.Lock()
 		out := c.wbuf

@@ -185,7 +185,7 @@ func (c *conn) serve() {
 			c.readFailed(err)
 			return
 		}
-		procsFrame(len(body))
+		procsBurst(len(body))
 		c.handleFrame(body)
 		c.frameDone()
 		if c.closing {

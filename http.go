@@ -184,6 +184,7 @@ func (a *httpAPI) match(method string, segs []string) (rt *route, params []strin
 
 func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.srv.frames.Add(1) // a request, as memReturn counts them
+	procsRequest()
 	a.setCORS(w, r)
 	if !a.srv.authRequired() && fromBrowser(r) && !a.originConfigured(r.Header.Get("Origin")) && !a.hostAllowed(r.Host) {
 		writeJSON(w, http.StatusForbidden, map[string]any{"ok": false, "error": a.hostRefusal(r.Host)})

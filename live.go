@@ -373,6 +373,7 @@ func (l *live) onMessage(c *wsConn, vc *conn, sel *wsSelection, msg []byte) {
 		c.SendReply(wsError("Unknown command: "+cmd, reqID))
 		return
 	}
+	procsRequest()
 	var e Enc
 	reserved := vc.dispatch(m, &e)
 	if len(e.B) > 0 {

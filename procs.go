@@ -61,35 +61,46 @@ const (
 	// a tenth of a second, and ran 30% slower on one processor.
 	procsBurstBytes = 4 << 10
 	// procsTrial: for this many looks after going down to one, the
-	// request frames served a second are compared with those of the quiet
-	// looks before. An open-loop load (requests sent at a rate, as most
-	// clients do) is served as fast on one processor, and cheaper. A
-	// closed-loop one (a Worker of concurrency 50 working a backlog as
-	// fast as the answers come) at 0.3-0.45 of a core ran 12% slower on
-	// one (the upstream benchmark's Process row, docs/performance.md),
-	// and the CPU reading alone cannot tell the two apart: when the frames
-	// fall by more than procsTrialLoss (and by procsTrialFloor a second,
-	// so that a few frames of an idle server do not count) all come back,
-	// and the tuner waits procsHold looks before it tries again.
+	// requests served a second are compared with those of the quiet looks
+	// before (memory and SQLite mode). An open-loop load (requests sent
+	// at a rate, as most clients do) is served as fast on one processor,
+	// and cheaper. A closed-loop one (a Worker of concurrency 50 working a
+	// backlog as fast as the answers come) at 0.3-0.45 of a core ran 12%
+	// slower on one (the upstream benchmark's Process row,
+	// docs/performance.md), and the CPU reading alone cannot tell the two
+	// apart: when the requests fall by more than procsTrialLoss (and by
+	// procsTrialFloor a second, so that a few requests of an idle server
+	// do not count) all come back, and the tuner waits procsHold looks
+	// before it tries again. It waits as long when the one processor got
+	// busy during the trial: the load would take it down and up again.
 	procsTrial      = 10 // 1 s
 	procsTrialLoss  = 0.07
 	procsTrialFloor = 20.0
 	procsHold       = 300 // 30 s
+	// procsNewLoad: on one processor after a trial, procsNewLooks looks
+	// in a row with more than twice the requests a second the trial saw,
+	// and procsNewLoad more, are a new load (a Worker starting on an idle
+	// server): all come back, and it has a trial of its own once it has
+	// been quiet for procsQuiet looks.
+	procsNewLoad  = 200.0
+	procsNewLooks = 3
 )
 
 // procsLevels are the thresholds a tuner follows, in cores used: below
 // low for procsQuiet looks in a row it goes down to one processor, past
 // high on one for rise looks in a row it takes all back; burst: a large
-// request frame takes all back too; one: it starts on one processor.
+// request frame takes all back too; one: it starts on one processor;
+// trial: one processor is kept only if it serves the load as fast
+// (procsTrial).
 type procsLevels struct {
-	low, high  float64
-	rise       int
-	burst, one bool
+	low, high         float64
+	rise              int
+	burst, one, trial bool
 }
 
 var (
 	// procsLocal: memory and SQLite mode, where the server does the work.
-	procsLocal = procsLevels{low: procsLow, high: procsHigh, rise: 1, burst: true}
+	procsLocal = procsLevels{low: procsLow, high: procsHigh, rise: 1, burst: true, trial: true}
 	// procsPG: PostgreSQL mode; high leaves room for the one processor to
 	// answer without a queue of runnable goroutines, and takes three looks
 	// (a burst of answers from the database is not a load). It starts on
@@ -103,29 +114,34 @@ var (
 var procsTuning = true
 
 // procsOne is set while the server runs on one processor; procsWake
-// asks the tuner for all of them (procsFrame).
+// asks the tuner for all of them (procsBurst).
 // procsBursts is set when large frames bring the processors back
 // (procsLevels.burst).
 var (
 	procsOne    atomic.Bool
 	procsBursts atomic.Bool
 	procsWake   = make(chan struct{}, 1)
-	// procsCounting is set while the tuner counts request frames in
-	// procsFrames: only while the load is light or on one processor,
-	// where one counter shared by every connection costs nothing.
+	// procsCounting is set while the tuner counts requests in
+	// procsRequests (procsLevels.trial): after a quiet look on all
+	// processors, and on one.
 	procsCounting atomic.Bool
-	procsFrames   atomic.Int64
+	procsRequests atomic.Int64
 )
 
-// procsFrame tells the tuner of a request frame of n bytes: two loads
-// of a flag on the request path, a count while the tuner wants one, and a
-// channel send when the frame is large and the server on one processor.
-// The sender then yields, so that the tuner runs now rather than when
-// this goroutine next blocks.
-func procsFrame(n int) {
+// procsRequest tells the tuner of a request (a frame of the wire
+// protocol, over TCP or a WebSocket, or an HTTP request): one load of a
+// flag, and a count while the tuner wants one.
+func procsRequest() {
 	if procsCounting.Load() {
-		procsFrames.Add(1)
+		procsRequests.Add(1)
 	}
+}
+
+// procsBurst tells the tuner of a request frame of n bytes: one load of a
+// flag on the request path, a channel send when the frame is large and
+// the server on one processor. The sender then yields, so that the tuner
+// runs now rather than when this goroutine next blocks.
+func procsBurst(n int) {
 	if n >= procsBurstBytes && procsOne.Load() && procsBursts.Load() {
 		select {
 		case procsWake <- struct{}{}:
@@ -141,12 +157,15 @@ type procsTuner struct {
 	all, cur int
 	quiet    int // looks in a row below lv.low
 	busy     int // on one processor, looks in a row past lv.high
-	// The frames a second of the quiet looks (those counted: -1 is a look
-	// without a count), and of the trial on one processor.
+	// The requests a second of the quiet looks (those counted: -1 is a
+	// look without a count), and of the trial on one processor; base is
+	// the trial's, once it kept one.
 	before, during procsRate
+	base           float64
 	trial          int  // looks of the trial still to come
 	hold           int  // looks before going down may be tried again
-	counted        bool // frames were counted during the look under way
+	grow           int  // on one after a trial, looks in a row past the base
+	counted        bool // requests were counted during the look under way
 	log            *slog.Logger
 	stop           chan struct{}
 	done           chan struct{}
@@ -171,15 +190,15 @@ func startProcsTuner(log *slog.Logger, lv procsLevels) *procsTuner {
 	return t
 }
 
-// procsRate sums the request frames a second of some looks.
+// procsRate sums the requests a second of some looks.
 type procsRate struct {
 	sum   float64
 	looks int
 }
 
-func (r *procsRate) add(frames float64) {
-	if frames >= 0 {
-		r.sum += frames
+func (r *procsRate) add(reqs float64) {
+	if reqs >= 0 {
+		r.sum += reqs
 		r.looks++
 	}
 }
@@ -192,24 +211,10 @@ func (r procsRate) mean() float64 {
 }
 
 // next is the processors to run with after a look that found cores used
-// and frames request frames a second (-1: not counted) since the last.
-func (t *procsTuner) next(cores, frames float64) int {
+// and reqs requests a second (-1: not counted) since the last.
+func (t *procsTuner) next(cores, reqs float64) int {
 	if t.cur == 1 {
-		if cores <= t.lv.high {
-			t.busy = 0
-		} else if t.busy++; t.busy >= t.lv.rise {
-			t.restart()
-			return t.all
-		}
-		if t.trial > 0 {
-			t.during.add(frames)
-			if t.trial--; t.trial == 0 && t.slower() {
-				t.restart()
-				t.hold = procsHold
-				return t.all
-			}
-		}
-		return 1
+		return t.nextOnOne(cores, reqs)
 	}
 	if t.hold > 0 {
 		t.hold--
@@ -217,7 +222,7 @@ func (t *procsTuner) next(cores, frames float64) int {
 	}
 	if cores < t.lv.low {
 		t.quiet++
-		t.before.add(frames)
+		t.before.add(reqs)
 	} else {
 		t.quiet = 0
 		t.before = procsRate{}
@@ -225,14 +230,51 @@ func (t *procsTuner) next(cores, frames float64) int {
 	if t.quiet >= procsQuiet {
 		before := t.before
 		t.restart()
-		t.before, t.trial = before, procsTrial
+		if t.lv.trial {
+			t.before, t.trial = before, procsTrial
+		}
 		return 1
 	}
 	return t.cur
 }
 
-// slower reports whether the trial on one processor served fewer frames
-// a second than the quiet looks before it, by more than chance.
+// nextOnOne is next on one processor.
+func (t *procsTuner) nextOnOne(cores, reqs float64) int {
+	if cores <= t.lv.high {
+		t.busy = 0
+	} else if t.busy++; t.busy >= t.lv.rise {
+		inTrial := t.trial > 0
+		t.restart()
+		if inTrial {
+			t.hold = procsHold
+		}
+		return t.all
+	}
+	switch {
+	case !t.lv.trial:
+	case t.trial > 0:
+		t.during.add(reqs)
+		if t.trial--; t.trial == 0 {
+			if t.slower() {
+				t.restart()
+				t.hold = procsHold
+				return t.all
+			}
+			t.base = t.during.mean()
+		}
+	case reqs > 2*t.base+procsNewLoad:
+		if t.grow++; t.grow >= procsNewLooks {
+			t.restart()
+			return t.all
+		}
+	default:
+		t.grow = 0
+	}
+	return 1
+}
+
+// slower reports whether the trial on one processor served fewer
+// requests a second than the quiet looks before it, by more than chance.
 func (t *procsTuner) slower() bool {
 	before, during := t.before.mean(), t.during.mean()
 	return before-during > max(before*procsTrialLoss, procsTrialFloor)
@@ -240,17 +282,18 @@ func (t *procsTuner) slower() bool {
 
 // restart forgets the looks counted toward a change, and a trial.
 func (t *procsTuner) restart() {
-	t.quiet, t.busy, t.trial = 0, 0, 0
-	t.before, t.during = procsRate{}, procsRate{}
+	t.quiet, t.busy, t.trial, t.grow = 0, 0, 0, 0
+	t.before, t.during, t.base = procsRate{}, procsRate{}, 0
 }
 
-// counting reports whether the next look wants the frames counted: after
-// a quiet look on all processors, and during a trial on one.
+// counting reports whether the next look wants the requests counted: on
+// levels with a trial, after a quiet look on all processors (unless
+// held), and on one.
 func (t *procsTuner) counting() bool {
-	if t.cur == 1 {
-		return t.trial > 0
+	if !t.lv.trial {
+		return false
 	}
-	return t.quiet > 0 && t.hold == 0
+	return t.cur == 1 || (t.quiet > 0 && t.hold == 0)
 }
 
 func (t *procsTuner) run() {
@@ -272,24 +315,25 @@ func (t *procsTuner) run() {
 		case <-tick.C:
 			used, ok := cpuTime()
 			if !ok {
+				t.restart()
 				n = t.all // no reading: the safe side
 				break
 			}
 			now := time.Now()
 			secs := now.Sub(lastAt).Seconds()
 			cores := (used - last).Seconds() / secs
-			frames := float64(procsFrames.Swap(0)) / secs
+			reqs := float64(procsRequests.Swap(0)) / secs
 			if !t.counted {
-				frames = -1
+				reqs = -1
 			}
 			last, lastAt = used, now
-			n = t.next(cores, frames)
+			n = t.next(cores, reqs)
 		}
 		t.set(n)
 		t.counted = t.counting()
 		procsCounting.Store(t.counted)
 		if !t.counted {
-			procsFrames.Store(0)
+			procsRequests.Store(0)
 		}
 	}
 }

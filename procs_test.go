@@ -42,11 +42,11 @@ func TestProcsTunerDecides(t *testing.T) {
 }
 
 // TestProcsTunerTrial: after going down, one processor is kept only if
-// it serves the request frames of the quiet looks before it. A load that
-// falls by more than procsTrialLoss on one (a closed loop waiting on each
+// it serves the requests of the quiet looks before it. A load that falls
+// by more than procsTrialLoss on one (a closed loop waiting on each
 // answer) takes all back at the trial's end, and going down is not tried
-// again for procsHold looks; a load that holds stays on one, with no more
-// counting; a few frames of an idle server are no loss.
+// again for procsHold looks; a load that holds stays on one, until a new
+// load comes; a few requests of an idle server are no loss.
 func TestProcsTunerTrial(t *testing.T) {
 	t.Parallel()
 	down := func(tn *procsTuner, frames float64) {
@@ -75,12 +75,33 @@ func TestProcsTunerTrial(t *testing.T) {
 		return tn.cur
 	}
 
-	// An open-loop load: as many frames on one, within chance.
+	// An open-loop load: as many requests on one, within chance. The
+	// count goes on: a new load gets a trial of its own.
 	tn := &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	down(tn, 4000)
-	if n := trial(tn, 4000*(1-procsTrialLoss)+1); n != 1 || tn.counting() {
-		t.Fatalf("a load that held: %d processors, counting %v; want 1, not counting", n, tn.counting())
+	held := 4000*(1-procsTrialLoss) + 1
+	if n := trial(tn, held); n != 1 || !tn.counting() || tn.base != held {
+		t.Fatalf("a load that held: %d processors, counting %v, base %v; want 1, counting, %v", n, tn.counting(), tn.base, held)
 	}
+	// Twice the base and procsNewLoad more, procsNewLooks looks in a row:
+	// a new load, all back with no hold. A look under it starts the count
+	// again.
+	more := 2*held + procsNewLoad + 1
+	for range procsNewLooks - 1 {
+		if tn.cur = tn.next(0.3, more); tn.cur != 1 {
+			t.Fatalf("%d processors before %d looks past the base", tn.cur, procsNewLooks)
+		}
+	}
+	if tn.cur = tn.next(0.3, more-2); tn.cur != 1 || tn.grow != 0 {
+		t.Fatalf("a look under the new-load level: %d processors, grow %d; want 1, 0", tn.cur, tn.grow)
+	}
+	for range procsNewLooks - 1 {
+		tn.cur = tn.next(0.3, more)
+	}
+	if tn.cur = tn.next(0.3, more); tn.cur != 4 || tn.hold != 0 {
+		t.Fatalf("a new load: %d processors, hold %d; want all, no hold", tn.cur, tn.hold)
+	}
+	down(tn, more)
 
 	// A closed loop: 12% fewer frames on one.
 	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
@@ -102,32 +123,50 @@ func TestProcsTunerTrial(t *testing.T) {
 		t.Fatalf("an idle server that lost 10 frames a second: %d processors, want 1", n)
 	}
 
-	// Past high during the trial: all at once, as outside one.
+	// Past high during the trial: all at once, as outside one, and a hold:
+	// the load would take it down and up again.
 	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	down(tn, 4000)
-	if tn.cur = tn.next(procsHigh+0.1, 9000); tn.cur != 4 || tn.trial != 0 || tn.hold != 0 {
-		t.Fatalf("a busy look in the trial: %d processors, trial %d, hold %d; want all, no trial, no hold", tn.cur, tn.trial, tn.hold)
+	if tn.cur = tn.next(procsHigh+0.1, 9000); tn.cur != 4 || tn.trial != 0 || tn.hold != procsHold {
+		t.Fatalf("a busy look in the trial: %d processors, trial %d, hold %d; want all, no trial, hold %d", tn.cur, tn.trial, tn.hold, procsHold)
+	}
+
+	// PostgreSQL mode has no trial: it counts nothing, and one processor
+	// stays whatever the requests.
+	tn = &procsTuner{lv: procsPG, all: 4, cur: 4}
+	for range procsQuiet {
+		if tn.cur = tn.next(0.1, -1); tn.counting() {
+			t.Fatal("PostgreSQL levels: counting requests")
+		}
+	}
+	if tn.cur != 1 || tn.trial != 0 {
+		t.Fatalf("PostgreSQL levels after %d quiet looks: %d processors, trial %d; want 1, none", procsQuiet, tn.cur, tn.trial)
+	}
+	for range 50 {
+		if tn.cur = tn.next(0.1, 1e6); tn.cur != 1 {
+			t.Fatalf("PostgreSQL levels on one: %d processors at a million requests a second and 0.1 of a core", tn.cur)
+		}
 	}
 }
 
-// TestProcsFrameCounts: request frames are counted only while the tuner
-// asks for a count.
+// TestProcsRequestCounts: requests are counted only while the tuner asks
+// for a count.
 // Serial: it sets the process's flags, which the in-process servers of
-// parallel tests read on every request frame.
-func TestProcsFrameCounts(t *testing.T) {
+// parallel tests read on every request.
+func TestProcsRequestCounts(t *testing.T) {
 	defer procsCounting.Store(procsCounting.Load())
-	defer procsFrames.Store(procsFrames.Load())
+	defer procsRequests.Store(procsRequests.Load())
 	procsCounting.Store(false)
-	procsFrames.Store(0)
-	procsFrame(10)
-	if n := procsFrames.Load(); n != 0 {
-		t.Fatalf("not counting: %d frames counted", n)
+	procsRequests.Store(0)
+	procsRequest()
+	if n := procsRequests.Load(); n != 0 {
+		t.Fatalf("not counting: %d requests counted", n)
 	}
 	procsCounting.Store(true)
-	procsFrame(10)
-	procsFrame(10)
-	if n := procsFrames.Load(); n != 2 {
-		t.Fatalf("counting: %d frames counted, want 2", n)
+	procsRequest()
+	procsRequest()
+	if n := procsRequests.Load(); n != 2 {
+		t.Fatalf("counting: %d requests counted, want 2", n)
 	}
 }
 
@@ -209,18 +248,18 @@ func TestProcsBurstFollowsTheLevels(t *testing.T) {
 	procsOne.Store(true)
 	for _, lv := range []procsLevels{procsPG, procsLocal} {
 		procsBursts.Store(lv.burst)
-		procsFrame(procsBurstBytes - 1)
+		procsBurst(procsBurstBytes - 1)
 		if n := drain(); n != 0 {
 			t.Fatalf("a frame under procsBurstBytes woke the tuner (burst %v)", lv.burst)
 		}
-		procsFrame(1 << 20)
+		procsBurst(1 << 20)
 		if n, want := drain(), map[bool]int{false: 0, true: 1}[lv.burst]; n != want {
 			t.Fatalf("levels with burst %v: a large frame woke the tuner %d times, want %d", lv.burst, n, want)
 		}
 	}
 	// On all processors nothing is asked.
 	procsOne.Store(false)
-	procsFrame(1 << 20)
+	procsBurst(1 << 20)
 	if n := drain(); n != 0 {
 		t.Fatal("a large frame on all processors woke the tuner")
 	}

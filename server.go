@@ -335,6 +335,7 @@ type Handler func(r *Req) error
 
 func (c *conn) handleFrame(body []byte) {
 	c.srv.frames.Add(1)
+	procsRequest()
 	preAuth := c.preAuth()
 	maxFields := maxRequestFields
 	if preAuth {
