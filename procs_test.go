@@ -49,29 +49,29 @@ func TestProcsTunerDecides(t *testing.T) {
 // load comes; a few requests of an idle server are no loss.
 func TestProcsTunerTrial(t *testing.T) {
 	t.Parallel()
-	down := func(tn *procsTuner, frames float64) {
+	down := func(tn *procsTuner, reqs float64) {
 		t.Helper()
-		look := func(cores, frames float64) int { tn.cur = tn.next(cores, frames); return tn.cur }
+		look := func(cores, reqs float64) int { tn.cur = tn.next(cores, reqs); return tn.cur }
 		if n := look(0.4, -1); n != 4 || !tn.counting() {
 			t.Fatalf("a first quiet look: %d processors, counting %v; want 4 and counting", n, tn.counting())
 		}
 		for i := range procsQuiet - 1 {
-			if n := look(0.4, frames); (n == 1) != (i == procsQuiet-2) {
+			if n := look(0.4, reqs); (n == 1) != (i == procsQuiet-2) {
 				t.Fatalf("quiet look %d of %d: %d processors", i+2, procsQuiet, n)
 			}
 		}
-		if tn.trial != procsTrial || !tn.counting() || tn.before.mean() != frames || tn.before.looks != procsQuiet-1 {
-			t.Fatalf("going down: trial %d, counting %v, before %+v; want %d looks, counting, %v frames a second over %d looks",
-				tn.trial, tn.counting(), tn.before, procsTrial, frames, procsQuiet-1)
+		if tn.trial != procsTrial || !tn.counting() || tn.before.mean() != reqs || tn.before.looks != procsQuiet-1 {
+			t.Fatalf("going down: trial %d, counting %v, before %+v; want %d looks, counting, %v requests a second over %d looks",
+				tn.trial, tn.counting(), tn.before, procsTrial, reqs, procsQuiet-1)
 		}
 	}
-	trial := func(tn *procsTuner, frames float64) int {
+	trial := func(tn *procsTuner, reqs float64) int {
 		for i := range procsTrial - 1 {
-			if tn.cur = tn.next(0.3, frames); tn.cur != 1 {
+			if tn.cur = tn.next(0.3, reqs); tn.cur != 1 {
 				t.Fatalf("trial look %d: %d processors before the trial's end", i+1, tn.cur)
 			}
 		}
-		tn.cur = tn.next(0.3, frames)
+		tn.cur = tn.next(0.3, reqs)
 		return tn.cur
 	}
 
@@ -103,7 +103,7 @@ func TestProcsTunerTrial(t *testing.T) {
 	}
 	down(tn, more)
 
-	// A closed loop: 12% fewer frames on one.
+	// A closed loop: 12% fewer requests on one.
 	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	down(tn, 4000)
 	if n := trial(tn, 4000*0.88); n != 4 {
@@ -116,11 +116,11 @@ func TestProcsTunerTrial(t *testing.T) {
 	}
 	down(tn, 4000)
 
-	// An idle server: a few frames less is chance.
+	// An idle server: a few requests less is chance.
 	tn = &procsTuner{lv: procsLocal, all: 4, cur: 4}
 	down(tn, 10)
 	if n := trial(tn, 0); n != 1 {
-		t.Fatalf("an idle server that lost 10 frames a second: %d processors, want 1", n)
+		t.Fatalf("an idle server that lost 10 requests a second: %d processors, want 1", n)
 	}
 
 	// Past high during the trial: all at once, as outside one, and a hold:
