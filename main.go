@@ -133,6 +133,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	procs := startProcsTuner(log, lv)
 	defer procs.Close()
+	if c.memory && c.pgURL == "" {
+		startGCPace()
+	}
 	if err := runServer(ctx, c, log, nil); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1

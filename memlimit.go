@@ -167,6 +167,7 @@ func (m *memLimit) look() bool {
 		m.cycles = s[1].Value.Uint64()
 		m.live.Store(int64(s[0].Value.Uint64()))
 		m.admitted.Store(0)
+		paceGC(int64(s[0].Value.Uint64()))
 	}
 	m.decide()
 	return ran
