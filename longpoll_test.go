@@ -88,16 +88,6 @@ func awaitParked(t testing.TB, fn string, n int) {
 	})
 }
 
-// awaitUnparked waits until at most n goroutines are parked in fn: the
-// polls seen parked have ended.
-func awaitUnparked(t testing.TB, fn string, n int) {
-	t.Helper()
-	eventually(t, 20*time.Second, fmt.Sprintf("no more than %d long polls parked in %s", n, fn), func() (bool, string) {
-		got := parkedIn(fn)
-		return got <= n, fmt.Sprintf("%d parked", got)
-	})
-}
-
 // pollWaiting is what a test can know of a long poll sent on c to a
 // server in a process of its own: a Ping sent behind it on the same
 // connection is answered, so the server has read the poll and handed it
