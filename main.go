@@ -133,7 +133,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	procs := startProcsTuner(log, lv)
 	defer procs.Close()
-	if c.memory && c.pgURL == "" {
+	if c.memory { // a PostgreSQL URL with --memory was refused above
 		startGCPace()
 	}
 	if err := runServer(ctx, c, log, nil); err != nil {
