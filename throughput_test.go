@@ -319,7 +319,7 @@ func TestDashboardHistoryAfterRun(t *testing.T) {
 func TestPullServiceExcludesLongPollWait(t *testing.T) {
 	t.Parallel()
 	m := startMemInProcess(t)
-	checkPullService(t, m.b.Broker, m.addr)
+	checkPullService(t, m.b.Broker, m.addr, func() { memSleeping(t, m.b, "lp", 1) })
 	d := getJSON(t, m.http+"/dashboard")
 	ps := sub(t, d, "pullService")
 	pull := sub(t, sub(t, sub(t, d, "latency"), "percentiles"), "pull")
@@ -340,13 +340,16 @@ func TestPullServiceExcludesLongPollWait(t *testing.T) {
 }
 
 // checkPullService runs the two long polls through a server on b and
-// checks b's histograms.
-func checkPullService(t *testing.T, b *Broker, addr string) {
+// checks b's histograms. asleep returns once the first poll sleeps
+// waiting for a job: what the server spent before that is service, and
+// under load it may be long (a PostgreSQL claim took a second once in CI,
+// counted as service while the test thought the poll was waiting).
+func checkPullService(t *testing.T, b *Broker, addr string, asleep func()) {
 	t.Helper()
 	pull0, svc0 := b.lat.pull.Snapshot(), b.lat.pullService.Snapshot()
 	c, p := dial(t, addr), dial(t, addr)
 	id, ch := c.send(map[string]any{"cmd": "PULL", "queue": "lp", "timeout": 10000})
-	c.ok(map[string]any{"cmd": "Ping"}) // the poll is waiting
+	asleep()
 	time.Sleep(time.Second)
 	p.ok(map[string]any{"cmd": "PUSH", "queue": "lp", "data": 1})
 	if a := c.await(id, ch, 15*time.Second); a["job"] == nil {
@@ -368,6 +371,21 @@ func checkPullService(t *testing.T, b *Broker, addr string) {
 		t.Errorf("the service time counts %.3f s in all for two pulls that waited 1 s each: the wait is in it", svc.Sum)
 	}
 	t.Logf("two long polls: %.3f s of latency, %.6f s of service", pull.Sum, svc.Sum)
+}
+
+// memSleeping waits until n pulls of queue wait on it for a job.
+func memSleeping(t *testing.T, b *MemEngine, queue string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, "pulls asleep", func() (bool, string) {
+		s := b.shardOf(queue)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		k := 0
+		if q := s.queues[queue]; q != nil {
+			k = len(q.waiters)
+		}
+		return k == n, fmt.Sprintf("%d asleep, want %d", k, n)
+	})
 }
 
 // TestPGLatencyHistograms: in PostgreSQL mode the push, pull, ack, wait
@@ -416,5 +434,7 @@ func TestPGLatencyHistograms(t *testing.T) {
 	}
 
 	// Long polls, as in memory mode.
-	checkPullService(t, b, p.addr)
+	// Here the poll's first claim runs beside the connection's reader, so
+	// a Ping's answer says nothing: wait until the engine shows it asleep.
+	checkPullService(t, b, p.addr, func() { pgSleeping(t, p.pg, "lp", 1) })
 }
