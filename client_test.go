@@ -60,7 +60,6 @@ func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
 	// A long poll does not hold up what is sent after it on the same
 	// connection: the server answers out of order, the client sorts it.
 	pulled := make(chan error, 1)
-	pulls := parkedIn(parkedPull)
 	go func() {
 		// Its timeout far above the Ping's bound: a Ping held behind it
 		// would take that long, whatever the machine is doing.
@@ -71,7 +70,7 @@ func TestClientPipelinesAndMatchesAnswers(t *testing.T) {
 		pulled <- err
 	}()
 	// The poll is in and waiting before the Ping is sent behind it.
-	awaitParked(t, parkedPull, pulls+1)
+	awaitPullsWaiting(t, ts.addr, 1)
 	start := time.Now()
 	if _, err := c.Call(ctx, map[string]any{"cmd": "Ping"}); err != nil {
 		t.Fatal(err)
@@ -150,14 +149,13 @@ func TestClientConnectionLossEndsCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	waiting := make(chan error, 1)
-	pulls := parkedIn(parkedPull)
 	go func() {
 		_, err := c.Call(ctx, map[string]any{"cmd": "PULL", "queue": "q", "timeout": 30000})
 		waiting <- err
 	}()
 	// The call is waiting on the server, not still being sent, when it
 	// goes away.
-	awaitParked(t, parkedPull, pulls+1)
+	awaitPullsWaiting(t, ts.addr, 1)
 	if !ts.stop(15 * time.Second) {
 		t.Fatal("server did not stop")
 	}

@@ -567,13 +567,12 @@ func TestHTTPWaits(t *testing.T) {
 	ts := startServerHTTP(t, nil)
 	c := newHC(t, ts)
 	got := make(chan map[string]any, 1)
-	pulls := parkedIn(parkedPull)
 	go func() {
 		_, v, _ := c.do("GET", "/queues/lp/jobs?timeout=25000", nil)
 		m, _ := v.(map[string]any)
 		got <- m
 	}()
-	awaitParked(t, parkedPull, pulls+1)
+	awaitPullsWaiting(t, ts.addr, 1)
 	id := c.ok("POST", "/queues/lp/jobs", map[string]any{"data": "x"})["id"]
 	select {
 	case m := <-got:
@@ -604,7 +603,6 @@ func TestHTTPWaits(t *testing.T) {
 
 	// A shutdown answers a request still waiting.
 	pending := make(chan map[string]any, 1)
-	pulls = parkedIn(parkedPull)
 	go func() {
 		_, v, _ := c.do("GET", "/queues/empty/jobs?timeout=30000", nil)
 		m, _ := v.(map[string]any)
@@ -612,7 +610,7 @@ func TestHTTPWaits(t *testing.T) {
 	}()
 	// Parked, not merely sent: a request the server has not read yet
 	// when it stops would be refused, not answered.
-	awaitParked(t, parkedPull, pulls+1)
+	awaitPullsWaiting(t, ts.addr, 1)
 	start := time.Now()
 	if !ts.stop(10 * time.Second) {
 		t.Fatal("the server did not stop")

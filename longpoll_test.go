@@ -3,10 +3,13 @@ package main
 // Waiting for a long poll to be parked in a server running in this
 // process, instead of sleeping and assuming it is.
 //
-// The server shows no figure of its parked polls (no metric, no Stats
-// field), so the in-process tests read this process's goroutines: a poll
-// is parked when a goroutine is blocked in the select of the function
-// that waits for it. Those functions register their waiter before they
+// A long poll's own server counts it (bunqueue_pulls_waiting), and a test
+// waits on that figure (awaitPullsWaiting): other tests' servers in this
+// process do not move it. WaitJob has no such figure, so for it the
+// in-process tests read this process's goroutines: a wait is parked when
+// a goroutine is blocked in the select of the function that waits for
+// it; a test counts before and after, which another test's wait starting
+// or ending in between throws off. Those functions register their waiter before they
 // block (under the shard lock in memory mode), so once one is seen
 // parked, a job pushed, a job finished or a shutdown reaches it. Servers
 // in a process of their own (startBinary, threePG) cannot be looked at
@@ -21,11 +24,8 @@ import (
 	"time"
 )
 
-// The functions a parked long poll blocks in.
-const (
-	parkedPull    = "(*MemEngine).pull("        // PULL, PULLB in memory mode
-	parkedWaitJob = "(*MemEngine).WaitJob.func" // WaitJob in memory mode
-)
+// The function a parked WaitJob blocks in, in memory mode.
+const parkedWaitJob = "(*MemEngine).WaitJob.func"
 
 // allStacks is every goroutine's stack in this process, one per entry,
 // whole however many there are.
@@ -88,6 +88,24 @@ func awaitParked(t testing.TB, fn string, n int) {
 	})
 }
 
+// awaitPullsWaiting waits until the server at addr counts n long polls
+// waiting for a job, as its Prometheus command reports them. The count
+// goes up once the poll's waiter is registered (under the shard lock in
+// memory mode), so a job pushed or a shutdown after it reaches the poll.
+func awaitPullsWaiting(t testing.TB, addr string, n int) {
+	t.Helper()
+	c := dial(t, addr)
+	eventually(t, 20*time.Second, fmt.Sprintf("%d long polls waiting", n), func() (bool, string) {
+		text := str(t, sub(t, c.ok(map[string]any{"cmd": "Prometheus"}), "data"), "metrics")
+		for _, line := range strings.Split(text, "\n") {
+			if rest, ok := strings.CutPrefix(line, "bunqueue_pulls_waiting "); ok {
+				return rest == fmt.Sprint(n), rest + " waiting"
+			}
+		}
+		return false, "no bunqueue_pulls_waiting in the metrics"
+	})
+}
+
 // pollWaiting is what a test can know of a long poll sent on c to a
 // server in a process of its own: a Ping sent behind it on the same
 // connection is answered, so the server has read the poll and handed it
@@ -95,8 +113,7 @@ func awaitParked(t testing.TB, fn string, n int) {
 // look found nothing to claim). Whether that goroutine has registered its
 // waiter yet is not shown, so what the test does next must have the same
 // answer either way (a job pushed now is handed out by the poll's next
-// look or by the wake-up). Only an in-process server lets a test wait for
-// the waiter itself (awaitParked).
+// look or by the wake-up). awaitPullsWaiting waits for the waiter itself.
 func pollWaiting(t testing.TB, c *tclient) {
 	t.Helper()
 	c.ok(map[string]any{"cmd": "Ping"})
