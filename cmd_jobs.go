@@ -192,7 +192,7 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 		}
 		return nil
 	}
-	return r.goAsync(func(ar *Req) error {
+	err = r.goAsync(func(ar *Req) error {
 		defer stop()
 		waited, err := wait(answer(ar))
 		r.b.lat.observePull(start, waited, delivered)
@@ -204,6 +204,12 @@ func (r *Req) pull(a pullArgs, n int, batch bool) error {
 		}
 		return nil
 	})
+	if err != errAsync {
+		// Refused (too many waiting commands): the poll never waits, and
+		// its hook on the graceful stop would stay until the server stops.
+		stop()
+	}
+	return err
 }
 
 // writeJobs writes PULL's {job, token} or PULLB's {jobs, tokens}; the

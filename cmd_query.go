@@ -460,7 +460,7 @@ func cmdWaitJob(r *Req) error {
 		return writeWait(r, *done)
 	}
 	ctx := r.ctx()
-	return r.goAsync(func(ar *Req) error {
+	err = r.goAsync(func(ar *Req) error {
 		o, finished, err := wait(ctx)
 		if err != nil {
 			return err
@@ -471,6 +471,16 @@ func cmdWaitJob(r *Req) error {
 		}
 		return writeWait(ar, o)
 	})
+	if err != errAsync {
+		// Refused (too many waiting commands): the engine registered the
+		// wait's waiter with the job; a wait on a context already ended
+		// takes it off again at once. Left there, it would stay until the
+		// job finished, one more for every WaitJob refused.
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		wait(ended)
+	}
+	return err
 }
 
 // writeWait answers WaitJob. A job that failed for good answers at once

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,6 +26,9 @@ type drainState struct {
 	once sync.Once
 	ctx  context.Context
 	stop context.CancelFunc
+	// polls counts the long polls hooked on ctx (pullCtx) whose stop has
+	// not run: each is held by ctx until then.
+	polls atomic.Int64
 }
 
 func newDrainState() *drainState {
@@ -42,7 +46,13 @@ func (d *drainState) on() bool { return d.ctx.Err() != nil }
 func (d *drainState) pullCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(d.ctx, cancel)
-	return ctx, func() { stop(); cancel() }
+	d.polls.Add(1)
+	// Called once by its poll, on every path (cmdPull).
+	return ctx, func() {
+		stop()
+		cancel()
+		d.polls.Add(-1)
+	}
 }
 
 // drainEvery is how often a drain looks at what is left, and says so.
