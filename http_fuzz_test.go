@@ -79,6 +79,25 @@ func FuzzHTTPJSONBridge(f *testing.F) {
 			f.Add(route, "q1", []byte(body))
 		}
 	}
+	// /mcp, wherever it is in the table: JSON-RPC in and out.
+	mb := NewMemEngine(1, nil)
+	ma := newHTTPAPI(mb.Broker, memServer(mb, nil, quietLog()), nil, httpConfig{})
+	mcpRoutes := bridgeRoutes(ma)
+	ma.Close()
+	mb.Close()
+	seeded := false
+	for i, r := range mcpRoutes {
+		if r.pattern[0] == "mcp" {
+			seeded = true
+			for _, body := range []string{`0`, `[]`, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+				`{"jsonrpc":"2.0","method":"notifications/initialized"}`, `[{"jsonrpc":"2.0","id":2,"method":"ping"}]`} {
+				f.Add(uint16(i), "", []byte(body))
+			}
+		}
+	}
+	if !seeded {
+		f.Fatal("no /mcp route among the bridge's routes")
+	}
 	f.Add(uint16(3), "", []byte(`{}`))
 	f.Add(uint16(9), "%zz", []byte(`{}`))
 	f.Add(uint16(11), "a/b", []byte(`{"data":1}`))
@@ -122,6 +141,10 @@ func FuzzHTTPJSONBridge(f *testing.F) {
 		if rec.Code == http.StatusInternalServerError {
 			t.Fatalf("%s %s %q: 500 %s", rt.method, target, body, rec.Body.Bytes())
 		}
+		if rt.pattern[0] == "mcp" {
+			checkMCPReply(t, rec, body)
+			return
+		}
 		if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
 			if strings.Join(rt.pattern, "/") == "" || rt.pattern[0] == "ui" || rt.pattern[0] == "prometheus" ||
 				rt.pattern[0] == "healthz" || rt.pattern[0] == "live" {
@@ -145,4 +168,37 @@ func FuzzHTTPJSONBridge(f *testing.F) {
 			t.Fatalf("%s %s %q: answer is not an object: %s", rt.method, target, body, raw)
 		}
 	})
+}
+
+// checkMCPReply checks an answer of /mcp (mcp_http.go): nothing, with
+// 202, to notifications alone; else JSON-RPC 2.0, one object or a batch
+// of them, each with a result or an error; or the route's own refusal
+// ({ok:false}, for a body too large or a protocol version it does not
+// speak).
+func checkMCPReply(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
+	t.Helper()
+	raw := rec.Body.Bytes()
+	if rec.Code == http.StatusAccepted && len(raw) == 0 {
+		return
+	}
+	if !json.Valid(raw) {
+		t.Fatalf("POST /mcp %q: %d, invalid JSON answer %q", body, rec.Code, raw)
+	}
+	var v any
+	json.Unmarshal(raw, &v)
+	msgs, ok := v.([]any)
+	if !ok {
+		msgs = []any{v}
+	}
+	for _, m := range msgs {
+		doc, _ := m.(map[string]any)
+		if doc["ok"] == false && len(msgs) == 1 && rec.Code >= 400 {
+			continue
+		}
+		_, hasResult := doc["result"]
+		_, hasError := doc["error"].(map[string]any)
+		if doc["jsonrpc"] != "2.0" || hasResult == hasError {
+			t.Fatalf("POST /mcp %q: %d, not a JSON-RPC answer: %s", body, rec.Code, raw)
+		}
+	}
 }
