@@ -17,8 +17,8 @@ import (
 
 // fillWaits sends maxAsyncPerConn requests made by req on one connection
 // of the server at addr, none of which is answered soon, waits until
-// count shows them all waiting, then sends 20 more, checks that each is
-// refused for the limit.
+// count shows them all waiting, then sends 20 more and checks that each
+// is refused for the limit.
 func fillWaits(t *testing.T, addr string, req func() M, count func() int) {
 	t.Helper()
 	w := dial(t, addr)
@@ -39,27 +39,28 @@ func fillWaits(t *testing.T, addr string, req func() M, count func() int) {
 	}
 }
 
-// checkRefusedWaitJobs fills a connection with WaitJobs on a job that will
-// not finish soon; waiters counts what the engine holds for the job.
-func checkRefusedWaitJobs(t *testing.T, addr string, waiters func(id string) int) {
-	t.Helper()
-	c := dial(t, addr)
+// memJobWaiters counts the WaitJob waiters b holds for a job.
+func memJobWaiters(b *MemEngine) func(id string) int {
+	return func(id string) int {
+		n := 0
+		b.withJob(id, func(j *Job, _ *Shard) { n = len(j.cold().waiters) })
+		return n
+	}
+}
+
+// A connection filled with WaitJobs on a job that will not finish soon
+// refuses more, and the job keeps one waiter per waiting WaitJob.
+func TestRefusedWaitJobLeavesNoWaiter(t *testing.T) {
+	t.Parallel()
+	m := startMemInProcess(t)
+	waiters := memJobWaiters(m.b)
+	c := dial(t, m.addr)
 	id := str(t, c.ok(M{"cmd": "PUSH", "queue": "later", "data": 1, "delay": 3_600_000}), "id")
-	fillWaits(t, addr, func() M { return M{"cmd": "WaitJob", "id": id, "timeout": 600_000} },
+	fillWaits(t, m.addr, func() M { return M{"cmd": "WaitJob", "id": id, "timeout": 600_000} },
 		func() int { return waiters(id) })
 	if n := waiters(id); n != maxAsyncPerConn {
 		t.Fatalf("the job has %d waiters after 20 WaitJobs were refused, want %d: the refused stay registered", n, maxAsyncPerConn)
 	}
-}
-
-func TestRefusedWaitJobLeavesNoWaiter(t *testing.T) {
-	t.Parallel()
-	m := startMemInProcess(t)
-	checkRefusedWaitJobs(t, m.addr, func(id string) int {
-		n := 0
-		m.b.withJob(id, func(j *Job, _ *Shard) { n = len(j.cold().waiters) })
-		return n
-	})
 }
 
 // The handler's clean-up of a refused WaitJob relies on each engine
@@ -91,11 +92,7 @@ func checkWaitOnEndedContext(t *testing.T, eng Engine, addr string, waiters func
 func TestWaitOnEndedContextLeavesNoWaiter(t *testing.T) {
 	t.Parallel()
 	m := startMemInProcess(t)
-	checkWaitOnEndedContext(t, m.b, m.addr, func(id string) int {
-		n := 0
-		m.b.withJob(id, func(j *Job, _ *Shard) { n = len(j.cold().waiters) })
-		return n
-	})
+	checkWaitOnEndedContext(t, m.b, m.addr, memJobWaiters(m.b))
 }
 
 func TestPGWaitOnEndedContextLeavesNoWaiter(t *testing.T) {

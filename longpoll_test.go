@@ -1,20 +1,18 @@
 package main
 
-// Waiting for a long poll to be parked in a server running in this
-// process, instead of sleeping and assuming it is.
+// Waiting for a long poll or a WaitJob to be parked, instead of sleeping
+// and assuming it is.
 //
-// A long poll's own server counts it (bunqueue_pulls_waiting), and a test
-// waits on that figure (awaitPullsWaiting): other tests' servers in this
-// process do not move it. WaitJob has no such figure, so for it the
-// in-process tests read this process's goroutines: a wait is parked when
-// a goroutine is blocked in the select of the function that waits for
-// it; a test counts before and after, which another test's wait starting
-// or ending in between throws off. Those functions register their waiter before they
-// block (under the shard lock in memory mode), so once one is seen
-// parked, a job pushed, a job finished or a shutdown reaches it. Servers
-// in a process of their own (startBinary, threePG) cannot be looked at
-// this way: their tests send a Ping after the poll on the same connection,
-// which proves that the poll was read and handed to a waiting goroutine.
+// A long poll's own server counts it (bunqueue_pulls_waiting) once its
+// waiter is registered, and a test waits on that figure
+// (awaitPullsWaiting), in this process or another: other tests' servers
+// do not move it. WaitJob has no such figure, so for it the in-process
+// tests read this process's goroutines: a wait is parked when a goroutine
+// is blocked in the select of the function that waits for it (its waiter
+// registered under the shard lock before). A test counts before and
+// after, which another test's wait starting or ending in between throws
+// off. Some tests of servers in a process of their own send a Ping after
+// the poll on the same connection instead (pollWaiting).
 
 import (
 	"fmt"
@@ -92,17 +90,13 @@ func awaitParked(t testing.TB, fn string, n int) {
 // waiting for a job, as its Prometheus command reports them. The count
 // goes up once the poll's waiter is registered (under the shard lock in
 // memory mode), so a job pushed or a shutdown after it reaches the poll.
-func awaitPullsWaiting(t testing.TB, addr string, n int) {
+func awaitPullsWaiting(t *testing.T, addr string, n int) {
 	t.Helper()
 	c := dial(t, addr)
 	eventually(t, 20*time.Second, fmt.Sprintf("%d long polls waiting", n), func() (bool, string) {
 		text := str(t, sub(t, c.ok(map[string]any{"cmd": "Prometheus"}), "data"), "metrics")
-		for _, line := range strings.Split(text, "\n") {
-			if rest, ok := strings.CutPrefix(line, "bunqueue_pulls_waiting "); ok {
-				return rest == fmt.Sprint(n), rest + " waiting"
-			}
-		}
-		return false, "no bunqueue_pulls_waiting in the metrics"
+		v := promValue(t, parseProm(t, text), "bunqueue_pulls_waiting", "")
+		return v == float64(n), fmt.Sprint(v, " waiting")
 	})
 }
 

@@ -319,7 +319,7 @@ func TestDashboardHistoryAfterRun(t *testing.T) {
 func TestPullServiceExcludesLongPollWait(t *testing.T) {
 	t.Parallel()
 	m := startMemInProcess(t)
-	checkPullService(t, m.b.Broker, m.addr, func() { memSleeping(t, m.b, "lp", 1) })
+	checkPullService(t, m.b.Broker, m.addr, func() { awaitPullsWaiting(t, m.addr, 1) })
 	d := getJSON(t, m.http+"/dashboard")
 	ps := sub(t, d, "pullService")
 	pull := sub(t, sub(t, sub(t, d, "latency"), "percentiles"), "pull")
@@ -371,21 +371,6 @@ func checkPullService(t *testing.T, b *Broker, addr string, asleep func()) {
 		t.Errorf("the service time counts %.3f s in all for two pulls that waited 1 s each: the wait is in it", svc.Sum)
 	}
 	t.Logf("two long polls: %.3f s of latency, %.6f s of service", pull.Sum, svc.Sum)
-}
-
-// memSleeping waits until n pulls of queue wait on it for a job.
-func memSleeping(t *testing.T, b *MemEngine, queue string, n int) {
-	t.Helper()
-	eventually(t, 10*time.Second, "pulls asleep", func() (bool, string) {
-		s := b.shardOf(queue)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		k := 0
-		if q := s.queues[queue]; q != nil {
-			k = len(q.waiters)
-		}
-		return k == n, fmt.Sprintf("%d asleep, want %d", k, n)
-	})
 }
 
 // TestPGLatencyHistograms: in PostgreSQL mode the push, pull, ack, wait
