@@ -416,10 +416,22 @@ const (
 // pgInboxLook until the inbox has stayed empty for pgInboxQuiet: a push
 // that found other rows in the inbox notified no one, counting on this.
 func (p *PG) inboxRound(ctx context.Context) {
-	var movedAny bool
+	var movedAny, full bool
 	quietSince := time.Time{}
 	for ctx.Err() == nil {
-		moved, err := p.moveInbox(ctx, pgInboxBatch)
+		// An empty inbox is found in one statement, not a transaction's
+		// three: an idle broker looks every pgInboxEvery. After a full
+		// batch rows most likely remain, and the move goes on at once.
+		waiting := full
+		var err error
+		if !full {
+			err = p.pool.QueryRow(ctx, p.sql(`SELECT EXISTS (SELECT 1 FROM {s}.inbox WHERE error IS NULL)`)).Scan(&waiting)
+		}
+		moved := 0
+		if err == nil && waiting {
+			moved, err = p.moveInbox(ctx, pgInboxBatch)
+		}
+		full = moved >= pgInboxBatch
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("transactional enqueue: moving requests from the inbox", "err", redactPG(err, p.url))

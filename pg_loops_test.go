@@ -3,9 +3,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestPGLoopsApart: the background loops of a broker never come due
@@ -37,4 +42,70 @@ func TestPGLoopsApart(t *testing.T) {
 			t.Fatalf("loops %d (every %v) and %d (every %v) come due %v apart, at %v", a.loop, p.loops[a.loop], b.loop, p.loops[b.loop], b.at-a.at, b.at)
 		}
 	}
+}
+
+// pgTrips counts what a broker's sessions send the database: statements,
+// and batches as one.
+type pgTrips struct{ n atomic.Int64 }
+
+func (c *pgTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *pgTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *pgTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *pgTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *pgTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestPGIdleBrokerAsksLittle: a broker with nothing to do sends its
+// database a few statements a second (7.5 measured). Its cron look read
+// the schedules ten times a second in a transaction (three statements
+// each), and its reaper opened two transactions four times a second:
+// 39.7 a second in all, each costing the database's CPU.
+func TestPGIdleBrokerAsksLittle(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	session := defaultPGSession
+	trips := &pgTrips{}
+	session.tracer = trips
+	openTestPG(t, ctx, ns, pgOptions{session: &session})
+	// Over a whole cycle of the loops' intervals, from their first
+	// rounds on. A busy machine makes the loops run late and fewer
+	// times, never more.
+	const window = 10 * time.Second
+	from := trips.n.Load()
+	time.Sleep(window)
+	n := trips.n.Load() - from
+	t.Logf("%d round trips in %v", n, window)
+	if perSecond := float64(n) / window.Seconds(); perSecond > 20 {
+		t.Fatalf("an idle broker made %.1f round trips a second to its database, want at most 20", perSecond)
+	}
+}
+
+// TestPGCronFiresWhenItsBrokerIsGone: a schedule added through one broker
+// runs on another once the first is gone, though the other trusts what it
+// read of the next run for a while (pgCronLook): its first run, due
+// 300 ms after the add, is made within a few seconds, not when the
+// other's reading of "no schedule" would have run out had it no bound.
+func TestPGCronFiresWhenItsBrokerIsGone(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
+	eventually(t, 20*time.Second, "b read that no schedule is due", func() (bool, string) {
+		at, fresh := b.pg.cronNext.fresh()
+		return fresh && at == math.MaxInt64, fmt.Sprint(at, fresh)
+	})
+	dial(t, a.addr).ok(M{"cmd": "Cron", "name": "tick", "queue": "ticks", "data": M{"x": 1}, "repeatEvery": 300, "preventOverlap": false})
+	a.pg.Close()
+	cb := dial(t, b.addr)
+	eventually(t, 10*time.Second, "a run made by the broker left", func() (bool, string) {
+		counts := sub(t, cb.ok(M{"cmd": "GetJobCounts", "queue": "ticks"}), "counts")
+		return num(t, counts["waiting"]) >= 1, fmt.Sprint(counts)
+	})
 }

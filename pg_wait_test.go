@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pgWaitingPull starts a pull of up to n jobs on queue that waits up to
@@ -222,8 +224,8 @@ func pgPullFor(t *testing.T, ctx context.Context, p *PG, queue string, n int, ms
 	return got
 }
 
-// TestPGScansWalkTheirIndex: the reaper's and the DLQ's looks (txJobs)
-// walk their partial index in order instead of a bitmap scan, which visits
+// TestPGScansWalkTheirIndex: the reaper's and the DLQ's looks (txJobs,
+// and reapDue before them) walk their partial index in order instead of a bitmap scan, which visits
 // the heap page of every dead entry the index still holds (35 ms a look
 // after 100,000 jobs with VACUUM behind, four looks a second).
 func TestPGScansWalkTheirIndex(t *testing.T) {
@@ -269,5 +271,24 @@ func TestPGScansWalkTheirIndex(t *testing.T) {
 		if plan := explain(query, true); !strings.Contains(plan, `"Index Scan"`) || strings.Contains(plan, "Bitmap") {
 			t.Errorf("%s: the look does not walk its index in order:\n%s", name, plan)
 		}
+	}
+	// The reaper's look before them (reapDue) walks the same indexes,
+	// sent as it sends it: in one batch with the scan plan, outside a
+	// transaction.
+	b := &pgx.Batch{}
+	b.Queue(pgScanPlan)
+	b.Queue("EXPLAIN (FORMAT JSON) "+p.sql(pgReapDueSQL), p.now())
+	br := p.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := br.QueryRow().Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	br.Close()
+	if !strings.Contains(plan, `"jobs_lease"`) || !strings.Contains(plan, `"jobs_dlq_due"`) ||
+		strings.Contains(plan, "Bitmap") || strings.Contains(plan, "Seq Scan") {
+		t.Errorf("the reaper's look does not walk the two indexes:\n%s", plan)
 	}
 }

@@ -300,6 +300,8 @@ type PG struct {
 	listened  sync.Once
 
 	clock pgClock // the database's clock (pg_clock.go)
+	// cronNext is when the next schedule falls due, as last read (pg_cron.go).
+	cronNext pgCronNext
 	// keepCompleted bounds the namespace's completed jobs (0: no bound),
 	// and retention (when set) deletes those older (pg_retain.go).
 	keepCompleted int
@@ -452,6 +454,8 @@ type pgSession struct {
 	// brokerID names the broker (BUNQUEUE_BROKER_ID): in pg_stat_activity
 	// and at the head of its own id, which stays unique.
 	brokerID string
+	// tracer sees every statement the sessions send (tests count them).
+	tracer pgx.QueryTracer
 }
 
 // brokerIDPrefix heads a broker's own id with the name it was given, if
@@ -502,6 +506,9 @@ func pgSessionParams(cfg *pgx.ConnConfig, s pgSession, namespace string) {
 	set("tcp_keepalives_interval", strconv.Itoa(int(pgKeepAlive.Interval.Seconds())))
 	set("tcp_keepalives_count", strconv.Itoa(pgKeepAlive.Count))
 	cfg.DialFunc = pgDial
+	if s.tracer != nil {
+		cfg.Tracer = s.tracer
+	}
 }
 
 // pgAppName is the sessions' application_name: queued and the namespace,
