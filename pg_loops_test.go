@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,4 +109,44 @@ func TestPGCronFiresWhenItsBrokerIsGone(t *testing.T) {
 		counts := sub(t, cb.ok(M{"cmd": "GetJobCounts", "queue": "ticks"}), "counts")
 		return num(t, counts["waiting"]) >= 1, fmt.Sprint(counts)
 	})
+}
+
+// TestPGPoolOpensSessionsAtStart: a broker opens pgWarmConns sessions of
+// its pool before any load, so that the first requests do not wait for
+// sessions to start.
+func TestPGPoolOpensSessionsAtStart(t *testing.T) {
+	t.Parallel()
+	ns := pgTestNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	eventually(t, 20*time.Second, "the sessions open", func() (bool, string) {
+		st := p.pool.Stat()
+		return st.TotalConns() >= pgWarmConns, fmt.Sprintf("%d open", st.TotalConns())
+	})
+}
+
+// TestPGFailedConnectEndsAtItsDeadline: opening the engine's pool and
+// schema (a broker's start after its first look, queued migrate) against
+// a database that takes connections and never answers fails at the
+// deadline. The pool's own MinConns, tried first for warmPool, opened its
+// sessions on a context of a minute of their own, which closing the
+// failed pool waited for.
+func TestPGFailedConnectEndsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	addr := strings.TrimSuffix(strings.TrimPrefix(blackholeAccepting(t), "http://"), "/dead")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b := NewBroker()
+	t.Cleanup(b.Close)
+	began := time.Now()
+	p, err := connectPG(ctx, "postgres://postgres@"+addr+"/test?sslmode=disable", "tdead", b, quietLog(), defaultPGSession)
+	if err == nil {
+		p.Close()
+		t.Fatal("connecting to a database that never answers succeeded")
+	}
+	// The deadline is 2 s; a minute's wait is what is ruled out.
+	if took := time.Since(began); took > 20*time.Second {
+		t.Fatalf("the failed connect took %v", took)
+	}
 }

@@ -385,6 +385,9 @@ func openPG(ctx context.Context, url, namespace string, b *Broker, log *slog.Log
 	p.statsWatch.young.Store(true) // until the first look says otherwise
 	p.every(pgRetainEvery, p.statsWatch.kick, p.analyzeRounds())
 	p.every(pgInboxEvery, p.inboxKick, p.inboxRound)
+	if !strings.Contains(url, "pool_min_conns=") {
+		p.wg.Go(p.warmPool)
+	}
 	// Serve only once this broker hears the others: an event or wake-up
 	// another broker sends before the LISTEN is in place is lost to this
 	// one (a subscriber that connected at once missed the first events).
