@@ -113,6 +113,11 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 		queues := map[string]bool{}
 		for _, j := range jobs {
 			if j.dlq == nil {
+				// No entry for the policy to act on: not looked at again
+				// (left due, it took a transaction every round for good).
+				if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET dlq_due = NULL WHERE id = $1`), j.ID()); err != nil {
+					return err
+				}
 				continue
 			}
 			cfg := set[j.Queue].dlqConfig()
