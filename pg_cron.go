@@ -38,11 +38,11 @@ type pgCronNext struct {
 }
 
 // fresh answers the next run read, if the reading is younger than
-// pgCronLook.
-func (c *pgCronNext) fresh() (at int64, ok bool) {
+// pgCronLook; gen is for a new reading (set).
+func (c *pgCronNext) fresh() (at int64, gen uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.at, !c.read.IsZero() && time.Since(c.read) < pgCronLook
+	return c.at, c.gen, !c.read.IsZero() && time.Since(c.read) < pgCronLook
 }
 
 // forget has the next tick read the next run again: a schedule was added,
@@ -54,13 +54,7 @@ func (c *pgCronNext) forget() {
 	c.mu.Unlock()
 }
 
-// reading starts a reading, which set keeps unless forget came between.
-func (c *pgCronNext) reading() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
-}
-
+// set keeps a reading begun at gen (fresh), unless forget came between.
 func (c *pgCronNext) set(gen uint64, at int64, read time.Time) {
 	c.mu.Lock()
 	if c.gen == gen {
@@ -89,17 +83,18 @@ func (p *PG) cronRound(ctx context.Context) {
 // while it is young, else by a new one.
 func (p *PG) cronDue(ctx context.Context) (bool, error) {
 	now := p.now()
-	if at, ok := p.cronNext.fresh(); ok {
+	at, gen, ok := p.cronNext.fresh()
+	if ok {
 		return at <= now, nil
 	}
-	gen, read := p.cronNext.reading(), time.Now()
-	var at *int64
-	if err := p.pool.QueryRow(ctx, p.sql(`SELECT min(next_run) FROM {s}.crons`)).Scan(&at); err != nil {
+	read := time.Now()
+	var least *int64
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT min(next_run) FROM {s}.crons`)).Scan(&least); err != nil {
 		return false, fmt.Errorf("next schedule: %w", err)
 	}
 	next := int64(math.MaxInt64)
-	if at != nil {
-		next = *at
+	if least != nil {
+		next = *least
 	}
 	p.cronNext.set(gen, next, read)
 	return next <= now, nil

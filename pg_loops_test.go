@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,7 +98,7 @@ func TestPGCronFiresWhenItsBrokerIsGone(t *testing.T) {
 	a := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	b := startPGInProcess(t, testPGURL(), ns, nil, pgOptions{})
 	eventually(t, 20*time.Second, "b read that no schedule is due", func() (bool, string) {
-		at, fresh := b.pg.cronNext.fresh()
+		at, _, fresh := b.pg.cronNext.fresh()
 		return fresh && at == math.MaxInt64, fmt.Sprint(at, fresh)
 	})
 	dial(t, a.addr).ok(M{"cmd": "Cron", "name": "tick", "queue": "ticks", "data": M{"x": 1}, "repeatEvery": 300, "preventOverlap": false})
@@ -134,7 +133,7 @@ func TestPGPoolOpensSessionsAtStart(t *testing.T) {
 // failed pool waited for.
 func TestPGFailedConnectEndsAtItsDeadline(t *testing.T) {
 	t.Parallel()
-	addr := strings.TrimSuffix(strings.TrimPrefix(blackholeAccepting(t), "http://"), "/dead")
+	addr := blackholeAcceptingAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	b := NewBroker()

@@ -58,17 +58,11 @@ const pgReapDueSQL = `SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE state = {activ
 // reapDue looks, in one round trip, for what the reaper's two
 // transactions would find. Mostly there is nothing: an idle broker's
 // reaper took its database six round trips four times a second, and
-// takes one now. The look's scans walk their index in order: pgScanPlan
-// goes in the same batch, whose statements share one Sync and so run as
-// one implicit transaction, which set_config(..., true) lasts through.
+// takes one now. Its scans walk their index in order (sendPlanned).
 func (p *PG) reapDue(ctx context.Context) (leases, dlq bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(pgScanPlan)
-	b.Queue(p.sql(pgReapDueSQL), p.now())
-	br := p.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return false, false, fmt.Errorf("scan plan: %w", err)
+	br, err := sendPlanned(ctx, p.pool, p.sql(pgReapDueSQL), p.now())
+	if err != nil {
+		return false, false, err
 	}
 	err = br.QueryRow().Scan(&leases, &dlq)
 	return leases, dlq, errors.Join(err, br.Close())

@@ -855,18 +855,6 @@ func (t *pgTx) Commit(ctx context.Context) error {
 	return nil
 }
 
-// pgScanPlan makes the scans of txJobs walk their index in order. The
-// reaper's and the DLQ's rows come from partial indexes (state = active,
-// state = dlq) that every job passes through, and until VACUUM has been
-// the index keeps an entry for each row that left: after 100,000 jobs,
-// 200,000 dead entries. A bitmap scan, the plan PostgreSQL picks for a
-// few expected rows, visits each of their heap pages on every look (35
-// ms, four times a second, on an idle broker: 14% of a core of the
-// database's; measured with autovacuum off, which delays VACUUM as
-// a busy table does). An index scan in order stops at its LIMIT and marks
-// the dead entries it passes, so that the next scan skips them.
-const pgScanPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
-
 // txJobs runs query (which locks job rows and returns their records) in a
 // transaction and hands the decoded jobs to fn, then commits.
 func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pgx.Tx, jobs []*Job) error) error {
@@ -875,13 +863,9 @@ func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pg
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	b := &pgx.Batch{}
-	b.Queue(pgScanPlan)
-	b.Queue(query, args...)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return fmt.Errorf("scan plan: %w", err)
+	br, err := sendPlanned(ctx, tx, query, args...)
+	if err != nil {
+		return err
 	}
 	rows, err := br.Query()
 	if err != nil {

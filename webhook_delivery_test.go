@@ -19,6 +19,13 @@ import (
 // answers: each attempt runs into its timeout.
 func blackholeAccepting(t *testing.T) string {
 	t.Helper()
+	return "http://" + blackholeAcceptingAddr(t) + "/dead"
+}
+
+// blackholeAcceptingAddr is the address of a listener that accepts
+// connections and never answers.
+func blackholeAcceptingAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,7 @@ func blackholeAccepting(t *testing.T) string {
 			c.Close()
 		}
 	})
-	return "http://" + ln.Addr().String() + "/dead"
+	return ln.Addr().String()
 }
 
 // blackholeNotAccepting is a receiver whose listen queue is full and never
