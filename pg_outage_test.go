@@ -21,12 +21,11 @@ import (
 
 // cutProxy forwards a local port to PostgreSQL until cut.
 type cutProxy struct {
-	t      *testing.T
 	addr   string // where it listens, kept across a cut
 	target string
 
 	mu    sync.Mutex
-	ln    net.Listener
+	down  bool // cut: a new connection is closed at once
 	conns map[net.Conn]bool
 	drop  func() bool // when set, whether to close a new connection at once
 	wg    sync.WaitGroup
@@ -38,19 +37,17 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{t: t, addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
+	p := &cutProxy{addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
 	p.serve(ln)
 	t.Cleanup(func() {
 		p.cut()
+		ln.Close()
 		p.wg.Wait()
 	})
 	return p
 }
 
 func (p *cutProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -60,9 +57,9 @@ func (p *cutProxy) serve(ln net.Listener) {
 				return
 			}
 			p.mu.Lock()
-			drop := p.drop
+			drop, down := p.drop, p.down
 			p.mu.Unlock()
-			if drop != nil && drop() {
+			if down || drop != nil && drop() {
 				c.Close()
 				continue
 			}
@@ -72,7 +69,7 @@ func (p *cutProxy) serve(ln net.Listener) {
 				continue
 			}
 			p.mu.Lock()
-			if p.ln != ln {
+			if p.down {
 				// Cut meanwhile.
 				p.mu.Unlock()
 				c.Close()
@@ -104,28 +101,24 @@ func pgProxy(t *testing.T) (*cutProxy, *url.URL) {
 	return newCutProxy(t, pgURL.Host), pgURL
 }
 
-// cut closes every connection and stops listening: connecting is refused.
+// cut closes every connection and closes each new one at once. It keeps
+// listening: a port let go could be taken by another test's listener or
+// outgoing connection meanwhile (seen in CI), and restore would fail.
 func (p *cutProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
+	p.down = true
 	for c := range p.conns {
 		c.Close()
 	}
 	p.conns = map[net.Conn]bool{}
 }
 
-// restore listens again on the same address.
+// restore forwards new connections again.
 func (p *cutProxy) restore() {
-	p.t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatalf("proxy: listen again on %s: %v", p.addr, err)
-	}
-	p.serve(ln)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
 }
 
 // url is the test database's URL through the proxy.
