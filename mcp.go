@@ -123,11 +123,14 @@ func rpcErr(code int, format string, args ...any) *rpcError {
 }
 
 // handle answers one JSON-RPC message; nil when it needs no answer (a
-// notification). ctx ends the request's work (the transport's). With an
-// answer budget, the answer is held in it: the transport frees it once
-// written (len of the answer).
-func (s *mcpSession) handle(ctx context.Context, msg []byte) []byte {
+// notification). malformed: the message itself was refused (not JSON, not
+// one JSON-RPC 2.0 message), which HTTP answers with 400 as the MCP SDK
+// does. ctx ends the request's work (the transport's). With an answer
+// budget, the answer is held in it: the transport frees it once written
+// (len of the answer).
+func (s *mcpSession) handle(ctx context.Context, msg []byte) (ans []byte, malformed bool) {
 	in, ans, isRequest := s.parse(msg)
+	malformed = ans != nil
 	if ans == nil && isRequest {
 		var release func()
 		ans, release = s.serve(ctx, in)
@@ -136,7 +139,7 @@ func (s *mcpSession) handle(ctx context.Context, msg []byte) []byte {
 	if ans != nil && s.srv.answers != nil {
 		s.srv.answers.hold(int64(len(ans)))
 	}
-	return ans
+	return ans, malformed
 }
 
 // parse reads one JSON-RPC message. A request to serve comes back as in,

@@ -58,7 +58,7 @@ func (a *httpAPI) serveMCP(srv *mcpServer, w http.ResponseWriter, r *http.Reques
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(a.ctx, cancel)()
-	ans := srv.session().handle(ctx, body)
+	ans, malformed := srv.session().handle(ctx, body)
 	if ans == nil {
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -69,6 +69,10 @@ func (a *httpAPI) serveMCP(srv *mcpServer, w http.ResponseWriter, r *http.Reques
 	// set when the request came, starts now.
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(httpWriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
+	if malformed {
+		w.WriteHeader(http.StatusBadRequest)
+	} else {
+		w.WriteHeader(http.StatusOK)
+	}
 	w.Write(ans)
 }

@@ -46,7 +46,7 @@ func decodeRPC(t *testing.T, b []byte) rpc {
 // toolText calls a tool and answers its text and whether it is an error.
 func toolText(t *testing.T, s *mcpSession, name, args string) (string, bool) {
 	t.Helper()
-	ans := s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`","arguments":`+args+`}}`))
+	ans := answerOf(s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`","arguments":`+args+`}}`)))
 	r := decodeRPC(t, ans)
 	if r.Error != nil {
 		t.Fatalf("%s: JSON-RPC error %d %s", name, r.Error.Code, r.Error.Message)
@@ -70,7 +70,7 @@ func TestMCPProtocol(t *testing.T) {
 	ctx := context.Background()
 	errCode := func(msg string) int {
 		t.Helper()
-		r := decodeRPC(t, s.handle(ctx, []byte(msg)))
+		r := decodeRPC(t, answerOf(s.handle(ctx, []byte(msg))))
 		if r.Error == nil {
 			t.Fatalf("%s: answered %s, want an error", msg, r.Result)
 		}
@@ -92,7 +92,7 @@ func TestMCPProtocol(t *testing.T) {
 	}
 	// Versions: the client's when served, else the newest.
 	for asked, want := range map[string]string{"2025-06-18": "2025-06-18", "2024-11-05": "2024-11-05", "2099-01-01": mcpVersions[0]} {
-		r := decodeRPC(t, s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"`+asked+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)))
+		r := decodeRPC(t, answerOf(s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"`+asked+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))))
 		var res struct {
 			ProtocolVersion string
 			Capabilities    map[string]any
@@ -104,10 +104,10 @@ func TestMCPProtocol(t *testing.T) {
 			t.Errorf("initialize: id %s, want the request's", r.ID)
 		}
 	}
-	if ans := s.handle(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); ans != nil {
+	if ans := answerOf(s.handle(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))); ans != nil {
 		t.Errorf("a notification was answered: %s", ans)
 	}
-	if r := decodeRPC(t, s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))); string(r.Result) != "{}" {
+	if r := decodeRPC(t, answerOf(s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)))); string(r.Result) != "{}" {
 		t.Errorf("ping: %s", r.Result)
 	}
 	// tools/list: 73 tools, each with an object schema.
@@ -117,7 +117,7 @@ func TestMCPProtocol(t *testing.T) {
 			InputSchema map[string]any
 		}
 	}
-	json.Unmarshal(decodeRPC(t, s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`))).Result, &list)
+	json.Unmarshal(decodeRPC(t, answerOf(s.handle(ctx, []byte(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)))).Result, &list)
 	if len(list.Tools) != 73 {
 		t.Fatalf("tools/list: %d tools, want 73", len(list.Tools))
 	}
@@ -157,7 +157,7 @@ func TestMCPCancel(t *testing.T) {
 	s := mcpOver(t, ts.addr).session()
 	done := make(chan []byte, 1)
 	go func() {
-		done <- s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bunqueue_pull_job","arguments":{"queue":"empty","timeoutMs":30000}}}`))
+		done <- answerOf(s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bunqueue_pull_job","arguments":{"queue":"empty","timeoutMs":30000}}}`)))
 	}()
 	// Cancelled once it is running: the request is known by then.
 	eventually(t, 20*time.Second, "the call started", func() (bool, string) {
@@ -166,7 +166,7 @@ func TestMCPCancel(t *testing.T) {
 		_, running := s.inflight[`"long"`]
 		return running, "not in flight"
 	})
-	s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}}`))
+	answerOf(s.handle(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}}`)))
 	select {
 	case ans := <-done:
 		if !bytes.Contains(ans, []byte(`"isError":true`)) {
@@ -242,6 +242,17 @@ func TestMCPHTTP(t *testing.T) {
 	}
 	if code, body := post(ping, auth); code != 200 || !strings.Contains(body, `"result":{}`) {
 		t.Errorf("ping: %d %s", code, body)
+	}
+	// A body that is not one JSON-RPC message is refused with 400 and the
+	// JSON-RPC error, as the MCP SDK's transport refuses it.
+	for body, rpcCode := range map[string]string{
+		`not json`:                 "-32700",
+		`{"id":1,"method":"ping"}`: "-32600",
+		`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`: "-32600",
+	} {
+		if code, ans := post(body, auth); code != 400 || !strings.Contains(ans, `"code":`+rpcCode) {
+			t.Errorf("%s: %d %s, want 400 and the JSON-RPC error %s", body, code, ans, rpcCode)
+		}
 	}
 	if code, _ := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, auth); code != 202 {
 		t.Errorf("a notification: %d, want 202", code)
@@ -385,9 +396,13 @@ func FuzzMCPMessage(f *testing.F) {
 	}
 	srv := newMCPServer(down, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		ans := srv.session().handle(context.Background(), msg)
+		ans := answerOf(srv.session().handle(context.Background(), msg))
 		if ans != nil && !json.Valid(ans) {
 			t.Fatalf("answer to %q is not JSON: %q", msg, ans)
 		}
 	})
 }
+
+// answerOf is handle's answer, for a test that does not look at whether
+// the message was refused.
+func answerOf(ans []byte, _ bool) []byte { return ans }
