@@ -151,19 +151,22 @@ func (p *PG) claimRound(ctx context.Context, queue string, reqs []*pgClaimReq) {
 	}
 	now := p.now()
 	var c pgClaimed
-	took := false
-	var err error
-	if p.takes(queue, reqs) {
-		c, took, err = p.take(ctx, queue, reqs, now)
-		err = pgErr(err)
-	}
-	if !took && err == nil {
-		err = p.inTx(ctx, func(tx pgx.Tx) error {
-			var err error
-			c, err = p.claimTx(ctx, tx, queue, reqs, now)
-			return pgErr(err)
-		})
-	}
+	err := p.pastUnreadable(ctx, func() error {
+		took := false
+		var err error
+		if p.takes(queue, reqs) {
+			c, took, err = p.take(ctx, queue, reqs, now)
+			err = pgErr(err)
+		}
+		if !took && err == nil {
+			err = p.inTx(ctx, func(tx pgx.Tx) error {
+				var err error
+				c, err = p.claimTx(ctx, tx, queue, reqs, now)
+				return pgErr(err)
+			})
+		}
+		return err
+	})
 	if mark.d != nil {
 		p.claimEnds(queue, mark, err == nil, c.fast, len(c.jobs)+len(c.expired), c.exhausted, c.next)
 	}

@@ -79,7 +79,8 @@ func (p *PG) Drain(ctx context.Context, queue string) (int64, error) {
 func (p *PG) Obliterate(ctx context.Context, queue string) error {
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	if _, err := p.deleteJobs(ctx, queue, pgAnyState); err != nil {
+	// With the rows set aside (pg_unreadable.go), which no other query takes.
+	if _, err := p.deleteJobs(ctx, queue, pgAnyState+` OR state = {setaside}`); err != nil {
 		return err
 	}
 	if _, err := p.pool.Exec(ctx, p.sql(`DELETE FROM {s}.queues WHERE name = $1`), queue); err != nil {

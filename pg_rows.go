@@ -4,6 +4,7 @@ package main
 // (pg_lifecycle.go, pg_groups.go) and the other operations share.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -142,8 +143,9 @@ func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int,
 
 // pgJobCols are the columns a job is read from: its record as last
 // written in full, and the state columns a claim or a plain completion
-// writes instead of it (pgRow.job).
-const pgJobCols = `body, state, started_at, done_at`
+// writes instead of it (pgRow.job). The id is the record's too, and read
+// for a record that cannot be decoded (pg_unreadable.go).
+const pgJobCols = `id, body, state, started_at, done_at`
 
 // pgRow is a job row as read through pgJobCols.
 //
@@ -151,6 +153,7 @@ const pgJobCols = `body, state, started_at, done_at`
 // next row) and decoded at once: decoding copies what it keeps, so a copy
 // of every record would be garbage.
 type pgRow struct {
+	id      pgtype.DriverBytes
 	rec     pgtype.DriverBytes
 	state   int16
 	started pgtype.Int8
@@ -158,14 +161,17 @@ type pgRow struct {
 }
 
 // dest is what rows.Scan fills, in pgJobCols order.
-func (r *pgRow) dest() []any { return []any{&r.rec, &r.state, &r.started, &r.done} }
+func (r *pgRow) dest() []any { return []any{&r.id, &r.rec, &r.state, &r.started, &r.done} }
 
 // job decodes the row's record and brings it up to the row's state. One
 // recLast for the rows of a result shares their queue and name strings.
 func (r *pgRow) job(last *recLast) (*Job, error) {
 	j, err := last.decode(r.rec)
-	if err != nil {
+	if errors.Is(err, errRecordNewer) {
 		return nil, fmt.Errorf("job record: %w", err)
+	}
+	if err != nil {
+		return nil, pgUnreadable{id: string(r.id), body: bytes.Clone(r.rec), err: err} // pg_unreadable.go
 	}
 	pgOverlay(j, r.state, r.started, r.done)
 	return j, nil
@@ -245,7 +251,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	rows, err := tx.Query(ctx, p.sql(`SELECT `+pgJobCols+`, lease_token, lease_owner, lease_ttl, lease_expires, waited FROM {s}.jobs
-		WHERE id = ANY($1) ORDER BY id FOR UPDATE`), sorted)
+		WHERE id = ANY($1) AND state <> {setaside} ORDER BY id FOR UPDATE`), sorted)
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +259,7 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 	out := make(map[string]*pgLocked, len(sorted))
 	var last recLast
 	var r pgRow
+	var unreadable []pgUnreadable
 	for rows.Next() {
 		var tok, owner *string
 		var ttl, exp *int64
@@ -261,6 +268,11 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 			return nil, err
 		}
 		j, err := r.job(&last)
+		if u, ok := errors.AsType[pgUnreadable](err); ok {
+			// Locked here: set aside in this transaction, and absent.
+			unreadable = append(unreadable, u)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +292,16 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 		}
 		out[j.ID()] = l
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	for _, u := range unreadable {
+		if _, err := p.setAsideRow(ctx, tx, u); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ---------------------------------------------------------------------------

@@ -49,7 +49,7 @@ import (
 // transaction.
 const pgTakeSQL = `WITH c AS MATERIALIZED (
 		SELECT s.*, row_number() OVER (ORDER BY priority DESC, sort_key, seq) AS rank
-		FROM (SELECT id, priority, sort_key, seq, ` + pgJobCols + ` FROM {s}.jobs
+		FROM (SELECT priority, sort_key, seq, ` + pgJobCols + ` FROM {s}.jobs
 			WHERE queue = $1 AND state = {queued} AND run_at <= $2 AND group_id IS NULL
 				AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1
 					AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
@@ -59,7 +59,7 @@ const pgTakeSQL = `WITH c AS MATERIALIZED (
 		lease_ttl = t.ttl, timeout_at = NULL, lease_renewals = 0
 		FROM c, unnest($5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS t(tok, owner, ttl, rank)
 		WHERE j.id = c.id AND t.rank = c.rank
-		RETURNING c.rank, c.body, c.state, c.started_at, c.done_at`
+		RETURNING c.rank, c.id, c.body, c.state, c.started_at, c.done_at`
 
 // pgTakeBackSQL puts back what a take claimed ($1: its tokens) when the
 // broker could not hand it out (its answer unread, a record it could not

@@ -236,13 +236,16 @@ func TestPGScansWalkTheirIndex(t *testing.T) {
 	// few hundred rows from each partial index, and picks a bitmap scan for
 	// them unless told otherwise (checked below). The broker's statistics
 	// chore (pg_analyze.go) is held off, as it would analyze the table.
+	// The leased and dead-lettered rows hold a newer build's record, which
+	// the broker's reaper leaves as it is (a record it took for spoiled
+	// would be set aside, and the rows gone from the indexes looked at).
 	if _, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.chores SET due = $1 WHERE name = 'analyze'`), int64(1)<<62); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.pool.Exec(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, done_at, body)
 		SELECT 'done' || i, 'q', {done}, 0, i, 0, 0, i, '\x80'::bytea FROM generate_series(1, 20000) AS i;
 		INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, lease_expires, dlq_due, body)
-		SELECT 'x' || i, 'q', CASE WHEN i % 2 = 0 THEN {active} ELSE {dlq} END, 0, i, 0, 0, i, i, '\x80'::bytea
+		SELECT 'x' || i, 'q', CASE WHEN i % 2 = 0 THEN {active} ELSE {dlq} END, 0, i, 0, 0, i, i, '\x9102'::bytea
 		FROM generate_series(1, 400) AS i`)); err != nil {
 		t.Fatal(err)
 	}

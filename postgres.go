@@ -230,6 +230,7 @@ var pgMigrations = []string{
 	INSERT INTO {s}.chores (name, due) VALUES ('analyze', 0);`,
 	pgHandlersMigration,
 	pgEnqueueLeanMigration(),
+	pgSetAsideMigration,
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm
@@ -568,7 +569,7 @@ const pgSQLKept = 1024
 func sqlReplacer(schema string) *strings.Replacer {
 	n := func(v int) string { return strconv.Itoa(v) }
 	return strings.NewReplacer("{s}", schema, "{queued}", n(pgQueued), "{active}", n(pgActive), "{done}", n(pgDone),
-		"{dlq}", n(pgDLQ), "{children}", n(pgChildren))
+		"{dlq}", n(pgDLQ), "{children}", n(pgChildren), "{setaside}", n(pgSetAside))
 }
 
 // pgMigrateTimeout bounds the migration of an existing namespace's schema.

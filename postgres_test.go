@@ -734,6 +734,7 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 		DROP TABLE `+schema+`.inbox;
 		DELETE FROM `+schema+`.chores WHERE name = 'analyze';
 		DROP TABLE `+schema+`.handlers;
+		DROP INDEX `+schema+`.jobs_set_aside;
 		DROP FUNCTION `+schema+`.push, `+schema+`.push_many, `+schema+`.push_one, `+schema+`.push_num, `+schema+`.push_str, `+schema+`.push_bound;
 		UPDATE `+schema+`.schema_version SET version = 7`); err != nil {
 		t.Fatal(err)

@@ -391,6 +391,10 @@ func decodeRecord(b []byte) (*Job, error) {
 	return last.decode(b)
 }
 
+// errRecordNewer: a record written by a newer build, which this one cannot
+// read but must not take for spoiled.
+var errRecordNewer = errors.New("written by a newer build")
+
 // recLast is what a run of decodes shares: the last queue and job name
 // read (see strLike). A recovery or a page of rows uses one.
 type recLast struct{ queue, name string }
@@ -402,7 +406,11 @@ func (l *recLast) decode(b []byte) (*Job, error) {
 	}
 	r := &rr
 	if v := r.i64(); v != recordVersion {
-		return nil, fmt.Errorf("job record version %d, this build reads %d", v, recordVersion)
+		err := fmt.Errorf("job record version %d, this build reads %d", v, recordVersion)
+		if v > recordVersion {
+			err = fmt.Errorf("%w: %w", err, errRecordNewer)
+		}
+		return nil, err
 	}
 	j := &Job{}
 	decRecordCore(r, j, l)
