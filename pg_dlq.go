@@ -268,10 +268,12 @@ func (p *PG) DLQ(ctx context.Context, queue string, sel dlqSelect) ([]*Job, erro
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	var out []*Job
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		all, cfg, err := p.dlqJobs(ctx, tx, queue, sel, false)
-		out = sel.listed(all, cfg, p.now())
-		return err
+	err := p.pastUnreadable(ctx, func() error {
+		return p.inTx(ctx, func(tx pgx.Tx) error {
+			all, cfg, err := p.dlqJobs(ctx, tx, queue, sel, false)
+			out = sel.listed(all, cfg, p.now())
+			return err
+		})
 	})
 	return out, err
 }

@@ -121,7 +121,11 @@ func (p *PG) Jobs(ctx context.Context, queue string, a jobsQuery) ([]JobView, er
 	if err := p.pool.QueryRow(ctx, p.sql(`SELECT COALESCE((SELECT paused FROM {s}.queues WHERE name = $1), false)`), queue).Scan(&paused); err != nil {
 		return nil, pgErr(fmt.Errorf("list jobs of %s: %w", queue, err))
 	}
-	jobs, err := p.jobsPage(ctx, queue, a, jobsWhere(a, paused))
+	var jobs []*Job
+	err := p.pastUnreadable(ctx, func() (err error) {
+		jobs, err = p.jobsPage(ctx, queue, a, jobsWhere(a, paused))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -3,10 +3,10 @@ package main
 // Job rows whose record this build cannot read: not written by queued as
 // it is (a tool, a hand, or a bug of ours wrote them), or spoiled. In
 // memory and SQLite mode such a record is left out when the file is
-// loaded. Here a row is read when it is claimed, reaped or locked, and
-// one that could not be read failed the whole statement every time: its
-// queue's claims, every round of the reaper, the ACKs of a parent's
-// children, for good. Such a row is set aside instead: its state becomes
+// loaded. Here a row is read when it is claimed, reaped, locked or
+// listed, and one that could not be read failed the whole statement every
+// time: its queue's claims, every round of the reaper, the ACKs of a
+// parent's children, the listings it fell in, for good. Such a row is set aside instead: its state becomes
 // pgSetAside, which no claim, reaper, count or listing takes and a lock
 // by id passes over, its record is kept as it is for whoever mends or
 // deletes it, and the log names it. A record of a newer build is not set
@@ -50,7 +50,8 @@ func (e pgUnreadable) Unwrap() error { return e.err }
 // gives up with the error; the next goes on.
 const pgSetAsideTries = 16
 
-// pastUnreadable runs read, a claim or a reaper's round; each time it
+// pastUnreadable runs read, a claim, a reaper's round or a listing of a
+// queue's jobs or its DLQ; each time it
 // fails on a record that cannot be read, it sets that row aside and runs
 // read again (read starts afresh: it keeps nothing from a failed run).
 func (p *PG) pastUnreadable(ctx context.Context, read func() error) error {

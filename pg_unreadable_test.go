@@ -113,7 +113,29 @@ func TestPGUnreadableRecordSetAside(t *testing.T) {
 		st := stateOf(dead)
 		return st == pgSetAside, fmt.Sprint("state ", st)
 	})
-	for _, id := range append(bad, badLease, dead) {
+	// Listings: a queue's waiting jobs, a queue's DLQ (its entry not due).
+	listed := push("listed", 0)
+	spoiltListed := push("listed", 0)
+	spoil(spoiltListed, "c1")
+	views, err := p.Jobs(ctx, "listed", jobsQuery{want: []string{"waiting"}, limit: 10})
+	if err != nil || len(views) != 1 || views[0].Job.ID() != listed {
+		t.Fatalf("a listing over a spoiled record: %d jobs (%v), want %s", len(views), err, listed)
+	}
+	deadListed := push("dlq-listed", 0)
+	if _, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET state = {dlq}, dlq_due = NULL WHERE id = $1`), deadListed); err != nil {
+		t.Fatal(err)
+	}
+	spoil(deadListed, "c1")
+	if _, err := p.DLQ(ctx, "dlq-listed", dlqSelect{}); err != nil {
+		t.Fatalf("the DLQ over a spoiled record: %v", err)
+	}
+	for _, id := range []string{spoiltListed, deadListed} {
+		if st := stateOf(id); st != pgSetAside {
+			t.Fatalf("a spoiled record listed: state %d, want %d", st, pgSetAside)
+		}
+	}
+
+	for _, id := range append(bad, badLease, dead, spoiltListed, deadListed) {
 		if !strings.Contains(logs.String(), id) {
 			t.Errorf("the log does not name the job set aside, %s:\n%s", id, logs.String())
 		}
