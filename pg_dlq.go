@@ -102,69 +102,67 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 	// By queue, what the committed pass expired and retried (a pass run
 	// again after a conflict counts afresh).
 	var expiredIn, retriedIn map[string]int64
-	err := p.pastUnreadable(ctx, func() error {
-		return p.txJobs(ctx, p.sql(pgDLQDueSQL), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
-			expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
-			set, err := p.settingsOf(ctx, tx, jobs)
-			if err != nil {
+	err := p.txJobs(ctx, p.sql(pgDLQDueSQL), []any{now}, func(tx pgx.Tx, jobs []*Job) error {
+		expiredIn, retriedIn = map[string]int64{}, map[string]int64{}
+		set, err := p.settingsOf(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
+		var expired []string
+		var save []*Job
+		queues := map[string]bool{}
+		for _, j := range jobs {
+			if j.dlq == nil {
+				// No entry for the policy to act on: not looked at again
+				// (left due, it took a transaction every round for good).
+				if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET dlq_due = NULL WHERE id = $1`), j.ID()); err != nil {
+					return err
+				}
+				continue
+			}
+			cfg := set[j.Queue].dlqConfig()
+			switch dlqStep(j.dlq, cfg, now) {
+			case dlqExpire:
+				expired = append(expired, j.ID())
+				expiredIn[j.Queue]++
+				continue
+			case dlqRetry:
+				held, err := p.uniqueHeld(ctx, tx, j)
+				if err != nil {
+					return err
+				}
+				if !held {
+					resetDLQ(j, true, now)
+					j.state = j.readyState()
+					save = append(save, j)
+					queues[j.Queue] = true
+					retriedIn[j.Queue]++
+					continue
+				}
+			}
+			// Not due after all (the policy changed), or its unique key is
+			// held: look again when the policy says.
+			if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, dlq_due = $3, plain = $4 WHERE id = $1`),
+				j.ID(), encodeRec(j), pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j)); err != nil {
 				return err
 			}
-			var expired []string
-			var save []*Job
-			queues := map[string]bool{}
-			for _, j := range jobs {
-				if j.dlq == nil {
-					// No entry for the policy to act on: not looked at again
-					// (left due, it took a transaction every round for good).
-					if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET dlq_due = NULL WHERE id = $1`), j.ID()); err != nil {
-						return err
-					}
-					continue
-				}
-				cfg := set[j.Queue].dlqConfig()
-				switch dlqStep(j.dlq, cfg, now) {
-				case dlqExpire:
-					expired = append(expired, j.ID())
-					expiredIn[j.Queue]++
-					continue
-				case dlqRetry:
-					held, err := p.uniqueHeld(ctx, tx, j)
-					if err != nil {
-						return err
-					}
-					if !held {
-						resetDLQ(j, true, now)
-						j.state = j.readyState()
-						save = append(save, j)
-						queues[j.Queue] = true
-						retriedIn[j.Queue]++
-						continue
-					}
-				}
-				// Not due after all (the policy changed), or its unique key is
-				// held: look again when the policy says.
-				if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, dlq_due = $3, plain = $4 WHERE id = $1`),
-					j.ID(), encodeRec(j), pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j)); err != nil {
-					return err
-				}
+		}
+		if len(expired) > 0 {
+			if err := p.deleteIDs(ctx, tx, expired); err != nil {
+				return err
 			}
-			if len(expired) > 0 {
-				if err := p.deleteIDs(ctx, tx, expired); err != nil {
-					return err
-				}
+		}
+		if len(save) > 0 {
+			if err := p.saveJobs(ctx, tx, save, nil); err != nil {
+				return err
 			}
-			if len(save) > 0 {
-				if err := p.saveJobs(ctx, tx, save, nil); err != nil {
-					return err
-				}
+		}
+		for q := range queues {
+			if err := p.notify(ctx, tx, q); err != nil {
+				return err
 			}
-			for q := range queues {
-				if err := p.notify(ctx, tx, q); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		}
+		return nil
 	})
 	if err == nil {
 		for q, n := range expiredIn {

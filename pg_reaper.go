@@ -76,24 +76,20 @@ const pgReapSQL = `SELECT ` + pgJobCols + ` FROM {s}.jobs WHERE state = {active}
 // reapLeases reclaims one batch of expired leases: it decides each job's
 // fate, writes the rows, and once committed tells of what it did.
 func (p *PG) reapLeases(ctx context.Context) error {
-	now := p.now()
-	var r *leaseReap
-	err := p.pastUnreadable(ctx, func() error {
-		r = &leaseReap{now: now, fl: &pgFlowTx{}, queues: map[string]bool{}, dlqs: map[string]bool{}}
-		return p.txJobs(ctx, p.sql(pgReapSQL), []any{r.now}, func(tx pgx.Tx, jobs []*Job) error {
-			leased, err := p.leaseRenewals(ctx, tx, jobs)
-			if err != nil {
-				return err
-			}
-			if r.set, err = p.settingsOf(ctx, tx, jobs); err != nil {
-				return err
-			}
-			for _, j := range jobs {
-				renewals, owned := leased[j.ID()]
-				r.decide(j, renewals, owned)
-			}
-			return p.saveReaped(ctx, tx, r)
-		})
+	r := &leaseReap{now: p.now(), fl: &pgFlowTx{}, queues: map[string]bool{}, dlqs: map[string]bool{}}
+	err := p.txJobs(ctx, p.sql(pgReapSQL), []any{r.now}, func(tx pgx.Tx, jobs []*Job) error {
+		leased, err := p.leaseRenewals(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
+		if r.set, err = p.settingsOf(ctx, tx, jobs); err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			renewals, owned := leased[j.ID()]
+			r.decide(j, renewals, owned)
+		}
+		return p.saveReaped(ctx, tx, r)
 	})
 	if err != nil {
 		return err

@@ -50,8 +50,8 @@ func (e pgUnreadable) Unwrap() error { return e.err }
 // gives up with the error; the next goes on.
 const pgSetAsideTries = 16
 
-// pastUnreadable runs read, a claim, a reaper's round or a listing of a
-// queue's jobs or its DLQ; each time it
+// pastUnreadable runs read, a claim round, the scan of a reaper's round
+// (txJobs) or a listing of a queue's jobs or its DLQ; each time it
 // fails on a record that cannot be read, it sets that row aside and runs
 // read again (read starts afresh: it keeps nothing from a failed run).
 func (p *PG) pastUnreadable(ctx context.Context, read func() error) error {

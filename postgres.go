@@ -857,26 +857,20 @@ func (t *pgTx) Commit(ctx context.Context) error {
 }
 
 // txJobs runs query (which locks job rows and returns their records) in a
-// transaction and hands the decoded jobs to fn, then commits.
+// transaction and hands the decoded jobs to fn, then commits. A row whose
+// record cannot be read is set aside and the query run again in a new
+// transaction (pg_unreadable.go): fn runs once, over rows it can read.
 func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pgx.Tx, jobs []*Job) error) error {
-	tx, err := p.begin(ctx)
+	var tx pgx.Tx
+	var jobs []*Job
+	err := p.pastUnreadable(ctx, func() (err error) {
+		tx, jobs, err = p.beginScan(ctx, query, args)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	br, err := sendPlanned(ctx, tx, query, args...)
-	if err != nil {
-		return err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return err
-	}
-	jobs, err := scanJobs(rows)
-	if err = errors.Join(err, br.Close()); err != nil {
-		return err
-	}
 	if len(jobs) == 0 {
 		return tx.Commit(ctx)
 	}
@@ -884,6 +878,31 @@ func (p *PG) txJobs(ctx context.Context, query string, args []any, fn func(tx pg
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// beginScan begins a transaction and runs query in it, for txJobs; after
+// an error the transaction is rolled back.
+func (p *PG) beginScan(ctx context.Context, query string, args []any) (pgx.Tx, []*Job, error) {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var jobs []*Job
+	br, err := sendPlanned(ctx, tx, query, args...)
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err != nil {
+			br.Close()
+		} else {
+			jobs, err = scanJobs(rows)
+			err = errors.Join(err, br.Close())
+		}
+	}
+	if err != nil {
+		tx.Rollback(context.Background())
+		return nil, nil, err
+	}
+	return tx, jobs, nil
 }
 
 // pgFailJob applies a failed attempt to a job taken from a row: retry with
