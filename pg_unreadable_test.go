@@ -141,6 +141,15 @@ func TestPGUnreadableRecordSetAside(t *testing.T) {
 		}
 	}
 
+	// Obliterate takes a queue's rows set aside with the rest.
+	if err := p.Obliterate(ctx, "claims"); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := p.pool.QueryRow(ctx, p.sql(`SELECT count(*) FROM {s}.jobs WHERE queue = 'claims'`)).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("after obliterate: %d rows of the queue left (%v)", left, err)
+	}
+
 	// A newer build's record is left as it is: the claim fails, saying so.
 	newer := push("newer", 0)
 	spoil(newer, "9102")
