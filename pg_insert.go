@@ -186,7 +186,8 @@ func (p *PG) admitJobs(ctx context.Context, tx pgx.Tx, queue string, jobs []*Job
 }
 
 // freeCustomIDs deletes the finished rows that hold the jobs' custom ids,
-// which a new job takes over: those that finished before the push came.
+// which a new job takes over: those that finished before the push came,
+// and those set aside (pg_unreadable.go), whose job can never run.
 // A push takes effect as of its arrival, however late it is written (its
 // transaction may wait out a broken connection while the client, having
 // had no answer, pushes again through another broker, and the job is
@@ -204,7 +205,8 @@ func (p *PG) freeCustomIDs(ctx context.Context, tx pgx.Tx, jobs []*Job, now int6
 	}
 	if len(custom) > 0 {
 		if _, err := tx.Exec(ctx, p.sql(`DELETE FROM {s}.jobs AS j USING unnest($1::text[], $2::bigint[]) AS u(id, arrived)
-			WHERE j.id = u.id AND j.state IN ({done}, {dlq}) AND COALESCE(j.done_at, 0) < u.arrived`), custom, arrived); err != nil {
+			WHERE j.id = u.id AND (j.state IN ({done}, {dlq}) AND COALESCE(j.done_at, 0) < u.arrived OR j.state = {setaside})`),
+			custom, arrived); err != nil {
 			return fmt.Errorf("free custom ids: %w", err)
 		}
 	}

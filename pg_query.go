@@ -554,6 +554,13 @@ func (p *PG) getJob(ctx context.Context, id string) (*Job, Raw, error) {
 		return nil, nil, pgErr(fmt.Errorf("read job %s: %w", id, err))
 	}
 	j, err := r.job(&recLast{})
+	if u, ok := errors.AsType[pgUnreadable](err); ok {
+		rows.Close()
+		if _, serr := p.setAsideRow(ctx, p.pool, u); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return nil, nil, pgErr(fmt.Errorf("job %s: its record cannot be read, and its row is set aside (state %d): %w", id, pgSetAside, err))
+	}
 	if err != nil {
 		return nil, nil, pgErr(fmt.Errorf("job record %s: %w", id, err))
 	}

@@ -141,6 +141,30 @@ func TestPGUnreadableRecordSetAside(t *testing.T) {
 		}
 	}
 
+	// A push of a set-aside job's custom id makes a new job: the row set
+	// aside is a job that can never run (before, the push answered the id
+	// and made nothing).
+	custom := mustJob(t, "reused", map[string]any{"data": 1, "jobId": "reused-1"})
+	if _, _, err := p.Push(ctx, "reused", []*Job{custom}, false).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	spoil("reused-1", "c1")
+	if got, err := pull("reused", 1, PullOpts{}); err != nil || len(got) != 0 {
+		t.Fatalf("a pull of the spoiled job: %v (%v)", got, err)
+	}
+	again := mustJob(t, "reused", map[string]any{"data": 2, "jobId": "reused-1"})
+	if ids, _, err := p.Push(ctx, "reused", []*Job{again}, false).Wait(); err != nil || ids[0] != "reused-1" {
+		t.Fatalf("the push again: %v (%v)", ids, err)
+	}
+	if got, err := pull("reused", 1, PullOpts{}); err != nil || !slices.Equal(got, []string{"reused-1"}) {
+		t.Fatalf("the job pushed again under the set-aside job's id: pulled %v (%v)", got, err)
+	}
+
+	// Reading a set-aside job says so.
+	if _, err := p.ReadJob(ctx, bad[0]); err == nil || !strings.Contains(err.Error(), "set aside") {
+		t.Fatalf("reading a set-aside job: %v, want it said to be set aside", err)
+	}
+
 	// Obliterate takes a queue's rows set aside with the rest.
 	if err := p.Obliterate(ctx, "claims"); err != nil {
 		t.Fatal(err)
