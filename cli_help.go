@@ -112,7 +112,8 @@ Options:
   --ttl MS                time to live
   --timeout MS            how long one attempt may run
   -u, --unique-key KEY    refuse a second job with this key while one lives
-  --job-id ID             custom id; pushing it again returns the same job
+  --job-id ID             custom id; pushing it again before the job
+                          finishes returns the same job
   --depends-on IDS        comma-separated ids that must complete first
   --tags TAGS             comma-separated tags
   -g, --group-id ID       group

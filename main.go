@@ -54,6 +54,14 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	case "json":
 		// One JSON object a line, for log pipelines (the reference's
 		// LOG_FORMAT=json); the journal's priority prefix would break it.
+		// A duration is written as the text log writes it ("30s"), not
+		// as a count of nanoseconds.
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	case "", "text":
 	default:

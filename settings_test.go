@@ -61,6 +61,26 @@ func TestLogFormatJSON(t *testing.T) {
 	t.Logf("%d lines, each a JSON object; the first: %s", len(lines), lines[0])
 }
 
+// TestLogJSONDurations: a duration in a JSON log line reads as in the
+// text log ("30s"), not as the nanoseconds slog's JSON writes by default
+// (the drain's "left":20000000000, found by a newcomer's read).
+func TestLogJSONDurations(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	l, err := newLogger(&buf, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("draining", "left", 30*time.Second, "took", 1500*time.Millisecond)
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["left"] != "30s" || m["took"] != "1.5s" {
+		t.Fatalf("durations in a JSON line: %s", buf.String())
+	}
+}
+
 // TestHealthcheckCommand: queued healthcheck exits 0 for a server that
 // answers healthy, and 1 for one that does not answer, answers otherwise,
 // or redirects; it prints nothing of the answer.
