@@ -115,10 +115,7 @@ func TestPGCronFiresWhenItsBrokerIsGone(t *testing.T) {
 // sessions to start.
 func TestPGPoolOpensSessionsAtStart(t *testing.T) {
 	t.Parallel()
-	ns := pgTestNamespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, _ := openTestPG(t, ctx, ns, pgOptions{})
+	_, _, p := waitTestBroker(t, 30*time.Second)
 	eventually(t, 20*time.Second, "the sessions open", func() (bool, string) {
 		st := p.pool.Stat()
 		return st.TotalConns() >= pgWarmConns, fmt.Sprintf("%d open", st.TotalConns())
