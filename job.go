@@ -286,8 +286,12 @@ type jobCold struct {
 	// arrived is the engine's time a push with a custom id reached the
 	// broker (admission only): in PostgreSQL mode a push may be written
 	// late, and it frees no custom id whose job finished after it came.
-	arrived     int64
-	rawID       string // the job's id when it is not a canonical UUID (jobid.go)
+	arrived int64
+	rawID   string // the job's id when it is not a canonical UUID (jobid.go)
+	// pgData is the data as read from its row's data column (PostgreSQL
+	// mode, pg_data.go): while the job's data is this very slice, a write
+	// of the row leaves the column alone.
+	pgData      Raw
 	failErr     string
 	hasFail     bool
 	history     []AttemptRec
@@ -348,7 +352,8 @@ func (c *jobCold) isDefault() bool {
 		!c.FailParent && !c.RemoveDepOnFail && !c.ContinueParent && !c.IgnoreDepOnFail &&
 		c.DedupTTL == d.DedupTTL && !c.DedupExtend && !c.DedupReplace && c.DebounceID == "" &&
 		c.DebounceTTL == d.DebounceTTL && c.groupMax == 0 && c.arrived == 0 && c.rawID == "" && c.failErr == "" && !c.hasFail &&
-		c.history == nil && c.waiters == nil && c.childValues == nil && c.failedKids == nil && c.ignoredKids == nil
+		c.history == nil && c.waiters == nil && c.childValues == nil && c.failedKids == nil && c.ignoredKids == nil &&
+		c.pgData == nil
 }
 
 func (j *Job) addTimeline(e TimelineEntry) {

@@ -432,22 +432,24 @@ func (p *PG) saveChanged(ctx context.Context, tx pgx.Tx, changed map[*Job]bool, 
 func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 	var rest []*Job
 	var ids []string
-	var recs [][]byte
-	var plain []bool
+	var recs, datas [][]byte
+	var plain, keeps []bool
 	for _, j := range jobs {
 		if j.state != StateActive {
 			rest = append(rest, j)
 			continue
 		}
-		var e Enc
-		encodeRecord(&e, j)
-		ids, recs, plain = append(ids, j.ID()), append(recs, e.B), append(plain, pgPlainDone(j))
+		data, keep := pgDataArgs(j)
+		ids, recs, plain = append(ids, j.ID()), append(recs, encodeRec(j)), append(plain, pgPlainDone(j))
+		datas, keeps = append(datas, data), append(keeps, keep)
 	}
 	if len(ids) > 0 {
 		// plain with the record: a running job given a parent here is no
 		// longer completed by the ACK that touches its row only.
-		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET body = u.rec, plain = u.plain
-			FROM unnest($1::text[], $2::bytea[], $3::boolean[]) AS u(id, rec, plain) WHERE j.id = u.id`), ids, recs, plain); err != nil {
+		if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs AS j SET body = u.rec, plain = u.plain,
+			data = CASE WHEN u.keepd THEN j.data ELSE u.dat END
+			FROM unnest($1::text[], $2::bytea[], $3::boolean[], $4::bytea[], $5::boolean[]) AS u(id, rec, plain, dat, keepd)
+			WHERE j.id = u.id`), ids, recs, plain, datas, keeps); err != nil {
 			return fmt.Errorf("save active jobs' records: %w", err)
 		}
 	}

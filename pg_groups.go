@@ -271,7 +271,7 @@ func groupRounds(groups []*Group, ready []int, left int, o *groupPull, now int64
 // lockGroupJobs locks the jobs the rounds dealt, take[i] of group ids[i],
 // first by priority then by age, and answers them by group.
 func (p *PG) lockGroupJobs(ctx context.Context, tx pgx.Tx, queue string, now int64, ids []string, take []int) ([][]*Job, error) {
-	rows, err := tx.Query(ctx, p.sql(`SELECT x.id, x.body, x.state, x.started_at, x.done_at, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
+	rows, err := tx.Query(ctx, p.sql(`SELECT x.id, x.body, x.state, x.started_at, x.done_at, x.data, u.ord FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS u(g, k, ord)
 		CROSS JOIN LATERAL (SELECT `+pgJobCols+` FROM {s}.jobs WHERE queue = $1 AND group_id = u.g AND state = {queued} AND run_at <= $4
 			ORDER BY priority, seq LIMIT u.k FOR UPDATE SKIP LOCKED) AS x`), queue, ids, take, now)
 	if err != nil {

@@ -35,28 +35,28 @@ import (
 )
 
 // pgInsertHandSQL is pgInsertBareSQL (pg_insert.go) for a push that
-// hands its ready jobs to the sleeping pulls: those given a lease ($13 to
-// $17, by row) are inserted active with it, started at the push's time
-// ($18) by this broker ($19), when the queue may hand them; otherwise, as
+// hands its ready jobs to the sleeping pulls: those given a lease ($14 to
+// $18, by row) are inserted active with it, started at the push's time
+// ($19) by this broker ($20), when the queue may hand them; otherwise, as
 // every other row, as admitted. One statement, and one version of the
 // row, where an INSERT and then an UPDATE writing the lease were two. It
 // answers, for each row made, whether it was made active. The queue may
 // not hand jobs when paused, limited or grouped, or while an older job of
 // it is ready (the statement does not see its own rows).
 const pgInsertHandSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires,
-			group_id, body, plain, started_at, lease_token, lease_owner, lease_broker, lease_expires, lease_ttl, timeout_at)
+			group_id, body, plain, data, started_at, lease_token, lease_owner, lease_broker, lease_expires, lease_ttl, timeout_at)
 		SELECT u.id, $1, CASE WHEN h.ok AND u.tok IS NOT NULL THEN {active} ELSE u.state END, u.prio, u.key, u.run_at, u.created,
-			u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain,
-			CASE WHEN h.ok AND u.tok IS NOT NULL THEN $18::bigint END, CASE WHEN h.ok THEN u.tok END,
-			CASE WHEN h.ok THEN u.owner END, CASE WHEN h.ok AND u.tok IS NOT NULL THEN $19::text END,
+			u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain, u.dat,
+			CASE WHEN h.ok AND u.tok IS NOT NULL THEN $19::bigint END, CASE WHEN h.ok THEN u.tok END,
+			CASE WHEN h.ok THEN u.owner END, CASE WHEN h.ok AND u.tok IS NOT NULL THEN $20::text END,
 			CASE WHEN h.ok THEN u.exp END, CASE WHEN h.ok THEN u.ttl END, CASE WHEN h.ok THEN u.tout END
 		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[],
-				$10::text[], $11::smallint[], $12::boolean[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, tok, owner, exp, ttl, tout, ord),
+				$10::text[], $11::smallint[], $12::boolean[], $13::bytea[], $14::text[], $15::text[], $16::bigint[], $17::bigint[], $18::bigint[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, dat, tok, owner, exp, ttl, tout, ord),
 			(SELECT NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1
 					AND (q.paused OR q.grouped OR q.rate_max IS NOT NULL OR q.conc_limit IS NOT NULL))
 				AND NOT EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.queue = $1 AND o.state = {queued}
-					AND o.run_at <= $18 AND o.group_id IS NULL) AS ok) h
+					AND o.run_at <= $19 AND o.group_id IS NULL) AS ok) h
 		WHERE EXISTS (SELECT 1 FROM {s}.queues WHERE name = $1)
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING RETURNING state = {active}`

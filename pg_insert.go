@@ -66,10 +66,11 @@ func pgAdmit(j *Job, now int64) {
 }
 
 const (
-	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, body, plain)
-		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain
-		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[], $12::boolean[])
-			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, ord)
+	pgInsertSQL = `INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, unique_key, unique_expires, group_id, body, plain, data)
+		SELECT u.id, $1, u.state, u.prio, u.key, u.run_at, u.created, u.uk, u.uexp, NULLIF(u.grp, ''), u.rec, u.plain, u.dat
+		FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bigint[], $10::text[], $11::smallint[], $12::boolean[],
+				$13::bytea[])
+			WITH ORDINALITY AS u(id, prio, key, run_at, created, uk, rec, uexp, grp, state, plain, dat, ord)
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING RETURNING id`
 )
@@ -88,6 +89,7 @@ type pgRows struct {
 	uexps                        []*int64
 	recs                         [][]byte
 	plain                        []bool
+	datas                        [][]byte // the data column: a big job's data (pg_data.go)
 	arena                        pgArena
 }
 
@@ -99,7 +101,8 @@ func (r *pgRows) add(j *Job, uexp *int64, now int64) {
 		uk = ptr(j.cold().UniqueKey)
 	}
 	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.cold().GroupID)
-	r.recs = append(r.recs, r.arena.record(j))
+	apart, data, _ := pgDataOf(j) // pg_data.go: a new row has no column to keep
+	r.recs, r.datas = append(r.recs, r.arena.record(j, apart)), append(r.datas, data)
 	r.plain = append(r.plain, pgPlainDone(j))
 }
 
@@ -107,7 +110,8 @@ func (r *pgRows) add(j *Job, uexp *int64, now int64) {
 // pgtype.FlatArray, which pgx encodes without reflection).
 func (r *pgRows) args(queue string) []any {
 	return []any{queue, r.ids, r.prios, r.keys, r.runAts, r.created, pgtype.FlatArray[*string](r.uks),
-		pgtype.FlatArray[[]byte](r.recs), pgtype.FlatArray[*int64](r.uexps), r.groups, r.states, r.plain}
+		pgtype.FlatArray[[]byte](r.recs), pgtype.FlatArray[*int64](r.uexps), r.groups, r.states, r.plain,
+		pgtype.FlatArray[[]byte](r.datas)}
 }
 
 // pgInserted is what insertJobs did.

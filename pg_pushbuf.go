@@ -373,7 +373,7 @@ func pgJobsIn(batch []*pgPushReq) int {
 
 // pgCopyCols are the columns COPY fills for a bare job; the others keep
 // their defaults (no unique key, no group, no lease).
-var pgCopyCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "body", "plain"}
+var pgCopyCols = []string{"id", "queue", "state", "priority", "sort_key", "run_at", "created_at", "body", "plain", "data"}
 
 // insertCopy writes bare jobs with COPY, in one transaction: each queue's
 // row is made (or refused for --max-queues) before its jobs are copied,
@@ -401,7 +401,9 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		var res pgInserted
 		var arena pgArena
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
-			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now), j.CreatedAt, arena.record(j), pgPlainDone(j)})
+			apart, data, _ := pgDataOf(j) // pg_data.go: a new row has no column to keep
+			rec := arena.record(j, apart)
+			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now), j.CreatedAt, rec, pgPlainDone(j), data})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("insert jobs: copy: %w", err)

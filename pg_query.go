@@ -35,7 +35,7 @@ func (p *PG) ReadJob(ctx context.Context, id string) (JobView, error) {
 		// answer while it lasts (pgReadBytes); the rest goes back once
 		// the answer's size is known (fetch).
 		var n int64
-		err := p.pool.QueryRow(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(result), 0) FROM {s}.jobs WHERE id = $1`), id).Scan(&n)
+		err := p.pool.QueryRow(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(data), 0) + coalesce(octet_length(result), 0) FROM {s}.jobs WHERE id = $1`), id).Scan(&n)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return noJob, nil
@@ -203,7 +203,7 @@ func (p *PG) jobsPage(ctx context.Context, queue string, a jobsQuery, where stri
 // ReadJob does for one: it reads the sizes of the page's rows, and answers
 // how many of them fit in maxBytes (at least one).
 func (p *PG) pageRoom(ctx context.Context, from string, args []any, maxBytes int64) (int64, error) {
-	rows, err := p.pool.Query(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(result), 0)`+from+` OFFSET $3 LIMIT $4`), args...)
+	rows, err := p.pool.Query(ctx, p.sql(`SELECT octet_length(body) + coalesce(octet_length(data), 0) + coalesce(octet_length(result), 0)`+from+` OFFSET $3 LIMIT $4`), args...)
 	if err != nil {
 		return 0, pgErr(fmt.Errorf("list jobs: %w", err))
 	}

@@ -145,7 +145,7 @@ func (p *PG) claimUngrouped(ctx context.Context, tx pgx.Tx, queue string, n int,
 // written in full, and the state columns a claim or a plain completion
 // writes instead of it (pgRow.job). The id is the record's too, and read
 // for a record that cannot be decoded (pg_unreadable.go).
-const pgJobCols = `id, body, state, started_at, done_at`
+const pgJobCols = `id, body, state, started_at, done_at, data`
 
 // pgRow is a job row as read through pgJobCols.
 //
@@ -158,10 +158,11 @@ type pgRow struct {
 	state   int16
 	started pgtype.Int8
 	done    pgtype.Int8
+	data    pgtype.DriverBytes // the data, when kept apart (pg_data.go)
 }
 
 // dest is what rows.Scan fills, in pgJobCols order.
-func (r *pgRow) dest() []any { return []any{&r.id, &r.rec, &r.state, &r.started, &r.done} }
+func (r *pgRow) dest() []any { return []any{&r.id, &r.rec, &r.state, &r.started, &r.done, &r.data} }
 
 // job decodes the row's record and brings it up to the row's state. One
 // recLast for the rows of a result shares their queue and name strings.
@@ -172,6 +173,10 @@ func (r *pgRow) job(last *recLast) (*Job, error) {
 	}
 	if err != nil {
 		return nil, pgUnreadable{id: string(r.id), body: bytes.Clone(r.rec), err: err} // pg_unreadable.go
+	}
+	if r.data != nil {
+		j.Data = bytes.Clone(r.data)
+		j.warm().pgData = j.Data
 	}
 	pgOverlay(j, r.state, r.started, r.done)
 	return j, nil
@@ -307,18 +312,29 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 // ---------------------------------------------------------------------------
 // Reading jobs
 
-// encodeRec is a job's record column.
+// encodeRec is a job's record column when its row is written again,
+// without its data when that is kept apart (pg_data.go).
 func encodeRec(j *Job) []byte {
 	var e Enc
-	encodeRecord(&e, j)
+	apart, _, _ := pgDataOf(j)
+	encodeRecordAs(&e, j, apart)
 	return e.B
+}
+
+// pgDataArgs are the data column's value and keep for a row written
+// again with encodeRec (pgDataUpdate).
+func pgDataArgs(j *Job) (data []byte, keep bool) {
+	_, data, keep = pgDataOf(j)
+	return data, keep
 }
 
 // saveRecord writes a locked job's record alone, and plain with it (a
 // record given a parent or a repeat is no longer completed by the ACK
 // that writes its columns only): its lease and deadline stay as they are.
 func (p *PG) saveRecord(ctx context.Context, tx pgx.Tx, j *Job) error {
-	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3 WHERE id = $1`), j.ID(), encodeRec(j), pgPlainDone(j))
+	data, keep := pgDataArgs(j)
+	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3, data = CASE WHEN $5 THEN data ELSE $4 END WHERE id = $1`),
+		j.ID(), encodeRec(j), pgPlainDone(j), data, keep)
 	return err
 }
 

@@ -112,11 +112,12 @@ const pgSaveSQL = `UPDATE {s}.jobs AS j SET state=u.state, priority=u.prio, sort
 		lease_token=COALESCE(u.tok, j.lease_token), lease_owner=u.owner,
 		lease_broker=CASE WHEN u.state = {active} THEN $15 END, lease_expires=u.exp, lease_ttl=u.ttl, timeout_at=u.tout,
 		body=u.rec, result=u.res, dlq_at=u.dlq_at, dlq_due=u.dlq_due, plain=u.plain,
+		data = CASE WHEN u.keepd THEN j.data ELSE u.dat END,
 		lease_renewals=CASE WHEN u.tok IS NOT NULL AND u.tok IS DISTINCT FROM j.lease_token THEN 0 ELSE j.lease_renewals END
 		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
 			$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[], $14::bytea[],
-			$16::bigint[], $17::bigint[], $18::bigint[], $19::boolean[])
-			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due, plain)
+			$16::bigint[], $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[])
+			AS u(id, state, prio, key, run_at, done_at, uk, tok, owner, exp, ttl, tout, rec, res, uexp, dlq_at, dlq_due, plain, dat, keepd)
 		WHERE j.id = u.id`
 
 // pgSavedRows are job rows to write, column by column, for pgSaveSQL.
@@ -130,6 +131,8 @@ type pgSavedRows struct {
 	recs, res           [][]byte
 	dlqAts, dlqDues     []*int64
 	plain               []bool
+	datas               [][]byte // the data column (pg_data.go): nil, NULL unless keeps
+	keeps               []bool
 	arena               pgArena
 }
 
@@ -140,6 +143,7 @@ func newPGSavedRows(n int) *pgSavedRows {
 		toks: make([]*string, n), owners: make([]*string, n), exps: make([]*int64, n), ttls: make([]*int64, n),
 		touts: make([]*int64, n), recs: make([][]byte, n), res: make([][]byte, n),
 		dlqAts: make([]*int64, n), dlqDues: make([]*int64, n), plain: make([]bool, n),
+		datas: make([][]byte, n), keeps: make([]bool, n),
 	}
 }
 
@@ -161,7 +165,9 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 		r.dlqAts[i] = ptr(j.dlq.EnteredAt)
 		r.dlqDues[i] = pgDLQDue(j.dlq)
 	}
-	r.recs[i] = r.arena.record(j)
+	apart, data, keep := pgDataOf(j) // pg_data.go
+	r.recs[i] = r.arena.record(j, apart)
+	r.datas[i], r.keeps[i] = data, keep
 	r.plain[i] = pgPlainDone(j)
 }
 
@@ -171,14 +177,15 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 // profile (growslice under Enc.Str).
 type pgArena struct{ buf []byte }
 
-// record encodes j's record into the arena and answers it.
-func (a *pgArena) record(j *Job) []byte {
+// record encodes j's record into the arena and answers it: without its
+// data when apart (pg_data.go).
+func (a *pgArena) record(j *Job, apart bool) []byte {
 	if cap(a.buf)-len(a.buf) < 1024 {
 		a.buf = make([]byte, 0, 64<<10)
 	}
 	start := len(a.buf)
 	e := Enc{B: a.buf[start:start]}
-	encodeRecord(&e, j)
+	encodeRecordAs(&e, j, apart)
 	if cap(e.B) != cap(a.buf)-start {
 		// It outgrew the arena and moved to a buffer of its own.
 		return e.B
@@ -213,7 +220,7 @@ func (r *pgSavedRows) args(broker string) []any {
 		pgtype.FlatArray[*string](r.toks), pgtype.FlatArray[*string](r.owners), pgtype.FlatArray[*int64](r.exps),
 		pgtype.FlatArray[*int64](r.ttls), pgtype.FlatArray[*int64](r.touts), pgtype.FlatArray[[]byte](r.recs),
 		pgtype.FlatArray[[]byte](r.res), broker, pgtype.FlatArray[*int64](r.uexps), pgtype.FlatArray[*int64](r.dlqAts),
-		pgtype.FlatArray[*int64](r.dlqDues), r.plain}
+		pgtype.FlatArray[*int64](r.dlqDues), r.plain, pgtype.FlatArray[[]byte](r.datas), r.keeps}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -59,7 +59,7 @@ const pgTakeSQL = `WITH c AS MATERIALIZED (
 		lease_ttl = t.ttl, timeout_at = NULL, lease_renewals = 0
 		FROM c, unnest($5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS t(tok, owner, ttl, rank)
 		WHERE j.id = c.id AND t.rank = c.rank
-		RETURNING c.rank, c.id, c.body, c.state, c.started_at, c.done_at`
+		RETURNING c.rank, c.id, c.body, c.state, c.started_at, c.done_at, c.data`
 
 // pgTakeBackSQL puts back what a take claimed ($1: its tokens) when the
 // broker could not hand it out (its answer unread, a record it could not

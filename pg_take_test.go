@@ -186,7 +186,7 @@ func TestPGTakePutsBackWhatItCouldNotHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := p.pool.Exec(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, body, plain)
-		SELECT 'bad-record', queue, state, priority, sort_key + 1, run_at, created_at, '\x9102'::bytea, plain FROM {s}.jobs WHERE id = $1`), good.ID()); err != nil {
+		SELECT 'bad-record', queue, state, priority, sort_key + 1, run_at, created_at, '\x9103'::bytea, plain FROM {s}.jobs WHERE id = $1`), good.ID()); err != nil {
 		t.Fatal(err)
 	}
 	before := p.claimLanes.taken.Load()

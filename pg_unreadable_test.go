@@ -38,7 +38,8 @@ func TestPGUnreadableRecordSetAside(t *testing.T) {
 		return ids[0]
 	}
 	// 0xc1 is the one byte MessagePack never uses: not even a record's
-	// header can be read. [2] is a record of version 2.
+	// header can be read. [3] is a record of version 3, which no build
+	// reads yet.
 	spoil := func(id, hex string) {
 		t.Helper()
 		if _, err := p.pool.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = decode($2, 'hex') WHERE id = $1`), id, hex); err != nil {
@@ -176,8 +177,8 @@ func TestPGUnreadableRecordSetAside(t *testing.T) {
 
 	// A newer build's record is left as it is: the claim fails, saying so.
 	newer := push("newer", 0)
-	spoil(newer, "9102")
-	if got, err := pull("newer", 1, PullOpts{}); err == nil || !strings.Contains(err.Error(), "version 2") {
+	spoil(newer, "9103")
+	if got, err := pull("newer", 1, PullOpts{}); err == nil || !strings.Contains(err.Error(), "version 3") {
 		t.Fatalf("a pull of a newer build's record: %v (%v), want the version named", got, err)
 	}
 	if st := stateOf(newer); st != pgQueued {

@@ -245,7 +245,7 @@ func TestPGScansWalkTheirIndex(t *testing.T) {
 	if _, err := p.pool.Exec(ctx, p.sql(`INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, done_at, body)
 		SELECT 'done' || i, 'q', {done}, 0, i, 0, 0, i, '\x80'::bytea FROM generate_series(1, 20000) AS i;
 		INSERT INTO {s}.jobs (id, queue, state, priority, sort_key, run_at, created_at, lease_expires, dlq_due, body)
-		SELECT 'x' || i, 'q', CASE WHEN i % 2 = 0 THEN {active} ELSE {dlq} END, 0, i, 0, 0, i, i, '\x9102'::bytea
+		SELECT 'x' || i, 'q', CASE WHEN i % 2 = 0 THEN {active} ELSE {dlq} END, 0, i, 0, 0, i, i, '\x9103'::bytea
 		FROM generate_series(1, 400) AS i`)); err != nil {
 		t.Fatal(err)
 	}

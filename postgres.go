@@ -231,6 +231,7 @@ var pgMigrations = []string{
 	pgHandlersMigration,
 	pgEnqueueLeanMigration(),
 	pgSetAsideMigration,
+	pgDataMigration,
 }
 
 // pgAnyState is the condition of a row in any state, written as one arm

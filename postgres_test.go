@@ -735,6 +735,7 @@ func TestPGKeysCompareByBytes(t *testing.T) {
 		DELETE FROM `+schema+`.chores WHERE name = 'analyze';
 		DROP TABLE `+schema+`.handlers;
 		DROP INDEX `+schema+`.jobs_set_aside;
+		ALTER TABLE `+schema+`.jobs DROP COLUMN data;
 		DROP FUNCTION `+schema+`.push, `+schema+`.push_many, `+schema+`.push_one, `+schema+`.push_num, `+schema+`.push_str, `+schema+`.push_bound;
 		UPDATE `+schema+`.schema_version SET version = 7`); err != nil {
 		t.Fatal(err)

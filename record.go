@@ -9,7 +9,12 @@ import (
 	"fmt"
 )
 
-const recordVersion = 1
+// recordVersion is a record with the job's data; recordVersionApart one
+// without it, whose data its PostgreSQL row keeps beside it (pg_data.go).
+const (
+	recordVersion      = 1
+	recordVersionApart = 2
+)
 
 // Flag bits of a record.
 const (
@@ -48,10 +53,22 @@ func recOptStr(e *Enc, s string, ok bool) {
 // encodeRecord appends j's record to e. It runs under the job's shard lock.
 // The parts write the 43 positions in order; decodeRecord reads them back
 // with parts of the same names.
-func encodeRecord(e *Enc, j *Job) {
+func encodeRecord(e *Enc, j *Job) { encodeRecordAs(e, j, false) }
+
+// encodeRecordAs is encodeRecord, or with apart a record without the
+// job's data, which is kept beside it (pg_data.go): of version
+// recordVersionApart, so that a build that knows no such record refuses
+// it (a record newer than it reads) rather than take it for a job with
+// no data.
+func encodeRecordAs(e *Enc, j *Job, apart bool) {
 	e.ArrayHead(43)
-	recInt(e, recordVersion)  // 1
-	encRecordCore(e, j)       // 15
+	if apart {
+		recInt(e, recordVersionApart) // 1
+		encRecordCore(e, j, nil)      // 15
+	} else {
+		recInt(e, recordVersion)    // 1
+		encRecordCore(e, j, j.Data) // 15
+	}
 	encRecordLinks(e, j)      // 8
 	encRecordProgress(e, j)   // 10
 	recInt(e, recordFlags(j)) // 1
@@ -64,11 +81,11 @@ func encodeRecord(e *Enc, j *Job) {
 
 // encRecordCore writes who the job is, its times, attempts, retry
 // settings, ttl and timeout.
-func encRecordCore(e *Enc, j *Job) {
+func encRecordCore(e *Enc, j *Job, data Raw) {
 	e.JobID(j)
 	e.Str(j.Queue)
 	e.Str(j.Name)
-	e.Raw(j.Data)
+	e.Raw(data)
 	recInt(e, j.Priority)
 	recInt(e, j.CreatedAt)
 	recInt(e, j.RunAt)
@@ -405,9 +422,9 @@ func (l *recLast) decode(b []byte) (*Job, error) {
 		return nil, fmt.Errorf("job record: %w", err)
 	}
 	r := &rr
-	if v := r.i64(); v != recordVersion {
-		err := fmt.Errorf("job record version %d, this build reads %d", v, recordVersion)
-		if v > recordVersion {
+	if v := r.i64(); v != recordVersion && v != recordVersionApart {
+		err := fmt.Errorf("job record version %d, this build reads %d and %d", v, recordVersion, recordVersionApart)
+		if v > recordVersionApart {
 			err = fmt.Errorf("%w: %w", err, errRecordNewer)
 		}
 		return nil, err
