@@ -142,10 +142,10 @@ func (p *PG) reapDLQ(ctx context.Context) error {
 			}
 			// Not due after all (the policy changed), or its unique key is
 			// held: look again when the policy says.
-			data, keep := pgDataArgs(j)
+			rec, data, keep := pgRecord(j)
 			if _, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, dlq_due = $3, plain = $4,
 				data = CASE WHEN $6 THEN data ELSE $5 END WHERE id = $1`),
-				j.ID(), encodeRec(j), pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j), data, keep); err != nil {
+				j.ID(), rec, pgTime(dlqWatch(j.dlq, cfg)), pgPlainDone(j), data, keep); err != nil {
 				return err
 			}
 		}

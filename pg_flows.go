@@ -439,8 +439,8 @@ func (p *PG) saveFlow(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 			rest = append(rest, j)
 			continue
 		}
-		data, keep := pgDataArgs(j)
-		ids, recs, plain = append(ids, j.ID()), append(recs, encodeRec(j)), append(plain, pgPlainDone(j))
+		rec, data, keep := pgRecord(j)
+		ids, recs, plain = append(ids, j.ID()), append(recs, rec), append(plain, pgPlainDone(j))
 		datas, keeps = append(datas, data), append(keeps, keep)
 	}
 	if len(ids) > 0 {

@@ -101,8 +101,8 @@ func (r *pgRows) add(j *Job, uexp *int64, now int64) {
 		uk = ptr(j.cold().UniqueKey)
 	}
 	r.uks, r.uexps, r.groups = append(r.uks, uk), append(r.uexps, uexp), append(r.groups, j.cold().GroupID)
-	apart, data, _ := pgDataOf(j) // pg_data.go: a new row has no column to keep
-	r.recs, r.datas = append(r.recs, r.arena.record(j, apart)), append(r.datas, data)
+	rec, data, _ := r.arena.record(j) // a new row has no data column to keep
+	r.recs, r.datas = append(r.recs, rec), append(r.datas, data)
 	r.plain = append(r.plain, pgPlainDone(j))
 }
 

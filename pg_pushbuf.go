@@ -401,8 +401,7 @@ func (p *PG) insertCopy(ctx context.Context, order []string, byQueue map[string]
 		var res pgInserted
 		var arena pgArena
 		ready := admitRound(byQueue[q], now, &res, func(j *Job) {
-			apart, data, _ := pgDataOf(j) // pg_data.go: a new row has no column to keep
-			rec := arena.record(j, apart)
+			rec, data, _ := arena.record(j) // a new row has no data column to keep
 			rows = append(rows, []any{j.ID(), q, pgState(j.state), j.Priority, sortKey(j), pgRunAt(j, now), j.CreatedAt, rec, pgPlainDone(j), data})
 		})
 		if _, err := tx.CopyFrom(ctx, table, pgCopyCols, pgx.CopyFromRows(rows)); err != nil {

@@ -312,29 +312,23 @@ func (p *PG) lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]
 // ---------------------------------------------------------------------------
 // Reading jobs
 
-// encodeRec is a job's record column when its row is written again,
-// without its data when that is kept apart (pg_data.go).
-func encodeRec(j *Job) []byte {
+// pgRecord is what a job's row is written with: its record, without its
+// data when that is kept apart, and the data column's value or keep
+// (pgDataOf, pg_data.go).
+func pgRecord(j *Job) (rec, data []byte, keep bool) {
+	apart, data, keep := pgDataOf(j)
 	var e Enc
-	apart, _, _ := pgDataOf(j)
 	encodeRecordAs(&e, j, apart)
-	return e.B
-}
-
-// pgDataArgs are the data column's value and keep for a row written
-// again with encodeRec (pgDataUpdate).
-func pgDataArgs(j *Job) (data []byte, keep bool) {
-	_, data, keep = pgDataOf(j)
-	return data, keep
+	return e.B, data, keep
 }
 
 // saveRecord writes a locked job's record alone, and plain with it (a
 // record given a parent or a repeat is no longer completed by the ACK
 // that writes its columns only): its lease and deadline stay as they are.
 func (p *PG) saveRecord(ctx context.Context, tx pgx.Tx, j *Job) error {
-	data, keep := pgDataArgs(j)
+	rec, data, keep := pgRecord(j)
 	_, err := tx.Exec(ctx, p.sql(`UPDATE {s}.jobs SET body = $2, plain = $3, data = CASE WHEN $5 THEN data ELSE $4 END WHERE id = $1`),
-		j.ID(), encodeRec(j), pgPlainDone(j), data, keep)
+		j.ID(), rec, pgPlainDone(j), data, keep)
 	return err
 }
 

@@ -165,9 +165,7 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 		r.dlqAts[i] = ptr(j.dlq.EnteredAt)
 		r.dlqDues[i] = pgDLQDue(j.dlq)
 	}
-	apart, data, keep := pgDataOf(j) // pg_data.go
-	r.recs[i] = r.arena.record(j, apart)
-	r.datas[i], r.keeps[i] = data, keep
+	r.recs[i], r.datas[i], r.keeps[i] = r.arena.record(j)
 	r.plain[i] = pgPlainDone(j)
 }
 
@@ -177,9 +175,15 @@ func (r *pgSavedRows) set(i int, j *Job, set *pgSettings, now int64) {
 // profile (growslice under Enc.Str).
 type pgArena struct{ buf []byte }
 
-// record encodes j's record into the arena and answers it: without its
+// record is pgRecord with the record encoded into the arena.
+func (a *pgArena) record(j *Job) (rec, data []byte, keep bool) {
+	apart, data, keep := pgDataOf(j)
+	return a.encode(j, apart), data, keep
+}
+
+// encode encodes j's record into the arena and answers it: without its
 // data when apart (pg_data.go).
-func (a *pgArena) record(j *Job, apart bool) []byte {
+func (a *pgArena) encode(j *Job, apart bool) []byte {
 	if cap(a.buf)-len(a.buf) < 1024 {
 		a.buf = make([]byte, 0, 64<<10)
 	}
